@@ -1,0 +1,292 @@
+//! The seam between the engine and the things that run tools.
+//!
+//! A [`Backend`] runs one *attempt* of a call. The engine owns every timing rule; the backend owns
+//! how its work is stopped. The contract of stopping, in two steps:
+//!
+//! 1. **Cooperative.** When the call is cancelled or times out, the engine fires
+//!    [`StopSignals::cancelled`] and hands the caller its outcome at once. The backend asks its
+//!    work to stop (MCP: `notifications/cancelled` for that request; exec: SIGTERM to the process
+//!    group; in-process: the tool's context says so) and, when the work has stopped, ends the
+//!    attempt with [`AttemptEnd::Stopped`]`(`[`StopHow::Cooperative`]`)`.
+//! 2. **Forced.** If the attempt has not ended after `cancel_grace`, the engine fires
+//!    [`StopSignals::forced`]. The backend must then end the attempt promptly, saying how:
+//!    `Killed` (process group SIGKILLed, task aborted), `Restarted` (server restarted) or
+//!    `Abandoned` (it cannot be forced: it keeps counting the work as abandoned itself).
+//!
+//! The engine emits `tool_stopped` with that `how`. An answer that arrives after the outcome was
+//! decided is recorded as late and discarded.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde_json::Value;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use toolwarden_protocol::{
+    CallId, CancelReason, Content, OnStuck, ProgressInfo, ServerStateKind, SessionId, StopHow,
+    ToolSpec, TurnId,
+};
+
+/// A boxed, sendable future (what backends return).
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// Something that runs tools: an MCP server, the exec tool, in-process functions.
+pub trait Backend: Send + Sync + 'static {
+    /// A short name for logs and metrics (the server's name, `exec`, `inprocess`).
+    fn name(&self) -> &str;
+
+    /// Starts one attempt. Must return at once; the returned future does the work and resolves
+    /// when the attempt ends, following the stop contract of this module.
+    fn start(&self, attempt: Attempt) -> BoxFuture<AttemptEnd>;
+}
+
+/// Everything a backend needs to run one attempt.
+pub struct Attempt {
+    /// The tool's name within the backend (without any `SERVER__` prefix).
+    pub tool: Arc<str>,
+    /// The validated input.
+    pub input: Arc<Value>,
+    /// Who is calling.
+    pub meta: AttemptMeta,
+    /// Cooperative and forced stop requests.
+    pub stop: StopSignals,
+    /// Report liveness and progress here; it feeds the idle deadline and `tool_progress`.
+    pub heartbeat: Heartbeat,
+    /// What an MCP stdio backend does when the work ignores a cancel past `cancel_grace`.
+    pub on_stuck: OnStuck,
+    /// When the whole call's total deadline falls, if it has one (a backend may pass it on,
+    /// e.g. as a request timeout; the engine enforces it regardless).
+    pub deadline: Option<Instant>,
+}
+
+/// Identifies the call an attempt belongs to.
+#[derive(Clone, Debug)]
+pub struct AttemptMeta {
+    /// The session.
+    pub session_id: SessionId,
+    /// The turn.
+    pub turn_id: TurnId,
+    /// The call.
+    pub call_id: CallId,
+    /// 1 for the first attempt, 2 for the first retry, ...
+    pub attempt: u32,
+}
+
+/// How an attempt ended.
+#[derive(Debug)]
+pub enum AttemptEnd {
+    /// The backend answered. If a stop had been requested, the answer is late and discarded.
+    Done(Result<ToolOutput, AttemptError>),
+    /// The backend stopped the work because a stop was requested, and says how.
+    Stopped(StopHow),
+}
+
+/// A tool's own answer.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ToolOutput {
+    /// Content blocks, in MCP's shape.
+    pub content: Vec<Content>,
+    /// Structured content, if the tool returned one.
+    pub structured_content: Option<Value>,
+    /// The tool reported an error itself (`isError`, non-zero exit).
+    pub is_error: bool,
+}
+
+impl ToolOutput {
+    /// A successful text result.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self { content: vec![Content::text(text)], structured_content: None, is_error: false }
+    }
+
+    /// A tool-reported error with a text message.
+    pub fn error(text: impl Into<String>) -> Self {
+        Self { content: vec![Content::text(text)], structured_content: None, is_error: true }
+    }
+}
+
+/// An attempt failed without an answer from the tool. Each variant is classified by type: the
+/// first three are infrastructure failures (retryable for idempotent tools, counted by breakers).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AttemptError {
+    /// The connection to the backend failed (broken pipe, HTTP error, malformed frame).
+    #[error("transport error: {0}")]
+    Transport(String),
+    /// The backend process crashed or closed its pipe while the attempt ran.
+    #[error("server crashed: {0}")]
+    Crashed(String),
+    /// The backend was restarted (to stop another, stuck call) while the attempt ran.
+    #[error("server restarted: {0}")]
+    ServerRestart(String),
+    /// The backend refused the request itself (a JSON-RPC error such as invalid params); treated
+    /// like the tool's own error: not retried, not counted by the breaker.
+    #[error("{0}")]
+    Rejected(String),
+}
+
+/// The two stop requests of one attempt. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct StopSignals {
+    cancel: CancellationToken,
+    force: CancellationToken,
+    reason: Arc<Mutex<Option<CancelReason>>>,
+}
+
+impl StopSignals {
+    /// Signals for an attempt whose cooperative stop follows `cancel`.
+    pub fn new(cancel: CancellationToken) -> Self {
+        Self { cancel, force: CancellationToken::new(), reason: Arc::new(Mutex::new(None)) }
+    }
+
+    /// Resolves when the work should stop (cooperatively).
+    pub async fn cancelled(&self) {
+        self.cancel.cancelled().await
+    }
+
+    /// Whether a cooperative stop was requested.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// Resolves when the work must stop now.
+    pub async fn forced(&self) {
+        self.force.cancelled().await
+    }
+
+    /// Whether the stop is being forced.
+    pub fn is_forced(&self) -> bool {
+        self.force.is_cancelled()
+    }
+
+    /// Why the stop was requested, once known (`timeout`, `user`, ...).
+    pub fn reason(&self) -> Option<CancelReason> {
+        *self.reason.lock()
+    }
+
+    /// Requests a cooperative stop (engine side).
+    pub fn request_stop(&self, reason: CancelReason) {
+        self.reason.lock().get_or_insert(reason);
+        self.cancel.cancel();
+    }
+
+    /// Forces the stop (engine side).
+    pub fn force(&self) {
+        self.force.cancel();
+    }
+
+    /// The cooperative token, for backends that hand it on.
+    pub fn token(&self) -> &CancellationToken {
+        &self.cancel
+    }
+}
+
+struct HeartbeatShared {
+    epoch: Instant,
+    /// Nanoseconds since `epoch` of the last beat.
+    last_beat: AtomicU64,
+    latest: Mutex<Option<ProgressInfo>>,
+    notify: Notify,
+    closed: AtomicBool,
+    relay: Option<ProgressRelay>,
+}
+
+/// Receives every progress report of a call as it happens (the MCP gateway relays them to its
+/// client under the client's own progress token).
+pub type ProgressRelay = Arc<dyn Fn(&ProgressInfo) + Send + Sync>;
+
+/// A call's liveness line. Each [`beat`](Heartbeat::beat) or [`progress`](Heartbeat::progress)
+/// pushes the idle deadline forward; progress also becomes `tool_progress` events. Once the call
+/// has its outcome the heartbeat is closed and late reports are dropped.
+#[derive(Clone)]
+pub struct Heartbeat {
+    shared: Arc<HeartbeatShared>,
+}
+
+impl std::fmt::Debug for Heartbeat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Heartbeat").field("last_beat", &self.last_beat()).finish()
+    }
+}
+
+impl Heartbeat {
+    /// A heartbeat whose clock starts now.
+    pub fn new(relay: Option<ProgressRelay>) -> Self {
+        Self {
+            shared: Arc::new(HeartbeatShared {
+                epoch: Instant::now(),
+                last_beat: AtomicU64::new(0),
+                latest: Mutex::new(None),
+                notify: Notify::new(),
+                closed: AtomicBool::new(false),
+                relay,
+            }),
+        }
+    }
+
+    /// The work is alive (e.g. a command wrote output).
+    pub fn beat(&self) {
+        if self.shared.closed.load(Ordering::Relaxed) {
+            return;
+        }
+        let nanos = self.shared.epoch.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+        self.shared.last_beat.fetch_max(nanos, Ordering::Relaxed);
+    }
+
+    /// The work reported progress: a beat, relayed, and turned into a `tool_progress` event.
+    pub fn progress(&self, info: ProgressInfo) {
+        if self.shared.closed.load(Ordering::Relaxed) {
+            return;
+        }
+        self.beat();
+        if let Some(relay) = &self.shared.relay {
+            relay(&info);
+        }
+        *self.shared.latest.lock() = Some(info);
+        self.shared.notify.notify_one();
+    }
+
+    /// When the last beat happened (the start, if none yet).
+    pub fn last_beat(&self) -> Instant {
+        self.shared.epoch + Duration::from_nanos(self.shared.last_beat.load(Ordering::Relaxed))
+    }
+
+    /// Takes the latest progress report not yet taken.
+    pub fn take_progress(&self) -> Option<ProgressInfo> {
+        self.shared.latest.lock().take()
+    }
+
+    /// Resolves when a progress report arrives.
+    pub async fn progressed(&self) {
+        self.shared.notify.notified().await
+    }
+
+    /// Drops every later report: the call has its outcome.
+    pub fn close(&self) {
+        self.shared.closed.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the call has its outcome.
+    pub fn is_closed(&self) -> bool {
+        self.shared.closed.load(Ordering::Relaxed)
+    }
+}
+
+/// What backends that manage servers tell the engine: their tools and their state.
+pub trait BackendHost: Send + Sync + 'static {
+    /// The server `server` now offers `tools` (at start and on `tools/list_changed`); calls to
+    /// `SERVER__TOOL` go to `backend`. Replaces the server's earlier list.
+    fn set_tools(&self, server: &str, backend: Arc<dyn Backend>, tools: Vec<ToolSpec>);
+
+    /// The server changed state (emits `server_state`, updates `toolwarden_server_up`).
+    fn server_state(&self, server: &str, state: ServerStateKind, detail: Option<String>);
+
+    /// How many calls of `server` are abandoned right now (`toolwarden_abandoned_calls`).
+    fn set_abandoned(&self, server: &str, count: u64);
+
+    /// A stopped attempt's answer arrived `after` its stop was requested, and was discarded.
+    fn late_result(&self, meta: &AttemptMeta, tool: &str, is_error: bool, after: Duration);
+}

@@ -1,0 +1,156 @@
+//! The config file's shape (SPEC §2.3). Loading, `${VAR}` expansion, layering and the invariants
+//! of SPEC §2.1 live in `toolwarden_core::config`; this module only says what may be written.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::duration::{DurationValue, SizeValue};
+use crate::policy::PolicyConfig;
+use crate::with_policy_keys;
+
+/// The whole config file.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    /// The deadline every interaction is capped at (default `"15m"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interaction_ceiling: Option<DurationValue>,
+    /// `[defaults]`: policy keys for every tool.
+    #[serde(default)]
+    pub defaults: PolicyConfig,
+    /// `[servers.NAME]`: MCP servers, with policy keys for their tools.
+    #[serde(default)]
+    pub servers: BTreeMap<String, ServerConfig>,
+    /// `[tools."NAME"]`: policy keys for one tool (`SERVER__TOOL`, or `exec`).
+    #[serde(default)]
+    pub tools: BTreeMap<String, PolicyConfig>,
+    /// `[exec]`: the built-in shell tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec: Option<ExecConfig>,
+    /// `[gateway]`: how MCP tools are exposed.
+    #[serde(default)]
+    pub gateway: GatewayConfig,
+    /// `[http]`: the HTTP API.
+    #[serde(default)]
+    pub http: HttpConfig,
+    /// `[store]`: the audit trail.
+    #[serde(default)]
+    pub store: StoreConfig,
+}
+
+with_policy_keys! {
+    /// `[servers.NAME]`: an MCP server run as a child process (`command`) or reached over
+    /// Streamable HTTP (`url`), plus policy keys for its tools.
+    #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct ServerConfig {
+        /// The program to run (stdio transport).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub command: Option<String>,
+        /// Its arguments.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub args: Vec<String>,
+        /// Extra environment variables (`${VAR}` expands from toolwarden's environment).
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        pub env: BTreeMap<String, String>,
+        /// Its working directory.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub cwd: Option<String>,
+        /// The Streamable HTTP endpoint (HTTP transport).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub url: Option<String>,
+        /// Extra HTTP headers (`${VAR}` expands).
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        pub headers: BTreeMap<String, String>,
+        /// Cap of start-up: spawn or connect, `initialize` and `tools/list` (default `"20s"`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub startup_timeout: Option<DurationValue>,
+        /// Environment variables whose values are asked of a human (a `password` interaction).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub env_prompt: Vec<String>,
+        /// `false` keeps the server configured but not started.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub enabled: Option<bool>,
+    }
+}
+
+with_policy_keys! {
+    /// `[exec]`: the built-in shell tool, off unless enabled, plus policy keys for it.
+    #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct ExecConfig {
+        /// Whether the `exec` tool is offered.
+        #[serde(default)]
+        pub enabled: bool,
+        /// A command's `cwd` must lie under one of these (default `["."]`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub allowed_roots: Option<Vec<String>>,
+        /// Output kept per call (stdout and stderr together; default `"1MiB"`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub output_limit: Option<SizeValue>,
+        /// The shell (default `"sh"`, run as `sh -c COMMAND`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub shell: Option<String>,
+    }
+}
+
+/// `[gateway]`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// Expose MCP tools as `SERVER__TOOL` (default `true`; `false` only with one server).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<bool>,
+}
+
+/// `[http]`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Address to listen on (default `"127.0.0.1:7420"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+    /// Environment variable holding the bearer token (default `"TOOLWARDEN_TOKEN"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_env: Option<String>,
+    /// Largest accepted request body (default `"4MiB"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_body: Option<SizeValue>,
+    /// Extra `Origin`s allowed on `/mcp` besides loopback ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_origins: Vec<String>,
+    /// Extra `Host`s allowed on `/mcp` besides loopback ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_hosts: Vec<String>,
+}
+
+/// When a call's `tool_start` is made durable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StoreDurability {
+    /// Committed before the backend is invoked.
+    #[default]
+    BeforeExecution,
+    /// Written in the background.
+    Async,
+}
+
+/// `[store]`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// SQLite file (default: the platform data dir).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// `before_execution` or `async`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub durability: Option<StoreDurability>,
+    /// Inputs and outputs are stored truncated to this (default `"64KiB"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_payload: Option<SizeValue>,
+    /// Keys whose values are masked (default `password`, `token`, `secret`, `api_key`,
+    /// `authorization`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mask_keys: Option<Vec<String>>,
+}

@@ -1,0 +1,314 @@
+//! Events: typed, sequenced records of what happened (SPEC §6).
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::call::Content;
+use crate::ids::{CallId, InteractionId, SessionId, TurnId};
+use crate::interaction::{Interaction, InteractionAction, InteractionKind};
+use crate::outcome::{CancelReason, Decider, DenyReason, Outcome, TimeoutKind};
+use crate::time::Timestamp;
+
+/// How a cancelled or timed-out call's work was stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopHow {
+    /// The backend stopped when asked, within `cancel_grace`.
+    Cooperative,
+    /// The work was forced to stop (process group killed, task aborted).
+    Killed,
+    /// The backend server was restarted to stop it.
+    Restarted,
+    /// The backend ignored the cancel and could not be forced; the work is counted as abandoned.
+    Abandoned,
+}
+
+impl StopHow {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopHow::Cooperative => "cooperative",
+            StopHow::Killed => "killed",
+            StopHow::Restarted => "restarted",
+            StopHow::Abandoned => "abandoned",
+        }
+    }
+}
+
+/// A circuit breaker's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BreakerStateKind {
+    /// Calls pass.
+    Closed,
+    /// One probe call is admitted.
+    HalfOpen,
+    /// Calls end at once as `circuit_open`.
+    Open,
+}
+
+/// A backend server's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServerStateKind {
+    /// Being started (process spawned, initialize under way).
+    Starting,
+    /// Initialized and listing its tools.
+    Up,
+    /// Crashed, exited, unreachable or failed to start.
+    Down,
+    /// Was restarted (by `on_stuck = "restart"` or after a crash).
+    Restarted,
+}
+
+/// Progress a backend reported for a call.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProgressInfo {
+    /// Progress so far (increasing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<f64>,
+    /// Total, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<f64>,
+    /// A human-readable message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// What happened, with its own fields.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum EventKind {
+    /// A turn began.
+    TurnStart {
+        /// The parent turn, for a sub-agent's turn.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent_turn_id: Option<TurnId>,
+        /// Its calls, in order: `{"call_id", "tool"}`.
+        calls: Vec<TurnCall>,
+    },
+    /// A turn ended; `results` is the list a front door answers with, in call order.
+    TurnEnd {
+        /// `completed` (every call ok), `partial` (some call did not end ok) or `aborted`.
+        outcome: String,
+        /// One result per call, in call order.
+        results: Vec<Value>,
+    },
+    /// A turn was aborted.
+    TurnAbort {
+        /// Why.
+        reason: CancelReason,
+    },
+    /// A call's first attempt is about to invoke its backend.
+    ToolStart {
+        /// The input (the audit trail truncates and masks it).
+        input: Arc<Value>,
+        /// The effective total deadline, in milliseconds (0 = none).
+        timeout_ms: u64,
+        /// The effective idle deadline, in milliseconds (0 = off).
+        idle_timeout_ms: u64,
+    },
+    /// A running call is alive: on backend progress (at most 4 per second) and every 5 s.
+    ToolProgress {
+        /// Since the call's first attempt started.
+        elapsed_ms: u64,
+        /// What the backend reported, if anything.
+        #[serde(flatten)]
+        progress: ProgressInfo,
+    },
+    /// An attempt failed retryably and another will start after `delay_ms`.
+    ToolRetry {
+        /// The attempt about to start (2 for the first retry).
+        attempt: u32,
+        /// The backoff before it.
+        delay_ms: u64,
+        /// What failed.
+        cause: String,
+    },
+    /// A deadline fired.
+    ToolTimeout {
+        /// Which.
+        kind: TimeoutKind,
+        /// Its limit in milliseconds.
+        after_ms: u64,
+    },
+    /// A call's outcome.
+    ToolResult {
+        /// The structured outcome.
+        outcome: Outcome,
+        /// From arrival to outcome.
+        duration_ms: u64,
+        /// Whether the model reads it as an error.
+        is_error: bool,
+        /// The content the caller got.
+        content: Vec<Content>,
+    },
+    /// The work of a cancelled or timed-out call was stopped.
+    ToolStopped {
+        /// How.
+        how: StopHow,
+        /// From the stop request to the stop.
+        after_ms: u64,
+    },
+    /// A backend answered a call after its outcome was decided; the answer was discarded.
+    ToolLateResult {
+        /// Whether the late answer was an error.
+        is_error: bool,
+        /// How long after the outcome it arrived.
+        after_ms: u64,
+    },
+    /// A human is asked something.
+    InteractionRequested {
+        /// The question.
+        interaction: Interaction,
+    },
+    /// A human answered.
+    InteractionAnswered {
+        /// Which interaction.
+        interaction_id: InteractionId,
+        /// Its kind.
+        kind: InteractionKind,
+        /// The answer (never a secret's value).
+        action: InteractionAction,
+        /// Who answered (`http`, `dashboard`, `terminal`, `elicitation`, ...).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
+    },
+    /// An interaction's deadline passed without an answer.
+    InteractionTimedOut {
+        /// Which interaction.
+        interaction_id: InteractionId,
+        /// Its kind.
+        kind: InteractionKind,
+        /// Its deadline in milliseconds.
+        after_ms: u64,
+    },
+    /// A call was denied.
+    ToolCallDenied {
+        /// What decided.
+        decider: Decider,
+        /// Why.
+        reason: DenyReason,
+    },
+    /// A tool's circuit breaker changed state.
+    BreakerState {
+        /// The new state.
+        state: BreakerStateKind,
+    },
+    /// A backend server changed state.
+    ServerState {
+        /// The server's name.
+        server: String,
+        /// The new state.
+        state: ServerStateKind,
+        /// Why, when it went down.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
+    },
+    /// A call was served from the cache.
+    CacheHit {
+        /// The call whose result was served.
+        origin_call_id: CallId,
+        /// When that result was produced.
+        fetched_at: Timestamp,
+    },
+}
+
+impl EventKind {
+    /// The `type` as the wire spells it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            EventKind::TurnStart { .. } => "turn_start",
+            EventKind::TurnEnd { .. } => "turn_end",
+            EventKind::TurnAbort { .. } => "turn_abort",
+            EventKind::ToolStart { .. } => "tool_start",
+            EventKind::ToolProgress { .. } => "tool_progress",
+            EventKind::ToolRetry { .. } => "tool_retry",
+            EventKind::ToolTimeout { .. } => "tool_timeout",
+            EventKind::ToolResult { .. } => "tool_result",
+            EventKind::ToolStopped { .. } => "tool_stopped",
+            EventKind::ToolLateResult { .. } => "tool_late_result",
+            EventKind::InteractionRequested { .. } => "interaction_requested",
+            EventKind::InteractionAnswered { .. } => "interaction_answered",
+            EventKind::InteractionTimedOut { .. } => "interaction_timed_out",
+            EventKind::ToolCallDenied { .. } => "tool_call_denied",
+            EventKind::BreakerState { .. } => "breaker_state",
+            EventKind::ServerState { .. } => "server_state",
+            EventKind::CacheHit { .. } => "cache_hit",
+        }
+    }
+}
+
+/// One call of a turn, as `turn_start` lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnCall {
+    /// The call.
+    pub call_id: CallId,
+    /// Its tool.
+    pub tool: String,
+}
+
+/// A typed, sequenced record of something that happened.
+///
+/// `seq` increases by one per event in a process. Process-level events (`server_state`) have no
+/// session; every other event names the session it happened in.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// Sequence number, +1 per event in a process.
+    pub seq: u64,
+    /// When it happened.
+    pub ts: Timestamp,
+    /// The session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<SessionId>,
+    /// The turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<TurnId>,
+    /// The call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<CallId>,
+    /// The tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<Arc<str>>,
+    /// What happened.
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    #[test]
+    fn events_serialize_flat_with_their_type() {
+        let e = Event {
+            seq: 7,
+            ts: Timestamp::from_unix_millis(0),
+            session_id: Some("s1".into()),
+            turn_id: Some("t_1".into()),
+            call_id: Some("c1".into()),
+            tool: Some("build".into()),
+            kind: EventKind::ToolProgress {
+                elapsed_ms: 1500,
+                progress: ProgressInfo {
+                    progress: Some(3.0),
+                    total: Some(10.0),
+                    message: None,
+                },
+            },
+        };
+        let v = serde_json::to_value(&e).unwrap();
+        assert_eq!(
+            v,
+            json!({"seq":7,"ts":"1970-01-01T00:00:00.000Z","session_id":"s1","turn_id":"t_1",
+                   "call_id":"c1","tool":"build","type":"tool_progress","elapsed_ms":1500,
+                   "progress":3.0,"total":10.0})
+        );
+        let back: Event = serde_json::from_value(v).unwrap();
+        assert_eq!(back, e);
+    }
+}

@@ -1,0 +1,46 @@
+//! Wire and data types of toolwarden.
+//!
+//! This crate holds what crosses a boundary — between the engine and its front doors (MCP, HTTP,
+//! CLI), between the engine and the audit trail, and between toolwarden and its users' programs:
+//! ids, calls, outcomes, events, interactions, tool specs and the policy configuration. It has no
+//! logic beyond parsing and formatting its own values, no runtime and no I/O, so that every other
+//! crate (and every client) can depend on it cheaply. The key design choice: **every type here is
+//! the contract of SPEC.md**, spelled exactly as the spec spells it on the wire; the engine's inner
+//! state never derives `Serialize`.
+#![deny(missing_docs)]
+
+mod call;
+mod config;
+mod duration;
+mod event;
+mod ids;
+mod interaction;
+mod outcome;
+mod policy;
+mod time;
+mod tool;
+
+pub use call::{CallResult, Content, ToolCall};
+pub use config::{
+    ConfigFile, ExecConfig, GatewayConfig, HttpConfig, ServerConfig, StoreConfig, StoreDurability,
+};
+pub use duration::{
+    DurationValue, ParseError, SizeValue, format_duration, parse_duration, parse_size,
+};
+pub use event::{
+    BreakerStateKind, Event, EventKind, ProgressInfo, ServerStateKind, StopHow, TurnCall,
+};
+pub use ids::{CallId, InteractionId, SessionId, TurnId};
+pub use interaction::{
+    Interaction, InteractionAction, InteractionAnswer, InteractionKind, InteractionOutcome,
+};
+pub use outcome::{
+    CancelReason, Decider, DenyReason, ErrorReason, InvalidReason, Outcome, Provenance,
+    ProvenanceSource, Status, TimeoutKind,
+};
+pub use policy::{
+    Approval, Backoff, BackoffConfig, Breaker, BreakerConfig, Concurrency, LoopConfig, LoopPolicy,
+    OnStuck, POLICY_KEYS, Policy, PolicyConfig,
+};
+pub use time::Timestamp;
+pub use tool::{ToolAnnotations, ToolSpec};

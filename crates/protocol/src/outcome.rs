@@ -1,0 +1,285 @@
+//! Outcomes: the single terminal result of a call (SPEC §4).
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{CallId, TurnId};
+use crate::time::Timestamp;
+
+/// How a call ended, with the fields each status carries.
+///
+/// Serialized flat into its [`Outcome`]: `{"status":"timeout","kind":"idle","after_ms":10000,...}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Status {
+    /// The tool ran and returned its own content.
+    Ok,
+    /// The tool or its transport failed.
+    Error {
+        /// What failed.
+        reason: ErrorReason,
+    },
+    /// A deadline fired and the call was cancelled.
+    Timeout {
+        /// Which deadline.
+        kind: TimeoutKind,
+        /// The limit that was exceeded, in milliseconds.
+        after_ms: u64,
+    },
+    /// The call was cancelled before it finished (or never started).
+    Cancelled {
+        /// Who or what cancelled it.
+        reason: CancelReason,
+    },
+    /// The call was not allowed to run.
+    Denied {
+        /// What decided.
+        decider: Decider,
+        /// Why.
+        reason: DenyReason,
+    },
+    /// The tool's circuit breaker is open; the call did not run.
+    CircuitOpen {
+        /// When a call may be admitted again, in milliseconds from now.
+        retry_after_ms: u64,
+    },
+    /// The call was rejected before running: unknown tool, input failing its schema, too large.
+    Invalid {
+        /// What was wrong.
+        reason: InvalidReason,
+    },
+}
+
+impl Status {
+    /// The status name as the wire spells it (`"ok"`, `"timeout"`, ...).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Error { .. } => "error",
+            Status::Timeout { .. } => "timeout",
+            Status::Cancelled { .. } => "cancelled",
+            Status::Denied { .. } => "denied",
+            Status::CircuitOpen { .. } => "circuit_open",
+            Status::Invalid { .. } => "invalid",
+        }
+    }
+
+    /// Every status is an error to the model but `ok`.
+    pub fn is_error(&self) -> bool {
+        !matches!(self, Status::Ok)
+    }
+}
+
+/// Why a call ended `error`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorReason {
+    /// The tool ran and reported an error itself (`isError`, non-zero exit, a JSON-RPC error).
+    ToolError,
+    /// The connection to the backend failed.
+    Transport,
+    /// The backend process crashed or closed its pipe mid-call.
+    Crashed,
+    /// The backend was restarted (because another call was stuck) while this call ran.
+    ServerRestart,
+}
+
+impl ErrorReason {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorReason::ToolError => "tool_error",
+            ErrorReason::Transport => "transport",
+            ErrorReason::Crashed => "crashed",
+            ErrorReason::ServerRestart => "server_restart",
+        }
+    }
+}
+
+/// Which deadline fired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeoutKind {
+    /// The wall-clock cap of the whole call (`timeout`).
+    Total,
+    /// No heartbeat for `idle_timeout`.
+    Idle,
+    /// The cap of one attempt (`attempt_timeout`).
+    Attempt,
+}
+
+impl TimeoutKind {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TimeoutKind::Total => "total",
+            TimeoutKind::Idle => "idle",
+            TimeoutKind::Attempt => "attempt",
+        }
+    }
+}
+
+/// Why a call (or turn) was cancelled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CancelReason {
+    /// A person or program asked for it (abort, Stop button, Ctrl-C).
+    User,
+    /// The client that asked for the call went away.
+    ClientDisconnect,
+    /// The parent turn was aborted.
+    Parent,
+    /// A deadline fired.
+    Timeout,
+    /// toolwarden is shutting down.
+    Shutdown,
+    /// The backend server was restarted.
+    ServerRestart,
+    /// The call never started: its turn was aborted before its backend was invoked.
+    NotStarted,
+}
+
+impl CancelReason {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CancelReason::User => "user",
+            CancelReason::ClientDisconnect => "client_disconnect",
+            CancelReason::Parent => "parent",
+            CancelReason::Timeout => "timeout",
+            CancelReason::Shutdown => "shutdown",
+            CancelReason::ServerRestart => "server_restart",
+            CancelReason::NotStarted => "not_started",
+        }
+    }
+}
+
+/// What decided a denial.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decider {
+    /// A mode of the session (e.g. read-only) forbids the tool.
+    ModeGate,
+    /// The tool's approval policy (`deny`, or an approval that was refused or timed out).
+    Policy,
+    /// The loop detector (identical calls repeated).
+    LoopDetector,
+    /// No interactor could answer and the request had no non-interactive default.
+    Headless,
+}
+
+/// Why a call was denied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DenyReason {
+    /// The interaction's deadline passed without an answer.
+    Timeout,
+    /// A person denied it.
+    User,
+    /// A configured rule (`approval = "deny"`).
+    Rule,
+    /// The loop detector's `block_after` was reached.
+    Loop,
+    /// Nothing attached could answer the interaction.
+    NoInteractor,
+}
+
+/// Why a call was rejected as invalid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InvalidReason {
+    /// No tool has that name.
+    UnknownTool,
+    /// The input does not match the tool's JSON schema.
+    Schema,
+    /// The input is larger than the limit.
+    TooLarge,
+}
+
+/// Where a result came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProvenanceSource {
+    /// The tool ran for this call.
+    Tool,
+    /// Served from the cache (or shared with an identical call running at the same time).
+    Cache,
+}
+
+/// Where a result came from and when it was produced.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Provenance {
+    /// Tool or cache.
+    pub source: ProvenanceSource,
+    /// When the tool produced the result (for a cache hit: the original time).
+    pub fetched_at: Timestamp,
+    /// Whether this result was served from the cache.
+    pub cache_hit: bool,
+    /// `sha256:` digest of the result's canonical JSON content.
+    pub digest: String,
+    /// For a cache hit, the call that produced the result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin_call_id: Option<CallId>,
+}
+
+/// The structured form of a call's single terminal result (SPEC §4).
+///
+/// Front doors attach it as `_meta["toolwarden/outcome"]` (MCP) or the `toolwarden` field (HTTP).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    /// The status and its fields, flattened.
+    #[serde(flatten)]
+    pub status: Status,
+    /// How many attempts ran (0 when the call never reached its backend).
+    pub attempts: u32,
+    /// The call.
+    pub call_id: CallId,
+    /// Its turn.
+    pub turn_id: TurnId,
+    /// The tool's name as the caller used it.
+    pub tool: String,
+    /// From the call's arrival to its outcome, in milliseconds.
+    pub duration_ms: u64,
+    /// Where an `ok` result came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<Provenance>,
+    /// A human-readable detail: the transport error, the schema violation, ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// Set by the loop detector when this call repeats an identical earlier call of the session:
+    /// how many identical calls the session has made, this one included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeat_count: Option<u32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    #[test]
+    fn outcome_serializes_flat_as_the_spec_shows() {
+        let o = Outcome {
+            status: Status::Timeout {
+                kind: TimeoutKind::Idle,
+                after_ms: 10_000,
+            },
+            attempts: 1,
+            call_id: "c1".into(),
+            turn_id: "t_1".into(),
+            tool: "build".into(),
+            duration_ms: 10_003,
+            provenance: None,
+            detail: None,
+            repeat_count: None,
+        };
+        let v = serde_json::to_value(&o).unwrap();
+        assert_eq!(
+            v,
+            json!({"status":"timeout","kind":"idle","after_ms":10000,"attempts":1,"call_id":"c1",
+                   "turn_id":"t_1","tool":"build","duration_ms":10003})
+        );
+        let back: Outcome = serde_json::from_value(v).unwrap();
+        assert_eq!(back, o);
+    }
+}
