@@ -100,12 +100,20 @@ pub struct ToolOutput {
 impl ToolOutput {
     /// A successful text result.
     pub fn text(text: impl Into<String>) -> Self {
-        Self { content: vec![Content::text(text)], structured_content: None, is_error: false }
+        Self {
+            content: vec![Content::text(text)],
+            structured_content: None,
+            is_error: false,
+        }
     }
 
     /// A tool-reported error with a text message.
     pub fn error(text: impl Into<String>) -> Self {
-        Self { content: vec![Content::text(text)], structured_content: None, is_error: true }
+        Self {
+            content: vec![Content::text(text)],
+            structured_content: None,
+            is_error: true,
+        }
     }
 }
 
@@ -139,7 +147,11 @@ pub struct StopSignals {
 impl StopSignals {
     /// Signals for an attempt whose cooperative stop follows `cancel`.
     pub fn new(cancel: CancellationToken) -> Self {
-        Self { cancel, force: CancellationToken::new(), reason: Arc::new(Mutex::new(None)) }
+        Self {
+            cancel,
+            force: CancellationToken::new(),
+            reason: Arc::new(Mutex::new(None)),
+        }
     }
 
     /// Resolves when the work should stop (cooperatively).
@@ -208,7 +220,9 @@ pub struct Heartbeat {
 
 impl std::fmt::Debug for Heartbeat {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Heartbeat").field("last_beat", &self.last_beat()).finish()
+        f.debug_struct("Heartbeat")
+            .field("last_beat", &self.last_beat())
+            .finish()
     }
 }
 
