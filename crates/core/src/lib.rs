@@ -9,12 +9,61 @@
 //! cancel or timeout decides the outcome at once; stopping the backend's work (cooperatively, then
 //! by force) continues behind it on a tracked task and ends in a `tool_stopped` event. Core knows
 //! nothing of MCP, HTTP or processes: backends plug in through [`backend::Backend`].
+//!
+//! ```no_run
+//! use serde_json::json;
+//! use toolwarden_core::{Engine, InProcessTool, ToolError};
+//! use toolwarden_core::protocol::ToolCall;
+//!
+//! # async fn demo() {
+//! let engine = Engine::new();
+//! engine.register(InProcessTool::new(
+//!     "add",
+//!     "Adds two integers",
+//!     json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+//!            "required": ["a", "b"]}),
+//!     |input, _ctx| async move {
+//!         let sum = input["a"].as_i64().unwrap_or(0) + input["b"].as_i64().unwrap_or(0);
+//!         Ok::<_, ToolError>(sum.to_string())
+//!     },
+//! ));
+//! let result = engine.call("session-1", ToolCall::new("c1", "add", json!({"a": 2, "b": 3}))).await;
+//! assert_eq!(result.text(), "5");
+//! # }
+//! ```
 #![deny(missing_docs)]
 
 pub mod backend;
+mod breaker;
+mod cache;
+mod call;
+mod cancel;
+pub mod canonical;
+mod engine;
+pub mod events;
+mod gate;
+mod inproc;
+pub mod interaction;
+mod loop_detect;
+pub mod metrics;
+pub mod policy;
+mod registry;
+mod retry;
+mod session;
+mod text;
+mod turn;
 
 pub use backend::{
     Attempt, AttemptEnd, AttemptError, AttemptMeta, Backend, BackendHost, BoxFuture, Heartbeat,
     ProgressRelay, StopSignals, ToolOutput,
 };
+pub use engine::{Engine, EngineBuilder, NotFound, PREFIX_SEPARATOR};
+pub use events::{EventBus, EventScope, EventSink, Received, Subscription};
+pub use inproc::{INPROCESS, InProcessTool, IntoToolOutput, ToolContext, ToolError};
+pub use interaction::{
+    AnswerError, AnswerSender, InteractionEnd, InteractionRequest, Interactions, Interactor,
+};
+pub use metrics::Metrics;
+pub use policy::{BuiltinPolicies, PolicySource, ToolOrigin};
 pub use toolwarden_protocol as protocol;
+pub use turn::{CallProgress, ResultRenderer, TurnError, TurnHandle, TurnOutput, TurnRequest};

@@ -17,6 +17,7 @@ mod ids;
 mod interaction;
 mod outcome;
 mod policy;
+mod status;
 mod time;
 mod tool;
 
@@ -41,6 +42,10 @@ pub use outcome::{
 pub use policy::{
     Approval, Backoff, BackoffConfig, Breaker, BreakerConfig, Concurrency, LoopConfig, LoopPolicy,
     OnStuck, POLICY_KEYS, Policy, PolicyConfig,
+};
+pub use status::{
+    ActiveCall, ActiveTurn, BreakerInfo, CallState, RecentCall, RunningCall, SessionStatus,
+    ToolInfo,
 };
 pub use time::Timestamp;
 pub use tool::{ToolAnnotations, ToolSpec};

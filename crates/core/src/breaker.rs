@@ -1,0 +1,387 @@
+//! The per-tool circuit breaker (SPEC §3.5).
+//!
+//! Closed, it counts infrastructure failures (timeouts, transport errors, crashes) in a sliding
+//! `window`; `failures` of them open it. Open, every call ends at once as `circuit_open` with
+//! `retry_after_ms`. After `open_for` it is half-open and admits **exactly one** probe: the probe's
+//! success closes it, its failure opens it again, and a probe that ends neither way (cancelled,
+//! denied) hands its slot back. Results of calls admitted before the breaker opened do not move
+//! an open or half-open breaker. Cancellations, denials, invalid input and the tool's own errors
+//! are never failures (unless `breaker_counts_tool_errors`).
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::time::Instant;
+use toolwarden_protocol::{Breaker as BreakerPolicy, BreakerStateKind};
+
+/// How a call's end counts for its breaker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    Success,
+    Failure,
+    /// Neither: cancelled, denied, a tool error that does not count.
+    Neutral,
+}
+
+/// The breaker's answer to a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Admission {
+    /// Closed: run.
+    Pass,
+    /// Half-open: run as the one probe.
+    Probe,
+    /// Open (or half-open with its probe out): do not run.
+    Rejected { retry_after: Duration },
+}
+
+#[derive(Debug)]
+enum State {
+    Closed { failures: VecDeque<Instant> },
+    Open { until: Instant },
+    HalfOpen { probe_out: bool },
+}
+
+/// One tool's breaker.
+#[derive(Debug)]
+pub(crate) struct CircuitBreaker {
+    state: Mutex<State>,
+}
+
+/// How long a call turned away while the probe runs should wait before trying again.
+const PROBE_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+impl Default for CircuitBreaker {
+    fn default() -> Self {
+        Self {
+            state: Mutex::new(State::Closed {
+                failures: VecDeque::new(),
+            }),
+        }
+    }
+}
+
+impl CircuitBreaker {
+    /// Asks to run a call now. May move open → half-open (returned as the second value).
+    pub(crate) fn admit(
+        &self,
+        policy: &BreakerPolicy,
+        now: Instant,
+    ) -> (Admission, Option<BreakerStateKind>) {
+        if policy.failures == 0 {
+            return (Admission::Pass, None);
+        }
+        let mut state = self.state.lock();
+        match &mut *state {
+            State::Closed { .. } => (Admission::Pass, None),
+            State::Open { until } => {
+                if now >= *until {
+                    *state = State::HalfOpen { probe_out: true };
+                    (Admission::Probe, Some(BreakerStateKind::HalfOpen))
+                } else {
+                    (
+                        Admission::Rejected {
+                            retry_after: *until - now,
+                        },
+                        None,
+                    )
+                }
+            }
+            State::HalfOpen { probe_out } => {
+                if *probe_out {
+                    (
+                        Admission::Rejected {
+                            retry_after: PROBE_RETRY_AFTER.min(policy.open_for),
+                        },
+                        None,
+                    )
+                } else {
+                    *probe_out = true;
+                    (Admission::Probe, None)
+                }
+            }
+        }
+    }
+
+    /// Records how an admitted call ended. Returns the new state when it changed.
+    pub(crate) fn record(
+        &self,
+        policy: &BreakerPolicy,
+        admission: Admission,
+        verdict: Verdict,
+        now: Instant,
+    ) -> Option<BreakerStateKind> {
+        if policy.failures == 0 {
+            return None;
+        }
+        let mut state = self.state.lock();
+        match (&mut *state, admission) {
+            (State::HalfOpen { .. }, Admission::Probe) => match verdict {
+                Verdict::Success => {
+                    *state = State::Closed {
+                        failures: VecDeque::new(),
+                    };
+                    Some(BreakerStateKind::Closed)
+                }
+                Verdict::Failure => {
+                    *state = State::Open {
+                        until: now + policy.open_for,
+                    };
+                    Some(BreakerStateKind::Open)
+                }
+                Verdict::Neutral => {
+                    *state = State::HalfOpen { probe_out: false };
+                    None
+                }
+            },
+            (State::Closed { failures }, Admission::Pass) if verdict == Verdict::Failure => {
+                while failures
+                    .front()
+                    .is_some_and(|t| now.duration_since(*t) >= policy.window)
+                {
+                    failures.pop_front();
+                }
+                failures.push_back(now);
+                if failures.len() >= policy.failures as usize {
+                    *state = State::Open {
+                        until: now + policy.open_for,
+                    };
+                    Some(BreakerStateKind::Open)
+                } else {
+                    None
+                }
+            }
+            _ => None,
+        }
+    }
+
+    /// The current state (open past its time reads as half-open) and, when open, the time left.
+    pub(crate) fn state(&self, now: Instant) -> (BreakerStateKind, Option<Duration>) {
+        match &*self.state.lock() {
+            State::Closed { .. } => (BreakerStateKind::Closed, None),
+            State::Open { until } if now < *until => (BreakerStateKind::Open, Some(*until - now)),
+            State::Open { .. } | State::HalfOpen { .. } => (BreakerStateKind::HalfOpen, None),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn policy() -> BreakerPolicy {
+        BreakerPolicy {
+            failures: 3,
+            window: Duration::from_secs(60),
+            open_for: Duration::from_secs(30),
+        }
+    }
+
+    #[test]
+    fn opens_after_failures_within_the_window() {
+        let b = CircuitBreaker::default();
+        let p = policy();
+        let t0 = Instant::now();
+        assert_eq!(b.record(&p, Admission::Pass, Verdict::Failure, t0), None);
+        assert_eq!(
+            b.record(
+                &p,
+                Admission::Pass,
+                Verdict::Failure,
+                t0 + Duration::from_secs(1)
+            ),
+            None
+        );
+        assert_eq!(
+            b.record(
+                &p,
+                Admission::Pass,
+                Verdict::Failure,
+                t0 + Duration::from_secs(2)
+            ),
+            Some(BreakerStateKind::Open)
+        );
+        let (a, _) = b.admit(&p, t0 + Duration::from_secs(12));
+        assert_eq!(
+            a,
+            Admission::Rejected {
+                retry_after: Duration::from_secs(20)
+            }
+        );
+    }
+
+    #[test]
+    fn failures_outside_the_window_do_not_count() {
+        let b = CircuitBreaker::default();
+        let p = policy();
+        let t0 = Instant::now();
+        b.record(&p, Admission::Pass, Verdict::Failure, t0);
+        b.record(
+            &p,
+            Admission::Pass,
+            Verdict::Failure,
+            t0 + Duration::from_secs(30),
+        );
+        assert_eq!(
+            b.record(
+                &p,
+                Admission::Pass,
+                Verdict::Failure,
+                t0 + Duration::from_secs(61)
+            ),
+            None
+        );
+        assert_eq!(
+            b.state(t0 + Duration::from_secs(61)).0,
+            BreakerStateKind::Closed
+        );
+    }
+
+    #[test]
+    fn neutral_and_success_never_open_it() {
+        let b = CircuitBreaker::default();
+        let p = policy();
+        let t0 = Instant::now();
+        for _ in 0..10 {
+            assert_eq!(b.record(&p, Admission::Pass, Verdict::Neutral, t0), None);
+            assert_eq!(b.record(&p, Admission::Pass, Verdict::Success, t0), None);
+        }
+        assert_eq!(b.state(t0).0, BreakerStateKind::Closed);
+    }
+
+    #[test]
+    fn half_open_admits_exactly_one_probe() {
+        let b = CircuitBreaker::default();
+        let p = policy();
+        let t0 = Instant::now();
+        for _ in 0..3 {
+            b.record(&p, Admission::Pass, Verdict::Failure, t0);
+        }
+        let later = t0 + Duration::from_secs(30);
+        assert_eq!(
+            b.admit(&p, later),
+            (Admission::Probe, Some(BreakerStateKind::HalfOpen))
+        );
+        for _ in 0..5 {
+            assert!(matches!(b.admit(&p, later).0, Admission::Rejected { .. }));
+        }
+        // A probe that is cancelled hands its slot back.
+        assert_eq!(
+            b.record(&p, Admission::Probe, Verdict::Neutral, later),
+            None
+        );
+        assert_eq!(b.admit(&p, later).0, Admission::Probe);
+        // Its failure opens the breaker again for a full `open_for`.
+        assert_eq!(
+            b.record(&p, Admission::Probe, Verdict::Failure, later),
+            Some(BreakerStateKind::Open)
+        );
+        assert!(matches!(
+            b.admit(&p, later + Duration::from_secs(29)).0,
+            Admission::Rejected { .. }
+        ));
+        assert_eq!(
+            b.admit(&p, later + Duration::from_secs(30)).0,
+            Admission::Probe
+        );
+        // Its success closes it.
+        assert_eq!(
+            b.record(
+                &p,
+                Admission::Probe,
+                Verdict::Success,
+                later + Duration::from_secs(31)
+            ),
+            Some(BreakerStateKind::Closed)
+        );
+        assert_eq!(
+            b.admit(&p, later + Duration::from_secs(31)).0,
+            Admission::Pass
+        );
+    }
+
+    #[test]
+    fn stragglers_admitted_before_it_opened_do_not_move_it() {
+        let b = CircuitBreaker::default();
+        let p = policy();
+        let t0 = Instant::now();
+        for _ in 0..3 {
+            b.record(&p, Admission::Pass, Verdict::Failure, t0);
+        }
+        assert_eq!(b.record(&p, Admission::Pass, Verdict::Success, t0), None);
+        assert_eq!(b.state(t0).0, BreakerStateKind::Open);
+    }
+
+    #[test]
+    fn zero_failures_turns_it_off() {
+        let b = CircuitBreaker::default();
+        let p = BreakerPolicy {
+            failures: 0,
+            ..policy()
+        };
+        let t0 = Instant::now();
+        for _ in 0..100 {
+            b.record(&p, Admission::Pass, Verdict::Failure, t0);
+        }
+        assert_eq!(b.admit(&p, t0).0, Admission::Pass);
+    }
+
+    #[derive(Clone, Debug)]
+    enum Step {
+        Call { verdict: u8 },
+        Wait { secs: u8 },
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            (0u8..3).prop_map(|verdict| Step::Call { verdict }),
+            (0u8..40).prop_map(|secs| Step::Wait { secs })
+        ]
+    }
+
+    proptest! {
+        /// Whatever happens: at most one probe is ever out at a time; an open breaker rejects
+        /// every call until `open_for` has passed; only failures open it.
+        #[test]
+        fn invariants_hold(steps in prop::collection::vec(step(), 1..200), concurrent in 1usize..4) {
+            let b = CircuitBreaker::default();
+            let p = policy();
+            let mut now = Instant::now();
+            let mut opened_at: Option<Instant> = None;
+            for s in steps {
+                match s {
+                    Step::Wait { secs } => now += Duration::from_secs(u64::from(secs)),
+                    Step::Call { verdict } => {
+                        let admitted: Vec<Admission> = (0..concurrent).map(|_| b.admit(&p, now).0).collect();
+                        let probes = admitted.iter().filter(|a| **a == Admission::Probe).count();
+                        prop_assert!(probes <= 1, "{probes} probes out at once");
+                        if let Some(t) = opened_at
+                            && now < t + p.open_for
+                        {
+                            let all_rejected = admitted.iter().all(|a| matches!(a, Admission::Rejected { .. }));
+                            prop_assert!(all_rejected, "an open breaker admitted a call");
+                        }
+                        let verdict = match verdict { 0 => Verdict::Success, 1 => Verdict::Failure, _ => Verdict::Neutral };
+                        for a in admitted {
+                            if matches!(a, Admission::Rejected { .. }) {
+                                continue;
+                            }
+                            match b.record(&p, a, verdict, now) {
+                                Some(BreakerStateKind::Open) => {
+                                    prop_assert_eq!(verdict, Verdict::Failure);
+                                    opened_at = Some(now);
+                                }
+                                Some(BreakerStateKind::Closed) => {
+                                    prop_assert_eq!(verdict, Verdict::Success);
+                                    opened_at = None;
+                                }
+                                _ => {}
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! The result cache with single-flight (SPEC §3.7).
+//!
+//! Keyed by tool name and the SHA-256 of the input's canonical JSON. Only `ok` results of
+//! idempotent tools with `cache_ttl > 0` are stored. Identical calls that arrive while one is
+//! running share that execution: the first becomes the *leader*, the others wait for its result.
+//! If the leader does not end `ok` (or goes away), the waiters try again — one of them becomes the
+//! next leader — so one cancelled caller never fails the others.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use toolwarden_protocol::{CallId, Content, Timestamp};
+
+/// The identity of a cacheable call.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct CacheKey {
+    pub(crate) tool: Arc<str>,
+    pub(crate) input_digest: [u8; 32],
+}
+
+/// A stored `ok` result and where it came from.
+#[derive(Debug)]
+pub(crate) struct CachedResult {
+    pub(crate) content: Vec<Content>,
+    pub(crate) structured_content: Option<Value>,
+    pub(crate) fetched_at: Timestamp,
+    pub(crate) digest: String,
+    pub(crate) origin_call_id: CallId,
+}
+
+struct Entry {
+    result: Arc<CachedResult>,
+    expires: Instant,
+}
+
+/// A running execution's outcome as waiters see it: `None` while running, then `Some(None)` when
+/// it ended without a shareable result, `Some(Some(r))` when it ended `ok`.
+type Flight = watch::Receiver<Option<Option<Arc<CachedResult>>>>;
+
+/// What a lookup found.
+pub(crate) enum Lookup {
+    /// A fresh stored result.
+    Hit(Arc<CachedResult>),
+    /// Nobody has it; the caller runs the call and must complete the guard.
+    Lead(FlightGuard),
+    /// An identical call is running; wait on it.
+    Follow(Flight),
+}
+
+/// The cache of every tool.
+pub(crate) struct Cache {
+    inner: Arc<Mutex<Inner>>,
+    max_entries: usize,
+}
+
+#[derive(Default)]
+struct Inner {
+    entries: HashMap<CacheKey, Entry>,
+    flights: HashMap<CacheKey, watch::Sender<Option<Option<Arc<CachedResult>>>>>,
+}
+
+impl Cache {
+    pub(crate) fn new(max_entries: usize) -> Self {
+        Self {
+            inner: Arc::new(Mutex::new(Inner::default())),
+            max_entries: max_entries.max(1),
+        }
+    }
+
+    /// Looks `key` up at `now`.
+    pub(crate) fn lookup(&self, key: &CacheKey, now: Instant) -> Lookup {
+        let mut inner = self.inner.lock();
+        if let Some(entry) = inner.entries.get(key) {
+            if entry.expires > now {
+                return Lookup::Hit(entry.result.clone());
+            }
+            inner.entries.remove(key);
+        }
+        if let Some(tx) = inner.flights.get(key) {
+            return Lookup::Follow(tx.subscribe());
+        }
+        let (tx, _) = watch::channel(None);
+        inner.flights.insert(key.clone(), tx);
+        Lookup::Lead(FlightGuard {
+            key: Some(key.clone()),
+            inner: self.inner.clone(),
+            max_entries: self.max_entries,
+        })
+    }
+
+    /// How many results are stored (expired ones included until swept).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.inner.lock().entries.len()
+    }
+}
+
+/// Waits for a leader's result: `Some` when it ended `ok`, `None` when the waiter should look up
+/// again.
+pub(crate) async fn follow(mut flight: Flight) -> Option<Arc<CachedResult>> {
+    loop {
+        if let Some(done) = flight.borrow_and_update().clone() {
+            return done;
+        }
+        if flight.changed().await.is_err() {
+            return flight.borrow().clone().flatten();
+        }
+    }
+}
+
+/// The leader's duty: publish how its execution ended. Dropping it publishes "no result".
+pub(crate) struct FlightGuard {
+    key: Option<CacheKey>,
+    inner: Arc<Mutex<Inner>>,
+    max_entries: usize,
+}
+
+impl FlightGuard {
+    /// The execution ended `ok`: store the result for `ttl` and hand it to the waiters.
+    pub(crate) fn complete(mut self, result: Arc<CachedResult>, ttl: Duration, now: Instant) {
+        let Some(key) = self.key.take() else { return };
+        let mut inner = self.inner.lock();
+        if inner.entries.len() >= self.max_entries {
+            inner.entries.retain(|_, e| e.expires > now);
+            if inner.entries.len() >= self.max_entries {
+                // Still full of live entries: drop those closest to expiry.
+                let mut by_expiry: Vec<(Instant, CacheKey)> = inner
+                    .entries
+                    .iter()
+                    .map(|(k, e)| (e.expires, k.clone()))
+                    .collect();
+                by_expiry.sort_by_key(|(t, _)| *t);
+                for (_, k) in by_expiry.into_iter().take(self.max_entries / 10 + 1) {
+                    inner.entries.remove(&k);
+                }
+            }
+        }
+        inner.entries.insert(
+            key.clone(),
+            Entry {
+                result: result.clone(),
+                expires: now + ttl,
+            },
+        );
+        if let Some(tx) = inner.flights.remove(&key) {
+            tx.send_replace(Some(Some(result)));
+        }
+    }
+}
+
+impl Drop for FlightGuard {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take()
+            && let Some(tx) = self.inner.lock().flights.remove(&key)
+        {
+            tx.send_replace(Some(None));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(n: u8) -> CacheKey {
+        CacheKey {
+            tool: "t".into(),
+            input_digest: [n; 32],
+        }
+    }
+
+    fn result(origin: &str) -> Arc<CachedResult> {
+        Arc::new(CachedResult {
+            content: vec![Content::text("r")],
+            structured_content: None,
+            fetched_at: Timestamp::from_unix_millis(0),
+            digest: "sha256:x".into(),
+            origin_call_id: origin.into(),
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn results_live_for_their_ttl() {
+        let cache = Cache::new(100);
+        let now = Instant::now();
+        let Lookup::Lead(guard) = cache.lookup(&key(1), now) else {
+            panic!("expected to lead")
+        };
+        guard.complete(result("c1"), Duration::from_secs(10), now);
+        assert!(
+            matches!(cache.lookup(&key(1), now + Duration::from_secs(9)), Lookup::Hit(r) if r.origin_call_id.as_str() == "c1")
+        );
+        assert!(matches!(
+            cache.lookup(&key(1), now + Duration::from_secs(10)),
+            Lookup::Lead(_)
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn identical_calls_share_one_execution() {
+        let cache = Cache::new(100);
+        let now = Instant::now();
+        let Lookup::Lead(guard) = cache.lookup(&key(1), now) else {
+            panic!()
+        };
+        let Lookup::Follow(f1) = cache.lookup(&key(1), now) else {
+            panic!()
+        };
+        let Lookup::Follow(f2) = cache.lookup(&key(1), now) else {
+            panic!()
+        };
+        let w1 = tokio::spawn(follow(f1));
+        let w2 = tokio::spawn(follow(f2));
+        guard.complete(result("leader"), Duration::from_secs(5), now);
+        assert_eq!(w1.await.unwrap().unwrap().origin_call_id.as_str(), "leader");
+        assert_eq!(w2.await.unwrap().unwrap().origin_call_id.as_str(), "leader");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_that_fails_lets_a_waiter_lead() {
+        let cache = Cache::new(100);
+        let now = Instant::now();
+        let Lookup::Lead(guard) = cache.lookup(&key(1), now) else {
+            panic!()
+        };
+        let Lookup::Follow(f) = cache.lookup(&key(1), now) else {
+            panic!()
+        };
+        drop(guard);
+        assert!(follow(f).await.is_none());
+        assert!(matches!(cache.lookup(&key(1), now), Lookup::Lead(_)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stays_within_its_size() {
+        let cache = Cache::new(10);
+        let now = Instant::now();
+        for n in 0..50u8 {
+            let Lookup::Lead(g) = cache.lookup(&key(n), now) else {
+                panic!()
+            };
+            g.complete(result("c"), Duration::from_secs(u64::from(n) + 1), now);
+        }
+        assert!(cache.len() <= 10);
+    }
+}

@@ -1,0 +1,921 @@
+//! The pipeline of one call (SPEC §3.1), in this order: validate → loop detector → approval gate →
+//! cache lookup → breaker → concurrency gate → attempts (each under deadlines and cancellation) →
+//! classify → record breaker → cache store → outcome. Every step that ends the call produces its
+//! outcome; nothing after it runs.
+//!
+//! Two guards make the pipeline safe to drop at any await (a client that disconnects drops it):
+//! [`Finisher`] records the call's single outcome exactly once, and [`InFlight`] hands a running
+//! attempt to a tracked stop task instead of dropping it, so the backend is still asked to stop,
+//! then forced, and `tool_stopped` says how.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::time::{Instant, sleep, sleep_until};
+use toolwarden_protocol::{
+    Approval, CallId, CallResult, CallState, CancelReason, Content, Decider, DenyReason,
+    ErrorReason, EventKind, InteractionAction, InteractionKind, InvalidReason, Outcome, Policy,
+    ProgressInfo, Provenance, ProvenanceSource, RecentCall, Status, StopHow, TimeoutKind,
+    Timestamp, ToolCall, format_duration,
+};
+
+use crate::backend::{
+    Attempt, AttemptEnd, AttemptError, AttemptMeta, BoxFuture, Heartbeat, StopSignals, ToolOutput,
+};
+use crate::breaker::{Admission, Verdict};
+use crate::cache::{self, CacheKey, CachedResult, Lookup};
+use crate::canonical;
+use crate::engine::EngineInner;
+use crate::events::EventScope;
+use crate::gate::Ticket;
+use crate::interaction::{InteractionEnd, InteractionRequest};
+use crate::loop_detect::LoopVerdict;
+use crate::policy::apply_hints;
+use crate::registry::{ToolEntry, ToolRuntime};
+use crate::text::{human_size, loop_note, outcome_text};
+use crate::turn::{CallSlot, TurnState};
+
+/// How long a forced backend may take to report how it stopped before it is counted abandoned.
+const FORCE_WAIT: Duration = Duration::from_secs(5);
+/// At most this often a call's backend progress becomes a `tool_progress` event.
+const PROGRESS_MIN_GAP: Duration = Duration::from_millis(250);
+/// A running call emits `tool_progress` at least this often.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// One call of a turn, ready to run.
+pub(crate) struct CallJob {
+    pub(crate) slot: Arc<CallSlot>,
+    pub(crate) call: ToolCall,
+    pub(crate) entry: Option<Arc<ToolEntry>>,
+    pub(crate) ticket: Option<Ticket>,
+}
+
+/// How the attempts of a call ended.
+enum Final {
+    Ok(ToolOutput),
+    ToolError(ToolOutput),
+    Rejected(String),
+    Failed(ErrorReason, String),
+    Timeout(TimeoutKind, Duration),
+    Cancelled(CancelReason),
+}
+
+impl Final {
+    fn describe(&self) -> String {
+        match self {
+            Final::Ok(_) => "ok".into(),
+            Final::ToolError(_) => "tool_error".into(),
+            Final::Rejected(m) => format!("rejected: {m}"),
+            Final::Failed(reason, m) => format!("{}: {m}", reason.as_str()),
+            Final::Timeout(kind, limit) => format!(
+                "{} timeout after {}",
+                kind.as_str(),
+                format_duration(*limit)
+            ),
+            Final::Cancelled(r) => format!("cancelled: {}", r.as_str()),
+        }
+    }
+}
+
+/// Records a call's single outcome — also when the pipeline is dropped before it got there.
+struct Finisher {
+    engine: Arc<EngineInner>,
+    turn: Arc<TurnState>,
+    slot: Arc<CallSlot>,
+    scope: EventScope,
+    arrived: Instant,
+    attempts: u32,
+    invoked: bool,
+    running: bool,
+    repeat: Option<(u32, u32)>,
+    runtime: Option<Arc<ToolRuntime>>,
+    done: bool,
+}
+
+impl Finisher {
+    fn tool(&self) -> &str {
+        self.slot.tool.as_ref()
+    }
+
+    fn call_id(&self) -> &CallId {
+        &self.slot.call_id
+    }
+
+    /// Records the outcome and returns the call's result.
+    fn finish(
+        &mut self,
+        status: Status,
+        detail: Option<String>,
+        output: Option<ToolOutput>,
+        provenance: Option<Provenance>,
+    ) -> CallResult {
+        self.done = true;
+        let is_error = status.is_error();
+        let (mut content, structured_content) = match output {
+            Some(out) if !out.content.is_empty() || out.structured_content.is_some() => {
+                (out.content, out.structured_content)
+            }
+            _ => (
+                vec![Content::text(outcome_text(
+                    self.tool(),
+                    &status,
+                    detail.as_deref(),
+                ))],
+                None,
+            ),
+        };
+        if let Some((count, block_after)) = self.repeat {
+            content.push(Content::text(loop_note(self.tool(), count, block_after)));
+        }
+        let elapsed = self.arrived.elapsed();
+        let outcome = Outcome {
+            status,
+            attempts: self.attempts,
+            call_id: self.call_id().clone(),
+            turn_id: self.turn.id.clone(),
+            tool: self.tool().to_owned(),
+            duration_ms: elapsed.as_millis() as u64,
+            provenance,
+            detail,
+            repeat_count: self.repeat.map(|(c, _)| c),
+        };
+        let result = CallResult {
+            outcome,
+            content,
+            structured_content,
+            is_error,
+        };
+        if let Some(runtime) = &self.runtime {
+            if self.running {
+                runtime.metrics.in_flight(-1);
+                self.running = false;
+            }
+            runtime
+                .metrics
+                .outcome(&result.outcome.status, elapsed.as_secs_f64());
+        }
+        {
+            let mut view = self.slot.view.lock();
+            view.state = CallState::Done;
+            view.status = Some(result.outcome.status.name());
+        }
+        self.turn.session.record(RecentCall {
+            call_id: self.call_id().clone(),
+            turn_id: self.turn.id.clone(),
+            tool: self.tool().to_owned(),
+            status: result.outcome.status.clone(),
+            at: Timestamp::now(),
+        });
+        self.engine.bus.emit(
+            &self.scope,
+            EventKind::ToolResult {
+                outcome: result.outcome.clone(),
+                duration_ms: result.outcome.duration_ms,
+                is_error,
+                content: result.content.clone(),
+            },
+        );
+        self.turn.complete(self.slot.index, result.clone());
+        result
+    }
+
+    fn fail(&mut self, status: Status, detail: Option<String>) -> CallResult {
+        self.finish(status, detail, None, None)
+    }
+
+    fn deny(&mut self, decider: Decider, reason: DenyReason, detail: Option<String>) -> CallResult {
+        self.engine
+            .bus
+            .emit(&self.scope, EventKind::ToolCallDenied { decider, reason });
+        self.fail(Status::Denied { decider, reason }, detail)
+    }
+
+    /// Cancelled: `not_started` if the backend was never invoked, else the scope's reason.
+    fn cancelled(&mut self) -> CallResult {
+        let reason = if self.invoked {
+            self.slot
+                .scope
+                .reason()
+                .unwrap_or(CancelReason::ClientDisconnect)
+        } else {
+            CancelReason::NotStarted
+        };
+        self.fail(Status::Cancelled { reason }, None)
+    }
+
+    fn cache_hit(&mut self, hit: &CachedResult) -> CallResult {
+        if let Some(runtime) = &self.runtime {
+            runtime.metrics.cache_hit();
+        }
+        self.engine.bus.emit(
+            &self.scope,
+            EventKind::CacheHit {
+                origin_call_id: hit.origin_call_id.clone(),
+                fetched_at: hit.fetched_at,
+            },
+        );
+        let provenance = Provenance {
+            source: ProvenanceSource::Cache,
+            fetched_at: hit.fetched_at,
+            cache_hit: true,
+            digest: hit.digest.clone(),
+            origin_call_id: Some(hit.origin_call_id.clone()),
+        };
+        let output = ToolOutput {
+            content: hit.content.clone(),
+            structured_content: hit.structured_content.clone(),
+            is_error: false,
+        };
+        self.finish(Status::Ok, None, Some(output), Some(provenance))
+    }
+}
+
+impl Drop for Finisher {
+    fn drop(&mut self) {
+        if !self.done {
+            self.cancelled();
+        }
+    }
+}
+
+/// A half-open probe hands its slot back if the call ends without a verdict.
+struct ProbeGuard {
+    runtime: Arc<ToolRuntime>,
+    policy: toolwarden_protocol::Breaker,
+    admission: Admission,
+    armed: bool,
+}
+
+impl Drop for ProbeGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            self.runtime.breaker.record(
+                &self.policy,
+                self.admission,
+                Verdict::Neutral,
+                Instant::now(),
+            );
+        }
+    }
+}
+
+/// Runs one call through the whole pipeline. Always returns (and records) exactly one result.
+pub(crate) async fn run_call(
+    engine: Arc<EngineInner>,
+    turn: Arc<TurnState>,
+    job: CallJob,
+) -> CallResult {
+    let CallJob {
+        slot,
+        call,
+        entry,
+        ticket,
+    } = job;
+    let scope = EventScope {
+        session_id: Some(turn.session.id.clone()),
+        turn_id: Some(turn.id.clone()),
+        call_id: Some(slot.call_id.clone()),
+        tool: Some(slot.tool.clone()),
+    };
+    let mut fin = Finisher {
+        engine: engine.clone(),
+        turn: turn.clone(),
+        slot: slot.clone(),
+        scope,
+        arrived: Instant::now(),
+        attempts: 0,
+        invoked: false,
+        running: false,
+        repeat: None,
+        runtime: entry.as_ref().map(|e| e.runtime.clone()),
+        done: false,
+    };
+
+    // Validate: a known tool, an input within size that matches its schema.
+    let Some(entry) = entry else {
+        let detail = engine.registry.suggest(&call.name);
+        return fin.fail(
+            Status::Invalid {
+                reason: InvalidReason::UnknownTool,
+            },
+            detail,
+        );
+    };
+    let policy = if call.timeout_ms.is_some() || call.idle_timeout_ms.is_some() {
+        apply_hints(&entry.policy, call.timeout_ms, call.idle_timeout_ms)
+    } else {
+        entry.policy.clone()
+    };
+    let input = match call.input {
+        Value::Null => Value::Object(Default::default()),
+        other => other,
+    };
+    let canonical = canonical::to_canonical(&input);
+    if canonical.len() as u64 > policy.max_input {
+        let detail = format!(
+            "It is {}; the limit is {}.",
+            human_size(canonical.len() as u64),
+            human_size(policy.max_input)
+        );
+        return fin.fail(
+            Status::Invalid {
+                reason: InvalidReason::TooLarge,
+            },
+            Some(detail),
+        );
+    }
+    if let Some(validator) = &entry.validator {
+        let errors: Vec<String> = validator
+            .iter_errors(&input)
+            .take(5)
+            .map(|e| {
+                let path = e.instance_path().as_str();
+                format!("{}: {e}", if path.is_empty() { "(input)" } else { path })
+            })
+            .collect();
+        if !errors.is_empty() {
+            return fin.fail(
+                Status::Invalid {
+                    reason: InvalidReason::Schema,
+                },
+                Some(errors.join("; ")),
+            );
+        }
+    }
+    let input_digest = canonical::sha256(&canonical);
+    drop(canonical);
+
+    // Loop detector.
+    match turn
+        .session
+        .loops
+        .observe(&policy.loop_, &entry.name, &input_digest)
+    {
+        LoopVerdict::Block { count } => {
+            return fin.deny(
+                Decider::LoopDetector,
+                DenyReason::Loop,
+                Some(format!("{count} identical calls")),
+            );
+        }
+        LoopVerdict::Warn { count } => fin.repeat = Some((count, policy.loop_.block_after)),
+        LoopVerdict::Fine => {}
+    }
+    let input = Arc::new(input);
+
+    // Approval gate.
+    match policy.approval {
+        Approval::Auto => {}
+        Approval::Deny => return fin.deny(Decider::Policy, DenyReason::Rule, None),
+        Approval::Ask | Approval::Confirm => {
+            if let Some(denied) = approve(&engine, &mut fin, &entry, &policy, &input).await {
+                return denied;
+            }
+        }
+    }
+
+    // Cache lookup (a hit is served even when the breaker is open), with single-flight.
+    let mut flight = None;
+    if policy.idempotent && !policy.cache_ttl.is_zero() {
+        let key = CacheKey {
+            tool: entry.name.clone(),
+            input_digest,
+        };
+        loop {
+            match engine.cache.lookup(&key, Instant::now()) {
+                Lookup::Hit(hit) => return fin.cache_hit(&hit),
+                Lookup::Lead(guard) => {
+                    flight = Some(guard);
+                    break;
+                }
+                Lookup::Follow(f) => {
+                    slot.set_state(CallState::Waiting);
+                    tokio::select! {
+                        biased;
+                        () = slot.scope.cancelled() => return fin.cancelled(),
+                        shared = cache::follow(f) => if let Some(hit) = shared {
+                            return fin.cache_hit(&hit);
+                        },
+                    }
+                }
+            }
+        }
+    }
+
+    // Breaker.
+    let runtime = entry.runtime.clone();
+    let (admission, change) = runtime.breaker.admit(&policy.breaker, Instant::now());
+    if let Some(state) = change {
+        engine.breaker_changed(&runtime, &fin.scope, state);
+    }
+    if let Admission::Rejected { retry_after } = admission {
+        let retry_after_ms = retry_after.as_millis().max(1) as u64;
+        return fin.fail(Status::CircuitOpen { retry_after_ms }, None);
+    }
+    let mut probe = ProbeGuard {
+        runtime: runtime.clone(),
+        policy: policy.breaker.clone(),
+        admission,
+        armed: admission == Admission::Probe,
+    };
+
+    // Concurrency gate.
+    if let Some(ticket) = &ticket
+        && !ticket.ready()
+    {
+        slot.set_state(CallState::Waiting);
+        tokio::select! {
+            biased;
+            () = slot.scope.cancelled() => return fin.cancelled(),
+            () = ticket.acquire() => {}
+        }
+    }
+
+    // Attempts.
+    let last = run_attempts(&engine, &turn, &slot, &entry, &policy, input, &mut fin).await;
+    drop(ticket);
+
+    // Classify and record the breaker.
+    let verdict = match &last {
+        Final::Ok(_) | Final::Rejected(_) => Verdict::Success,
+        Final::ToolError(_) if policy.breaker_counts_tool_errors => Verdict::Failure,
+        Final::ToolError(_) => Verdict::Success,
+        Final::Failed(ErrorReason::ServerRestart, _) => Verdict::Neutral,
+        Final::Failed(..) | Final::Timeout(..) => Verdict::Failure,
+        Final::Cancelled(_) => Verdict::Neutral,
+    };
+    probe.armed = false;
+    if let Some(state) = runtime
+        .breaker
+        .record(&policy.breaker, admission, verdict, Instant::now())
+    {
+        engine.breaker_changed(&runtime, &fin.scope, state);
+    }
+
+    // Cache store and outcome.
+    match last {
+        Final::Ok(output) => {
+            let fetched_at = Timestamp::now();
+            let digest = canonical::digest_string(&result_digest(&output));
+            if let Some(guard) = flight {
+                guard.complete(
+                    Arc::new(CachedResult {
+                        content: output.content.clone(),
+                        structured_content: output.structured_content.clone(),
+                        fetched_at,
+                        digest: digest.clone(),
+                        origin_call_id: fin.call_id().clone(),
+                    }),
+                    policy.cache_ttl,
+                    Instant::now(),
+                );
+            }
+            let provenance = Provenance {
+                source: ProvenanceSource::Tool,
+                fetched_at,
+                cache_hit: false,
+                digest,
+                origin_call_id: None,
+            };
+            fin.finish(Status::Ok, None, Some(output), Some(provenance))
+        }
+        Final::ToolError(output) => fin.finish(
+            Status::Error {
+                reason: ErrorReason::ToolError,
+            },
+            None,
+            Some(output),
+            None,
+        ),
+        Final::Rejected(message) => fin.fail(
+            Status::Error {
+                reason: ErrorReason::ToolError,
+            },
+            Some(message),
+        ),
+        Final::Failed(reason, message) => fin.fail(Status::Error { reason }, Some(message)),
+        Final::Timeout(kind, limit) => fin.fail(
+            Status::Timeout {
+                kind,
+                after_ms: limit.as_millis() as u64,
+            },
+            None,
+        ),
+        Final::Cancelled(reason) => fin.fail(Status::Cancelled { reason }, None),
+    }
+}
+
+/// Digest of a result's content: canonical JSON of `{"content": [...], "structuredContent": ...}`.
+fn result_digest(output: &ToolOutput) -> [u8; 32] {
+    let mut obj = serde_json::Map::new();
+    obj.insert(
+        "content".into(),
+        Value::Array(output.content.iter().map(|c| c.0.clone()).collect()),
+    );
+    if let Some(s) = &output.structured_content {
+        obj.insert("structuredContent".into(), s.clone());
+    }
+    canonical::digest(&Value::Object(obj))
+}
+
+/// Asks for approval; `Some(result)` when the call ends here.
+async fn approve(
+    engine: &Arc<EngineInner>,
+    fin: &mut Finisher,
+    entry: &ToolEntry,
+    policy: &Policy,
+    input: &Arc<Value>,
+) -> Option<CallResult> {
+    let kind = if policy.approval == Approval::Confirm {
+        InteractionKind::Confirm
+    } else {
+        InteractionKind::Approval
+    };
+    let timeout = policy.approval_timeout.unwrap_or(match kind {
+        InteractionKind::Confirm => Duration::from_secs(60),
+        _ => Duration::from_secs(120),
+    });
+    let message = match kind {
+        InteractionKind::Confirm => format!(
+            "Tool \"{}\" may be destructive. Run it with this input?",
+            entry.name
+        ),
+        _ => format!("Allow tool \"{}\" to run with this input?", entry.name),
+    };
+    fin.slot.set_state(CallState::AwaitingApproval);
+    let request = InteractionRequest {
+        kind,
+        message,
+        scope: fin.scope.clone(),
+        input: Some((**input).clone()),
+        details: None,
+        timeout,
+        default_action: None,
+    };
+    let slot = fin.slot.clone();
+    let end = engine
+        .interactions
+        .ask(request, slot.scope.cancelled())
+        .await;
+    slot.set_state(CallState::Queued);
+    match end {
+        Ok(InteractionEnd::Answered(a)) if a.action == InteractionAction::Approve => None,
+        Ok(InteractionEnd::Defaulted(InteractionAction::Approve)) => None,
+        Ok(InteractionEnd::Answered(a)) => {
+            Some(fin.deny(Decider::Policy, DenyReason::User, a.reason))
+        }
+        Ok(InteractionEnd::TimedOut { after }) => Some(fin.deny(
+            Decider::Policy,
+            DenyReason::Timeout,
+            Some(format!("no answer within {}", format_duration(after))),
+        )),
+        Ok(InteractionEnd::NoInteractor | InteractionEnd::Defaulted(InteractionAction::Deny)) => {
+            Some(fin.deny(Decider::Headless, DenyReason::NoInteractor, None))
+        }
+        Ok(InteractionEnd::Cancelled) => Some(fin.cancelled()),
+        Err(e) => Some(fin.deny(Decider::Policy, DenyReason::Rule, Some(e.to_string()))),
+    }
+}
+
+/// Runs attempts until one ends the call: success, a non-retryable failure, retries exhausted,
+/// cancellation, or a deadline.
+async fn run_attempts(
+    engine: &Arc<EngineInner>,
+    turn: &Arc<TurnState>,
+    slot: &Arc<CallSlot>,
+    entry: &Arc<ToolEntry>,
+    policy: &Policy,
+    input: Arc<Value>,
+    fin: &mut Finisher,
+) -> Final {
+    let started = Instant::now();
+    let total_deadline = (!policy.timeout.is_zero()).then(|| started + policy.timeout);
+    fin.invoked = true;
+    fin.running = true;
+    entry.runtime.metrics.in_flight(1);
+    {
+        let mut view = slot.view.lock();
+        view.state = CallState::Running;
+        view.started = Some(started);
+    }
+    engine.bus.emit(
+        &fin.scope,
+        EventKind::ToolStart {
+            input: input.clone(),
+            timeout_ms: policy.timeout.as_millis() as u64,
+            idle_timeout_ms: policy.idle_timeout.as_millis() as u64,
+        },
+    );
+    let mut n: u32 = 0;
+    loop {
+        n += 1;
+        fin.attempts = n;
+        slot.view.lock().attempt = n;
+        let end = one_attempt(
+            engine,
+            turn,
+            slot,
+            entry,
+            policy,
+            &input,
+            n,
+            started,
+            total_deadline,
+            &fin.scope,
+        )
+        .await;
+        let retryable = match &end {
+            Final::Failed(..) | Final::Timeout(TimeoutKind::Attempt, _) => true,
+            Final::ToolError(_) => policy.retry_on_tool_error,
+            _ => false,
+        };
+        if !(retryable && policy.idempotent && n <= policy.retries) {
+            return end;
+        }
+        let delay = engine.jitter.delay(&policy.backoff, n - 1);
+        if total_deadline.is_some_and(|d| Instant::now() + delay >= d) {
+            return end;
+        }
+        engine.bus.emit(
+            &fin.scope,
+            EventKind::ToolRetry {
+                attempt: n + 1,
+                delay_ms: delay.as_millis() as u64,
+                cause: end.describe(),
+            },
+        );
+        slot.set_state(CallState::Backoff);
+        tokio::select! {
+            biased;
+            () = slot.scope.cancelled() => {
+                return Final::Cancelled(slot.scope.reason().unwrap_or(CancelReason::User));
+            }
+            () = sleep(delay) => {}
+        }
+        slot.set_state(CallState::Running);
+    }
+}
+
+/// Why the wait on an attempt ended.
+enum Ended {
+    Backend(AttemptEnd),
+    Cancelled(CancelReason),
+    Timeout(TimeoutKind, Duration),
+}
+
+/// A running attempt's future. If the call stops waiting for it (cancel, timeout, or the whole
+/// pipeline is dropped), the future is handed to a tracked task that asks the backend to stop,
+/// forces it after `cancel_grace`, and emits `tool_stopped`.
+struct InFlight {
+    fut: Option<BoxFuture<AttemptEnd>>,
+    signals: StopSignals,
+    grace: Duration,
+    engine: Arc<EngineInner>,
+    scope: EventScope,
+    call_scope: crate::cancel::Scope,
+}
+
+impl InFlight {
+    async fn wait(&mut self) -> AttemptEnd {
+        match self.fut.as_mut() {
+            Some(f) => f.await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// The attempt ended on its own: nothing to stop.
+    fn ended(&mut self) {
+        self.fut = None;
+    }
+
+    fn stop_behind(&mut self, reason: CancelReason) {
+        let Some(fut) = self.fut.take() else { return };
+        self.signals.request_stop(reason);
+        let task = track_stop(
+            fut,
+            self.signals.clone(),
+            self.grace,
+            self.engine.clone(),
+            self.scope.clone(),
+            Instant::now(),
+        );
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                self.engine.tracker.spawn_on(task, &handle);
+            }
+            // No runtime left to stop it on: force it at once.
+            Err(_) => self.signals.force(),
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let reason = self
+            .call_scope
+            .reason()
+            .unwrap_or(CancelReason::ClientDisconnect);
+        self.stop_behind(reason);
+    }
+}
+
+/// Stops a cancelled or timed-out attempt: cooperatively, then by force after `grace`.
+async fn track_stop(
+    mut fut: BoxFuture<AttemptEnd>,
+    signals: StopSignals,
+    grace: Duration,
+    engine: Arc<EngineInner>,
+    scope: EventScope,
+    requested: Instant,
+) {
+    let late = |end: AttemptEnd| match end {
+        AttemptEnd::Stopped(how) => how,
+        AttemptEnd::Done(result) => {
+            let is_error = !matches!(&result, Ok(out) if !out.is_error);
+            engine.bus.emit(
+                &scope,
+                EventKind::ToolLateResult {
+                    is_error,
+                    after_ms: requested.elapsed().as_millis() as u64,
+                },
+            );
+            StopHow::Cooperative
+        }
+    };
+    let how = tokio::select! {
+        end = &mut fut => late(end),
+        () = sleep(grace) => {
+            signals.force();
+            match tokio::time::timeout(FORCE_WAIT, fut).await {
+                Ok(end) => late(end),
+                Err(_) => StopHow::Abandoned,
+            }
+        }
+    };
+    engine.bus.emit(
+        &scope,
+        EventKind::ToolStopped {
+            how,
+            after_ms: requested.elapsed().as_millis() as u64,
+        },
+    );
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Turns backend progress into `tool_progress` events: at most one per `PROGRESS_MIN_GAP`, and at
+/// least one per `PROGRESS_EVERY`.
+struct Pacer {
+    last_emit: Instant,
+    flush: bool,
+}
+
+impl Pacer {
+    fn next_due(&self) -> Instant {
+        self.last_emit
+            + if self.flush {
+                PROGRESS_MIN_GAP
+            } else {
+                PROGRESS_EVERY
+            }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn one_attempt(
+    engine: &Arc<EngineInner>,
+    turn: &Arc<TurnState>,
+    slot: &Arc<CallSlot>,
+    entry: &Arc<ToolEntry>,
+    policy: &Policy,
+    input: &Arc<Value>,
+    n: u32,
+    started: Instant,
+    total_deadline: Option<Instant>,
+    scope: &EventScope,
+) -> Final {
+    let signals = StopSignals::new(slot.scope.token().child_token());
+    let heartbeat = Heartbeat::new(turn.relay_for(&slot.call_id));
+    let attempt_start = Instant::now();
+    let attempt_deadline =
+        (!policy.attempt_timeout.is_zero()).then(|| attempt_start + policy.attempt_timeout);
+    let fut = entry.backend.start(Attempt {
+        tool: entry.backend_tool.clone(),
+        input: input.clone(),
+        meta: AttemptMeta {
+            session_id: turn.session.id.clone(),
+            turn_id: turn.id.clone(),
+            call_id: slot.call_id.clone(),
+            attempt: n,
+        },
+        stop: signals.clone(),
+        heartbeat: heartbeat.clone(),
+        on_stuck: policy.on_stuck,
+        deadline: total_deadline,
+    });
+    let mut inflight = InFlight {
+        fut: Some(fut),
+        signals,
+        grace: policy.cancel_grace,
+        engine: engine.clone(),
+        scope: scope.clone(),
+        call_scope: slot.scope.clone(),
+    };
+    let idle = policy.idle_timeout;
+    let mut pacer = Pacer {
+        last_emit: attempt_start,
+        flush: false,
+    };
+    let emit_progress = |info: Option<ProgressInfo>| {
+        let progress = {
+            let mut view = slot.view.lock();
+            if info.is_some() {
+                view.progress.clone_from(&info);
+            }
+            view.progress.clone().unwrap_or_default()
+        };
+        engine.bus.emit(
+            scope,
+            EventKind::ToolProgress {
+                elapsed_ms: started.elapsed().as_millis() as u64,
+                progress,
+            },
+        );
+    };
+    let ended = loop {
+        let idle_at = (!idle.is_zero()).then(|| heartbeat.last_beat() + idle);
+        tokio::select! {
+            biased;
+            () = slot.scope.cancelled() => break Ended::Cancelled(slot.scope.reason().unwrap_or(CancelReason::User)),
+            end = inflight.wait() => break Ended::Backend(end),
+            () = sleep_until_opt(total_deadline) => break Ended::Timeout(TimeoutKind::Total, policy.timeout),
+            () = sleep_until_opt(attempt_deadline) => break Ended::Timeout(TimeoutKind::Attempt, policy.attempt_timeout),
+            () = sleep_until_opt(idle_at) => {
+                if heartbeat.last_beat() + idle <= Instant::now() {
+                    break Ended::Timeout(TimeoutKind::Idle, idle);
+                }
+            }
+            () = heartbeat.progressed() => {
+                let now = Instant::now();
+                if now >= pacer.last_emit + PROGRESS_MIN_GAP {
+                    emit_progress(heartbeat.take_progress());
+                    pacer = Pacer { last_emit: now, flush: false };
+                } else {
+                    pacer.flush = true;
+                }
+            }
+            () = sleep_until(pacer.next_due()) => {
+                emit_progress(heartbeat.take_progress());
+                pacer = Pacer { last_emit: Instant::now(), flush: false };
+            }
+        }
+    };
+    heartbeat.close();
+    match ended {
+        Ended::Backend(end) => {
+            inflight.ended();
+            match end {
+                AttemptEnd::Done(Ok(out)) if !out.is_error => Final::Ok(out),
+                AttemptEnd::Done(Ok(out)) => Final::ToolError(out),
+                AttemptEnd::Done(Err(AttemptError::Transport(m))) => {
+                    Final::Failed(ErrorReason::Transport, m)
+                }
+                AttemptEnd::Done(Err(AttemptError::Crashed(m))) => {
+                    Final::Failed(ErrorReason::Crashed, m)
+                }
+                AttemptEnd::Done(Err(AttemptError::ServerRestart(m))) => {
+                    Final::Failed(ErrorReason::ServerRestart, m)
+                }
+                AttemptEnd::Done(Err(AttemptError::Rejected(m))) => Final::Rejected(m),
+                AttemptEnd::Stopped(how) => Final::Failed(
+                    ErrorReason::Crashed,
+                    format!(
+                        "the backend stopped the call without being asked ({})",
+                        how.as_str()
+                    ),
+                ),
+            }
+        }
+        Ended::Cancelled(reason) => {
+            inflight.stop_behind(reason);
+            Final::Cancelled(reason)
+        }
+        Ended::Timeout(kind, limit) => {
+            engine.bus.emit(
+                scope,
+                EventKind::ToolTimeout {
+                    kind,
+                    after_ms: limit.as_millis() as u64,
+                },
+            );
+            inflight.stop_behind(CancelReason::Timeout);
+            Final::Timeout(kind, limit)
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! The cancellation tree: process → session → turn → call (→ attempt, in the backend's signals).
+//!
+//! Every node is a [`Scope`]: a `CancellationToken` plus the reason it was cancelled with. Aborting
+//! a turn, a call, a client disconnect and shutdown all go through the same tree; a call reads the
+//! reason from the nearest cancelled scope above it. A reason found on an *ancestor* turn (a
+//! sub-agent's turn whose parent was aborted) reads as `parent`.
+
+use std::sync::{Arc, OnceLock};
+
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+use toolwarden_protocol::CancelReason;
+
+/// What a scope stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ScopeKind {
+    Process,
+    Session,
+    Turn,
+    Call,
+}
+
+#[derive(Debug)]
+struct ScopeInner {
+    token: CancellationToken,
+    reason: OnceLock<CancelReason>,
+    kind: ScopeKind,
+    parent: Option<Scope>,
+}
+
+/// One node of the cancellation tree. Cheap to clone.
+#[derive(Clone, Debug)]
+pub(crate) struct Scope(Arc<ScopeInner>);
+
+impl Scope {
+    /// The root of a process.
+    pub(crate) fn root() -> Self {
+        Self(Arc::new(ScopeInner {
+            token: CancellationToken::new(),
+            reason: OnceLock::new(),
+            kind: ScopeKind::Process,
+            parent: None,
+        }))
+    }
+
+    /// A child that is cancelled whenever this scope is.
+    pub(crate) fn child(&self, kind: ScopeKind) -> Self {
+        Self(Arc::new(ScopeInner {
+            token: self.0.token.child_token(),
+            reason: OnceLock::new(),
+            kind,
+            parent: Some(self.clone()),
+        }))
+    }
+
+    /// Cancels this scope and everything below it. The first reason given wins; cancelling again
+    /// is harmless. Returns whether this call did the cancelling.
+    pub(crate) fn cancel(&self, reason: CancelReason) -> bool {
+        let first = self.0.reason.set(reason).is_ok();
+        self.0.token.cancel();
+        first
+    }
+
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.0.token.is_cancelled()
+    }
+
+    pub(crate) fn cancelled(&self) -> WaitForCancellationFuture<'_> {
+        self.0.token.cancelled()
+    }
+
+    pub(crate) fn token(&self) -> &CancellationToken {
+        &self.0.token
+    }
+
+    /// Why this scope is cancelled, as seen from it: the reason of the nearest cancelled scope at
+    /// or above it; a reason set on a turn above this scope's own turn reads as `parent`.
+    pub(crate) fn reason(&self) -> Option<CancelReason> {
+        if !self.is_cancelled() {
+            return None;
+        }
+        let mut turns_crossed = 0;
+        let mut node = Some(self);
+        while let Some(scope) = node {
+            if scope.0.kind == ScopeKind::Turn {
+                turns_crossed += 1;
+            }
+            if let Some(reason) = scope.0.reason.get() {
+                return Some(if scope.0.kind == ScopeKind::Turn && turns_crossed > 1 {
+                    CancelReason::Parent
+                } else {
+                    *reason
+                });
+            }
+            node = scope.0.parent.as_ref();
+        }
+        // Cancelled without a recorded reason cannot happen through this API; be explicit.
+        Some(CancelReason::User)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_come_from_the_nearest_cancelled_scope() {
+        let root = Scope::root();
+        let session = root.child(ScopeKind::Session);
+        let turn = session.child(ScopeKind::Turn);
+        let call = turn.child(ScopeKind::Call);
+        assert_eq!(call.reason(), None);
+        assert!(turn.cancel(CancelReason::User));
+        assert!(
+            !turn.cancel(CancelReason::ClientDisconnect),
+            "the first reason wins"
+        );
+        assert_eq!(call.reason(), Some(CancelReason::User));
+        assert_eq!(turn.reason(), Some(CancelReason::User));
+        assert_eq!(session.reason(), None);
+    }
+
+    #[test]
+    fn a_parent_turns_abort_reads_as_parent_below_it() {
+        let root = Scope::root();
+        let parent_turn = root.child(ScopeKind::Session).child(ScopeKind::Turn);
+        let child_turn = parent_turn.child(ScopeKind::Turn);
+        let child_call = child_turn.child(ScopeKind::Call);
+        let parent_call = parent_turn.child(ScopeKind::Call);
+        parent_turn.cancel(CancelReason::User);
+        assert_eq!(parent_call.reason(), Some(CancelReason::User));
+        assert_eq!(child_call.reason(), Some(CancelReason::Parent));
+        assert_eq!(child_turn.reason(), Some(CancelReason::Parent));
+    }
+
+    #[test]
+    fn shutdown_reaches_every_call() {
+        let root = Scope::root();
+        let call = root
+            .child(ScopeKind::Session)
+            .child(ScopeKind::Turn)
+            .child(ScopeKind::Call);
+        root.cancel(CancelReason::Shutdown);
+        assert_eq!(call.reason(), Some(CancelReason::Shutdown));
+    }
+}

@@ -1,0 +1,204 @@
+//! The event bus: every event gets the next `seq` and goes to every subscriber without ever
+//! blocking the engine.
+//!
+//! Built on a bounded broadcast ring. A subscriber that falls behind by more than the ring's size
+//! loses the oldest events and is told how many ([`Received::Lagged`]); the engine never waits for
+//! anyone. Durable sinks (the audit trail) are fed synchronously in `seq` order through
+//! [`EventSink::record`], which must only enqueue.
+
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::broadcast;
+use toolwarden_protocol::{CallId, Event, EventKind, SessionId, Timestamp, TurnId};
+
+/// The default number of events a subscriber may fall behind before it loses some.
+pub const DEFAULT_CAPACITY: usize = 8192;
+
+/// Receives every event in `seq` order (e.g. the audit trail). `record` runs on the engine's path:
+/// it must not block — enqueue and return.
+pub trait EventSink: Send + Sync + 'static {
+    /// One event, in order.
+    fn record(&self, event: &Arc<Event>);
+}
+
+/// Who an event is about.
+#[derive(Clone, Debug, Default)]
+pub struct EventScope {
+    /// The session.
+    pub session_id: Option<SessionId>,
+    /// The turn.
+    pub turn_id: Option<TurnId>,
+    /// The call.
+    pub call_id: Option<CallId>,
+    /// The tool.
+    pub tool: Option<Arc<str>>,
+}
+
+/// The bus. Cheap to share (`Arc`).
+pub struct EventBus {
+    tx: broadcast::Sender<Arc<Event>>,
+    /// The last `seq` handed out. Held while sending so that channel order is `seq` order.
+    seq: Mutex<u64>,
+    sinks: RwLock<Vec<Arc<dyn EventSink>>>,
+}
+
+impl std::fmt::Debug for EventBus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventBus")
+            .field("seq", &*self.seq.lock())
+            .finish()
+    }
+}
+
+impl EventBus {
+    /// A bus whose subscribers may fall `capacity` events behind.
+    pub fn new(capacity: usize) -> Self {
+        let (tx, _) = broadcast::channel(capacity.max(16));
+        Self {
+            tx,
+            seq: Mutex::new(0),
+            sinks: RwLock::new(Vec::new()),
+        }
+    }
+
+    /// Adds a durable sink.
+    pub fn add_sink(&self, sink: Arc<dyn EventSink>) {
+        self.sinks.write().push(sink);
+    }
+
+    /// Publishes an event about `scope` and returns its `seq`.
+    pub fn emit(&self, scope: &EventScope, kind: EventKind) -> u64 {
+        let sinks = self.sinks.read();
+        let mut seq = self.seq.lock();
+        *seq += 1;
+        let n = *seq;
+        if self.tx.receiver_count() == 0 && sinks.is_empty() {
+            return n;
+        }
+        let event = Arc::new(Event {
+            seq: n,
+            ts: Timestamp::now(),
+            session_id: scope.session_id.clone(),
+            turn_id: scope.turn_id.clone(),
+            call_id: scope.call_id.clone(),
+            tool: scope.tool.clone(),
+            kind,
+        });
+        for sink in sinks.iter() {
+            sink.record(&event);
+        }
+        let _ = self.tx.send(event);
+        n
+    }
+
+    /// The last `seq` handed out.
+    pub fn last_seq(&self) -> u64 {
+        *self.seq.lock()
+    }
+
+    /// A new subscription, starting with the next event.
+    pub fn subscribe(&self) -> Subscription {
+        Subscription {
+            rx: self.tx.subscribe(),
+        }
+    }
+}
+
+/// What a subscription yields.
+#[derive(Debug, Clone)]
+pub enum Received {
+    /// The next event.
+    Event(Arc<Event>),
+    /// This many events were lost because the subscriber fell behind.
+    Lagged(u64),
+}
+
+/// A live view of the bus.
+#[derive(Debug)]
+pub struct Subscription {
+    rx: broadcast::Receiver<Arc<Event>>,
+}
+
+impl Subscription {
+    /// The next event or loss notice; `None` once the bus is gone.
+    pub async fn recv(&mut self) -> Option<Received> {
+        match self.rx.recv().await {
+            Ok(e) => Some(Received::Event(e)),
+            Err(broadcast::error::RecvError::Lagged(n)) => Some(Received::Lagged(n)),
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    }
+
+    /// The next event if one is ready.
+    pub fn try_recv(&mut self) -> Option<Received> {
+        match self.rx.try_recv() {
+            Ok(e) => Some(Received::Event(e)),
+            Err(broadcast::error::TryRecvError::Lagged(n)) => Some(Received::Lagged(n)),
+            Err(_) => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolwarden_protocol::CancelReason;
+
+    fn abort() -> EventKind {
+        EventKind::TurnAbort {
+            reason: CancelReason::User,
+        }
+    }
+
+    #[tokio::test]
+    async fn seq_increases_by_one_in_order() {
+        let bus = EventBus::new(64);
+        let mut sub = bus.subscribe();
+        for _ in 0..5 {
+            bus.emit(&EventScope::default(), abort());
+        }
+        let mut seqs = Vec::new();
+        for _ in 0..5 {
+            match sub.recv().await {
+                Some(Received::Event(e)) => seqs.push(e.seq),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(seqs, vec![1, 2, 3, 4, 5]);
+    }
+
+    #[tokio::test]
+    async fn a_slow_subscriber_loses_events_and_is_told_the_engine_never_waits() {
+        let bus = EventBus::new(16);
+        let mut slow = bus.subscribe();
+        for _ in 0..100 {
+            bus.emit(&EventScope::default(), abort());
+        }
+        match slow.recv().await {
+            Some(Received::Lagged(n)) => assert_eq!(n, 84),
+            other => panic!("expected a loss notice, got {other:?}"),
+        }
+        match slow.recv().await {
+            Some(Received::Event(e)) => assert_eq!(e.seq, 85),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn sinks_see_every_event_even_without_subscribers() {
+        struct Count(Mutex<Vec<u64>>);
+        impl EventSink for Count {
+            fn record(&self, event: &Arc<Event>) {
+                self.0.lock().push(event.seq);
+            }
+        }
+        let bus = EventBus::new(16);
+        let sink = Arc::new(Count(Mutex::new(Vec::new())));
+        bus.add_sink(sink.clone());
+        for _ in 0..40 {
+            bus.emit(&EventScope::default(), abort());
+        }
+        assert_eq!(*sink.0.lock(), (1..=40).collect::<Vec<_>>());
+    }
+}

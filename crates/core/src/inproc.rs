@@ -1,0 +1,471 @@
+//! In-process tools: Rust functions governed like any other tool.
+//!
+//! An async tool runs on the caller's task; it should watch [`ToolContext::cancelled`] and return
+//! early — that is a cooperative stop. If it has not returned `cancel_grace` after a cancel, its
+//! future is dropped (`killed`). A blocking tool runs on a bounded pool of threads; a thread cannot
+//! be killed, so one that outlives its forced stop is counted as **abandoned** (in
+//! `toolwarden_abandoned_calls{server="inprocess"}`) until it returns, and never waited for.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures::FutureExt;
+use parking_lot::RwLock;
+use serde_json::Value;
+use tokio::sync::Semaphore;
+use toolwarden_protocol::{
+    Approval, BreakerConfig, Concurrency, Content, DurationValue, LoopConfig, PolicyConfig,
+    ProgressInfo, StopHow, ToolAnnotations, ToolSpec,
+};
+
+use crate::backend::{
+    Attempt, AttemptEnd, AttemptError, AttemptMeta, Backend, BoxFuture, Heartbeat, StopSignals,
+    ToolOutput,
+};
+use crate::metrics::Metrics;
+
+/// The name in-process tools report as their backend.
+pub const INPROCESS: &str = "inprocess";
+
+/// A tool's own failure: becomes an `error{tool_error}` result with this message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ToolError {
+    message: String,
+}
+
+impl ToolError {
+    /// A failure with a message for the model.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+        }
+    }
+}
+
+impl From<String> for ToolError {
+    fn from(message: String) -> Self {
+        Self { message }
+    }
+}
+
+impl From<&str> for ToolError {
+    fn from(message: &str) -> Self {
+        Self {
+            message: message.to_owned(),
+        }
+    }
+}
+
+impl From<std::io::Error> for ToolError {
+    fn from(e: std::io::Error) -> Self {
+        Self {
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<serde_json::Error> for ToolError {
+    fn from(e: serde_json::Error) -> Self {
+        Self {
+            message: e.to_string(),
+        }
+    }
+}
+
+/// What a tool function may return.
+pub trait IntoToolOutput {
+    /// Converts into a tool's answer.
+    fn into_tool_output(self) -> ToolOutput;
+}
+
+impl IntoToolOutput for ToolOutput {
+    fn into_tool_output(self) -> ToolOutput {
+        self
+    }
+}
+
+impl IntoToolOutput for String {
+    fn into_tool_output(self) -> ToolOutput {
+        ToolOutput::text(self)
+    }
+}
+
+impl IntoToolOutput for &'static str {
+    fn into_tool_output(self) -> ToolOutput {
+        ToolOutput::text(self)
+    }
+}
+
+impl IntoToolOutput for () {
+    fn into_tool_output(self) -> ToolOutput {
+        ToolOutput {
+            content: Vec::new(),
+            structured_content: None,
+            is_error: false,
+        }
+    }
+}
+
+/// JSON: an object becomes structured content (and its text form); anything else, text.
+impl IntoToolOutput for Value {
+    fn into_tool_output(self) -> ToolOutput {
+        match self {
+            Value::String(s) => ToolOutput::text(s),
+            Value::Object(_) => ToolOutput {
+                content: vec![Content::text(self.to_string())],
+                structured_content: Some(self),
+                is_error: false,
+            },
+            other => ToolOutput::text(other.to_string()),
+        }
+    }
+}
+
+/// What a running in-process tool can see and do.
+#[derive(Clone, Debug)]
+pub struct ToolContext {
+    heartbeat: Heartbeat,
+    stop: StopSignals,
+    meta: AttemptMeta,
+}
+
+impl ToolContext {
+    /// Says the tool is alive (pushes the idle deadline forward).
+    pub fn heartbeat(&self) {
+        self.heartbeat.beat();
+    }
+
+    /// Reports progress (also a heartbeat).
+    pub fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
+        self.heartbeat.progress(ProgressInfo {
+            progress: Some(progress),
+            total,
+            message: message.map(str::to_owned),
+        });
+    }
+
+    /// Whether the call was cancelled (or timed out): stop and return.
+    pub fn is_cancelled(&self) -> bool {
+        self.stop.is_cancelled()
+    }
+
+    /// Resolves when the call is cancelled (or times out).
+    pub async fn cancelled(&self) {
+        self.stop.cancelled().await
+    }
+
+    /// Which call this is.
+    pub fn meta(&self) -> &AttemptMeta {
+        &self.meta
+    }
+}
+
+type AsyncFn =
+    Arc<dyn Fn(Value, ToolContext) -> BoxFuture<Result<ToolOutput, ToolError>> + Send + Sync>;
+type BlockingFn = Arc<dyn Fn(Value, ToolContext) -> Result<ToolOutput, ToolError> + Send + Sync>;
+
+#[derive(Clone)]
+pub(crate) enum Handler {
+    Async(AsyncFn),
+    Blocking(BlockingFn),
+}
+
+/// An in-process tool to register: a name, a JSON schema, a policy and a function.
+pub struct InProcessTool {
+    spec: ToolSpec,
+    layer: PolicyConfig,
+    handler: Handler,
+}
+
+impl std::fmt::Debug for InProcessTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InProcessTool")
+            .field("spec", &self.spec)
+            .field("policy", &self.layer)
+            .finish_non_exhaustive()
+    }
+}
+
+fn dv(d: Duration) -> Option<DurationValue> {
+    Some(DurationValue::from_duration(d))
+}
+
+impl InProcessTool {
+    /// An async tool.
+    pub fn new<F, Fut, T>(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        input_schema: Value,
+        f: F,
+    ) -> Self
+    where
+        F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<T, ToolError>> + Send + 'static,
+        T: IntoToolOutput,
+    {
+        let f = Arc::new(f);
+        let handler: AsyncFn = Arc::new(move |input, ctx| {
+            let fut = f(input, ctx);
+            Box::pin(async move { fut.await.map(IntoToolOutput::into_tool_output) })
+        });
+        Self {
+            spec: ToolSpec::new(name, description, input_schema),
+            layer: PolicyConfig::default(),
+            handler: Handler::Async(handler),
+        }
+    }
+
+    /// A blocking tool: runs on a bounded pool of threads.
+    pub fn blocking<F, T>(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        input_schema: Value,
+        f: F,
+    ) -> Self
+    where
+        F: Fn(Value, ToolContext) -> Result<T, ToolError> + Send + Sync + 'static,
+        T: IntoToolOutput,
+    {
+        let handler: BlockingFn =
+            Arc::new(move |input, ctx| f(input, ctx).map(IntoToolOutput::into_tool_output));
+        Self {
+            spec: ToolSpec::new(name, description, input_schema),
+            layer: PolicyConfig::default(),
+            handler: Handler::Blocking(handler),
+        }
+    }
+
+    /// Behaviour hints (feed `idempotent` and `approval` unless set).
+    pub fn annotations(mut self, annotations: ToolAnnotations) -> Self {
+        self.spec.annotations = annotations;
+        self
+    }
+
+    /// Total wall-clock cap.
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.layer.timeout = dv(d);
+        self
+    }
+
+    /// Idle (heartbeat) cap.
+    pub fn idle_timeout(mut self, d: Duration) -> Self {
+        self.layer.idle_timeout = dv(d);
+        self
+    }
+
+    /// Per-attempt cap.
+    pub fn attempt_timeout(mut self, d: Duration) -> Self {
+        self.layer.attempt_timeout = dv(d);
+        self
+    }
+
+    /// Cooperative-stop window.
+    pub fn cancel_grace(mut self, d: Duration) -> Self {
+        self.layer.cancel_grace = dv(d);
+        self
+    }
+
+    /// Extra attempts after retryable failures (idempotent tools only).
+    pub fn retries(mut self, n: u32) -> Self {
+        self.layer.retries = Some(i64::from(n));
+        self
+    }
+
+    /// May be retried and cached.
+    pub fn idempotent(mut self, yes: bool) -> Self {
+        self.layer.idempotent = Some(yes);
+        self
+    }
+
+    /// Keep `ok` results this long (idempotent tools only).
+    pub fn cache_ttl(mut self, d: Duration) -> Self {
+        self.layer.cache_ttl = dv(d);
+        self
+    }
+
+    /// Parallel or exclusive within the session.
+    pub fn concurrency(mut self, c: Concurrency) -> Self {
+        self.layer.concurrency = Some(c);
+        self
+    }
+
+    /// Approval mode.
+    pub fn approval(mut self, a: Approval) -> Self {
+        self.layer.approval = Some(a);
+        self
+    }
+
+    /// Circuit breaker: `failures` within `window` open it for `open_for`; `0` = off.
+    pub fn breaker(mut self, failures: u32, window: Duration, open_for: Duration) -> Self {
+        self.layer.breaker = Some(BreakerConfig {
+            failures: Some(i64::from(failures)),
+            window: dv(window),
+            open_for: dv(open_for),
+        });
+        self
+    }
+
+    /// Loop detector thresholds; `0` = off.
+    pub fn loop_detection(mut self, warn_after: u32, block_after: u32) -> Self {
+        self.layer.loop_ = Some(LoopConfig {
+            warn_after: Some(i64::from(warn_after)),
+            block_after: Some(i64::from(block_after)),
+        });
+        self
+    }
+
+    /// Any policy keys at once (the config file's `[tools."NAME"]` still wins).
+    pub fn policy(mut self, layer: PolicyConfig) -> Self {
+        self.layer = layer;
+        self
+    }
+
+    pub(crate) fn into_parts(self) -> (ToolSpec, PolicyConfig, Handler) {
+        (self.spec, self.layer, self.handler)
+    }
+}
+
+/// The backend of every in-process tool.
+pub(crate) struct InProcessBackend {
+    handlers: RwLock<HashMap<String, Handler>>,
+    pool: Arc<Semaphore>,
+    abandoned: Arc<AtomicU64>,
+    metrics: Arc<Metrics>,
+}
+
+impl InProcessBackend {
+    pub(crate) fn new(threads: usize, metrics: Arc<Metrics>) -> Self {
+        Self {
+            handlers: RwLock::new(HashMap::new()),
+            pool: Arc::new(Semaphore::new(threads)),
+            abandoned: Arc::new(AtomicU64::new(0)),
+            metrics,
+        }
+    }
+
+    pub(crate) fn insert(&self, name: &str, handler: Handler) {
+        self.handlers.write().insert(name.to_owned(), handler);
+    }
+}
+
+/// A blocking run's fate, decided once: finished on its own or abandoned at a forced stop.
+const RUNNING: u8 = 0;
+const FINISHED: u8 = 1;
+const ABANDONED: u8 = 2;
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_owned())
+}
+
+impl Backend for InProcessBackend {
+    fn name(&self) -> &str {
+        INPROCESS
+    }
+
+    fn start(&self, attempt: Attempt) -> BoxFuture<AttemptEnd> {
+        let handler = self.handlers.read().get(&*attempt.tool).cloned();
+        let pool = self.pool.clone();
+        let abandoned = self.abandoned.clone();
+        let metrics = self.metrics.clone();
+        Box::pin(async move {
+            let Some(handler) = handler else {
+                return AttemptEnd::Done(Err(AttemptError::Rejected(format!(
+                    "no in-process tool named {:?}",
+                    attempt.tool
+                ))));
+            };
+            let stop = attempt.stop.clone();
+            let ctx = ToolContext {
+                heartbeat: attempt.heartbeat,
+                stop: attempt.stop,
+                meta: attempt.meta,
+            };
+            let input = (*attempt.input).clone();
+            match handler {
+                Handler::Async(f) => {
+                    let work = AssertUnwindSafe(f(input, ctx)).catch_unwind();
+                    tokio::select! {
+                        biased;
+                        result = work => finished(&stop, result.map_err(|p| panic_message(&*p))),
+                        () = stop.forced() => AttemptEnd::Stopped(StopHow::Killed),
+                    }
+                }
+                Handler::Blocking(f) => {
+                    let permit = tokio::select! {
+                        biased;
+                        () = stop.cancelled() => return AttemptEnd::Stopped(StopHow::Cooperative),
+                        permit = pool.acquire_owned() => match permit {
+                            Ok(p) => p,
+                            Err(_) => return AttemptEnd::Done(Err(AttemptError::Transport("the blocking pool is closed".into()))),
+                        },
+                    };
+                    let fate = Arc::new(AtomicU8::new(RUNNING));
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    let thread_fate = fate.clone();
+                    let thread_abandoned = abandoned.clone();
+                    let thread_metrics = metrics.clone();
+                    tokio::task::spawn_blocking(move || {
+                        let result = std::panic::catch_unwind(AssertUnwindSafe(|| f(input, ctx)));
+                        drop(permit);
+                        if thread_fate
+                            .compare_exchange(
+                                RUNNING,
+                                FINISHED,
+                                Ordering::AcqRel,
+                                Ordering::Acquire,
+                            )
+                            .is_err()
+                        {
+                            let left = thread_abandoned
+                                .fetch_sub(1, Ordering::AcqRel)
+                                .saturating_sub(1);
+                            thread_metrics.set_abandoned(INPROCESS, left);
+                        }
+                        let _ = tx.send(result.map_err(|p| panic_message(&*p)));
+                    });
+                    tokio::select! {
+                        biased;
+                        result = rx => match result {
+                            Ok(result) => finished(&stop, result),
+                            Err(_) => AttemptEnd::Done(Err(AttemptError::Crashed("the tool's thread went away".into()))),
+                        },
+                        () = stop.forced() => {
+                            if fate.compare_exchange(RUNNING, ABANDONED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                                let now = abandoned.fetch_add(1, Ordering::AcqRel) + 1;
+                                metrics.set_abandoned(INPROCESS, now);
+                                AttemptEnd::Stopped(StopHow::Abandoned)
+                            } else {
+                                AttemptEnd::Stopped(StopHow::Cooperative)
+                            }
+                        }
+                    }
+                }
+            }
+        })
+    }
+}
+
+/// A tool function returned: after a cancel that is its cooperative stop; otherwise its answer.
+fn finished(
+    stop: &StopSignals,
+    result: Result<Result<ToolOutput, ToolError>, String>,
+) -> AttemptEnd {
+    if stop.is_cancelled() {
+        return AttemptEnd::Stopped(StopHow::Cooperative);
+    }
+    match result {
+        Ok(Ok(out)) => AttemptEnd::Done(Ok(out)),
+        Ok(Err(e)) => AttemptEnd::Done(Ok(ToolOutput::error(e.to_string()))),
+        Err(panic) => AttemptEnd::Done(Err(AttemptError::Crashed(format!(
+            "the tool panicked: {panic}"
+        )))),
+    }
+}

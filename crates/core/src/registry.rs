@@ -1,0 +1,166 @@
+//! The registry of tools: what each exposed name runs on, under which policy.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+use toolwarden_protocol::{Policy, ToolSpec};
+
+use crate::backend::Backend;
+use crate::breaker::CircuitBreaker;
+use crate::metrics::{Metrics, ToolMetrics};
+use crate::policy::ToolOrigin;
+
+/// What outlives a tool's re-registration (a server's `tools/list_changed`): its breaker and
+/// metric handles.
+pub(crate) struct ToolRuntime {
+    pub(crate) breaker: CircuitBreaker,
+    pub(crate) metrics: ToolMetrics,
+}
+
+/// One exposed tool.
+pub(crate) struct ToolEntry {
+    pub(crate) name: Arc<str>,
+    pub(crate) spec: ToolSpec,
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) backend_tool: Arc<str>,
+    pub(crate) origin: ToolOrigin,
+    pub(crate) policy: Policy,
+    pub(crate) validator: Option<jsonschema::Validator>,
+    pub(crate) runtime: Arc<ToolRuntime>,
+}
+
+#[derive(Default)]
+pub(crate) struct Registry {
+    tools: RwLock<HashMap<Arc<str>, Arc<ToolEntry>>>,
+    runtimes: Mutex<HashMap<Arc<str>, Arc<ToolRuntime>>>,
+}
+
+impl Registry {
+    pub(crate) fn runtime(&self, name: &Arc<str>, metrics: &Arc<Metrics>) -> Arc<ToolRuntime> {
+        self.runtimes
+            .lock()
+            .entry(name.clone())
+            .or_insert_with(|| {
+                Arc::new(ToolRuntime {
+                    breaker: CircuitBreaker::default(),
+                    metrics: metrics.tool(name),
+                })
+            })
+            .clone()
+    }
+
+    pub(crate) fn get(&self, name: &str) -> Option<Arc<ToolEntry>> {
+        self.tools.read().get(name).cloned()
+    }
+
+    pub(crate) fn insert(&self, entry: ToolEntry) {
+        self.tools
+            .write()
+            .insert(entry.name.clone(), Arc::new(entry));
+    }
+
+    /// Replaces every tool of `origin` with `entries`.
+    pub(crate) fn replace(&self, origin: &ToolOrigin, entries: Vec<ToolEntry>) {
+        let mut tools = self.tools.write();
+        tools.retain(|_, e| &e.origin != origin);
+        for entry in entries {
+            tools.insert(entry.name.clone(), Arc::new(entry));
+        }
+    }
+
+    /// Removes one tool; whether it existed.
+    pub(crate) fn remove(&self, name: &str) -> bool {
+        self.tools.write().remove(name).is_some()
+    }
+
+    /// Every tool, by name.
+    pub(crate) fn list(&self) -> Vec<Arc<ToolEntry>> {
+        let mut v: Vec<Arc<ToolEntry>> = self.tools.read().values().cloned().collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    /// A sentence naming the known tools closest to `name`, for an unknown-tool error.
+    pub(crate) fn suggest(&self, name: &str) -> Option<String> {
+        let tools = self.tools.read();
+        if tools.is_empty() {
+            return Some("No tools are available.".to_owned());
+        }
+        let wanted = name.to_lowercase();
+        let mut scored: Vec<(usize, &str)> = tools
+            .keys()
+            .map(|k| {
+                let candidate = k.to_lowercase();
+                let tail = candidate
+                    .rsplit("__")
+                    .next()
+                    .unwrap_or(&candidate)
+                    .to_owned();
+                (
+                    edit_distance(&wanted, &candidate).min(edit_distance(&wanted, &tail)),
+                    &**k,
+                )
+            })
+            .collect();
+        scored.sort();
+        let close: Vec<&str> = scored
+            .iter()
+            .filter(|(d, _)| *d <= 3.max(wanted.len() / 3))
+            .take(3)
+            .map(|(_, n)| *n)
+            .collect();
+        if close.is_empty() {
+            let mut all: Vec<&str> = tools.keys().map(|k| &**k).collect();
+            all.sort_unstable();
+            let shown = all.len().min(10);
+            let more = if all.len() > shown {
+                format!(" and {} more", all.len() - shown)
+            } else {
+                String::new()
+            };
+            Some(format!(
+                "Available tools: {}{more}.",
+                all[..shown].join(", ")
+            ))
+        } else {
+            Some(format!(
+                "Did you mean {}?",
+                close
+                    .iter()
+                    .map(|n| format!("\"{n}\""))
+                    .collect::<Vec<_>>()
+                    .join(" or ")
+            ))
+        }
+    }
+}
+
+/// Levenshtein distance, for suggestions.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut cur = vec![0; b.len() + 1];
+    for (i, ca) in a.chars().enumerate() {
+        cur[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != *cb))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn distances() {
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("echo", "echo"), 0);
+    }
+}

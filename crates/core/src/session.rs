@@ -1,0 +1,76 @@
+//! Sessions: a conversation's calls share a cancellation scope, a readers–writer gate, a loop
+//! detector, and a memory of how its calls ended (for `toolwarden__status`).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use parking_lot::Mutex;
+use tokio::time::Instant;
+use toolwarden_protocol::{RecentCall, SessionId, Status};
+
+use crate::cancel::Scope;
+use crate::gate::Gate;
+use crate::loop_detect::LoopDetector;
+
+/// How many failed calls a session remembers.
+const RECENT_FAILURES: usize = 20;
+
+#[derive(Default)]
+pub(crate) struct History {
+    pub(crate) counts: BTreeMap<&'static str, u64>,
+    pub(crate) timed_out: BTreeMap<String, u64>,
+    pub(crate) recent_failures: VecDeque<RecentCall>,
+}
+
+pub(crate) struct Session {
+    pub(crate) id: SessionId,
+    pub(crate) scope: Scope,
+    pub(crate) gate: Arc<Gate>,
+    pub(crate) loops: LoopDetector,
+    pub(crate) history: Mutex<History>,
+    pub(crate) active_turns: AtomicUsize,
+    pub(crate) last_used: Mutex<Instant>,
+}
+
+impl Session {
+    pub(crate) fn new(id: SessionId, scope: Scope) -> Self {
+        Self {
+            id,
+            scope,
+            gate: Arc::new(Gate::default()),
+            loops: LoopDetector::default(),
+            history: Mutex::new(History::default()),
+            active_turns: AtomicUsize::new(0),
+            last_used: Mutex::new(Instant::now()),
+        }
+    }
+
+    pub(crate) fn record(&self, recent: RecentCall) {
+        let mut h = self.history.lock();
+        *h.counts.entry(recent.status.name()).or_insert(0) += 1;
+        if let Status::Timeout { .. } = recent.status {
+            *h.timed_out.entry(recent.tool.clone()).or_insert(0) += 1;
+        }
+        if recent.status.is_error() {
+            if h.recent_failures.len() == RECENT_FAILURES {
+                h.recent_failures.pop_front();
+            }
+            h.recent_failures.push_back(recent);
+        }
+    }
+
+    pub(crate) fn turn_started(&self) {
+        self.active_turns.fetch_add(1, Ordering::Relaxed);
+        *self.last_used.lock() = Instant::now();
+    }
+
+    pub(crate) fn turn_ended(&self) {
+        self.active_turns.fetch_sub(1, Ordering::Relaxed);
+        *self.last_used.lock() = Instant::now();
+    }
+
+    pub(crate) fn is_idle_since(&self, cutoff: Instant) -> bool {
+        self.active_turns.load(Ordering::Relaxed) == 0 && *self.last_used.lock() < cutoff
+    }
+}

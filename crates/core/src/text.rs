@@ -1,0 +1,262 @@
+//! What the model reads: the text of every outcome but `ok`, starting with its tag and saying what
+//! happened and what to try (SPEC §4).
+
+use std::time::Duration;
+
+use toolwarden_protocol::{
+    CancelReason, Decider, DenyReason, ErrorReason, InvalidReason, Status, TimeoutKind,
+    format_duration,
+};
+
+fn dur(ms: u64) -> String {
+    format_duration(Duration::from_millis(ms))
+}
+
+const MAY_HAVE_RUN: &str = "It may have partly run; check its effects before calling it again, or pass a larger timeout_ms.";
+
+/// The model-facing text of a status. `detail` adds what the engine knows (an error message, the
+/// schema violations, the names of similar tools).
+pub(crate) fn outcome_text(tool: &str, status: &Status, detail: Option<&str>) -> String {
+    let detail_sentence = |prefix: &str| match detail {
+        Some(d) if !d.is_empty() => format!(" {prefix}{d}"),
+        _ => String::new(),
+    };
+    match status {
+        Status::Ok => String::new(),
+        Status::Timeout {
+            kind: TimeoutKind::Total,
+            after_ms,
+        } => format!(
+            "[TIMEOUT] Tool \"{tool}\" exceeded its wall-clock limit of {} and was cancelled. {MAY_HAVE_RUN}",
+            dur(*after_ms)
+        ),
+        Status::Timeout {
+            kind: TimeoutKind::Idle,
+            after_ms,
+        } => format!(
+            "[TIMEOUT] Tool \"{tool}\" made no progress for {} (idle timeout) and was cancelled. {MAY_HAVE_RUN}",
+            dur(*after_ms)
+        ),
+        Status::Timeout {
+            kind: TimeoutKind::Attempt,
+            after_ms,
+        } => format!(
+            "[TIMEOUT] Tool \"{tool}\" did not finish an attempt within {} (attempt timeout) and was cancelled.{} {MAY_HAVE_RUN}",
+            dur(*after_ms),
+            detail_sentence("")
+        ),
+        Status::Cancelled { reason } => match reason {
+            CancelReason::NotStarted => format!(
+                "[CANCELLED] Tool \"{tool}\" was not started because its turn was aborted. It had no effect; call it again if it is still needed."
+            ),
+            CancelReason::User => format!(
+                "[CANCELLED] Tool \"{tool}\" was stopped by the user before it finished. It may have partly run; do not call it again unless the user asks."
+            ),
+            CancelReason::ClientDisconnect => format!(
+                "[CANCELLED] Tool \"{tool}\" was cancelled because the client that asked for it disconnected. It may have partly run."
+            ),
+            CancelReason::Parent => format!(
+                "[CANCELLED] Tool \"{tool}\" was cancelled because the turn that started this one was aborted. It may have partly run."
+            ),
+            CancelReason::Timeout => format!(
+                "[CANCELLED] Tool \"{tool}\" was cancelled because an enclosing deadline passed. It may have partly run."
+            ),
+            CancelReason::Shutdown => format!(
+                "[CANCELLED] Tool \"{tool}\" was cancelled because toolwarden is shutting down. It may have partly run; call it again later."
+            ),
+            CancelReason::ServerRestart => format!(
+                "[CANCELLED] Tool \"{tool}\" was cancelled because its server restarted. It may have partly run."
+            ),
+        },
+        Status::Denied { decider, reason } => match (decider, reason) {
+            (Decider::LoopDetector, _) => format!(
+                "[DENIED] Tool \"{tool}\" was called with identical input too many times in this session{}; this call was blocked to break a loop. Try a different approach or different input.",
+                detail.map(|d| format!(" ({d})")).unwrap_or_default()
+            ),
+            (Decider::Headless, _) | (_, DenyReason::NoInteractor) => format!(
+                "[DENIED] Tool \"{tool}\" needs a person's approval, but nobody can answer in this run (headless); it was not run. Do not retry it; find another way or report that approval is needed."
+            ),
+            (_, DenyReason::Timeout) => format!(
+                "[DENIED] Nobody approved the call to tool \"{tool}\" in time{}; it was not run. Ask the user before trying again.",
+                detail.map(|d| format!(" ({d})")).unwrap_or_default()
+            ),
+            (_, DenyReason::User) => format!(
+                "[DENIED] The user denied the call to tool \"{tool}\"; it was not run.{} Do not retry it without asking.",
+                detail_sentence("Reason: ")
+            ),
+            (_, DenyReason::Rule) => format!(
+                "[DENIED] Tool \"{tool}\" is not allowed by policy; it was not run. Do not retry it."
+            ),
+            (_, DenyReason::Loop) => format!(
+                "[DENIED] Tool \"{tool}\" was blocked as a loop; it was not run. Try a different approach."
+            ),
+        },
+        Status::CircuitOpen { retry_after_ms } => format!(
+            "[CIRCUIT OPEN] Tool \"{tool}\" has failed repeatedly and is paused; it was not run. Try again in {} or use another approach.",
+            dur((*retry_after_ms).max(1))
+        ),
+        Status::Invalid {
+            reason: InvalidReason::UnknownTool,
+        } => format!(
+            "[INVALID] There is no tool named \"{tool}\".{}",
+            detail_sentence("")
+        ),
+        Status::Invalid {
+            reason: InvalidReason::Schema,
+        } => format!(
+            "[INVALID] The input to tool \"{tool}\" does not match its schema; it was not run.{} Fix the input and call it again.",
+            detail_sentence("")
+        ),
+        Status::Invalid {
+            reason: InvalidReason::TooLarge,
+        } => format!(
+            "[INVALID] The input to tool \"{tool}\" is too large; it was not run.{}",
+            detail_sentence("")
+        ),
+        Status::Error { reason } => match reason {
+            ErrorReason::ToolError => {
+                format!("[ERROR] Tool \"{tool}\" failed.{}", detail_sentence(""))
+            }
+            ErrorReason::Transport => format!(
+                "[ERROR] Tool \"{tool}\" could not be reached.{} It may not have run; try again later.",
+                detail_sentence("")
+            ),
+            ErrorReason::Crashed => format!(
+                "[ERROR] The server of tool \"{tool}\" crashed while running it.{} It may have partly run.",
+                detail_sentence("")
+            ),
+            ErrorReason::ServerRestart => format!(
+                "[ERROR] The server of tool \"{tool}\" was restarted while running it.{} It may have partly run.",
+                detail_sentence("")
+            ),
+        },
+    }
+}
+
+/// The note appended to a result the loop detector flagged.
+pub(crate) fn loop_note(tool: &str, count: u32, block_after: u32) -> String {
+    let block = if block_after > count {
+        format!(
+            " From the {} identical call on, calls will be denied.",
+            ordinal(block_after)
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "[NOTE] This is the {} identical call to \"{tool}\" in this session. If it keeps giving the same result, try a different approach.{block}",
+        ordinal(count)
+    )
+}
+
+fn ordinal(n: u32) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
+}
+
+/// A size for people (`1.5 MiB`).
+pub(crate) fn human_size(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["bytes", "KiB", "MiB", "GiB"];
+    let mut v = bytes as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit < UNITS.len() - 1 {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} bytes")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spec_examples() {
+        assert_eq!(
+            outcome_text(
+                "build",
+                &Status::Timeout {
+                    kind: TimeoutKind::Idle,
+                    after_ms: 10_000
+                },
+                None
+            ),
+            "[TIMEOUT] Tool \"build\" made no progress for 10s (idle timeout) and was cancelled. It may have partly run; check its effects before calling it again, or pass a larger timeout_ms."
+        );
+        assert!(
+            outcome_text(
+                "build",
+                &Status::Timeout {
+                    kind: TimeoutKind::Total,
+                    after_ms: 30_000
+                },
+                None
+            )
+            .starts_with(
+                "[TIMEOUT] Tool \"build\" exceeded its wall-clock limit of 30s and was cancelled. "
+            )
+        );
+    }
+
+    #[test]
+    fn every_status_starts_with_its_tag() {
+        let cases = [
+            (
+                Status::Cancelled {
+                    reason: CancelReason::NotStarted,
+                },
+                "[CANCELLED]",
+            ),
+            (
+                Status::Denied {
+                    decider: Decider::Policy,
+                    reason: DenyReason::Timeout,
+                },
+                "[DENIED]",
+            ),
+            (
+                Status::CircuitOpen {
+                    retry_after_ms: 1200,
+                },
+                "[CIRCUIT OPEN]",
+            ),
+            (
+                Status::Invalid {
+                    reason: InvalidReason::Schema,
+                },
+                "[INVALID]",
+            ),
+            (
+                Status::Error {
+                    reason: ErrorReason::Crashed,
+                },
+                "[ERROR]",
+            ),
+        ];
+        for (status, tag) in cases {
+            assert!(
+                outcome_text("t", &status, Some("x")).starts_with(tag),
+                "{status:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn ordinals_and_sizes() {
+        assert_eq!(ordinal(3), "3rd");
+        assert_eq!(ordinal(11), "11th");
+        assert_eq!(ordinal(22), "22nd");
+        assert_eq!(human_size(1536 * 1024), "1.5 MiB");
+        assert_eq!(human_size(12), "12 bytes");
+    }
+}

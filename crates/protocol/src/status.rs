@@ -1,0 +1,147 @@
+//! Views of what is running and how tools are doing: `GET /v1/turns/active`,
+//! `GET /v1/sessions/{id}/status`, `GET /v1/tools`, and the `toolwarden__status` tool.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::event::{BreakerStateKind, ProgressInfo};
+use crate::ids::{CallId, SessionId, TurnId};
+use crate::outcome::Status;
+use crate::policy::Policy;
+use crate::time::Timestamp;
+use crate::tool::ToolAnnotations;
+
+/// Where a call is in its pipeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallState {
+    /// Arrived, being validated.
+    Queued,
+    /// Waiting for a person's approval or confirmation.
+    AwaitingApproval,
+    /// Waiting for its turn in the session (an exclusive call) or for an identical running call.
+    Waiting,
+    /// An attempt is running.
+    Running,
+    /// Sleeping before a retry.
+    Backoff,
+    /// Has its outcome.
+    Done,
+}
+
+/// One call of a running turn.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ActiveCall {
+    /// The call.
+    pub call_id: CallId,
+    /// Its tool.
+    pub tool: String,
+    /// Where it is.
+    pub state: CallState,
+    /// Since its first attempt started (0 before).
+    pub elapsed_ms: u64,
+    /// The attempt running (0 before the first).
+    pub attempt: u32,
+    /// The last progress its backend reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<ProgressInfo>,
+    /// Its outcome status, once done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+}
+
+/// A running turn.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ActiveTurn {
+    /// The turn.
+    pub turn_id: TurnId,
+    /// Its session.
+    pub session_id: SessionId,
+    /// Its parent turn, for a sub-agent's turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_turn_id: Option<TurnId>,
+    /// When it started.
+    pub started_at: Timestamp,
+    /// Its calls in order.
+    pub calls: Vec<ActiveCall>,
+}
+
+/// A breaker that is not closed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BreakerInfo {
+    /// The tool.
+    pub tool: String,
+    /// Open or half-open.
+    pub state: BreakerStateKind,
+    /// Time left open, when open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+}
+
+/// A finished call, as a session remembers it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecentCall {
+    /// The call.
+    pub call_id: CallId,
+    /// Its turn.
+    pub turn_id: TurnId,
+    /// Its tool.
+    pub tool: String,
+    /// How it ended.
+    #[serde(flatten)]
+    pub status: Status,
+    /// When it ended.
+    pub at: Timestamp,
+}
+
+/// A running call of a session.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunningCall {
+    /// Its turn.
+    pub turn_id: TurnId,
+    /// The call.
+    #[serde(flatten)]
+    pub call: ActiveCall,
+}
+
+/// How a session's calls are doing (SPEC §7.2 `GET /v1/sessions/{id}/status`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SessionStatus {
+    /// The session.
+    pub session_id: SessionId,
+    /// Calls running now.
+    pub running: Vec<RunningCall>,
+    /// Finished calls by status (`ok`, `timeout`, ...).
+    pub counts: BTreeMap<String, u64>,
+    /// Tools that timed out in this session, by name, with how many times.
+    pub timed_out_tools: BTreeMap<String, u64>,
+    /// The most recent calls that did not end `ok`, newest last.
+    pub recent_failures: Vec<RecentCall>,
+    /// Breakers that are not closed (shared by every session).
+    pub open_breakers: Vec<BreakerInfo>,
+}
+
+/// One tool as the engine governs it (SPEC §7.2 `GET /v1/tools`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolInfo {
+    /// The exposed name (`SERVER__TOOL`, `exec`, or an in-process name).
+    pub name: String,
+    /// What it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Its input schema.
+    pub input_schema: Value,
+    /// Its output schema, if declared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
+    /// Its behaviour hints.
+    pub annotations: ToolAnnotations,
+    /// The backend that serves it (server name, `exec`, `inprocess`).
+    pub backend: String,
+    /// The effective policy.
+    pub policy: Policy,
+    /// Its breaker's state.
+    pub breaker: BreakerStateKind,
+}
