@@ -10,11 +10,12 @@ use std::pin::Pin;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
+use nix::sys::signal::Signal;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{ChildStdin, Command};
 use tokio::time::{Instant, MissedTickBehavior};
 use toolwarden_core::{AttemptEnd, Heartbeat, StopSignals, ToolOutput};
-use toolwarden_process::{GroupChild, group_alive, group_members};
+use toolwarden_process::{GroupChild, group_alive, group_members, signal_group};
 use toolwarden_protocol::{ProgressInfo, StopHow};
 
 use crate::capture::{Capture, Stream};
@@ -112,8 +113,11 @@ pub(crate) async fn run(
                 phase = Phase::Killed { at: Instant::now() };
             }
             () = stop.cancelled(), if phase == Phase::Running => {
-                // Fails only when the group is already gone, which the poll below sees.
+                // Fails only when the group is already gone, which the poll below sees. SIGCONT
+                // after it, as shells do: a stopped process runs its SIGTERM handler only once
+                // continued.
                 let _ = child.terminate();
+                let _ = signal_group(pgid, Signal::SIGCONT);
                 phase = Phase::Terminating;
             }
             waited = child.wait(), if status.is_none() => {

@@ -401,6 +401,27 @@ async fn cancel_terminates_the_group_cooperatively_grandchildren_included() {
 }
 
 #[tokio::test]
+async fn a_stopped_child_still_ends_cooperatively_on_cancel() {
+    let sb = Sandbox::new();
+    // A stopped process that handles SIGTERM runs its handler only once it is continued; here
+    // the shell, handling SIGTERM too, waits for it to end. (Were the shell to die, its group
+    // would be orphaned and the kernel itself would continue the stopped child.)
+    let running = sb.start(json!({
+        "command": "trap 'wait; exit 0' TERM; sh -c 'trap \"exit 0\" TERM; echo $$ > kids; while :; do sleep 1; done' & \
+                    while [ ! -s kids ]; do sleep 0.01; done; kill -STOP $!; echo $$ > pid; sleep 100",
+    }));
+    let pgid = sb.pgid().await;
+    let kids = sb.kids(1).await;
+    running.stop.request_stop(CancelReason::User);
+    let end = end_within(running, Duration::from_secs(5)).await;
+    assert!(
+        matches!(end, AttemptEnd::Stopped(StopHow::Cooperative)),
+        "{end:?}"
+    );
+    assert_nothing_left(pgid, &kids);
+}
+
+#[tokio::test]
 async fn a_command_ignoring_sigterm_is_killed_when_forced() {
     let sb = Sandbox::new();
     // The trap makes the shell and (inherited) its children ignore SIGTERM.
