@@ -171,7 +171,9 @@ pub(crate) async fn run(
                 if let Phase::Killed { at } = phase {
                     // Repeat the kill: cheap, and covers anything forked around the first one.
                     let _ = child.kill();
-                    if status.is_some() && (group_gone(pgid) || at.elapsed() >= KILL_SETTLE) {
+                    // The leader may not even be reaped yet if it sits in uninterruptible sleep;
+                    // the forced stop must end promptly regardless (tokio reaps it later).
+                    if (status.is_some() && group_gone(pgid)) || at.elapsed() >= KILL_SETTLE {
                         return AttemptEnd::Stopped(StopHow::Killed);
                     }
                 } else if status.is_some() && group_gone(pgid) {
@@ -187,7 +189,6 @@ pub(crate) async fn run(
     if background_killed {
         kill_and_settle(&child, pgid).await;
     }
-    progress.flush();
     let Some(status) = status else {
         // The loop ends in the running phase only once the status is known.
         return AttemptEnd::Done(Ok(ToolOutput::error(
