@@ -134,26 +134,24 @@ pub(crate) async fn run(
                     drain_until = Some(Instant::now() + settings.drain_timeout);
                 }
             }
-            n = read_some(&mut stdout, &mut out_buf), if stdout.is_some() => {
-                if let Some(n) = n {
-                    if phase == Phase::Running {
-                        capture.push(Stream::Stdout, &out_buf[..n]);
-                        progress.output(&out_buf[..n]);
-                    }
-                } else {
-                    stdout = None;
+            // Once a stop was requested, output is still read (nobody blocks on a full pipe
+            // while stopping) but dropped.
+            n = read_some(&mut stdout, &mut out_buf), if stdout.is_some() => match n {
+                Some(n) if phase == Phase::Running => {
+                    capture.push(Stream::Stdout, &out_buf[..n]);
+                    progress.output(&out_buf[..n]);
                 }
-            }
-            n = read_some(&mut stderr, &mut err_buf), if stderr.is_some() => {
-                if let Some(n) = n {
-                    if phase == Phase::Running {
-                        capture.push(Stream::Stderr, &err_buf[..n]);
-                        progress.output(&err_buf[..n]);
-                    }
-                } else {
-                    stderr = None;
+                Some(_) => {}
+                None => stdout = None,
+            },
+            n = read_some(&mut stderr, &mut err_buf), if stderr.is_some() => match n {
+                Some(n) if phase == Phase::Running => {
+                    capture.push(Stream::Stderr, &err_buf[..n]);
+                    progress.output(&err_buf[..n]);
                 }
-            }
+                Some(_) => {}
+                None => stderr = None,
+            },
             () = sleep_until_opt(drain_until), if phase == Phase::Running && drain_until.is_some() => {
                 // The shell exited long enough ago; whoever still holds the pipes is a background
                 // process. Stop reading; the group is killed below.
