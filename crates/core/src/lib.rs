@@ -12,9 +12,13 @@
 #![deny(missing_docs)]
 
 pub mod backend;
+pub mod config;
 
 pub use backend::{
     Attempt, AttemptEnd, AttemptError, AttemptMeta, Backend, BackendHost, BoxFuture, Heartbeat,
     ProgressRelay, StopSignals, ToolOutput,
+};
+pub use config::{
+    Config, ConfigDiagnostic, ConfigError, ConfigErrorKind, ConfigOrigin, apply_hints,
 };
 pub use toolwarden_protocol as protocol;

@@ -1,0 +1,265 @@
+//! Config loading and policy resolution (SPEC §2).
+//!
+//! [`Config::load`] finds the config file (`--config FILE`, else `$TOOLWARDEN_CONFIG`, else
+//! `./toolwarden.toml` if it exists, else the built-in defaults), and parses it.
+//! [`Config::policy_for`] then gives any tool its effective [`Policy`]: built-in defaults →
+//! `[defaults]` → `[servers.NAME]` (or `[exec]`) → `[tools."NAME"]` → annotations, then clamps.
+//! [`apply_hints`] applies a call's own deadline hints on top.
+//!
+//! The key design choice: **every diagnostic points at the file, the key and the line.** The file
+//! is parsed once with `toml_edit`, which keeps byte spans; the typed [`ConfigFile`] is
+//! deserialized from that same document, and a source map of every key's span turns the
+//! deserializer's errors into `file:line: key: message`.
+
+mod diag;
+mod resolve;
+#[cfg(test)]
+mod tests;
+
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use toolwarden_protocol::{ConfigFile, DurationValue, Policy, PolicyConfig, ToolAnnotations};
+
+pub use diag::{ConfigDiagnostic, ConfigError, ConfigErrorKind};
+pub use resolve::apply_hints;
+
+use diag::{SourceMap, format_path, guess_key_at_line, reword};
+
+/// The environment variable that names the config file when `--config` is not given.
+pub const CONFIG_ENV: &str = "TOOLWARDEN_CONFIG";
+/// The file looked for in the working directory when neither `--config` nor
+/// `$TOOLWARDEN_CONFIG` names one.
+pub const DEFAULT_FILE: &str = "toolwarden.toml";
+/// The name of the built-in shell tool, and of its `[exec]` table.
+pub const EXEC_TOOL: &str = "exec";
+/// The default of `interaction_ceiling`.
+pub const DEFAULT_INTERACTION_CEILING: Duration = Duration::from_secs(15 * 60);
+
+/// Where a [`Config`] came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConfigOrigin {
+    /// A config file (its path as given, or the label passed to [`Config::parse`]).
+    File(PathBuf),
+    /// No file: the built-in defaults.
+    Builtin,
+}
+
+/// A loaded, checked config.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The file as parsed. Values are as written: negative numbers stay negative here and are treated as
+    /// `0` by [`Config::policy_for`].
+    pub file: ConfigFile,
+    /// Where it came from.
+    pub origin: ConfigOrigin,
+    /// Values that are used, but not as written (negative numbers, clamped timeouts, keys that
+    /// apply to nothing), in file order.
+    pub warnings: Vec<ConfigDiagnostic>,
+}
+
+impl Config {
+    /// The built-in defaults, with no file.
+    pub fn builtin() -> Config {
+        Config {
+            file: ConfigFile::default(),
+            origin: ConfigOrigin::Builtin,
+            warnings: Vec::new(),
+        }
+    }
+
+    /// Loads the config: `explicit` (`--config FILE`), else `$TOOLWARDEN_CONFIG`, else
+    /// `./toolwarden.toml` if it exists, else the built-in defaults. Reads the process
+    /// environment for `$TOOLWARDEN_CONFIG`.
+    pub fn load(explicit: Option<&Path>) -> Result<Config, ConfigError> {
+        Self::load_from(explicit, Path::new(""), &|name| std::env::var(name).ok())
+    }
+
+    /// [`Config::load`] with its surroundings given: `dir` is where `toolwarden.toml` is looked
+    /// for, `env` answers for the environment.
+    pub fn load_from(
+        explicit: Option<&Path>,
+        dir: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let from_env = env(CONFIG_ENV).filter(|v| !v.is_empty());
+        let (path, named_by) = match (explicit, from_env) {
+            (Some(p), _) => (p.to_path_buf(), Some("--config")),
+            (None, Some(p)) => (PathBuf::from(p), Some("$TOOLWARDEN_CONFIG")),
+            (None, None) => {
+                let p = dir.join(DEFAULT_FILE);
+                if !p.exists() {
+                    let mut config = Self::parse("", "built-in defaults", env)?;
+                    config.origin = ConfigOrigin::Builtin;
+                    return Ok(config);
+                }
+                (p, None)
+            }
+        };
+        let label = path.display().to_string();
+        let src = std::fs::read_to_string(&path).map_err(|e| ConfigError {
+            kind: ConfigErrorKind::Read,
+            diagnostic: ConfigDiagnostic {
+                file: label.clone(),
+                key: String::new(),
+                line: None,
+                message: match named_by {
+                    Some(by) => format!("cannot read the config file named by {by}: {e}"),
+                    None => format!("cannot read the config file: {e}"),
+                },
+            },
+        })?;
+        let mut config = Self::parse(&src, &label, env)?;
+        config.origin = ConfigOrigin::File(path);
+        Ok(config)
+    }
+
+    /// Parses a config file's text. `file_label` names it in diagnostics (and in
+    /// [`ConfigOrigin::File`]); `env` answers for the environment.
+    pub fn parse(
+        src: &str,
+        file_label: &str,
+        _env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let doc = toml_edit::Document::parse(src.to_owned())
+            .map_err(|e| syntax_error(src, file_label, &e))?;
+        let map = SourceMap::new(src, &doc);
+        let file: ConfigFile =
+            toml_edit::de::from_document(doc).map_err(|e| schema_error(&map, file_label, &e))?;
+
+        Ok(Config {
+            file,
+            origin: ConfigOrigin::File(PathBuf::from(file_label)),
+            warnings: Vec::new(),
+        })
+    }
+
+    /// The effective policy of one tool: built-in defaults → `[defaults]` → `[servers.NAME]` (or
+    /// `[exec]` for the exec tool) → `[tools."NAME"]` → annotations (SPEC §2.2), then the clamps of
+    /// SPEC §2.1 (idle and attempt timeouts at most the total; the approval deadline at most the
+    /// interaction ceiling).
+    ///
+    /// `tool` is the name the agent sees; `server` names the MCP server that serves it (`None`
+    /// for `exec` and in-process tools). With `server` given, `tool` may also be the server's
+    /// own name for it (without `SERVER__`). Without it, a `SERVER__TOOL` name of a configured
+    /// server is still recognized; any other name is an in-process tool (defaults and its
+    /// `[tools."NAME"]` only).
+    pub fn policy_for(
+        &self,
+        tool: &str,
+        server: Option<&str>,
+        annotations: &ToolAnnotations,
+    ) -> Policy {
+        let (middle, key) = self.layers_of(tool, server);
+        let mut layers: Vec<&PolicyConfig> = vec![&self.file.defaults];
+        layers.extend(middle.as_ref());
+        layers.extend(self.file.tools.get(key.as_ref()));
+        resolve::resolve(&layers, annotations, self.interaction_ceiling())
+    }
+
+    /// The server (or `[exec]`) layer of a tool, and its key in `[tools]`.
+    fn layers_of<'t>(
+        &self,
+        tool: &'t str,
+        server: Option<&str>,
+    ) -> (Option<PolicyConfig>, Cow<'t, str>) {
+        if let Some(server) = server {
+            let local = tool
+                .strip_prefix(server)
+                .and_then(|t| t.strip_prefix("__"))
+                .unwrap_or(tool);
+            let layer = self.file.servers.get(server).map(|s| s.policy());
+            return (layer, Cow::Owned(self.exposed_name(server, local)));
+        }
+        if tool == EXEC_TOOL {
+            return (
+                self.file.exec.as_ref().map(|e| e.policy()),
+                Cow::Borrowed(tool),
+            );
+        }
+        let layer = tool
+            .split_once("__")
+            .filter(|_| self.prefixed())
+            .and_then(|(s, _)| self.file.servers.get(s))
+            .map(|s| s.policy());
+        (layer, Cow::Borrowed(tool))
+    }
+
+    /// Whether MCP tools are exposed as `SERVER__TOOL` (`[gateway] prefix`, default `true`).
+    pub fn prefixed(&self) -> bool {
+        self.file.gateway.prefix != Some(false)
+    }
+
+    /// The name under which `server`'s tool `tool` is exposed: `SERVER__TOOL`, or `TOOL` with
+    /// `[gateway] prefix = false`.
+    pub fn exposed_name(&self, server: &str, tool: &str) -> String {
+        if self.prefixed() {
+            format!("{server}__{tool}")
+        } else {
+            tool.to_owned()
+        }
+    }
+
+    /// The deadline every interaction is capped at (`interaction_ceiling`, default 15m).
+    pub fn interaction_ceiling(&self) -> Duration {
+        ceiling(&self.file)
+    }
+}
+
+/// `interaction_ceiling` of a file, defaulted.
+fn ceiling(file: &ConfigFile) -> Duration {
+    file.interaction_ceiling
+        .map_or(DEFAULT_INTERACTION_CEILING, DurationValue::duration)
+}
+
+fn syntax_error(src: &str, file: &str, e: &toml_edit::TomlError) -> ConfigError {
+    let line = e.span().map(|s| {
+        let end = s.start.min(src.len());
+        src.as_bytes()[..end]
+            .iter()
+            .filter(|b| **b == b'\n')
+            .count()
+            + 1
+    });
+    let message = e
+        .message()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    ConfigError {
+        kind: ConfigErrorKind::Syntax,
+        diagnostic: ConfigDiagnostic {
+            file: file.to_owned(),
+            key: line.map(|l| guess_key_at_line(src, l)).unwrap_or_default(),
+            line,
+            message: match message.as_str() {
+                "duplicate key" => "duplicate key: a key may be written once per table".to_owned(),
+                _ => format!("invalid TOML: {message}"),
+            },
+        },
+    }
+}
+
+fn schema_error(map: &SourceMap, file: &str, e: &toml_edit::de::Error) -> ConfigError {
+    let start = e.span().map(|s| s.start);
+    let (message, unknown_key) = reword(e.message());
+    ConfigError {
+        kind: if unknown_key {
+            ConfigErrorKind::UnknownKey
+        } else {
+            ConfigErrorKind::InvalidValue
+        },
+        diagnostic: ConfigDiagnostic {
+            file: file.to_owned(),
+            key: start
+                .and_then(|s| map.path_at(s))
+                .map(format_path)
+                .unwrap_or_default(),
+            line: start.and_then(|s| map.line_of_offset(s)),
+            message,
+        },
+    }
+}
