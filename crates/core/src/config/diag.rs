@@ -47,6 +47,12 @@ pub enum ConfigErrorKind {
     /// A value of the wrong type or out of range: a bad duration or size, an invalid choice
     /// (`approval = "maybe"`), a number too large.
     InvalidValue,
+    /// `[tools."SERVER__TOOL"]` names a server that is not configured.
+    UnknownServer,
+    /// A server that is neither or both of `command` and `url`, or has a name that cannot work.
+    InvalidServer,
+    /// `[gateway] prefix = false` with more than one server.
+    Prefix,
 }
 
 /// A config that cannot be used. Its message names the file, the key and the line.
@@ -64,6 +70,11 @@ pub struct ConfigError {
 pub(crate) enum Seg {
     Key(String),
     Index(usize),
+}
+
+/// Builds a key path from table keys.
+pub(crate) fn path(keys: &[&str]) -> Vec<Seg> {
+    keys.iter().map(|k| Seg::Key((*k).to_owned())).collect()
 }
 
 /// Formats a key path the way TOML would write it: `servers.x.timeout`, `tools."a.b".retries`,
@@ -95,7 +106,7 @@ fn is_bare_key(k: &str) -> bool {
 }
 
 /// Where every key of the file is: built once from the parsed document, then looked up for
-/// every error.
+/// every error and warning.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct SourceMap {
     entries: Vec<Entry>,
@@ -118,6 +129,11 @@ impl SourceMap {
         };
         map.walk_table(doc.as_table(), &mut Vec::new());
         map
+    }
+
+    /// A map of no file: every line is unknown.
+    pub(crate) fn empty() -> Self {
+        Self::default()
     }
 
     fn walk_table(&mut self, table: &dyn TableLike, at: &mut Vec<Seg>) {
@@ -179,6 +195,16 @@ impl SourceMap {
             return None;
         }
         Some(self.line_starts.partition_point(|&start| start <= offset))
+    }
+
+    /// The line where `path` is written: its key, else its value; for a key that is not
+    /// written, the line of its nearest written parent.
+    pub(crate) fn line(&self, path: &[Seg]) -> Option<usize> {
+        (1..=path.len()).rev().find_map(|n| {
+            let entry = self.entries.iter().find(|e| e.path == path[..n])?;
+            let span = entry.key.as_ref().or(entry.value.as_ref())?;
+            self.line_of_offset(span.start)
+        })
     }
 
     /// The innermost key whose key or value contains `offset` (of two with the same span, the

@@ -1,7 +1,8 @@
 //! Config loading and policy resolution (SPEC §2).
 //!
 //! [`Config::load`] finds the config file (`--config FILE`, else `$TOOLWARDEN_CONFIG`, else
-//! `./toolwarden.toml` if it exists, else the built-in defaults), and parses it.
+//! `./toolwarden.toml` if it exists, else the built-in defaults), parses it and checks the
+//! invariants of SPEC §2.1.
 //! [`Config::policy_for`] then gives any tool its effective [`Policy`]: built-in defaults →
 //! `[defaults]` → `[servers.NAME]` (or `[exec]`) → `[tools."NAME"]` → annotations, then clamps.
 //! [`apply_hints`] applies a call's own deadline hints on top.
@@ -9,8 +10,10 @@
 //! The key design choice: **every diagnostic points at the file, the key and the line.** The file
 //! is parsed once with `toml_edit`, which keeps byte spans; the typed [`ConfigFile`] is
 //! deserialized from that same document, and a source map of every key's span turns the
-//! deserializer's errors into `file:line: key: message`.
+//! deserializer's errors and this module's own checks into `file:line: key: message`. Warnings
+//! (values used, but not as written) are kept on the [`Config`]; errors stop the load.
 
+mod check;
 mod diag;
 mod resolve;
 #[cfg(test)]
@@ -25,13 +28,16 @@ use toolwarden_protocol::{ConfigFile, DurationValue, Policy, PolicyConfig, ToolA
 pub use diag::{ConfigDiagnostic, ConfigError, ConfigErrorKind};
 pub use resolve::apply_hints;
 
-use diag::{SourceMap, format_path, guess_key_at_line, reword};
+use check::Checker;
+use diag::{SourceMap, closest, format_path, guess_key_at_line, path, reword};
 
 /// The environment variable that names the config file when `--config` is not given.
 pub const CONFIG_ENV: &str = "TOOLWARDEN_CONFIG";
 /// The file looked for in the working directory when neither `--config` nor
 /// `$TOOLWARDEN_CONFIG` names one.
 pub const DEFAULT_FILE: &str = "toolwarden.toml";
+/// The server name of toolwarden's own tools (`toolwarden__status`).
+pub(crate) const RESERVED_SERVER: &str = "toolwarden";
 /// The name of the built-in shell tool, and of its `[exec]` table.
 pub const EXEC_TOOL: &str = "exec";
 /// The default of `interaction_ceiling`.
@@ -57,6 +63,8 @@ pub struct Config {
     /// Values that are used, but not as written (negative numbers, clamped timeouts, keys that
     /// apply to nothing), in file order.
     pub warnings: Vec<ConfigDiagnostic>,
+    label: String,
+    map: SourceMap,
 }
 
 impl Config {
@@ -66,6 +74,8 @@ impl Config {
             file: ConfigFile::default(),
             origin: ConfigOrigin::Builtin,
             warnings: Vec::new(),
+            label: "built-in defaults".to_owned(),
+            map: SourceMap::empty(),
         }
     }
 
@@ -115,7 +125,7 @@ impl Config {
         Ok(config)
     }
 
-    /// Parses a config file's text. `file_label` names it in diagnostics (and in
+    /// Parses and checks a config file's text. `file_label` names it in diagnostics (and in
     /// [`ConfigOrigin::File`]); `env` answers for the environment.
     pub fn parse(
         src: &str,
@@ -128,10 +138,18 @@ impl Config {
         let file: ConfigFile =
             toml_edit::de::from_document(doc).map_err(|e| schema_error(&map, file_label, &e))?;
 
+        let mut checker = Checker::new(file_label, &map);
+        checker.check(&file)?;
+
+        let mut warnings = checker.warnings;
+        // File order.
+        warnings.sort_by_key(|w| w.line.unwrap_or(usize::MAX));
         Ok(Config {
             file,
             origin: ConfigOrigin::File(PathBuf::from(file_label)),
-            warnings: Vec::new(),
+            warnings,
+            label: file_label.to_owned(),
+            map,
         })
     }
 
@@ -201,6 +219,51 @@ impl Config {
         }
     }
 
+    /// Warnings for `[tools."NAME"]` entries that belong to `server` but name a tool it does not
+    /// list, once its tools are known (servers may be down when the config loads). With
+    /// `[gateway] prefix = false`, every entry that is not `exec`, a `toolwarden__` tool or
+    /// listed is reported (the entries of in-process tools too: the caller may filter them).
+    pub fn unknown_tool_warnings(&self, server: &str, listed: &[&str]) -> Vec<ConfigDiagnostic> {
+        let prefixed = self.prefixed();
+        self.file
+            .tools
+            .keys()
+            .filter_map(|key| {
+                let tool = if prefixed {
+                    key.strip_prefix(server)?.strip_prefix("__")?
+                } else {
+                    let has_prefix = key
+                        .split_once("__")
+                        .is_some_and(|(s, _)| s == server || s == RESERVED_SERVER);
+                    if key == EXEC_TOOL || has_prefix {
+                        return None;
+                    }
+                    key.as_str()
+                };
+                if listed.contains(&tool) {
+                    return None;
+                }
+                let hint = match closest(tool, listed.iter().copied()) {
+                    Some(near) => format!(
+                        "did you mean [tools.{}]?",
+                        format_path(&path(&[&self.exposed_name(server, near)]))
+                    ),
+                    None if listed.is_empty() => "it lists no tools".to_owned(),
+                    None => format!("it lists {}", short_list(listed, 10)),
+                };
+                let at = path(&["tools", key]);
+                Some(ConfigDiagnostic {
+                    file: self.label.clone(),
+                    key: format_path(&at),
+                    line: self.map.line(&at),
+                    message: format!(
+                        "server {server:?} does not list a tool {tool:?}, so these keys apply to no tool; {hint}"
+                    ),
+                })
+            })
+            .collect()
+    }
+
     /// The deadline every interaction is capped at (`interaction_ceiling`, default 15m).
     pub fn interaction_ceiling(&self) -> Duration {
         ceiling(&self.file)
@@ -208,9 +271,22 @@ impl Config {
 }
 
 /// `interaction_ceiling` of a file, defaulted.
-fn ceiling(file: &ConfigFile) -> Duration {
+pub(crate) fn ceiling(file: &ConfigFile) -> Duration {
     file.interaction_ceiling
         .map_or(DEFAULT_INTERACTION_CEILING, DurationValue::duration)
+}
+
+fn short_list(names: &[&str], max: usize) -> String {
+    let mut out = names
+        .iter()
+        .take(max)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > max {
+        out.push_str(&format!(" and {} more", names.len() - max));
+    }
+    out
 }
 
 fn syntax_error(src: &str, file: &str, e: &toml_edit::TomlError) -> ConfigError {

@@ -49,6 +49,14 @@ fn check_error(src: &str, vars: &[(&str, &str)], kind: ConfigErrorKind, expected
     }
 }
 
+/// The warnings a config gives, as their one-line messages.
+#[track_caller]
+fn check_warnings(src: &str, vars: &[(&str, &str)], expected: &[&str]) {
+    let config = parse_ok(src, vars);
+    let got: Vec<String> = config.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(got, expected);
+}
+
 /// A tool as a front door asks for its policy.
 struct Tool {
     name: &'static str,
@@ -439,6 +447,262 @@ fn defaults_configure_too() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Negative numbers (SPEC §2.1: treated as 0, with a warning)
+
+#[test]
+fn negative_numbers_are_zero_with_a_warning_naming_key_and_line() {
+    let src = r#"
+interaction_ceiling = -1
+
+[defaults]
+timeout = "-5s"
+retries = -1
+breaker = { failures = -2, window = -3 }
+loop = { warn_after = -1 }
+max_input = -10
+backoff = { multiplier = -1.5 }
+
+[servers.s]
+command = "s"
+startup_timeout = -20
+cache_ttl = "-1m"
+
+[exec]
+output_limit = -1
+
+[store]
+max_payload = "-1KiB"
+"#;
+    check_warnings(
+        src,
+        &[],
+        &[
+            "toolwarden.toml:1: interaction_ceiling: negative duration -1s is treated as 0s; write 0 or a positive duration such as \"30s\"",
+            "toolwarden.toml:1: interaction_ceiling: interaction_ceiling is 0s: every approval and confirm will time out at once and its call be denied; write e.g. \"15m\"",
+            "toolwarden.toml:4: defaults.timeout: negative duration -5s is treated as 0s; write 0 or a positive duration such as \"30s\"",
+            "toolwarden.toml:5: defaults.retries: negative value -1 is treated as 0; write 0 or a positive number",
+            "toolwarden.toml:6: defaults.breaker.failures: negative value -2 is treated as 0; write 0 or a positive number",
+            "toolwarden.toml:6: defaults.breaker.window: negative duration -3s is treated as 0s; write 0 or a positive duration such as \"30s\"",
+            "toolwarden.toml:7: defaults.loop.warn_after: negative value -1 is treated as 0; write 0 or a positive number",
+            "toolwarden.toml:8: defaults.max_input: negative size -10 bytes is treated as 0; write 0 or a positive size such as \"1MiB\"",
+            "toolwarden.toml:9: defaults.backoff.multiplier: negative value -1.5 is treated as 0; write 0 or a positive number such as 2.0",
+            "toolwarden.toml:13: servers.s.startup_timeout: negative duration -20s is treated as 0s; write 0 or a positive duration such as \"30s\"",
+            "toolwarden.toml:14: servers.s.cache_ttl: negative duration -1m is treated as 0s; write 0 or a positive duration such as \"30s\"",
+            "toolwarden.toml:17: exec.output_limit: negative size -1 bytes is treated as 0; write 0 or a positive size such as \"1MiB\"",
+            "toolwarden.toml:20: store.max_payload: negative size -1024 bytes is treated as 0; write 0 or a positive size such as \"1MiB\"",
+        ],
+    );
+    check_policies(
+        &parse_ok(src, &[]),
+        vec![(
+            mcp("s", "t"),
+            Policy {
+                timeout: Duration::ZERO,
+                retries: 0,
+                breaker: Breaker {
+                    failures: 0,
+                    window: Duration::ZERO,
+                    open_for: secs(30),
+                },
+                loop_: LoopPolicy {
+                    warn_after: 0,
+                    block_after: 5,
+                },
+                max_input: 0,
+                backoff: Backoff {
+                    multiplier: 0.0,
+                    ..Backoff::default()
+                },
+                ..Policy::default()
+            },
+        )],
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Clamps (SPEC §2.1)
+
+#[test]
+fn idle_and_attempt_above_the_timeout_are_clamped_with_a_warning() {
+    let src = r#"
+[defaults]
+timeout = "60s"
+idle_timeout = "2m"
+
+[servers.s]
+command = "s"
+attempt_timeout = "90s"
+
+[tools."s__long"]
+timeout = "10m"
+idle_timeout = "5m"
+
+[tools."s__short"]
+timeout = "20s"
+
+[tools."s__uncapped"]
+timeout = 0
+idle_timeout = "1h"
+"#;
+    check_warnings(
+        src,
+        &[],
+        &[
+            "toolwarden.toml:3: defaults.idle_timeout: idle_timeout 2m is longer than timeout 1m; it is clamped to 1m",
+            "toolwarden.toml:7: servers.s.attempt_timeout: attempt_timeout 90s is longer than timeout 1m (from [defaults]); it is clamped to 1m",
+        ],
+    );
+    check_policies(
+        &parse_ok(src, &[]),
+        vec![
+            (
+                mcp("s", "other"),
+                Policy {
+                    timeout: secs(60),
+                    idle_timeout: secs(60),
+                    attempt_timeout: secs(60),
+                    ..Policy::default()
+                },
+            ),
+            // Raising the timeout in a later layer lifts what was clamped by a lower one.
+            (
+                mcp("s", "long"),
+                Policy {
+                    timeout: secs(600),
+                    idle_timeout: secs(300),
+                    attempt_timeout: secs(90),
+                    ..Policy::default()
+                },
+            ),
+            // Lowering it clamps the inherited values (no warning: nothing was written here).
+            (
+                mcp("s", "short"),
+                Policy {
+                    timeout: secs(20),
+                    idle_timeout: secs(20),
+                    attempt_timeout: secs(20),
+                    ..Policy::default()
+                },
+            ),
+            // No total cap, no clamp.
+            (
+                mcp("s", "uncapped"),
+                Policy {
+                    timeout: Duration::ZERO,
+                    idle_timeout: secs(3600),
+                    attempt_timeout: secs(90),
+                    ..Policy::default()
+                },
+            ),
+        ],
+    );
+}
+
+#[test]
+fn a_table_is_checked_against_the_timeout_it_inherits() {
+    check_warnings(
+        r#"
+[tools.build]
+idle_timeout = "3m"
+
+[servers.s]
+command = "s"
+timeout = "10s"
+
+[tools."s__t"]
+attempt_timeout = "11s"
+"#,
+        &[],
+        &[
+            "toolwarden.toml:2: tools.build.idle_timeout: idle_timeout 3m is longer than timeout 2m (from the built-in default); it is clamped to 2m",
+            "toolwarden.toml:9: tools.s__t.attempt_timeout: attempt_timeout 11s is longer than timeout 10s (from [servers.s]); it is clamped to 10s",
+        ],
+    );
+}
+
+#[test]
+fn interactions_are_capped_by_the_ceiling() {
+    let src = r#"
+interaction_ceiling = "90s"
+
+[defaults]
+approval_timeout = "5m"
+
+[tools.ask]
+approval = "ask"
+approval_timeout = "30s"
+
+[tools.asked]
+approval = "ask"
+
+[tools.confirmed]
+approval = "confirm"
+"#;
+    check_warnings(
+        src,
+        &[],
+        &[
+            "toolwarden.toml:4: defaults.approval_timeout: approval_timeout 5m is longer than interaction_ceiling 90s; it is clamped to 90s",
+        ],
+    );
+    let config = parse_ok(src, &[]);
+    assert_eq!(config.interaction_ceiling(), secs(90));
+    check_policies(
+        &config,
+        vec![
+            (
+                local("ask"),
+                Policy {
+                    approval: Approval::Ask,
+                    approval_timeout: Some(secs(30)),
+                    ..Policy::default()
+                },
+            ),
+            (
+                local("asked"),
+                Policy {
+                    approval: Approval::Ask,
+                    approval_timeout: Some(secs(90)),
+                    ..Policy::default()
+                },
+            ),
+            (
+                local("other"),
+                Policy {
+                    approval_timeout: Some(secs(90)),
+                    ..Policy::default()
+                },
+            ),
+        ],
+    );
+    // The kind's default stays implicit (None) when the ceiling is above it.
+    let config = parse_ok(
+        "interaction_ceiling = \"100s\"\n[tools.c]\napproval = \"confirm\"\n[tools.a]\napproval = \"ask\"\n",
+        &[],
+    );
+    check_policies(
+        &config,
+        vec![
+            (
+                local("c"),
+                Policy {
+                    approval: Approval::Confirm,
+                    ..Policy::default()
+                },
+            ),
+            (
+                local("a"),
+                Policy {
+                    approval: Approval::Ask,
+                    approval_timeout: Some(secs(100)),
+                    ..Policy::default()
+                },
+            ),
+        ],
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 // Errors that name the file, the key and the line
 
 #[test]
@@ -565,6 +829,18 @@ fn bad_values_are_errors() {
         "toolwarden.toml:1: servers: invalid type: array, expected a table",
     );
     check_error(
+        "[defaults]\nretries = 5000000000\n",
+        &[],
+        InvalidValue,
+        "toolwarden.toml:2: defaults.retries: 5000000000 is too large: expected at most 4294967295",
+    );
+    check_error(
+        "[defaults]\nbackoff = { multiplier = nan }\n",
+        &[],
+        InvalidValue,
+        "toolwarden.toml:2: defaults.backoff.multiplier: multiplier NaN is not a finite number: write e.g. 2.0",
+    );
+    check_error(
         "[defaults]\ntimeout = \"1s\n",
         &[],
         Syntax,
@@ -581,6 +857,194 @@ fn bad_values_are_errors() {
         &[],
         Syntax,
         "toolwarden.toml:1: servers.x: invalid TOML: unclosed table, expected `]`",
+    );
+}
+
+#[test]
+fn a_tool_entry_must_name_a_configured_server() {
+    use ConfigErrorKind::UnknownServer;
+    let servers =
+        "[servers.everything]\ncommand = \"x\"\n[servers.remote]\nurl = \"http://h/mcp\"\n";
+    check_error(
+        &format!("{servers}\n[tools.\"nope__x\"]\ntimeout = 1\n"),
+        &[],
+        UnknownServer,
+        "toolwarden.toml:6: tools.nope__x: names server \"nope\" (tools are named SERVER__TOOL), which is not configured; configured servers: everything, remote",
+    );
+    check_error(
+        &format!("{servers}\n[tools.\"everythin__echo\"]\ntimeout = 1\n"),
+        &[],
+        UnknownServer,
+        "toolwarden.toml:6: tools.everythin__echo: names server \"everythin\" (tools are named SERVER__TOOL), which is not configured; did you mean [tools.\"everything__echo\"]?",
+    );
+    check_error(
+        "[tools.\"a__b\"]\nretries = 1\n",
+        &[],
+        UnknownServer,
+        "toolwarden.toml:1: tools.a__b: names server \"a\" (tools are named SERVER__TOOL), which is not configured; no servers are configured; add [servers.NAME] or fix the name",
+    );
+    // toolwarden's own tools and in-process tools need no server.
+    parse_ok(
+        "[tools.toolwarden__status]\ntimeout = 1\n[tools.calc]\ntimeout = 1\n",
+        &[],
+    );
+}
+
+#[test]
+fn a_server_is_a_command_or_a_url() {
+    use ConfigErrorKind::InvalidServer;
+    check_error(
+        "[servers.a]\ncommand = \"x\"\n\n[servers.b]\ntimeout = \"1s\"\n",
+        &[],
+        InvalidServer,
+        "toolwarden.toml:4: servers.b: server \"b\" has neither command nor url: set command = \"...\" to run it as a child process, or url = \"http://...\" to reach it over Streamable HTTP",
+    );
+    check_error(
+        "[servers.b]\ncommand = \"x\"\nurl = \"http://h/mcp\"\n",
+        &[],
+        InvalidServer,
+        "toolwarden.toml:1: servers.b: server \"b\" has both command and url: a server is either a child process (command) or a Streamable HTTP endpoint (url); keep one",
+    );
+    check_error(
+        "[servers.my__fs]\ncommand = \"x\"\n",
+        &[],
+        InvalidServer,
+        "toolwarden.toml:1: servers.my__fs: server name \"my__fs\" must not contain \"__\": tools are exposed as SERVER__TOOL, split at the first \"__\"; rename it, e.g. \"my_fs\"",
+    );
+    check_error(
+        "[servers.toolwarden]\ncommand = \"x\"\n",
+        &[],
+        InvalidServer,
+        "toolwarden.toml:1: servers.toolwarden: server name \"toolwarden\" is reserved for toolwarden's own tools (toolwarden__status); choose another name",
+    );
+    check_warnings(
+        "[servers.r]\nurl = \"http://h/mcp\"\nargs = [\"x\"]\n[servers.c]\ncommand = \"c\"\nheaders = { A = \"b\" }\n",
+        &[],
+        &[
+            "toolwarden.toml:3: servers.r.args: args is ignored: server \"r\" is reached over HTTP (url); args only applies to a server run as a child process (command)",
+            "toolwarden.toml:6: servers.c.headers: headers is ignored: server \"c\" is run as a child process (command); headers only applies to a server reached over HTTP (url)",
+        ],
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tools a server does not list
+
+#[test]
+fn entries_for_tools_a_server_does_not_list_are_warnings_once_known() {
+    let config = parse_ok(
+        r#"
+[servers.everything]
+command = "x"
+
+[servers.other]
+command = "y"
+
+[tools."everything__echo"]
+timeout = 1
+
+[tools."everything__ecko"]
+timeout = 1
+
+[tools."everything__gone"]
+timeout = 1
+
+[tools."other__gone"]
+timeout = 1
+"#,
+        &[],
+    );
+    assert_eq!(config.warnings, vec![]);
+    let got: Vec<String> = config
+        .unknown_tool_warnings("everything", &["echo", "add", "sampleLLM"])
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            "toolwarden.toml:10: tools.everything__ecko: server \"everything\" does not list a tool \"ecko\", so these keys apply to no tool; did you mean [tools.everything__echo]?",
+            "toolwarden.toml:13: tools.everything__gone: server \"everything\" does not list a tool \"gone\", so these keys apply to no tool; it lists echo, add, sampleLLM",
+        ]
+    );
+    assert_eq!(
+        config.unknown_tool_warnings("other", &[])[0].to_string(),
+        "toolwarden.toml:16: tools.other__gone: server \"other\" does not list a tool \"gone\", so these keys apply to no tool; it lists no tools"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// [gateway] prefix
+
+#[test]
+fn unprefixed_tools_need_exactly_one_server() {
+    check_error(
+        "[gateway]\nprefix = false\n\n[servers.a]\ncommand = \"a\"\n[servers.b]\ncommand = \"b\"\n",
+        &[],
+        ConfigErrorKind::Prefix,
+        "toolwarden.toml:2: gateway.prefix: prefix = false needs exactly one server, but 2 are configured (a, b): their tools' names could collide; remove prefix = false, or keep one server",
+    );
+    // A disabled server is not served, so it does not count.
+    parse_ok(
+        "[gateway]\nprefix = false\n[servers.a]\ncommand = \"a\"\n[servers.b]\ncommand = \"b\"\nenabled = false\n",
+        &[],
+    );
+}
+
+#[test]
+fn unprefixed_tool_entries_apply_to_the_single_server() {
+    let src = r#"
+[gateway]
+prefix = false
+
+[servers.fs]
+command = "fs"
+timeout = "10s"
+
+[tools.read]
+retries = 2
+
+[tools."fs__write"]
+retries = 3
+"#;
+    check_warnings(
+        src,
+        &[],
+        &[
+            "toolwarden.toml:11: tools.fs__write: applies to no tool: with [gateway] prefix = false, tools are exposed without their server's name; write [tools.\"write\"]",
+        ],
+    );
+    let config = parse_ok(src, &[]);
+    assert_eq!(config.exposed_name("fs", "read"), "read");
+    check_policies(
+        &config,
+        vec![
+            (
+                mcp("fs", "read"),
+                Policy {
+                    timeout: secs(10),
+                    retries: 2,
+                    ..Policy::default()
+                },
+            ),
+            (
+                mcp("fs", "write"),
+                Policy {
+                    timeout: secs(10),
+                    ..Policy::default()
+                },
+            ),
+        ],
+    );
+    let got: Vec<String> = config
+        .unknown_tool_warnings("fs", &["read", "write"])
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(got, Vec::<String>::new());
+    assert_eq!(
+        config.unknown_tool_warnings("fs", &["write"])[0].to_string(),
+        "toolwarden.toml:8: tools.read: server \"fs\" does not list a tool \"read\", so these keys apply to no tool; it lists write"
     );
 }
 
