@@ -12,7 +12,7 @@ use toolwarden_protocol::{
 use super::diag::{
     ConfigDiagnostic, ConfigError, ConfigErrorKind, Seg, SourceMap, closest, format_path, path,
 };
-use super::{EXEC_TOOL, RESERVED_SERVER};
+use super::{ENV_FILE, EXEC_TOOL, RESERVED_SERVER, TOOL_TIMEOUT_ENV};
 
 /// Collects warnings and errors for one file.
 pub(crate) struct Checker<'a> {
@@ -66,11 +66,15 @@ impl<'a> Checker<'a> {
     }
 
     /// Runs every check. The first error in file order wins; warnings are kept for the caller.
-    pub(crate) fn check(&mut self, file: &ConfigFile) -> Result<(), ConfigError> {
+    pub(crate) fn check(
+        &mut self,
+        file: &ConfigFile,
+        timeout_from_env: bool,
+    ) -> Result<(), ConfigError> {
         self.servers(file);
         self.prefix(file);
         self.tool_keys(file);
-        self.policies(file);
+        self.policies(file, timeout_from_env);
         self.top_level(file);
         match self
             .errors
@@ -229,21 +233,41 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn policies(&mut self, file: &ConfigFile) {
+    fn policies(&mut self, file: &ConfigFile, timeout_from_env: bool) {
         let ceiling = super::ceiling(file);
         let builtin = Inherited {
             timeout: Policy::default().timeout,
             from: "the built-in default",
         };
-        let defaults_timeout = match &file.defaults.timeout {
-            Some(v) => Inherited {
+        let defaults_timeout = match (&file.defaults.timeout, timeout_from_env) {
+            (Some(v), true) => Inherited {
+                timeout: v.duration(),
+                from: TOOL_TIMEOUT_ENV,
+            },
+            (Some(v), false) => Inherited {
                 timeout: v.duration(),
                 from: "[defaults]",
             },
-            None => builtin,
+            (None, _) => builtin,
         };
 
-        self.policy(&path(&["defaults"]), &file.defaults, builtin, ceiling);
+        // With TOOLWARDEN_TOOL_TIMEOUT, `[defaults].timeout` was written in the environment, not
+        // in the file: it is checked there, and the table inherits it.
+        let mut defaults = file.defaults.clone();
+        let inherited = if timeout_from_env {
+            if let Some(v) = defaults.timeout.take().filter(|v| v.is_negative()) {
+                self.warnings.push(ConfigDiagnostic {
+                    file: ENV_FILE.to_owned(),
+                    key: TOOL_TIMEOUT_ENV.to_owned(),
+                    line: None,
+                    message: negative_duration(v),
+                });
+            }
+            defaults_timeout
+        } else {
+            builtin
+        };
+        self.policy(&path(&["defaults"]), &defaults, inherited, ceiling);
 
         for (name, server) in &file.servers {
             self.policy(
@@ -453,13 +477,7 @@ impl<'a> Checker<'a> {
 
     fn duration(&mut self, at: &[Seg], v: DurationValue) {
         if v.is_negative() {
-            self.warn(
-                at,
-                format!(
-                    "negative duration -{} is treated as 0s; write 0 or a positive duration such as \"30s\"",
-                    format_duration(Duration::from_millis(v.0.unsigned_abs()))
-                ),
-            );
+            self.warn(at, negative_duration(v));
         }
     }
 
@@ -489,4 +507,11 @@ impl<'a> Checker<'a> {
             );
         }
     }
+}
+
+fn negative_duration(v: DurationValue) -> String {
+    format!(
+        "negative duration -{} is treated as 0s; write 0 or a positive duration such as \"30s\"",
+        format_duration(Duration::from_millis(v.0.unsigned_abs()))
+    )
 }

@@ -11,10 +11,11 @@ use toml_edit::{Item, TableLike, Value};
 /// Displayed as `toolwarden.toml:12: servers.everything.timeout: invalid duration "10x": ...`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigDiagnostic {
-    /// The file as the user named it (`toolwarden.toml`).
+    /// The file as the user named it (`toolwarden.toml`), or `environment` for an environment
+    /// variable.
     pub file: String,
-    /// The dotted key path (`servers.everything.timeout`, `servers.x.args[1]`); empty when no
-    /// key applies (a file that cannot be read).
+    /// The dotted key path (`servers.everything.timeout`, `servers.x.args[1]`), or the
+    /// environment variable's name; empty when no key applies (a file that cannot be read).
     pub key: String,
     /// The 1-based line of the key in the file, when known.
     pub line: Option<usize>,
@@ -53,6 +54,10 @@ pub enum ConfigErrorKind {
     InvalidServer,
     /// `[gateway] prefix = false` with more than one server.
     Prefix,
+    /// A `${VAR}` that names an unset variable or is malformed.
+    Variable,
+    /// An environment override (`TOOLWARDEN_TOOL_TIMEOUT`) with a bad value.
+    Environment,
 }
 
 /// A config that cannot be used. Its message names the file, the key and the line.

@@ -1,8 +1,8 @@
 //! Config loading and policy resolution (SPEC §2).
 //!
 //! [`Config::load`] finds the config file (`--config FILE`, else `$TOOLWARDEN_CONFIG`, else
-//! `./toolwarden.toml` if it exists, else the built-in defaults), parses it and checks the
-//! invariants of SPEC §2.1.
+//! `./toolwarden.toml` if it exists, else the built-in defaults), parses it, expands `${VAR}` in
+//! server definitions, applies `TOOLWARDEN_TOOL_TIMEOUT`, and checks the invariants of SPEC §2.1.
 //! [`Config::policy_for`] then gives any tool its effective [`Policy`]: built-in defaults →
 //! `[defaults]` → `[servers.NAME]` (or `[exec]`) → `[tools."NAME"]` → annotations, then clamps.
 //! [`apply_hints`] applies a call's own deadline hints on top.
@@ -15,6 +15,7 @@
 
 mod check;
 mod diag;
+mod expand;
 mod resolve;
 #[cfg(test)]
 mod tests;
@@ -23,19 +24,26 @@ use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use toolwarden_protocol::{ConfigFile, DurationValue, Policy, PolicyConfig, ToolAnnotations};
+use toolwarden_protocol::{
+    ConfigFile, DurationValue, Policy, PolicyConfig, ToolAnnotations, parse_duration,
+};
 
 pub use diag::{ConfigDiagnostic, ConfigError, ConfigErrorKind};
 pub use resolve::apply_hints;
 
 use check::Checker;
-use diag::{SourceMap, closest, format_path, guess_key_at_line, path, reword};
+use diag::{Seg, SourceMap, closest, format_path, guess_key_at_line, path, reword};
+use expand::expand;
 
 /// The environment variable that names the config file when `--config` is not given.
 pub const CONFIG_ENV: &str = "TOOLWARDEN_CONFIG";
 /// The file looked for in the working directory when neither `--config` nor
 /// `$TOOLWARDEN_CONFIG` names one.
 pub const DEFAULT_FILE: &str = "toolwarden.toml";
+/// The environment variable that overrides `[defaults].timeout`.
+pub const TOOL_TIMEOUT_ENV: &str = "TOOLWARDEN_TOOL_TIMEOUT";
+/// The `file` of diagnostics about environment variables.
+pub(crate) const ENV_FILE: &str = "environment";
 /// The server name of toolwarden's own tools (`toolwarden__status`).
 pub(crate) const RESERVED_SERVER: &str = "toolwarden";
 /// The name of the built-in shell tool, and of its `[exec]` table.
@@ -48,14 +56,15 @@ pub const DEFAULT_INTERACTION_CEILING: Duration = Duration::from_secs(15 * 60);
 pub enum ConfigOrigin {
     /// A config file (its path as given, or the label passed to [`Config::parse`]).
     File(PathBuf),
-    /// No file: the built-in defaults.
+    /// No file: the built-in defaults (environment overrides still apply).
     Builtin,
 }
 
 /// A loaded, checked config.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// The file as parsed. Values are as written: negative numbers stay negative here and are treated as
+    /// The file as parsed, `${VAR}` expanded (in enabled servers) and environment overrides
+    /// applied. Values are as written: negative numbers stay negative here and are treated as
     /// `0` by [`Config::policy_for`].
     pub file: ConfigFile,
     /// Where it came from.
@@ -68,7 +77,7 @@ pub struct Config {
 }
 
 impl Config {
-    /// The built-in defaults, with no file.
+    /// The built-in defaults, with no file and no environment overrides.
     pub fn builtin() -> Config {
         Config {
             file: ConfigFile::default(),
@@ -81,7 +90,7 @@ impl Config {
 
     /// Loads the config: `explicit` (`--config FILE`), else `$TOOLWARDEN_CONFIG`, else
     /// `./toolwarden.toml` if it exists, else the built-in defaults. Reads the process
-    /// environment for `$TOOLWARDEN_CONFIG`.
+    /// environment for `$TOOLWARDEN_CONFIG`, `TOOLWARDEN_TOOL_TIMEOUT` and `${VAR}`.
     pub fn load(explicit: Option<&Path>) -> Result<Config, ConfigError> {
         Self::load_from(explicit, Path::new(""), &|name| std::env::var(name).ok())
     }
@@ -126,24 +135,26 @@ impl Config {
     }
 
     /// Parses and checks a config file's text. `file_label` names it in diagnostics (and in
-    /// [`ConfigOrigin::File`]); `env` answers for the environment.
+    /// [`ConfigOrigin::File`]); `env` answers for `${VAR}` and `TOOLWARDEN_TOOL_TIMEOUT`.
     pub fn parse(
         src: &str,
         file_label: &str,
-        _env: &dyn Fn(&str) -> Option<String>,
+        env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Config, ConfigError> {
         let doc = toml_edit::Document::parse(src.to_owned())
             .map_err(|e| syntax_error(src, file_label, &e))?;
         let map = SourceMap::new(src, &doc);
-        let file: ConfigFile =
+        let mut file: ConfigFile =
             toml_edit::de::from_document(doc).map_err(|e| schema_error(&map, file_label, &e))?;
 
+        let timeout_from_env = env_override(&mut file, env)?;
         let mut checker = Checker::new(file_label, &map);
-        checker.check(&file)?;
+        checker.check(&file, timeout_from_env)?;
+        expand_servers(&mut file, env, &checker)?;
 
         let mut warnings = checker.warnings;
-        // File order.
-        warnings.sort_by_key(|w| w.line.unwrap_or(usize::MAX));
+        // File order; the environment's after the file's.
+        warnings.sort_by_key(|w| (w.file != file_label, w.line.unwrap_or(usize::MAX)));
         Ok(Config {
             file,
             origin: ConfigOrigin::File(PathBuf::from(file_label)),
@@ -287,6 +298,81 @@ fn short_list(names: &[&str], max: usize) -> String {
         out.push_str(&format!(" and {} more", names.len() - max));
     }
     out
+}
+
+/// `TOOLWARDEN_TOOL_TIMEOUT` over `[defaults].timeout`. Returns whether it applied.
+fn env_override(
+    file: &mut ConfigFile,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<bool, ConfigError> {
+    let Some(raw) = env(TOOL_TIMEOUT_ENV).filter(|v| !v.trim().is_empty()) else {
+        return Ok(false);
+    };
+    let ms = parse_duration(&raw).map_err(|e| ConfigError {
+        kind: ConfigErrorKind::Environment,
+        diagnostic: ConfigDiagnostic {
+            file: ENV_FILE.to_owned(),
+            key: TOOL_TIMEOUT_ENV.to_owned(),
+            line: None,
+            message: e.to_string(),
+        },
+    })?;
+    file.defaults.timeout = Some(DurationValue(ms));
+    Ok(true)
+}
+
+/// Expands `${VAR}` in the definitions of enabled servers (a disabled server is not started, so
+/// the variables it needs may well be unset).
+fn expand_servers(
+    file: &mut ConfigFile,
+    env: &dyn Fn(&str) -> Option<String>,
+    checker: &Checker<'_>,
+) -> Result<(), ConfigError> {
+    for (name, server) in file.servers.iter_mut() {
+        if server.enabled == Some(false) {
+            continue;
+        }
+        let one = |value: &mut String, at: Vec<Seg>| -> Result<(), ConfigError> {
+            *value = expand(value, env)
+                .map_err(|e| checker.error(ConfigErrorKind::Variable, &at, e.message()))?;
+            Ok(())
+        };
+        let at = |keys: &[&str]| {
+            let mut p = path(&["servers", name]);
+            p.extend(keys.iter().map(|k| Seg::Key((*k).to_owned())));
+            p
+        };
+        if let Some(command) = &mut server.command {
+            one(command, at(&["command"]))?;
+        }
+        for (i, arg) in server.args.iter_mut().enumerate() {
+            let mut p = at(&["args"]);
+            p.push(Seg::Index(i));
+            one(arg, p)?;
+        }
+        for (k, v) in server.env.iter_mut() {
+            one(v, at(&["env", k]))?;
+        }
+        if let Some(cwd) = &mut server.cwd {
+            one(cwd, at(&["cwd"]))?;
+        }
+        if let Some(url) = &mut server.url {
+            one(url, at(&["url"]))?;
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(checker.error(
+                    ConfigErrorKind::InvalidServer,
+                    &at(&["url"]),
+                    format!(
+                        "url {url:?} is not an http:// or https:// URL: write the server's Streamable HTTP endpoint, e.g. \"http://127.0.0.1:3001/mcp\""
+                    ),
+                ));
+            }
+        }
+        for (k, v) in server.headers.iter_mut() {
+            one(v, at(&["headers", k]))?;
+        }
+    }
+    Ok(())
 }
 
 fn syntax_error(src: &str, file: &str, e: &toml_edit::TomlError) -> ConfigError {
