@@ -169,11 +169,10 @@ impl Config {
     /// SPEC §2.1 (idle and attempt timeouts at most the total; the approval deadline at most the
     /// interaction ceiling).
     ///
-    /// `tool` is the name the agent sees; `server` names the MCP server that serves it (`None`
-    /// for `exec` and in-process tools). With `server` given, `tool` may also be the server's
-    /// own name for it (without `SERVER__`). Without it, a `SERVER__TOOL` name of a configured
-    /// server is still recognized; any other name is an in-process tool (defaults and its
-    /// `[tools."NAME"]` only).
+    /// For an MCP tool, `server` names its server and `tool` is the server's own name for it
+    /// (without `SERVER__`, as backends see it). Otherwise (`server` is `None`) `tool` is the name
+    /// the agent sees: `exec`, an in-process tool (defaults and its `[tools."NAME"]` only), or a
+    /// `SERVER__TOOL` name, whose configured server is then found from the name.
     pub fn policy_for(
         &self,
         tool: &str,
@@ -194,12 +193,8 @@ impl Config {
         server: Option<&str>,
     ) -> (Option<PolicyConfig>, Cow<'t, str>) {
         if let Some(server) = server {
-            let local = tool
-                .strip_prefix(server)
-                .and_then(|t| t.strip_prefix("__"))
-                .unwrap_or(tool);
             let layer = self.file.servers.get(server).map(|s| s.policy());
-            return (layer, Cow::Owned(self.exposed_name(server, local)));
+            return (layer, Cow::Owned(self.exposed_name(server, tool)));
         }
         if tool == EXEC_TOOL {
             return (

@@ -175,7 +175,7 @@ fn the_spec_example_loads_and_every_tool_gets_its_policy() {
                 },
             ),
             (
-                mcp("everything", "everything__trigger-long-running-operation"),
+                mcp("everything", "trigger-long-running-operation"),
                 Policy {
                     timeout: secs(30 * 60),
                     idle_timeout: secs(10),
@@ -242,6 +242,9 @@ cache_ttl = "1m"
 
 [tools.calc]
 idempotent = true
+
+[tools."fs__ns__tool"]
+retries = 5
 "#,
         &[],
     );
@@ -310,6 +313,21 @@ idempotent = true
                 Policy {
                     idempotent: true,
                     ..defaults.clone()
+                },
+            ),
+            // Names are split at the first "__": the server's own name may contain more.
+            (
+                mcp("fs", "ns__tool"),
+                Policy {
+                    retries: 5,
+                    ..server.clone()
+                },
+            ),
+            (
+                local("fs__ns__tool"),
+                Policy {
+                    retries: 5,
+                    ..server.clone()
                 },
             ),
             // A server that is not configured adds no layer.
