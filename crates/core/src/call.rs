@@ -26,12 +26,12 @@ use crate::backend::{
 use crate::breaker::{Admission, Verdict};
 use crate::cache::{self, CacheKey, CachedResult, Lookup};
 use crate::canonical;
+use crate::config::apply_hints;
 use crate::engine::EngineInner;
 use crate::events::EventScope;
 use crate::gate::Ticket;
 use crate::interaction::{InteractionEnd, InteractionRequest};
 use crate::loop_detect::LoopVerdict;
-use crate::policy::apply_hints;
 use crate::registry::{ToolEntry, ToolRuntime};
 use crate::text::{human_size, loop_note, outcome_text};
 use crate::turn::{CallSlot, TurnState};

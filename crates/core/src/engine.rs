@@ -17,11 +17,12 @@ use crate::backend::{AttemptMeta, Backend, BackendHost};
 use crate::cache::Cache;
 use crate::call::CallJob;
 use crate::cancel::{Scope, ScopeKind};
+use crate::config::Config;
 use crate::events::{EventBus, EventScope, Subscription};
 use crate::inproc::{InProcessBackend, InProcessTool};
 use crate::interaction::Interactions;
 use crate::metrics::Metrics;
-use crate::policy::{BuiltinPolicies, PolicySource, ToolOrigin};
+use crate::policy::{PolicySource, ToolOrigin};
 use crate::registry::{Registry, ToolEntry, ToolRuntime};
 use crate::retry::Jitter;
 use crate::session::Session;
@@ -53,7 +54,7 @@ pub struct EngineBuilder {
 impl Default for EngineBuilder {
     fn default() -> Self {
         Self {
-            policies: Arc::new(BuiltinPolicies),
+            policies: Arc::new(Config::builtin()),
             event_capacity: crate::events::DEFAULT_CAPACITY,
             jitter_seed: None,
             interaction_ceiling: Duration::from_secs(15 * 60),
@@ -65,7 +66,7 @@ impl Default for EngineBuilder {
 }
 
 impl EngineBuilder {
-    /// Where tools' policies come from (default: SPEC defaults and in-code layers).
+    /// Where tools' policies come from (default: [`Config::builtin`]).
     pub fn policies(mut self, policies: Arc<dyn PolicySource>) -> Self {
         self.policies = policies;
         self
@@ -446,7 +447,7 @@ impl EngineInner {
         let policy = self
             .policies
             .read()
-            .policy(&name, &origin, &spec.annotations);
+            .policy(&name, &spec.name, &origin, &spec.annotations);
         let validator = match jsonschema::validator_for(&spec.input_schema) {
             Ok(v) => Some(v),
             Err(e) => {

@@ -39,6 +39,7 @@ mod cache;
 mod call;
 mod cancel;
 pub mod canonical;
+pub mod config;
 mod engine;
 pub mod events;
 mod gate;
@@ -57,6 +58,9 @@ pub use backend::{
     Attempt, AttemptEnd, AttemptError, AttemptMeta, Backend, BackendHost, BoxFuture, Heartbeat,
     ProgressRelay, StopSignals, ToolOutput,
 };
+pub use config::{
+    Config, ConfigDiagnostic, ConfigError, ConfigErrorKind, ConfigOrigin, apply_hints,
+};
 pub use engine::{Engine, EngineBuilder, NotFound, PREFIX_SEPARATOR};
 pub use events::{EventBus, EventScope, EventSink, Received, Subscription};
 pub use inproc::{INPROCESS, InProcessTool, IntoToolOutput, ToolContext, ToolError};
@@ -64,6 +68,6 @@ pub use interaction::{
     AnswerError, AnswerSender, InteractionEnd, InteractionRequest, Interactions, Interactor,
 };
 pub use metrics::Metrics;
-pub use policy::{BuiltinPolicies, PolicySource, ToolOrigin};
+pub use policy::{PolicySource, ToolOrigin};
 pub use toolwarden_protocol as protocol;
 pub use turn::{CallProgress, ResultRenderer, TurnError, TurnHandle, TurnOutput, TurnRequest};
