@@ -128,6 +128,7 @@ impl EngineBuilder {
             turns: Mutex::new(HashMap::new()),
             tracker: TaskTracker::new(),
             inproc: Arc::new(InProcessBackend::new(self.blocking_threads, metrics)),
+            servers: Mutex::new(std::collections::BTreeMap::new()),
         });
         Engine { inner }
     }
@@ -146,6 +147,17 @@ pub(crate) struct EngineInner {
     pub(crate) turns: Mutex<HashMap<TurnId, Arc<TurnState>>>,
     pub(crate) tracker: TaskTracker,
     pub(crate) inproc: Arc<InProcessBackend>,
+    pub(crate) servers: Mutex<std::collections::BTreeMap<String, ServerStatus>>,
+}
+
+/// A backend server's last reported state.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ServerStatus {
+    /// Its state.
+    pub state: ServerStateKind,
+    /// Why, when it is down.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 /// The toolwarden engine. Cheap to clone; every clone is the same engine.
@@ -402,6 +414,11 @@ impl Engine {
                 breaker: e.runtime.breaker.state(now).0,
             })
             .collect()
+    }
+
+    /// Every backend server's last reported state, by name.
+    pub fn servers(&self) -> std::collections::BTreeMap<String, ServerStatus> {
+        self.inner.servers.lock().clone()
     }
 
     /// A live view of every event.

@@ -61,7 +61,7 @@ pub use backend::{
 pub use config::{
     Config, ConfigDiagnostic, ConfigError, ConfigErrorKind, ConfigOrigin, apply_hints,
 };
-pub use engine::{Engine, EngineBuilder, NotFound, PREFIX_SEPARATOR};
+pub use engine::{Engine, EngineBuilder, NotFound, PREFIX_SEPARATOR, ServerStatus};
 pub use events::{EventBus, EventScope, EventSink, Received, Subscription};
 pub use inproc::{INPROCESS, InProcessTool, IntoToolOutput, ToolContext, ToolError};
 pub use interaction::{
