@@ -41,6 +41,15 @@ pub struct EventBus {
     /// The last `seq` handed out. Held while sending so that channel order is `seq` order.
     seq: Mutex<u64>,
     sinks: RwLock<Vec<Arc<dyn EventSink>>>,
+    /// The most recent events, for subscribers that resume (`Last-Event-ID`); off until
+    /// [`EventBus::keep_recent`] turns it on.
+    recent: Mutex<Recent>,
+}
+
+#[derive(Default)]
+struct Recent {
+    capacity: usize,
+    events: std::collections::VecDeque<Arc<Event>>,
 }
 
 impl std::fmt::Debug for EventBus {
@@ -59,6 +68,7 @@ impl EventBus {
             tx,
             seq: Mutex::new(0),
             sinks: RwLock::new(Vec::new()),
+            recent: Mutex::new(Recent::default()),
         }
     }
 
@@ -67,13 +77,63 @@ impl EventBus {
         self.sinks.write().push(sink);
     }
 
+    /// Keeps the last `capacity` events for [`EventBus::since`] (0 turns it off).
+    pub fn keep_recent(&self, capacity: usize) {
+        let mut recent = self.recent.lock();
+        recent.capacity = capacity;
+        while recent.events.len() > capacity {
+            recent.events.pop_front();
+        }
+    }
+
+    /// The kept events with `seq` above `after`, oldest first, and whether they are complete
+    /// (no event after `after` has already been dropped from the ring).
+    pub fn since(&self, after: u64) -> (Vec<Arc<Event>>, bool) {
+        // Lock order is always seq, then recent.
+        let last = self.last_seq();
+        let recent = self.recent.lock();
+        let complete = recent.events.front().is_none_or(|e| e.seq <= after + 1) || after >= last;
+        (
+            recent
+                .events
+                .iter()
+                .filter(|e| e.seq > after)
+                .cloned()
+                .collect(),
+            complete,
+        )
+    }
+
+    /// A subscription plus the kept events after `after`, with nothing lost or repeated between
+    /// them.
+    pub fn subscribe_since(&self, after: u64) -> (Vec<Arc<Event>>, bool, Subscription) {
+        // Hold the sequence lock so no event is emitted between the snapshot and the subscription.
+        let _seq = self.seq.lock();
+        let recent = self.recent.lock();
+        let complete = recent.events.front().is_none_or(|e| e.seq <= after + 1) || after >= *_seq;
+        let replay = recent
+            .events
+            .iter()
+            .filter(|e| e.seq > after)
+            .cloned()
+            .collect();
+        (
+            replay,
+            complete,
+            Subscription {
+                rx: self.tx.subscribe(),
+            },
+        )
+    }
+
     /// Publishes an event about `scope` and returns its `seq`.
     pub fn emit(&self, scope: &EventScope, kind: EventKind) -> u64 {
         let sinks = self.sinks.read();
         let mut seq = self.seq.lock();
         *seq += 1;
         let n = *seq;
-        if self.tx.receiver_count() == 0 && sinks.is_empty() {
+        let keep = self.recent.lock().capacity > 0;
+        if self.tx.receiver_count() == 0 && sinks.is_empty() && !keep {
             return n;
         }
         let event = Arc::new(Event {
@@ -87,6 +147,13 @@ impl EventBus {
         });
         for sink in sinks.iter() {
             sink.record(&event);
+        }
+        if keep {
+            let mut recent = self.recent.lock();
+            if recent.events.len() >= recent.capacity {
+                recent.events.pop_front();
+            }
+            recent.events.push_back(event.clone());
         }
         let _ = self.tx.send(event);
         n
@@ -181,6 +248,28 @@ mod tests {
         }
         match slow.recv().await {
             Some(Received::Event(e)) => assert_eq!(e.seq, 85),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn resuming_replays_kept_events_then_goes_live() {
+        let bus = EventBus::new(64);
+        bus.keep_recent(5);
+        for _ in 0..8 {
+            bus.emit(&EventScope::default(), abort());
+        }
+        let (replay, complete, mut sub) = bus.subscribe_since(5);
+        assert!(complete);
+        assert_eq!(
+            replay.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            vec![6, 7, 8]
+        );
+        let (_, complete, _) = bus.subscribe_since(1);
+        assert!(!complete, "events 2 and 3 were dropped from the ring");
+        bus.emit(&EventScope::default(), abort());
+        match sub.recv().await {
+            Some(Received::Event(e)) => assert_eq!(e.seq, 9),
             other => panic!("unexpected {other:?}"),
         }
     }
