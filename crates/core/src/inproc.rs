@@ -276,6 +276,13 @@ impl InProcessTool {
         self
     }
 
+    /// Retry the tool's own errors too (idempotent tools only; off by default, because a tool's
+    /// error is usually an answer, not a fault).
+    pub fn retry_on_tool_error(mut self, yes: bool) -> Self {
+        self.layer.retry_on_tool_error = Some(yes);
+        self
+    }
+
     /// May be retried and cached.
     pub fn idempotent(mut self, yes: bool) -> Self {
         self.layer.idempotent = Some(yes);
