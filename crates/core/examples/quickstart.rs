@@ -126,7 +126,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 EventKind::ToolStopped { how, after_ms } => {
                     format!("work {} after {after_ms} ms", how.as_str())
                 }
-                EventKind::ToolResult { outcome, .. } => outcome.status.name().to_owned(),
+                EventKind::ToolResult { result, .. } => result.outcome.status.name().to_owned(),
                 _ => String::new(),
             };
             println!("  event {:>3} {:<16}{who} {what}", e.seq, e.kind.name());

@@ -139,60 +139,78 @@ pub enum AttemptError {
 /// The two stop requests of one attempt. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct StopSignals {
+    inner: Arc<StopInner>,
+}
+
+#[derive(Debug)]
+struct StopInner {
     cancel: CancellationToken,
-    force: CancellationToken,
-    reason: Arc<Mutex<Option<CancelReason>>>,
+    forced: AtomicBool,
+    force_notify: Notify,
+    reason: Mutex<Option<CancelReason>>,
 }
 
 impl StopSignals {
     /// Signals for an attempt whose cooperative stop follows `cancel`.
     pub fn new(cancel: CancellationToken) -> Self {
         Self {
-            cancel,
-            force: CancellationToken::new(),
-            reason: Arc::new(Mutex::new(None)),
+            inner: Arc::new(StopInner {
+                cancel,
+                forced: AtomicBool::new(false),
+                force_notify: Notify::new(),
+                reason: Mutex::new(None),
+            }),
         }
     }
 
     /// Resolves when the work should stop (cooperatively).
     pub async fn cancelled(&self) {
-        self.cancel.cancelled().await
+        self.inner.cancel.cancelled().await
     }
 
     /// Whether a cooperative stop was requested.
     pub fn is_cancelled(&self) -> bool {
-        self.cancel.is_cancelled()
+        self.inner.cancel.is_cancelled()
     }
 
     /// Resolves when the work must stop now.
     pub async fn forced(&self) {
-        self.force.cancelled().await
+        loop {
+            let notified = self.inner.force_notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_forced() {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// Whether the stop is being forced.
     pub fn is_forced(&self) -> bool {
-        self.force.is_cancelled()
+        self.inner.forced.load(Ordering::Acquire)
     }
 
     /// Why the stop was requested, once known (`timeout`, `user`, ...).
     pub fn reason(&self) -> Option<CancelReason> {
-        *self.reason.lock()
+        *self.inner.reason.lock()
     }
 
     /// Requests a cooperative stop (engine side).
     pub fn request_stop(&self, reason: CancelReason) {
-        self.reason.lock().get_or_insert(reason);
-        self.cancel.cancel();
+        self.inner.reason.lock().get_or_insert(reason);
+        self.inner.cancel.cancel();
     }
 
     /// Forces the stop (engine side).
     pub fn force(&self) {
-        self.force.cancel();
+        self.inner.forced.store(true, Ordering::Release);
+        self.inner.force_notify.notify_waiters();
     }
 
     /// The cooperative token, for backends that hand it on.
     pub fn token(&self) -> &CancellationToken {
-        &self.cancel
+        &self.inner.cancel
     }
 }
 

@@ -6,15 +6,14 @@
 //! If the leader does not end `ok` (or goes away), the waiters try again — one of them becomes the
 //! next leader — so one cancelled caller never fails the others.
 
-use std::collections::HashMap;
+use crate::FastMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
-use toolwarden_protocol::{CallId, Content, Timestamp};
+use toolwarden_protocol::{CallId, CallResult, Content};
 
 /// The identity of a cacheable call.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -23,14 +22,22 @@ pub(crate) struct CacheKey {
     pub(crate) input_digest: [u8; 32],
 }
 
-/// A stored `ok` result and where it came from.
+/// A stored `ok` result: the producing call's own result, shared, and how many of its content
+/// blocks came from the tool (the engine may have appended notes).
 #[derive(Debug)]
 pub(crate) struct CachedResult {
-    pub(crate) content: Vec<Content>,
-    pub(crate) structured_content: Option<Value>,
-    pub(crate) fetched_at: Timestamp,
-    pub(crate) digest: String,
-    pub(crate) origin_call_id: CallId,
+    pub(crate) result: Arc<CallResult>,
+    pub(crate) tool_blocks: usize,
+}
+
+impl CachedResult {
+    pub(crate) fn content(&self) -> &[Content] {
+        &self.result.content[..self.tool_blocks.min(self.result.content.len())]
+    }
+
+    pub(crate) fn origin_call_id(&self) -> &CallId {
+        &self.result.outcome.call_id
+    }
 }
 
 struct Entry {
@@ -58,10 +65,13 @@ pub(crate) struct Cache {
     max_entries: usize,
 }
 
+/// A running execution. Its channel is made only when a second identical call arrives.
+type FlightSender = Option<watch::Sender<Option<Option<Arc<CachedResult>>>>>;
+
 #[derive(Default)]
 struct Inner {
-    entries: HashMap<CacheKey, Entry>,
-    flights: HashMap<CacheKey, watch::Sender<Option<Option<Arc<CachedResult>>>>>,
+    entries: FastMap<CacheKey, Entry>,
+    flights: FastMap<CacheKey, FlightSender>,
 }
 
 impl Cache {
@@ -81,11 +91,11 @@ impl Cache {
             }
             inner.entries.remove(key);
         }
-        if let Some(tx) = inner.flights.get(key) {
+        if let Some(flight) = inner.flights.get_mut(key) {
+            let tx = flight.get_or_insert_with(|| watch::channel(None).0);
             return Lookup::Follow(tx.subscribe());
         }
-        let (tx, _) = watch::channel(None);
-        inner.flights.insert(key.clone(), tx);
+        inner.flights.insert(key.clone(), None);
         Lookup::Lead(FlightGuard {
             key: Some(key.clone()),
             inner: self.inner.clone(),
@@ -147,7 +157,7 @@ impl FlightGuard {
                 expires: now + ttl,
             },
         );
-        if let Some(tx) = inner.flights.remove(&key) {
+        if let Some(Some(tx)) = inner.flights.remove(&key) {
             tx.send_replace(Some(Some(result)));
         }
     }
@@ -156,7 +166,7 @@ impl FlightGuard {
 impl Drop for FlightGuard {
     fn drop(&mut self) {
         if let Some(key) = self.key.take()
-            && let Some(tx) = self.inner.lock().flights.remove(&key)
+            && let Some(Some(tx)) = self.inner.lock().flights.remove(&key)
         {
             tx.send_replace(Some(None));
         }
@@ -175,12 +185,27 @@ mod tests {
     }
 
     fn result(origin: &str) -> Arc<CachedResult> {
-        Arc::new(CachedResult {
+        use toolwarden_protocol::{Outcome, Status};
+        let outcome = Outcome {
+            status: Status::Ok,
+            attempts: 1,
+            call_id: origin.into(),
+            turn_id: "t".into(),
+            tool: "t".into(),
+            duration_ms: 0,
+            provenance: None,
+            detail: None,
+            repeat_count: None,
+        };
+        let result = CallResult {
+            outcome,
             content: vec![Content::text("r")],
             structured_content: None,
-            fetched_at: Timestamp::from_unix_millis(0),
-            digest: "sha256:x".into(),
-            origin_call_id: origin.into(),
+            is_error: false,
+        };
+        Arc::new(CachedResult {
+            result: Arc::new(result),
+            tool_blocks: 1,
         })
     }
 
@@ -193,7 +218,7 @@ mod tests {
         };
         guard.complete(result("c1"), Duration::from_secs(10), now);
         assert!(
-            matches!(cache.lookup(&key(1), now + Duration::from_secs(9)), Lookup::Hit(r) if r.origin_call_id.as_str() == "c1")
+            matches!(cache.lookup(&key(1), now + Duration::from_secs(9)), Lookup::Hit(r) if r.origin_call_id().as_str() == "c1")
         );
         assert!(matches!(
             cache.lookup(&key(1), now + Duration::from_secs(10)),
@@ -217,8 +242,14 @@ mod tests {
         let w1 = tokio::spawn(follow(f1));
         let w2 = tokio::spawn(follow(f2));
         guard.complete(result("leader"), Duration::from_secs(5), now);
-        assert_eq!(w1.await.unwrap().unwrap().origin_call_id.as_str(), "leader");
-        assert_eq!(w2.await.unwrap().unwrap().origin_call_id.as_str(), "leader");
+        assert_eq!(
+            w1.await.unwrap().unwrap().origin_call_id().as_str(),
+            "leader"
+        );
+        assert_eq!(
+            w2.await.unwrap().unwrap().origin_call_id().as_str(),
+            "leader"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -16,8 +16,8 @@ use tokio::time::{Instant, sleep, sleep_until};
 use toolwarden_protocol::{
     Approval, CallId, CallResult, CallState, CancelReason, Content, Decider, DenyReason,
     ErrorReason, EventKind, InteractionAction, InteractionKind, InvalidReason, Outcome, Policy,
-    ProgressInfo, Provenance, ProvenanceSource, RecentCall, Status, StopHow, TimeoutKind,
-    Timestamp, ToolCall, format_duration,
+    ProgressInfo, Provenance, ProvenanceSource, Status, StopHow, TimeoutKind, Timestamp, ToolCall,
+    format_duration,
 };
 
 use crate::backend::{
@@ -25,7 +25,7 @@ use crate::backend::{
 };
 use crate::breaker::{Admission, Verdict};
 use crate::cache::{self, CacheKey, CachedResult, Lookup};
-use crate::canonical;
+use crate::canonical::{self, ValueRef};
 use crate::config::apply_hints;
 use crate::engine::EngineInner;
 use crate::events::EventScope;
@@ -102,14 +102,15 @@ impl Finisher {
         &self.slot.call_id
     }
 
-    /// Records the outcome and returns the call's result.
+    /// Records the outcome: the call's result goes to its turn (and to the `tool_result` event,
+    /// sharing one allocation).
     fn finish(
         &mut self,
         status: Status,
         detail: Option<String>,
         output: Option<ToolOutput>,
         provenance: Option<Provenance>,
-    ) -> CallResult {
+    ) -> Arc<CallResult> {
         self.done = true;
         let is_error = status.is_error();
         let (mut content, structured_content) = match output {
@@ -140,12 +141,12 @@ impl Finisher {
             detail,
             repeat_count: self.repeat.map(|(c, _)| c),
         };
-        let result = CallResult {
+        let result = Arc::new(CallResult {
             outcome,
             content,
             structured_content,
             is_error,
-        };
+        });
         if let Some(runtime) = &self.runtime {
             if self.running {
                 runtime.metrics.in_flight(-1);
@@ -160,31 +161,23 @@ impl Finisher {
             view.state = CallState::Done;
             view.status = Some(result.outcome.status.name());
         }
-        self.turn.session.record(RecentCall {
-            call_id: self.call_id().clone(),
-            turn_id: self.turn.id.clone(),
-            tool: self.tool().to_owned(),
-            status: result.outcome.status.clone(),
-            at: Timestamp::now(),
-        });
+        self.turn.session.record(&result.outcome);
         self.engine.bus.emit(
             &self.scope,
             EventKind::ToolResult {
-                outcome: result.outcome.clone(),
+                result: result.clone(),
                 duration_ms: result.outcome.duration_ms,
-                is_error,
-                content: result.content.clone(),
             },
         );
-        self.turn.complete(self.slot.index, result.clone());
+        self.turn.complete(&self.slot, result.clone());
         result
     }
 
-    fn fail(&mut self, status: Status, detail: Option<String>) -> CallResult {
-        self.finish(status, detail, None, None)
+    fn fail(&mut self, status: Status, detail: Option<String>) {
+        self.finish(status, detail, None, None);
     }
 
-    fn deny(&mut self, decider: Decider, reason: DenyReason, detail: Option<String>) -> CallResult {
+    fn deny(&mut self, decider: Decider, reason: DenyReason, detail: Option<String>) {
         self.engine
             .bus
             .emit(&self.scope, EventKind::ToolCallDenied { decider, reason });
@@ -192,7 +185,7 @@ impl Finisher {
     }
 
     /// Cancelled: `not_started` if the backend was never invoked, else the scope's reason.
-    fn cancelled(&mut self) -> CallResult {
+    fn cancelled(&mut self) {
         let reason = if self.invoked {
             self.slot
                 .scope
@@ -201,33 +194,42 @@ impl Finisher {
         } else {
             CancelReason::NotStarted
         };
-        self.fail(Status::Cancelled { reason }, None)
+        self.fail(Status::Cancelled { reason }, None);
     }
 
-    fn cache_hit(&mut self, hit: &CachedResult) -> CallResult {
+    fn cache_hit(&mut self, hit: &CachedResult) {
         if let Some(runtime) = &self.runtime {
             runtime.metrics.cache_hit();
         }
+        let Some(original) = hit.result.outcome.provenance.as_ref() else {
+            // Only results with provenance are stored; be total anyway.
+            return self.fail(
+                Status::Error {
+                    reason: ErrorReason::Transport,
+                },
+                Some("cache entry without provenance".into()),
+            );
+        };
         self.engine.bus.emit(
             &self.scope,
             EventKind::CacheHit {
-                origin_call_id: hit.origin_call_id.clone(),
-                fetched_at: hit.fetched_at,
+                origin_call_id: hit.origin_call_id().clone(),
+                fetched_at: original.fetched_at,
             },
         );
         let provenance = Provenance {
             source: ProvenanceSource::Cache,
-            fetched_at: hit.fetched_at,
+            fetched_at: original.fetched_at,
             cache_hit: true,
-            digest: hit.digest.clone(),
-            origin_call_id: Some(hit.origin_call_id.clone()),
+            digest: original.digest.clone(),
+            origin_call_id: Some(hit.origin_call_id().clone()),
         };
         let output = ToolOutput {
-            content: hit.content.clone(),
-            structured_content: hit.structured_content.clone(),
+            content: hit.content().to_vec(),
+            structured_content: hit.result.structured_content.clone(),
             is_error: false,
         };
-        self.finish(Status::Ok, None, Some(output), Some(provenance))
+        self.finish(Status::Ok, None, Some(output), Some(provenance));
     }
 }
 
@@ -261,11 +263,7 @@ impl Drop for ProbeGuard {
 }
 
 /// Runs one call through the whole pipeline. Always returns (and records) exactly one result.
-pub(crate) async fn run_call(
-    engine: Arc<EngineInner>,
-    turn: Arc<TurnState>,
-    job: CallJob,
-) -> CallResult {
+pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job: CallJob) {
     let CallJob {
         slot,
         call,
@@ -311,11 +309,11 @@ pub(crate) async fn run_call(
         Value::Null => Value::Object(Default::default()),
         other => other,
     };
-    let canonical = canonical::to_canonical(&input);
-    if canonical.len() as u64 > policy.max_input {
+    let (input_len, input_digest) = canonical::measure(&input);
+    if input_len as u64 > policy.max_input {
         let detail = format!(
             "It is {}; the limit is {}.",
-            human_size(canonical.len() as u64),
+            human_size(input_len as u64),
             human_size(policy.max_input)
         );
         return fin.fail(
@@ -325,7 +323,9 @@ pub(crate) async fn run_call(
             Some(detail),
         );
     }
-    if let Some(validator) = &entry.validator {
+    if let Some(validator) = &entry.validator
+        && !validator.is_valid(&input)
+    {
         let errors: Vec<String> = validator
             .iter_errors(&input)
             .take(5)
@@ -334,17 +334,13 @@ pub(crate) async fn run_call(
                 format!("{}: {e}", if path.is_empty() { "(input)" } else { path })
             })
             .collect();
-        if !errors.is_empty() {
-            return fin.fail(
-                Status::Invalid {
-                    reason: InvalidReason::Schema,
-                },
-                Some(errors.join("; ")),
-            );
-        }
+        return fin.fail(
+            Status::Invalid {
+                reason: InvalidReason::Schema,
+            },
+            Some(errors.join("; ")),
+        );
     }
-    let input_digest = canonical::sha256(&canonical);
-    drop(canonical);
 
     // Loop detector.
     match turn
@@ -456,38 +452,36 @@ pub(crate) async fn run_call(
     // Cache store and outcome.
     match last {
         Final::Ok(output) => {
-            let fetched_at = Timestamp::now();
-            let digest = canonical::digest_string(&result_digest(&output));
+            let provenance = Provenance {
+                source: ProvenanceSource::Tool,
+                fetched_at: Timestamp::now(),
+                cache_hit: false,
+                digest: canonical::digest_string(&result_digest(&output)),
+                origin_call_id: None,
+            };
+            let tool_blocks = output.content.len();
+            let result = fin.finish(Status::Ok, None, Some(output), Some(provenance));
             if let Some(guard) = flight {
                 guard.complete(
                     Arc::new(CachedResult {
-                        content: output.content.clone(),
-                        structured_content: output.structured_content.clone(),
-                        fetched_at,
-                        digest: digest.clone(),
-                        origin_call_id: fin.call_id().clone(),
+                        result,
+                        tool_blocks,
                     }),
                     policy.cache_ttl,
                     Instant::now(),
                 );
             }
-            let provenance = Provenance {
-                source: ProvenanceSource::Tool,
-                fetched_at,
-                cache_hit: false,
-                digest,
-                origin_call_id: None,
-            };
-            fin.finish(Status::Ok, None, Some(output), Some(provenance))
         }
-        Final::ToolError(output) => fin.finish(
-            Status::Error {
-                reason: ErrorReason::ToolError,
-            },
-            None,
-            Some(output),
-            None,
-        ),
+        Final::ToolError(output) => {
+            fin.finish(
+                Status::Error {
+                    reason: ErrorReason::ToolError,
+                },
+                None,
+                Some(output),
+                None,
+            );
+        }
         Final::Rejected(message) => fin.fail(
             Status::Error {
                 reason: ErrorReason::ToolError,
@@ -508,25 +502,24 @@ pub(crate) async fn run_call(
 
 /// Digest of a result's content: canonical JSON of `{"content": [...], "structuredContent": ...}`.
 fn result_digest(output: &ToolOutput) -> [u8; 32] {
-    let mut obj = serde_json::Map::new();
-    obj.insert(
-        "content".into(),
-        Value::Array(output.content.iter().map(|c| c.0.clone()).collect()),
-    );
-    if let Some(s) = &output.structured_content {
-        obj.insert("structuredContent".into(), s.clone());
+    let items: Vec<&Value> = output.content.iter().map(|c| &c.0).collect();
+    match &output.structured_content {
+        Some(s) => canonical::digest_object(&[
+            ("content", ValueRef::Array(&items)),
+            ("structuredContent", ValueRef::One(s)),
+        ]),
+        None => canonical::digest_object(&[("content", ValueRef::Array(&items))]),
     }
-    canonical::digest(&Value::Object(obj))
 }
 
-/// Asks for approval; `Some(result)` when the call ends here.
+/// Asks for approval; `Some(())` when the call ended here (denied or cancelled).
 async fn approve(
     engine: &Arc<EngineInner>,
     fin: &mut Finisher,
     entry: &ToolEntry,
     policy: &Policy,
     input: &Arc<Value>,
-) -> Option<CallResult> {
+) -> Option<()> {
     let kind = if policy.approval == Approval::Confirm {
         InteractionKind::Confirm
     } else {
@@ -681,6 +674,18 @@ impl InFlight {
         match self.fut.as_mut() {
             Some(f) => f.await,
             None => std::future::pending().await,
+        }
+    }
+
+    /// Polls the attempt once: a backend that answers at once (an in-process function) ends
+    /// here, without the deadline machinery being set up.
+    fn poll_now(&mut self) -> Option<AttemptEnd> {
+        let fut = self.fut.as_mut()?;
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        match fut.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(end) => Some(end),
+            std::task::Poll::Pending => None,
         }
     }
 
@@ -848,31 +853,40 @@ async fn one_attempt(
             },
         );
     };
-    let ended = loop {
-        let idle_at = (!idle.is_zero()).then(|| heartbeat.last_beat() + idle);
-        tokio::select! {
-            biased;
-            () = slot.scope.cancelled() => break Ended::Cancelled(slot.scope.reason().unwrap_or(CancelReason::User)),
-            end = inflight.wait() => break Ended::Backend(end),
-            () = sleep_until_opt(total_deadline) => break Ended::Timeout(TimeoutKind::Total, policy.timeout),
-            () = sleep_until_opt(attempt_deadline) => break Ended::Timeout(TimeoutKind::Attempt, policy.attempt_timeout),
-            () = sleep_until_opt(idle_at) => {
-                if heartbeat.last_beat() + idle <= Instant::now() {
-                    break Ended::Timeout(TimeoutKind::Idle, idle);
+    let first = if slot.scope.is_cancelled() {
+        None
+    } else {
+        inflight.poll_now()
+    };
+    let ended = if let Some(end) = first {
+        Ended::Backend(end)
+    } else {
+        loop {
+            let idle_at = (!idle.is_zero()).then(|| heartbeat.last_beat() + idle);
+            tokio::select! {
+                biased;
+                () = slot.scope.cancelled() => break Ended::Cancelled(slot.scope.reason().unwrap_or(CancelReason::User)),
+                end = inflight.wait() => break Ended::Backend(end),
+                () = sleep_until_opt(total_deadline) => break Ended::Timeout(TimeoutKind::Total, policy.timeout),
+                () = sleep_until_opt(attempt_deadline) => break Ended::Timeout(TimeoutKind::Attempt, policy.attempt_timeout),
+                () = sleep_until_opt(idle_at) => {
+                    if heartbeat.last_beat() + idle <= Instant::now() {
+                        break Ended::Timeout(TimeoutKind::Idle, idle);
+                    }
                 }
-            }
-            () = heartbeat.progressed() => {
-                let now = Instant::now();
-                if now >= pacer.last_emit + PROGRESS_MIN_GAP {
+                () = heartbeat.progressed() => {
+                    let now = Instant::now();
+                    if now >= pacer.last_emit + PROGRESS_MIN_GAP {
+                        emit_progress(heartbeat.take_progress());
+                        pacer = Pacer { last_emit: now, flush: false };
+                    } else {
+                        pacer.flush = true;
+                    }
+                }
+                () = sleep_until(pacer.next_due()) => {
                     emit_progress(heartbeat.take_progress());
-                    pacer = Pacer { last_emit: now, flush: false };
-                } else {
-                    pacer.flush = true;
+                    pacer = Pacer { last_emit: Instant::now(), flush: false };
                 }
-            }
-            () = sleep_until(pacer.next_due()) => {
-                emit_progress(heartbeat.take_progress());
-                pacer = Pacer { last_emit: Instant::now(), flush: false };
             }
         }
     };

@@ -10,6 +10,52 @@
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+/// Where canonical bytes go: a buffer, or straight into a hasher.
+trait Sink {
+    fn put(&mut self, bytes: &[u8]);
+    fn byte(&mut self, b: u8) {
+        self.put(&[b]);
+    }
+}
+
+impl Sink for Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+    fn byte(&mut self, b: u8) {
+        self.push(b);
+    }
+}
+
+impl Sink for Sha256 {
+    fn put(&mut self, bytes: &[u8]) {
+        self.update(bytes);
+    }
+}
+
+/// A hasher that also counts the bytes it was given.
+struct Counted {
+    hasher: Sha256,
+    len: usize,
+}
+
+impl Sink for Counted {
+    fn put(&mut self, bytes: &[u8]) {
+        self.len += bytes.len();
+        self.hasher.update(bytes);
+    }
+}
+
+/// The length and SHA-256 of the canonical JSON of `value`, without materializing it.
+pub fn measure(value: &Value) -> (usize, [u8; 32]) {
+    let mut sink = Counted {
+        hasher: Sha256::new(),
+        len: 0,
+    };
+    write_value(&mut sink, value);
+    (sink.len, sink.hasher.finalize().into())
+}
+
 /// The canonical JSON bytes of `value`.
 pub fn to_canonical(value: &Value) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);
@@ -19,7 +65,47 @@ pub fn to_canonical(value: &Value) -> Vec<u8> {
 
 /// SHA-256 of the canonical JSON of `value`.
 pub fn digest(value: &Value) -> [u8; 32] {
-    sha256(&to_canonical(value))
+    let mut hasher = Sha256::new();
+    write_value(&mut hasher, value);
+    hasher.finalize().into()
+}
+
+/// SHA-256 of the canonical JSON of the object `{key: value, ...}`, without building it.
+/// `entries` must be sorted by key as JCS orders them (plain ASCII keys sort bytewise).
+pub fn digest_object(entries: &[(&str, ValueRef<'_>)]) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    hasher.byte(b'{');
+    for (i, (key, value)) in entries.iter().enumerate() {
+        if i > 0 {
+            hasher.byte(b',');
+        }
+        write_string(&mut hasher, key);
+        hasher.byte(b':');
+        match value {
+            ValueRef::One(v) => write_value(&mut hasher, v),
+            ValueRef::Array(items) => {
+                hasher.byte(b'[');
+                for (j, item) in items.iter().enumerate() {
+                    if j > 0 {
+                        hasher.byte(b',');
+                    }
+                    write_value(&mut hasher, item);
+                }
+                hasher.byte(b']');
+            }
+        }
+    }
+    hasher.byte(b'}');
+    hasher.finalize().into()
+}
+
+/// A value of [`digest_object`]: one JSON value, or an array given as its items.
+#[derive(Clone, Copy, Debug)]
+pub enum ValueRef<'a> {
+    /// One value.
+    One(&'a Value),
+    /// An array of these items.
+    Array(&'a [&'a Value]),
 }
 
 /// SHA-256 of some bytes.
@@ -39,83 +125,111 @@ pub fn digest_string(d: &[u8; 32]) -> String {
     s
 }
 
-fn write_value(out: &mut Vec<u8>, value: &Value) {
+fn write_value<S: Sink>(out: &mut S, value: &Value) {
     match value {
-        Value::Null => out.extend_from_slice(b"null"),
-        Value::Bool(true) => out.extend_from_slice(b"true"),
-        Value::Bool(false) => out.extend_from_slice(b"false"),
+        Value::Null => out.put(b"null"),
+        Value::Bool(true) => out.put(b"true"),
+        Value::Bool(false) => out.put(b"false"),
         Value::Number(n) => {
+            let mut digits = itoa::Buffer::new();
             if let Some(i) = n.as_i64() {
-                out.extend_from_slice(i.to_string().as_bytes());
+                out.put(digits.format(i).as_bytes());
             } else if let Some(u) = n.as_u64() {
-                out.extend_from_slice(u.to_string().as_bytes());
+                out.put(digits.format(u).as_bytes());
             } else if let Some(f) = n.as_f64() {
                 write_float(out, f);
             } else {
                 // Only reachable with serde_json's arbitrary_precision: keep the text as is.
-                out.extend_from_slice(n.to_string().as_bytes());
+                out.put(n.to_string().as_bytes());
             }
         }
         Value::String(s) => write_string(out, s),
         Value::Array(items) => {
-            out.push(b'[');
+            out.byte(b'[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(b',');
+                    out.byte(b',');
                 }
                 write_value(out, item);
             }
-            out.push(b']');
+            out.byte(b']');
         }
         Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            // JCS orders keys by their UTF-16 code units, not by UTF-8 bytes.
-            entries.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
-            out.push(b'{');
-            for (i, (k, v)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
+            // JCS orders keys by their UTF-16 code units, not by UTF-8 bytes. serde_json's map
+            // usually iterates in byte order, which is the same unless keys mix characters above
+            // U+FFFF with ones in U+E000..U+FFFF: write in place when already in order.
+            let in_order = map
+                .keys()
+                .zip(map.keys().skip(1))
+                .all(|(a, b)| a.encode_utf16().cmp(b.encode_utf16()).is_lt());
+            out.byte(b'{');
+            if in_order {
+                for (i, (k, v)) in map.iter().enumerate() {
+                    if i > 0 {
+                        out.byte(b',');
+                    }
+                    write_string(out, k);
+                    out.byte(b':');
+                    write_value(out, v);
                 }
-                write_string(out, k);
-                out.push(b':');
-                write_value(out, v);
+            } else {
+                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                entries.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+                for (i, (k, v)) in entries.into_iter().enumerate() {
+                    if i > 0 {
+                        out.byte(b',');
+                    }
+                    write_string(out, k);
+                    out.byte(b':');
+                    write_value(out, v);
+                }
             }
-            out.push(b'}');
+            out.byte(b'}');
         }
     }
 }
 
-fn write_float(out: &mut Vec<u8>, f: f64) {
+fn write_float<S: Sink>(out: &mut S, f: f64) {
     if f == 0.0 {
         // -0 is written as 0.
-        out.push(b'0');
+        out.byte(b'0');
         return;
     }
     let mut buf = ryu_js::Buffer::new();
-    out.extend_from_slice(buf.format(f).as_bytes());
+    out.put(buf.format(f).as_bytes());
 }
 
-fn write_string(out: &mut Vec<u8>, s: &str) {
+fn write_string<S: Sink>(out: &mut S, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    out.push(b'"');
-    for &b in s.as_bytes() {
-        match b {
-            b'"' => out.extend_from_slice(b"\\\""),
-            b'\\' => out.extend_from_slice(b"\\\\"),
-            0x08 => out.extend_from_slice(b"\\b"),
-            0x09 => out.extend_from_slice(b"\\t"),
-            0x0a => out.extend_from_slice(b"\\n"),
-            0x0c => out.extend_from_slice(b"\\f"),
-            0x0d => out.extend_from_slice(b"\\r"),
-            0..=0x1f => {
-                out.extend_from_slice(b"\\u00");
-                out.push(HEX[(b >> 4) as usize]);
-                out.push(HEX[(b & 15) as usize]);
-            }
-            _ => out.push(b),
-        }
+    let bytes = s.as_bytes();
+    out.byte(b'"');
+    // Copy runs that need no escaping in one piece.
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let escaped: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            0x08 => b"\\b",
+            0x09 => b"\\t",
+            0x0a => b"\\n",
+            0x0c => b"\\f",
+            0x0d => b"\\r",
+            0..=0x1f => &[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[(b >> 4) as usize],
+                HEX[(b & 15) as usize],
+            ],
+            _ => continue,
+        };
+        out.put(&bytes[start..i]);
+        out.put(escaped);
+        start = i + 1;
     }
-    out.push(b'"');
+    out.put(&bytes[start..]);
+    out.byte(b'"');
 }
 
 #[cfg(test)]
@@ -171,6 +285,31 @@ mod tests {
         let a = json!({"id": 9_007_199_254_740_993u64});
         let b = json!({"id": 9_007_199_254_740_992u64});
         assert_ne!(digest(&a), digest(&b));
+    }
+
+    #[test]
+    fn digest_object_equals_the_digest_of_the_built_object() {
+        let items = [
+            json!({"type": "text", "text": "hi"}),
+            json!({"type": "image", "data": "AA=="}),
+        ];
+        let structured = json!({"z": 1, "a": [1.5, "x"]});
+        let refs: Vec<&Value> = items.iter().collect();
+        let streamed = digest_object(&[
+            ("content", ValueRef::Array(&refs)),
+            ("structuredContent", ValueRef::One(&structured)),
+        ]);
+        assert_eq!(
+            streamed,
+            digest(&json!({"content": items, "structuredContent": structured}))
+        );
+    }
+
+    #[test]
+    fn measure_agrees_with_the_bytes() {
+        let v = json!({"b": [1, "two", {"\u{E000}": 2, "\u{1F600}": 1}], "a": null});
+        let bytes = to_canonical(&v);
+        assert_eq!(measure(&v), (bytes.len(), sha256(&bytes)));
     }
 
     #[test]

@@ -1,6 +1,5 @@
 //! The engine: registry, sessions, turns, and the public API front doors and Rust programs use.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,6 +12,7 @@ use toolwarden_protocol::{
     SessionStatus, Status, ToolCall, ToolInfo, ToolSpec, TurnId,
 };
 
+use crate::FastMap;
 use crate::backend::{AttemptMeta, Backend, BackendHost};
 use crate::cache::Cache;
 use crate::call::CallJob;
@@ -124,8 +124,8 @@ impl EngineBuilder {
             cache: Cache::new(self.cache_entries),
             jitter: Jitter::new(self.jitter_seed),
             root: Scope::root(),
-            sessions: Mutex::new(HashMap::new()),
-            turns: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(FastMap::default()),
+            turns: Mutex::new(FastMap::default()),
             tracker: TaskTracker::new(),
             inproc: Arc::new(InProcessBackend::new(self.blocking_threads, metrics)),
             servers: Mutex::new(std::collections::BTreeMap::new()),
@@ -143,8 +143,8 @@ pub(crate) struct EngineInner {
     pub(crate) cache: Cache,
     pub(crate) jitter: Jitter,
     pub(crate) root: Scope,
-    pub(crate) sessions: Mutex<HashMap<SessionId, Arc<Session>>>,
-    pub(crate) turns: Mutex<HashMap<TurnId, Arc<TurnState>>>,
+    pub(crate) sessions: Mutex<FastMap<SessionId, Arc<Session>>>,
+    pub(crate) turns: Mutex<FastMap<TurnId, Arc<TurnState>>>,
     pub(crate) tracker: TaskTracker,
     pub(crate) inproc: Arc<InProcessBackend>,
     pub(crate) servers: Mutex<std::collections::BTreeMap<String, ServerStatus>>,
@@ -248,15 +248,15 @@ impl Engine {
 
     /// Runs one call as a one-call turn in `session`, here on the caller's task. Dropping the
     /// future cancels the call (as a client disconnect).
-    pub async fn call(&self, session_id: impl Into<SessionId>, call: ToolCall) -> CallResult {
+    pub async fn call(&self, session_id: impl Into<SessionId>, call: ToolCall) -> Arc<CallResult> {
         let req = TurnRequest::new(session_id, vec![call]);
         match self.run_turn(req).await {
             Ok(mut out) => out
                 .results
                 .pop()
-                .unwrap_or_else(|| self.inner.orphan_result()),
+                .unwrap_or_else(|| Arc::new(self.inner.orphan_result())),
             // A single call with an id cannot be refused; an empty id can.
-            Err(e) => self.inner.refused_result(e),
+            Err(e) => Arc::new(self.inner.refused_result(e)),
         }
     }
 
@@ -529,25 +529,30 @@ impl EngineInner {
         let session_id = req
             .session_id
             .or_else(|| parent.as_ref().map(|p| p.session.id.clone()))
-            .unwrap_or_else(|| SessionId::new(format!("s_{}", ulid::Ulid::new())));
+            .unwrap_or_else(|| SessionId::new(new_id("s_")));
         let session = self.session(session_id);
         let scope = match &parent {
             Some(p) => p.scope.child(ScopeKind::Turn),
             None => session.scope.child(ScopeKind::Turn),
         };
-        let turn_id = req
-            .turn_id
-            .unwrap_or_else(|| TurnId::new(format!("t_{}", ulid::Ulid::new())));
+        let turn_id = req.turn_id.unwrap_or_else(|| TurnId::new(new_id("t_")));
+        // Kept only for a renderer, which reads each call beside its result.
+        let kept_calls = if req.render.is_some() {
+            req.calls.clone()
+        } else {
+            Vec::new()
+        };
         let mut slots = Vec::with_capacity(req.calls.len());
-        let mut entries = Vec::with_capacity(req.calls.len());
-        for (index, call) in req.calls.iter().enumerate() {
+        let mut jobs = Vec::with_capacity(req.calls.len());
+        for (index, call) in req.calls.into_iter().enumerate() {
             let entry = self.registry.get(&call.name);
+            // Places in the session's line are taken in call order, before anything runs.
             let ticket = entry.as_ref().map(|e| {
                 session
                     .gate
                     .reserve(e.policy.concurrency == Concurrency::Exclusive)
             });
-            slots.push(Arc::new(CallSlot {
+            let slot = Arc::new(CallSlot {
                 index,
                 call_id: call.id.clone(),
                 tool: entry
@@ -561,8 +566,15 @@ impl EngineInner {
                     progress: None,
                     status: None,
                 }),
-            }));
-            entries.push((entry, ticket));
+                result: Mutex::new(None),
+            });
+            slots.push(slot.clone());
+            jobs.push(CallJob {
+                slot,
+                call,
+                entry,
+                ticket,
+            });
         }
         let turn = Arc::new(TurnState {
             id: turn_id.clone(),
@@ -570,9 +582,8 @@ impl EngineInner {
             parent: req.parent_turn_id,
             scope,
             started_at: toolwarden_protocol::Timestamp::now(),
-            slots: slots.clone(),
-            calls: req.calls.clone(),
-            results: Mutex::new(vec![None; req.calls.len()]),
+            slots,
+            calls: kept_calls,
             finalized: std::sync::atomic::AtomicBool::new(false),
             render: req.render,
             progress: req.progress,
@@ -586,18 +597,6 @@ impl EngineInner {
             turns.insert(turn_id, turn.clone());
         }
         session.turn_started();
-        let jobs = req
-            .calls
-            .into_iter()
-            .zip(slots)
-            .zip(entries)
-            .map(|((call, slot), (entry, ticket))| CallJob {
-                slot,
-                call,
-                entry,
-                ticket,
-            })
-            .collect();
         Ok((turn, jobs))
     }
 
@@ -689,6 +688,18 @@ impl EngineInner {
             is_error: true,
         }
     }
+}
+
+/// `PREFIX` followed by a fresh ULID, built in place (ids are made on every turn).
+fn new_id(prefix: &str) -> Arc<str> {
+    let mut buf = [0u8; 32];
+    let n = prefix.len().min(6);
+    buf[..n].copy_from_slice(&prefix.as_bytes()[..n]);
+    let mut ulid = [0u8; ulid::ULID_LEN];
+    let text = ulid::Ulid::new().array_to_str(&mut ulid);
+    buf[n..n + ulid::ULID_LEN].copy_from_slice(text.as_bytes());
+    // Both parts are ASCII.
+    Arc::from(std::str::from_utf8(&buf[..n + ulid::ULID_LEN]).unwrap_or("t_"))
 }
 
 /// What MCP server backends report to.

@@ -54,6 +54,10 @@ mod session;
 mod text;
 mod turn;
 
+/// Maps keyed by ids and digests on the hot path: a fast, DoS-resistant-enough seeded hasher
+/// instead of SipHash.
+pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
 pub use backend::{
     Attempt, AttemptEnd, AttemptError, AttemptMeta, Backend, BackendHost, BoxFuture, Heartbeat,
     ProgressRelay, StopSignals, ToolOutput,

@@ -1,7 +1,7 @@
 //! The loop detector: identical calls (same tool, same canonical input) in one session are
 //! annotated from `warn_after` on and denied from `block_after` on.
 
-use std::collections::HashMap;
+use crate::FastMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -28,7 +28,7 @@ type CallKey = (Arc<str>, [u8; 32]);
 /// One session's memory of its calls.
 #[derive(Default)]
 pub(crate) struct LoopDetector {
-    seen: Mutex<HashMap<CallKey, u32>>,
+    seen: Mutex<FastMap<CallKey, u32>>,
 }
 
 impl LoopDetector {

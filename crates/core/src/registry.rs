@@ -1,6 +1,6 @@
 //! The registry of tools: what each exposed name runs on, under which policy.
 
-use std::collections::HashMap;
+use crate::FastMap;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -32,8 +32,8 @@ pub(crate) struct ToolEntry {
 
 #[derive(Default)]
 pub(crate) struct Registry {
-    tools: RwLock<HashMap<Arc<str>, Arc<ToolEntry>>>,
-    runtimes: Mutex<HashMap<Arc<str>, Arc<ToolRuntime>>>,
+    tools: RwLock<FastMap<Arc<str>, Arc<ToolEntry>>>,
+    runtimes: Mutex<FastMap<Arc<str>, Arc<ToolRuntime>>>,
 }
 
 impl Registry {

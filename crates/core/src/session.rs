@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 use tokio::time::Instant;
-use toolwarden_protocol::{RecentCall, SessionId, Status};
+use toolwarden_protocol::{Outcome, RecentCall, SessionId, Status, Timestamp};
 
 use crate::cancel::Scope;
 use crate::gate::Gate;
@@ -46,18 +46,26 @@ impl Session {
         }
     }
 
-    pub(crate) fn record(&self, recent: RecentCall) {
+    /// Remembers how a call ended (failures in detail, successes as a count).
+    pub(crate) fn record(&self, outcome: &Outcome) {
         let mut h = self.history.lock();
-        *h.counts.entry(recent.status.name()).or_insert(0) += 1;
-        if let Status::Timeout { .. } = recent.status {
-            *h.timed_out.entry(recent.tool.clone()).or_insert(0) += 1;
+        *h.counts.entry(outcome.status.name()).or_insert(0) += 1;
+        if !outcome.status.is_error() {
+            return;
         }
-        if recent.status.is_error() {
-            if h.recent_failures.len() == RECENT_FAILURES {
-                h.recent_failures.pop_front();
-            }
-            h.recent_failures.push_back(recent);
+        if let Status::Timeout { .. } = outcome.status {
+            *h.timed_out.entry(outcome.tool.clone()).or_insert(0) += 1;
         }
+        if h.recent_failures.len() == RECENT_FAILURES {
+            h.recent_failures.pop_front();
+        }
+        h.recent_failures.push_back(RecentCall {
+            call_id: outcome.call_id.clone(),
+            turn_id: outcome.turn_id.clone(),
+            tool: outcome.tool.clone(),
+            status: outcome.status.clone(),
+            at: Timestamp::now(),
+        });
     }
 
     pub(crate) fn turn_started(&self) {

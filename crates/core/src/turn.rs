@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use toolwarden_protocol::{
     ActiveCall, ActiveTurn, CallId, CallResult, CallState, CancelReason, EventKind, ProgressInfo,
-    SessionId, Status, Timestamp, ToolCall, TurnCall, TurnId,
+    SessionId, Status, Timestamp, ToolCall, TurnCall, TurnId, TurnResults,
 };
 
 use crate::backend::ProgressRelay;
@@ -44,7 +44,7 @@ pub struct TurnRequest {
     pub turn_id: Option<TurnId>,
     /// The calls, in order.
     pub calls: Vec<ToolCall>,
-    /// How `turn_end` renders results (default: the `CallResult` as JSON).
+    /// How `turn_end` renders results (default: the `CallResult`s themselves).
     pub render: Option<ResultRenderer>,
     /// Live progress of the calls (the MCP gateway relays it to its client).
     pub progress: Option<CallProgress>,
@@ -96,8 +96,8 @@ pub struct TurnOutput {
     pub turn_id: TurnId,
     /// Its session.
     pub session_id: SessionId,
-    /// One result per call, in call order.
-    pub results: Vec<CallResult>,
+    /// One result per call, in call order (shared with the `tool_result` events).
+    pub results: Vec<Arc<CallResult>>,
 }
 
 /// One call's live state, as `GET /v1/turns/active` shows it.
@@ -116,6 +116,8 @@ pub(crate) struct CallSlot {
     pub(crate) tool: Arc<str>,
     pub(crate) scope: Scope,
     pub(crate) view: Mutex<SlotView>,
+    /// The call's result, once it has one.
+    pub(crate) result: Mutex<Option<Arc<CallResult>>>,
 }
 
 impl CallSlot {
@@ -133,11 +135,10 @@ pub(crate) struct TurnState {
     pub(crate) started_at: Timestamp,
     pub(crate) slots: Vec<Arc<CallSlot>>,
     pub(crate) calls: Vec<ToolCall>,
-    pub(crate) results: Mutex<Vec<Option<CallResult>>>,
     pub(crate) finalized: AtomicBool,
     pub(crate) render: Option<ResultRenderer>,
     pub(crate) progress: Option<CallProgress>,
-    pub(crate) stream: Mutex<Option<mpsc::UnboundedSender<(usize, CallResult)>>>,
+    pub(crate) stream: Mutex<Option<mpsc::UnboundedSender<(usize, Arc<CallResult>)>>>,
 }
 
 impl TurnState {
@@ -160,13 +161,11 @@ impl TurnState {
     }
 
     /// A call's result: kept in order and streamed.
-    pub(crate) fn complete(&self, index: usize, result: CallResult) {
+    pub(crate) fn complete(&self, slot: &CallSlot, result: Arc<CallResult>) {
         if let Some(tx) = &*self.stream.lock() {
-            let _ = tx.send((index, result.clone()));
+            let _ = tx.send((slot.index, result.clone()));
         }
-        if let Some(slot) = self.results.lock().get_mut(index) {
-            *slot = Some(result);
-        }
+        *slot.result.lock() = Some(result);
     }
 
     pub(crate) fn view(&self) -> ActiveTurn {
@@ -204,7 +203,7 @@ pub(crate) async fn drive_turn(
     engine: Arc<EngineInner>,
     turn: Arc<TurnState>,
     jobs: Vec<CallJob>,
-) -> Vec<CallResult> {
+) -> Vec<Arc<CallResult>> {
     let guard = TurnGuard {
         engine: engine.clone(),
         turn: turn.clone(),
@@ -218,7 +217,7 @@ pub(crate) async fn drive_turn(
                 .iter()
                 .map(|s| TurnCall {
                     call_id: s.call_id.clone(),
-                    tool: s.tool.to_string(),
+                    tool: s.tool.clone(),
                 })
                 .collect(),
         },
@@ -262,18 +261,20 @@ impl Drop for TurnGuard {
 }
 
 /// Ends a turn exactly once: unregisters it, emits `turn_end` with one result per call in order.
-pub(crate) fn finalize(engine: &EngineInner, turn: &TurnState) -> Vec<CallResult> {
+pub(crate) fn finalize(engine: &EngineInner, turn: &TurnState) -> Vec<Arc<CallResult>> {
     if turn.finalized.swap(true, Ordering::AcqRel) {
         return Vec::new();
     }
-    let results: Vec<CallResult> = {
-        let mut slots = turn.results.lock();
-        slots
-            .iter_mut()
-            .enumerate()
-            .map(|(i, r)| r.take().unwrap_or_else(|| engine.synthetic_result(turn, i)))
-            .collect()
-    };
+    let results: Vec<Arc<CallResult>> = turn
+        .slots
+        .iter()
+        .map(|slot| {
+            slot.result
+                .lock()
+                .clone()
+                .unwrap_or_else(|| Arc::new(engine.synthetic_result(turn, slot.index)))
+        })
+        .collect();
     *turn.stream.lock() = None;
     engine.unregister_turn(turn);
     let outcome = if turn.scope.is_cancelled() {
@@ -283,19 +284,21 @@ pub(crate) fn finalize(engine: &EngineInner, turn: &TurnState) -> Vec<CallResult
     } else {
         "partial"
     };
-    let rendered: Vec<Value> = results
-        .iter()
-        .zip(&turn.calls)
-        .map(|(r, c)| match &turn.render {
-            Some(render) => render(c, r),
-            None => serde_json::to_value(r).unwrap_or(Value::Null),
-        })
-        .collect();
+    let listed = match &turn.render {
+        Some(render) => TurnResults::Rendered(
+            results
+                .iter()
+                .zip(&turn.calls)
+                .map(|(r, c)| render(c, r))
+                .collect(),
+        ),
+        None => TurnResults::Results(results.clone()),
+    };
     engine.bus.emit(
         &turn.event_scope(),
         EventKind::TurnEnd {
             outcome: outcome.to_owned(),
-            results: rendered,
+            results: listed,
         },
     );
     engine.metrics.turn(outcome);
@@ -306,8 +309,8 @@ pub(crate) fn finalize(engine: &EngineInner, turn: &TurnState) -> Vec<CallResult
 pub struct TurnHandle {
     turn_id: TurnId,
     session_id: SessionId,
-    completions: mpsc::UnboundedReceiver<(usize, CallResult)>,
-    done: Option<oneshot::Receiver<Vec<CallResult>>>,
+    completions: mpsc::UnboundedReceiver<(usize, Arc<CallResult>)>,
+    done: Option<oneshot::Receiver<Vec<Arc<CallResult>>>>,
     abort_on_drop: Option<std::sync::Weak<EngineInner>>,
 }
 
@@ -323,8 +326,8 @@ impl TurnHandle {
     pub(crate) fn new(
         turn_id: TurnId,
         session_id: SessionId,
-        completions: mpsc::UnboundedReceiver<(usize, CallResult)>,
-        done: oneshot::Receiver<Vec<CallResult>>,
+        completions: mpsc::UnboundedReceiver<(usize, Arc<CallResult>)>,
+        done: oneshot::Receiver<Vec<Arc<CallResult>>>,
         engine: std::sync::Weak<EngineInner>,
     ) -> Self {
         Self {
@@ -347,7 +350,7 @@ impl TurnHandle {
     }
 
     /// The next call to complete, with its index; `None` when every call has completed.
-    pub async fn next_completed(&mut self) -> Option<(usize, CallResult)> {
+    pub async fn next_completed(&mut self) -> Option<(usize, Arc<CallResult>)> {
         self.completions.recv().await
     }
 
@@ -381,7 +384,9 @@ impl Drop for TurnHandle {
 }
 
 /// Sets the completion stream of a turn before it starts.
-pub(crate) fn stream_completions(turn: &TurnState) -> mpsc::UnboundedReceiver<(usize, CallResult)> {
+pub(crate) fn stream_completions(
+    turn: &TurnState,
+) -> mpsc::UnboundedReceiver<(usize, Arc<CallResult>)> {
     let (tx, rx) = mpsc::unbounded_channel();
     *turn.stream.lock() = Some(tx);
     rx

@@ -5,10 +5,10 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::call::Content;
+use crate::call::CallResult;
 use crate::ids::{CallId, InteractionId, SessionId, TurnId};
 use crate::interaction::{Interaction, InteractionAction, InteractionKind};
-use crate::outcome::{CancelReason, Decider, DenyReason, Outcome, TimeoutKind};
+use crate::outcome::{CancelReason, Decider, DenyReason, TimeoutKind};
 use crate::time::Timestamp;
 
 /// How a cancelled or timed-out call's work was stopped.
@@ -94,7 +94,7 @@ pub enum EventKind {
         /// `completed` (every call ok), `partial` (some call did not end ok) or `aborted`.
         outcome: String,
         /// One result per call, in call order.
-        results: Vec<Value>,
+        results: TurnResults,
     },
     /// A turn was aborted.
     TurnAbort {
@@ -134,16 +134,13 @@ pub enum EventKind {
         /// Its limit in milliseconds.
         after_ms: u64,
     },
-    /// A call's outcome.
+    /// A call's outcome: the result the caller got (`outcome`, `content`, `is_error`, ...).
     ToolResult {
-        /// The structured outcome.
-        outcome: Outcome,
+        /// The result, flattened into the event.
+        #[serde(flatten)]
+        result: Arc<CallResult>,
         /// From arrival to outcome.
         duration_ms: u64,
-        /// Whether the model reads it as an error.
-        is_error: bool,
-        /// The content the caller got.
-        content: Vec<Content>,
     },
     /// The work of a cancelled or timed-out call was stopped.
     ToolStopped {
@@ -241,13 +238,38 @@ impl EventKind {
     }
 }
 
+/// The results of a turn as `turn_end` carries them: serialized as one list either way.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum TurnResults {
+    /// The engine's own results (no front door asked for another form).
+    Results(Vec<Arc<CallResult>>),
+    /// What a front door answers with (Anthropic `tool_result` blocks, OpenAI tool messages, ...).
+    Rendered(Vec<Value>),
+}
+
+impl TurnResults {
+    /// How many results.
+    pub fn len(&self) -> usize {
+        match self {
+            TurnResults::Results(r) => r.len(),
+            TurnResults::Rendered(r) => r.len(),
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// One call of a turn, as `turn_start` lists it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TurnCall {
     /// The call.
     pub call_id: CallId,
     /// Its tool.
-    pub tool: String,
+    pub tool: Arc<str>,
 }
 
 /// A typed, sequenced record of something that happened.

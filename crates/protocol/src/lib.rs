@@ -30,6 +30,7 @@ pub use duration::{
 };
 pub use event::{
     BreakerStateKind, Event, EventKind, ProgressInfo, ServerStateKind, StopHow, TurnCall,
+    TurnResults,
 };
 pub use ids::{CallId, InteractionId, SessionId, TurnId};
 pub use interaction::{
