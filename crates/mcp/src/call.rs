@@ -217,6 +217,15 @@ async fn answered(
 /// A request that failed without an answer: a closed connection is classified by why it
 /// ended; anything else by the error itself.
 async fn request_failed(conn: &Conn, shared: &Shared, e: &ServiceError) -> AttemptError {
+    if !conn.stdio
+        && matches!(
+            e,
+            ServiceError::TransportSend(_) | ServiceError::TransportClosed
+        )
+    {
+        // An HTTP server has no process to watch: have the supervisor check it is alive.
+        conn.router.suspect.notify_one();
+    }
     match e {
         ServiceError::TransportClosed => closed_error(conn, shared).await,
         ServiceError::TransportSend(_) if conn.stdio => {
@@ -231,10 +240,17 @@ async fn request_failed(conn: &Conn, shared: &Shared, e: &ServiceError) -> Attem
 }
 
 async fn closed_error(conn: &Conn, shared: &Shared) -> AttemptError {
+    if !conn.stdio {
+        conn.router.suspect.notify_one();
+    }
     match tokio::time::timeout(END_REASON_WAIT, conn.ended()).await {
         Ok(end) => end_error(shared, end),
-        Err(_) => AttemptError::Crashed(format!(
+        Err(_) if conn.stdio => AttemptError::Crashed(format!(
             "MCP server {:?} closed the connection",
+            shared.name
+        )),
+        Err(_) => AttemptError::Transport(format!(
+            "MCP server {:?}: the response stream closed before the answer",
             shared.name
         )),
     }

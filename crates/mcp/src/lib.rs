@@ -111,6 +111,8 @@ pub(crate) struct Snapshot {
     conn: Option<Arc<Conn>>,
     /// Start attempts begun so far.
     starts: u64,
+    /// Down for good (a config error): no start attempt will follow.
+    permanent: bool,
     shut_down: bool,
 }
 
@@ -226,6 +228,7 @@ impl McpServer {
                     detail: None,
                     conn: None,
                     starts: 0,
+                    permanent: false,
                     shut_down: false,
                 }),
                 shutdown: CancellationToken::new(),

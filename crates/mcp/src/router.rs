@@ -118,6 +118,8 @@ pub(crate) struct Router {
     pub(crate) send_lock: tokio::sync::Mutex<()>,
     /// The server said its tool list changed.
     pub(crate) tools_changed: Notify,
+    /// A call hit a transport failure on an HTTP connection: is the server still there?
+    pub(crate) suspect: Notify,
 }
 
 impl Router {
@@ -127,6 +129,7 @@ impl Router {
             calls: Mutex::new(Calls::default()),
             send_lock: tokio::sync::Mutex::new(()),
             tools_changed: Notify::new(),
+            suspect: Notify::new(),
         })
     }
 

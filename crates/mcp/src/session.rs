@@ -13,6 +13,7 @@ use rmcp::ServiceExt as _;
 use rmcp::model::Tool;
 use rmcp::service::{Peer, RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::common::client_side_sse::ExponentialBackoff;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, BufReader};
 use tokio::sync::watch;
@@ -240,9 +241,16 @@ pub(crate) async fn connect(
                 .map_err(|e| format!("initialize failed: {e}"))?
         }
         Endpoint::Http { url, headers } => {
-            let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+            let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                 .custom_headers(headers.clone())
                 .max_sse_event_size(max_message_bytes);
+            // rmcp re-opens a broken response stream forever by default, so a call whose
+            // server died would wait forever: give up after a few tries instead.
+            let mut retry = ExponentialBackoff::default();
+            retry.max_times = Some(3);
+            retry.base_duration = std::time::Duration::from_millis(500);
+            retry.max_delay = Some(std::time::Duration::from_secs(2));
+            config.retry_config = Arc::new(retry);
             let transport = StreamableHttpClientTransport::from_config(config);
             handler
                 .serve_with_ct(transport, ct.clone())

@@ -28,6 +28,7 @@ pub(crate) async fn supervise(
         Ok(endpoint) => endpoint.clone(),
         Err(detail) => {
             // A config problem does not heal by retrying.
+            shared.state.send_modify(|s| s.permanent = true);
             shared.set_state(
                 ServerStateKind::Down,
                 Some(format!("bad server config: {detail}")),
@@ -199,7 +200,16 @@ async fn watch_session(
     // Whether rmcp's service loop already finished (its future must not be polled again).
     let mut loop_done = false;
     let mut pending_restart: Option<RestartRequest> = None;
+    // A liveness probe of an HTTP server, after a call hit a transport failure.
+    let mut probe: Option<tokio::task::JoinHandle<Result<(), String>>> = None;
+    let mut probing = false;
     let end = loop {
+        let probed = async {
+            match probe.as_mut() {
+                Some(handle) => handle.await.unwrap_or_else(|e| Err(e.to_string())),
+                None => std::future::pending().await,
+            }
+        };
         let child_exit = async {
             match child.as_mut() {
                 Some(c) => c.proc.wait().await.ok(),
@@ -245,8 +255,22 @@ async fn watch_session(
             _ = conn.router.tools_changed.notified() => {
                 tokio::spawn(refresh_tools(shared.clone(), conn.clone()));
             }
+            _ = conn.router.suspect.notified(), if !probing => {
+                probing = true;
+                probe = Some(tokio::spawn(ping(conn.peer.clone())));
+            }
+            result = probed => {
+                probing = false;
+                probe = None;
+                if let Err(e) = result {
+                    break ConnEnd::Lost(format!("the server stopped answering: {e}"));
+                }
+            }
         }
     };
+    if let Some(probe) = probe {
+        probe.abort();
+    }
     if end == ConnEnd::Shutdown {
         // Tell the server to stop what it was doing before the connection goes.
         let ids = conn.router.in_flight();
@@ -271,6 +295,16 @@ async fn watch_session(
         let _ = request.done.send(());
     }
     end
+}
+
+/// Whether the server still answers a `ping` (within 5 s).
+async fn ping(peer: rmcp::service::Peer<rmcp::service::RoleClient>) -> Result<(), String> {
+    let request = rmcp::model::ClientRequest::PingRequest(Default::default());
+    match tokio::time::timeout(Duration::from_secs(5), peer.send_request(request)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("no answer to ping within 5s".into()),
+    }
 }
 
 /// Re-reads the tool list after `notifications/tools/list_changed`.

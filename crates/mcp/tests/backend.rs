@@ -700,3 +700,38 @@ async fn a_streamable_http_server_serves_calls_progress_and_cancels() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn an_http_server_that_dies_mid_call_fails_the_call_and_goes_down() {
+    let (mut process, url) = http_server().await;
+    let (host, server) = up(
+        "web",
+        ServerConfig {
+            url: Some(url),
+            ..Default::default()
+        },
+    )
+    .await;
+    let running = tokio::spawn(
+        server.start(AttemptKit::new("sleep", json!({"ms": 30000}), "s", OnStuck::Abandon).1),
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    process.kill().expect("kill");
+    process.wait().await.expect("reap");
+    let end = tokio::time::timeout(Duration::from_secs(20), running)
+        .await
+        .expect("the call ends")
+        .unwrap();
+    let e = error(end);
+    assert!(matches!(e, AttemptError::Transport(_)), "{e:?}");
+    // A liveness probe found it gone: down, and retried in the background.
+    host.wait_for(Duration::from_secs(20), "down", |r| {
+        r.last_state("web").is_some_and(|(k, d)| {
+            k == ServerStateKind::Down && d.is_some_and(|d| d.contains("stopped answering"))
+        })
+    })
+    .await;
+    let down = error(call(&server, "echo", json!({"text": "x"})).await);
+    assert!(matches!(down, AttemptError::Transport(_)), "{down:?}");
+    finish(server, &[]).await;
+}

@@ -61,12 +61,8 @@ async fn server_everything_long_running_operation_is_abandoned_after_its_ignored
     assert!(long.input_schema["properties"]["duration"].is_object());
 
     // A plain call works.
-    let (_kit, attempt) = AttemptKit::new(
-        "echo",
-        json!({"message": "hello"}),
-        "e",
-        OnStuck::Abandon,
-    );
+    let (_kit, attempt) =
+        AttemptKit::new("echo", json!({"message": "hello"}), "e", OnStuck::Abandon);
     match server.start(attempt).await {
         AttemptEnd::Done(Ok(out)) => {
             assert!(!out.is_error);
