@@ -269,8 +269,10 @@ impl McpServer {
                 if snap.shut_down {
                     return Err(ReadyError::ShutDown { server });
                 }
+                let live = snap.conn.as_ref().is_some_and(|c| c.end().is_none());
                 match snap.kind {
-                    ServerStateKind::Up => return Ok(()),
+                    // Up, unless its connection just ended (the state follows in a moment).
+                    ServerStateKind::Up if live => return Ok(()),
                     // A failure counts once a start attempt began after (or was under way
                     // when) we started waiting.
                     ServerStateKind::Down

@@ -75,17 +75,11 @@ pub(crate) async fn supervise(
                 match watch_session(&shared, session, child, &mut restart_rx).await {
                     ConnEnd::Shutdown => break,
                     ConnEnd::Restart(why) => {
-                        shared.set_state(
-                            ServerStateKind::Down,
-                            Some(format!("restarting: {why}")),
-                            None,
-                        );
                         restart_cause = Some(why);
                         failures = 0;
                         None
                     }
                     ConnEnd::Crashed(detail) | ConnEnd::Lost(detail) => {
-                        shared.set_state(ServerStateKind::Down, Some(detail.clone()), None);
                         restart_cause = Some(format!("after it went down: {detail}"));
                         if up_since.elapsed() >= shared.opts.backoff_reset_after {
                             failures = 0;
@@ -280,8 +274,20 @@ async fn watch_session(
         );
         let _ = tokio::time::timeout(Duration::from_millis(500), cancels).await;
     }
-    // Calls in flight learn why before the process dies (a restart is not a crash).
+    // Calls in flight learn why before the process dies (a restart is not a crash), and the
+    // state says down before the teardown's waits.
     conn.end_with(end.clone());
+    match &end {
+        ConnEnd::Shutdown => {}
+        ConnEnd::Restart(why) => shared.set_state(
+            ServerStateKind::Down,
+            Some(format!("restarting: {why}")),
+            None,
+        ),
+        ConnEnd::Crashed(detail) | ConnEnd::Lost(detail) => {
+            shared.set_state(ServerStateKind::Down, Some(detail.clone()), None)
+        }
+    }
     ct.cancel();
     stop_child(child, end == ConnEnd::Shutdown).await;
     if !loop_done

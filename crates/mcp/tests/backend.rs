@@ -461,6 +461,27 @@ async fn a_crash_mid_call_is_crashed_and_the_server_is_restarted() {
 }
 
 #[tokio::test]
+async fn a_server_that_closes_its_stdout_is_treated_as_crashed_and_replaced() {
+    let (host, server) = up("t", stdio(&[])).await;
+    let pid = server_pid(&server).await;
+    let closed = error(call(&server, "close_stdout", json!({})).await);
+    match &closed {
+        AttemptError::Crashed(detail) => assert!(detail.contains("closed its stdout"), "{detail}"),
+        other => panic!("expected Crashed, got {other:?}"),
+    }
+    // The process that lived on was killed, and a new one serves.
+    assert_all_gone(&[pid], Duration::from_secs(5)).await;
+    server.wait_ready(READY).await.expect("back up");
+    assert!(
+        host.record()
+            .states_of("t")
+            .contains(&ServerStateKind::Restarted)
+    );
+    let new_pid = server_pid(&server).await;
+    finish(server, &[pid, new_pid]).await;
+}
+
+#[tokio::test]
 async fn garbage_on_stdout_is_survived_and_fails_only_the_call_it_touches() {
     let (_host, server) = up("t", stdio(&[])).await;
     let pid = server_pid(&server).await;

@@ -16,6 +16,7 @@
 //! | `fail` | a result with `isError: true` |
 //! | `reject` | a JSON-RPC error (invalid params) |
 //! | `pid` | the server's process id |
+//! | `close_stdout` | stdio only: points stdout at `/dev/null` (the client sees its pipe close) and stays alive, never answering |
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -153,6 +154,11 @@ fn tools(bonus: bool) -> Vec<Tool> {
         tool("fail", "Answers isError: true.", json!({})),
         tool("reject", "Answers a JSON-RPC error.", json!({})),
         tool("pid", "Answers the server's pid.", json!({})),
+        tool(
+            "close_stdout",
+            "Closes its stdout pipe and lives on.",
+            json!({}),
+        ),
     ];
     if bonus {
         list.push(tool("bonus", "Listed after toggle_tools.", json!({})));
@@ -351,6 +357,13 @@ impl TestServer {
             )])),
             "reject" => Err(McpError::invalid_params("rejected on purpose", None)),
             "pid" => Ok(text(std::process::id().to_string())),
+            "close_stdout" => {
+                let null = std::fs::File::create("/dev/null")
+                    .map_err(|e| McpError::internal_error(format!("open /dev/null: {e}"), None))?;
+                nix::unistd::dup2_stdout(&null)
+                    .map_err(|e| McpError::internal_error(format!("dup2: {e}"), None))?;
+                std::future::pending().await
+            }
             other => Err(McpError::invalid_params(
                 format!("unknown tool {other:?}"),
                 None,
