@@ -25,6 +25,10 @@
 //! pending request at once and throws away whatever the server sends for it afterwards — but a
 //! late answer is exactly the evidence the stuck rules need (and what ends an abandoned call).
 //! On the wire the two are identical.
+//!
+//! `docs/MCP-BACKEND.md` has the full rules: starts and restarts, what counts as crashed,
+//! transport or rejected, the stuck rules, what rmcp does with bad frames, and every decision
+//! the spec leaves open.
 #![deny(missing_docs)]
 
 mod call;
