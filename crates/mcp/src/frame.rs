@@ -1,0 +1,446 @@
+//! The frame guard: a filter between a stdio server's stdout and rmcp.
+//!
+//! rmcp's stdio transport never closes the connection over a bad line — which is good — but it
+//! drops the line silently: text that is not JSON is ignored, an oversized line is discarded, and
+//! JSON of the wrong shape gets an `Invalid Request` reply. When the bad line was the *answer* to
+//! one of our calls, that call would wait for an answer that will never come. The guard reads
+//! every line first, forwards only well-formed ones, and for a bad one reports which request it
+//! touched (the top-level `"id"`, scanned even from a truncated or oversized frame), so that call
+//! ends at once with a clear transport error. Lines that touch no call are only logged.
+
+use std::str::FromStr as _;
+use std::sync::Arc;
+
+use rmcp::model::{NumberOrString, RequestId, ServerJsonRpcMessage};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWriteExt as _, BufReader, DuplexStream};
+
+/// A line from the server that was not forwarded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct BadFrame {
+    /// The request it answers, when an id could be read from it.
+    pub(crate) id: Option<RequestId>,
+    /// What was wrong with it.
+    pub(crate) problem: String,
+}
+
+/// Receives the bad frames of one connection.
+pub(crate) type OnBadFrame = Arc<dyn Fn(BadFrame) + Send + Sync>;
+
+/// Starts guarding `src` (a server's stdout); rmcp reads the returned stream instead. The
+/// returned stream ends when `src` does (or fails), so rmcp sees the server close its pipe.
+pub(crate) fn guard(
+    src: impl AsyncRead + Unpin + Send + 'static,
+    max_line: usize,
+    on_bad: OnBadFrame,
+) -> DuplexStream {
+    let (for_rmcp, to_rmcp) = tokio::io::duplex(256 * 1024);
+    tokio::spawn(run(src, to_rmcp, max_line, on_bad));
+    for_rmcp
+}
+
+async fn run(
+    src: impl AsyncRead + Unpin,
+    mut dst: DuplexStream,
+    max_line: usize,
+    on_bad: OnBadFrame,
+) {
+    let mut src = BufReader::with_capacity(64 * 1024, src);
+    let mut line: Vec<u8> = Vec::new();
+    // Set while skipping the rest of an oversized line: its id scanner and size so far.
+    let mut oversized: Option<(IdScanner, usize)> = None;
+    loop {
+        let (take, complete) = {
+            let buf = match src.fill_buf().await {
+                Ok(buf) => buf,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading the server's stdout failed");
+                    break;
+                }
+            };
+            if buf.is_empty() {
+                break;
+            }
+            let newline = buf.iter().position(|b| *b == b'\n');
+            let take = newline.map_or(buf.len(), |i| i + 1);
+            let chunk = &buf[..take];
+            if let Some((scanner, size)) = oversized.as_mut() {
+                scanner.feed(chunk);
+                *size += take;
+            } else if line.len() + take > max_line {
+                let mut scanner = IdScanner::default();
+                scanner.feed(&line);
+                scanner.feed(chunk);
+                oversized = Some((scanner, line.len() + take));
+                line = Vec::new();
+            } else {
+                line.extend_from_slice(chunk);
+            }
+            (take, newline.is_some())
+        };
+        src.consume(take);
+        if !complete {
+            continue;
+        }
+        if let Some((scanner, size)) = oversized.take() {
+            on_bad(BadFrame {
+                id: scanner.finish(),
+                problem: format!(
+                    "the server sent a message of {size} bytes, over the {max_line}-byte limit"
+                ),
+            });
+            continue;
+        }
+        match check(&line) {
+            Verdict::Forward => {
+                if dst.write_all(&line).await.is_err() {
+                    break;
+                }
+            }
+            Verdict::Skip => {}
+            Verdict::Bad(bad) => on_bad(bad),
+        }
+        line.clear();
+        if line.capacity() > 1 << 20 {
+            line.shrink_to(64 * 1024);
+        }
+    }
+    // An unterminated last line is dropped, as rmcp would. Dropping `dst` ends rmcp's input.
+}
+
+enum Verdict {
+    Forward,
+    Skip,
+    Bad(BadFrame),
+}
+
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+
+fn check(line: &[u8]) -> Verdict {
+    let body = line.strip_suffix(b"\n").unwrap_or(line);
+    let body = body.strip_suffix(b"\r").unwrap_or(body);
+    let body = body.strip_prefix(BOM).unwrap_or(body);
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Verdict::Skip;
+    }
+    let value: Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(e) => {
+            return Verdict::Bad(BadFrame {
+                id: IdScanner::scan(body),
+                problem: format!(
+                    "the server wrote a line that is not JSON ({e}): {}",
+                    preview(body)
+                ),
+            });
+        }
+    };
+    let Value::Object(map) = &value else {
+        return Verdict::Bad(BadFrame {
+            id: None,
+            problem: format!(
+                "the server wrote JSON that is not a JSON-RPC message: {}",
+                preview(body)
+            ),
+        });
+    };
+    if map.contains_key("method") {
+        // A request or notification: rmcp's business (it ignores unknown notifications).
+        return Verdict::Forward;
+    }
+    let id = map.get("id").and_then(id_of);
+    // A response must parse the way rmcp will parse it, or its call would never hear of it.
+    match serde_json::from_slice::<ServerJsonRpcMessage>(body) {
+        Ok(ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_)) => Verdict::Forward,
+        Ok(_) | Err(_) if id.is_none() => Verdict::Bad(BadFrame {
+            id: None,
+            problem: format!(
+                "the server wrote a JSON object that is not a JSON-RPC message: {}",
+                preview(body)
+            ),
+        }),
+        Ok(_) => Verdict::Forward,
+        Err(e) => Verdict::Bad(BadFrame {
+            id,
+            problem: format!("the server sent a malformed response ({e})"),
+        }),
+    }
+}
+
+fn id_of(v: &Value) -> Option<RequestId> {
+    match v {
+        Value::Number(n) => n.as_i64().map(NumberOrString::Number),
+        Value::String(s) => Some(NumberOrString::String(s.as_str().into())),
+        _ => None,
+    }
+}
+
+/// The start of a line, printable, for logs and error details.
+fn preview(body: &[u8]) -> String {
+    const MAX: usize = 120;
+    let text = String::from_utf8_lossy(&body[..body.len().min(MAX)]);
+    let mut out: String = text.chars().filter(|c| !c.is_control()).collect();
+    if body.len() > MAX {
+        out.push('…');
+    }
+    out
+}
+
+/// Finds the top-level `"id"` of a JSON object from its bytes, fed in pieces, without
+/// buffering the message: works on truncated frames (if the id came before the cut) and on
+/// oversized ones (wherever the id is).
+#[derive(Default)]
+pub(crate) struct IdScanner {
+    started: bool,
+    dead: bool,
+    depth: u32,
+    in_string: bool,
+    escape: bool,
+    expect_key: bool,
+    capturing_key: bool,
+    key_done: bool,
+    key: Vec<u8>,
+    value: Value_,
+    found: Option<RequestId>,
+}
+
+#[derive(Default, PartialEq)]
+enum Value_ {
+    #[default]
+    None,
+    Start,
+    Str(Vec<u8>),
+    Num(Vec<u8>),
+}
+
+impl IdScanner {
+    /// Scans one whole (possibly broken) frame.
+    pub(crate) fn scan(bytes: &[u8]) -> Option<RequestId> {
+        let mut s = Self::default();
+        s.feed(bytes);
+        s.finish()
+    }
+
+    /// Feeds the next bytes.
+    pub(crate) fn feed(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            if self.dead || self.found.is_some() {
+                return;
+            }
+            self.step(b);
+        }
+    }
+
+    /// The id, if one was found (a number cut off at the end of the input counts).
+    pub(crate) fn finish(mut self) -> Option<RequestId> {
+        if self.found.is_none()
+            && let Value_::Num(digits) = &self.value
+        {
+            self.found = parse_number(digits);
+        }
+        self.found
+    }
+
+    fn step(&mut self, b: u8) {
+        if !self.started {
+            if b.is_ascii_whitespace() || BOM.contains(&b) {
+                return;
+            }
+            if b == b'{' {
+                self.started = true;
+                self.depth = 1;
+                self.expect_key = true;
+            } else {
+                self.dead = true;
+            }
+            return;
+        }
+        match &mut self.value {
+            Value_::None => {}
+            Value_::Start => {
+                if b.is_ascii_whitespace() {
+                    return;
+                }
+                if b == b'"' {
+                    self.value = Value_::Str(Vec::new());
+                } else if b == b'-' || b.is_ascii_digit() {
+                    self.value = Value_::Num(vec![b]);
+                } else {
+                    // `null` or a structure: not an id we can route.
+                    self.dead = true;
+                }
+                return;
+            }
+            Value_::Str(s) => {
+                if self.escape {
+                    self.escape = false;
+                    s.push(b);
+                } else if b == b'\\' {
+                    self.escape = true;
+                } else if b == b'"' {
+                    self.found = std::str::from_utf8(s)
+                        .ok()
+                        .map(|s| NumberOrString::String(s.into()));
+                    self.dead = self.found.is_none();
+                } else if s.len() < 256 {
+                    s.push(b);
+                } else {
+                    self.dead = true;
+                }
+                return;
+            }
+            Value_::Num(digits) => {
+                if b.is_ascii_digit() || matches!(b, b'-' | b'+' | b'.' | b'e' | b'E') {
+                    if digits.len() < 32 {
+                        digits.push(b);
+                    }
+                } else {
+                    self.found = parse_number(digits);
+                    self.dead = self.found.is_none();
+                }
+                return;
+            }
+        }
+        if self.in_string {
+            if self.escape {
+                self.escape = false;
+                if self.capturing_key {
+                    self.key.push(b);
+                }
+            } else if b == b'\\' {
+                self.escape = true;
+            } else if b == b'"' {
+                self.in_string = false;
+                if self.capturing_key {
+                    self.capturing_key = false;
+                    self.key_done = true;
+                }
+            } else if self.capturing_key && self.key.len() < 8 {
+                self.key.push(b);
+            }
+            return;
+        }
+        match b {
+            b'"' => {
+                self.in_string = true;
+                if self.depth == 1 && self.expect_key {
+                    self.expect_key = false;
+                    self.capturing_key = true;
+                    self.key.clear();
+                }
+            }
+            b':' if self.depth == 1 && self.key_done => {
+                self.key_done = false;
+                if self.key == b"id" {
+                    self.value = Value_::Start;
+                }
+            }
+            b',' if self.depth == 1 => {
+                self.expect_key = true;
+                self.key_done = false;
+            }
+            b'{' | b'[' => self.depth += 1,
+            b'}' | b']' => {
+                self.depth = self.depth.saturating_sub(1);
+                if self.depth == 0 {
+                    self.dead = true;
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn parse_number(digits: &[u8]) -> Option<RequestId> {
+    let s = std::str::from_utf8(digits).ok()?;
+    i64::from_str(s).ok().map(NumberOrString::Number)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    fn num(n: i64) -> Option<RequestId> {
+        Some(NumberOrString::Number(n))
+    }
+
+    fn string(s: &str) -> Option<RequestId> {
+        Some(NumberOrString::String(s.into()))
+    }
+
+    #[test]
+    fn scanner_finds_top_level_ids() {
+        let cases: &[(&str, Option<RequestId>)] = &[
+            (r#"{"jsonrpc":"2.0","id":5,"result":{}}"#, num(5)),
+            (r#"{"result":{"id":9,"x":[1,{"id":3}]},"id":12}"#, num(12)),
+            (r#"{"jsonrpc":"2.0","id":"abc","result":{"#, string("abc")),
+            (
+                r#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"te"#,
+                num(7),
+            ),
+            (r#"{"jsonrpc":"2.0","id":42"#, num(42)),
+            (r#"{"text":"has \"id\":3 inside","id":-4}"#, num(-4)),
+            (r#"{"jsonrpc":"2.0","id":null,"error":{}}"#, None),
+            (r#"{"jsonrpc":"2.0","result":{}}"#, None),
+            ("this is not json", None),
+            (r#"[{"id":1}]"#, None),
+        ];
+        for (input, want) in cases {
+            assert_eq!(&IdScanner::scan(input.as_bytes()), want, "input {input}");
+        }
+    }
+
+    #[test]
+    fn scanner_works_across_pieces() {
+        let frame = br#"{"jsonrpc":"2.0","result":{"content":"xxxx"},"id":123}"#;
+        for split in 0..frame.len() {
+            let mut s = IdScanner::default();
+            s.feed(&frame[..split]);
+            s.feed(&frame[split..]);
+            assert_eq!(s.finish(), num(123), "split at {split}");
+        }
+    }
+
+    fn verdict(line: &str) -> Result<bool, BadFrame> {
+        match check(line.as_bytes()) {
+            Verdict::Forward => Ok(true),
+            Verdict::Skip => Ok(false),
+            Verdict::Bad(b) => Err(b),
+        }
+    }
+
+    #[test]
+    fn check_forwards_messages_and_reports_bad_frames() {
+        assert_eq!(
+            verdict("{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"content\":[]}}\n"),
+            Ok(true)
+        );
+        assert_eq!(
+            verdict(
+                "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":1,\"progress\":1}}\n"
+            ),
+            Ok(true)
+        );
+        assert_eq!(
+            verdict(
+                "{\"jsonrpc\":\"2.0\",\"id\":3,\"error\":{\"code\":-32602,\"message\":\"bad\"}}\r\n"
+            ),
+            Ok(true)
+        );
+        assert_eq!(verdict("   \n"), Ok(false));
+        let bad = verdict("{\"jsonrpc\":\"2.0\",\"id\":8,\"result\":{\"content\":[{\"type\n")
+            .unwrap_err();
+        assert_eq!(bad.id, num(8));
+        assert!(bad.problem.contains("not JSON"), "{}", bad.problem);
+        let bad = verdict("{\"jsonrpc\":\"2.0\",\"id\":9,\"unexpected\":true}\n").unwrap_err();
+        assert_eq!(bad.id, num(9));
+        assert!(
+            bad.problem.contains("malformed response"),
+            "{}",
+            bad.problem
+        );
+        assert_eq!(verdict("garbage\n").unwrap_err().id, None);
+        assert_eq!(verdict("[1,2]\n").unwrap_err().id, None);
+    }
+}

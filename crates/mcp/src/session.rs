@@ -1,0 +1,311 @@
+//! One connection to a server: a spawned stdio child or a Streamable HTTP session, from spawn or
+//! connect through `initialize` and `tools/list`.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use reqwest::header::{HeaderName, HeaderValue};
+use rmcp::ServiceExt as _;
+use rmcp::model::Tool;
+use rmcp::service::{Peer, RoleClient, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::common::client_side_sse::ExponentialBackoff;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use tokio::io::{AsyncBufReadExt as _, AsyncRead, BufReader};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use toolwarden_process::GroupChild;
+use toolwarden_protocol::ServerConfig;
+
+use crate::frame::{self, OnBadFrame};
+use crate::router::{Handler, Router};
+
+/// How to reach a server, from its config.
+#[derive(Clone, Debug)]
+pub(crate) enum Endpoint {
+    /// A child process speaking MCP on stdio.
+    Stdio {
+        program: PathBuf,
+        args: Vec<String>,
+        env: BTreeMap<String, String>,
+        cwd: PathBuf,
+    },
+    /// A Streamable HTTP endpoint.
+    Http {
+        url: String,
+        headers: HashMap<HeaderName, HeaderValue>,
+    },
+}
+
+impl Endpoint {
+    /// Reads the transport part of a server's config. Relative `cwd` and relative commands
+    /// with a `/` (`./server`, `bin/server`) are taken from `base_dir`; bare names go to `PATH`.
+    pub(crate) fn from_config(cfg: &ServerConfig, base_dir: &Path) -> Result<Self, String> {
+        match (&cfg.command, &cfg.url) {
+            (Some(_), Some(_)) => Err("both `command` and `url` are set; set one".into()),
+            (None, None) => Err("neither `command` nor `url` is set".into()),
+            (Some(command), None) => {
+                let cwd = match &cfg.cwd {
+                    Some(dir) => base_dir.join(dir),
+                    None => base_dir.to_path_buf(),
+                };
+                let program = if command.contains('/') {
+                    base_dir.join(command)
+                } else {
+                    PathBuf::from(command)
+                };
+                Ok(Endpoint::Stdio {
+                    program,
+                    args: cfg.args.clone(),
+                    env: cfg.env.clone(),
+                    cwd,
+                })
+            }
+            (None, Some(url)) => {
+                let mut headers = HashMap::new();
+                for (name, value) in &cfg.headers {
+                    let name = HeaderName::try_from(name.as_str())
+                        .map_err(|e| format!("bad header name {name:?}: {e}"))?;
+                    let value = HeaderValue::try_from(value.as_str())
+                        .map_err(|e| format!("bad value for header {name}: {e}"))?;
+                    headers.insert(name, value);
+                }
+                Ok(Endpoint::Http {
+                    url: url.clone(),
+                    headers,
+                })
+            }
+        }
+    }
+
+    pub(crate) fn is_stdio(&self) -> bool {
+        matches!(self, Endpoint::Stdio { .. })
+    }
+}
+
+/// Why a connection ended. Set once; calls in flight map it to their own end.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ConnEnd {
+    /// The server exited, crashed or closed its pipe.
+    Crashed(String),
+    /// We killed it to restart it (`on_stuck = "restart"`).
+    Restart(String),
+    /// toolwarden is shutting the server down.
+    Shutdown,
+    /// The HTTP session was lost.
+    Lost(String),
+}
+
+/// A live connection, shared by the calls that use it.
+pub(crate) struct Conn {
+    pub(crate) generation: u64,
+    pub(crate) peer: Peer<RoleClient>,
+    pub(crate) router: Arc<Router>,
+    pub(crate) stdio: bool,
+    end: watch::Sender<Option<ConnEnd>>,
+}
+
+impl Conn {
+    /// Ends the connection with `why`, unless it already ended. Whether this call ended it.
+    pub(crate) fn end_with(&self, why: ConnEnd) -> bool {
+        self.end.send_if_modified(|end| {
+            if end.is_none() {
+                *end = Some(why);
+                true
+            } else {
+                false
+            }
+        })
+    }
+
+    /// Resolves when the connection has ended, with why.
+    pub(crate) async fn ended(&self) -> ConnEnd {
+        let mut rx = self.end.subscribe();
+        match rx.wait_for(Option::is_some).await {
+            Ok(end) => end.clone().unwrap_or(ConnEnd::Shutdown),
+            Err(_) => ConnEnd::Shutdown,
+        }
+    }
+
+    /// Why the connection ended, if it has.
+    pub(crate) fn end(&self) -> Option<ConnEnd> {
+        self.end.borrow().clone()
+    }
+}
+
+/// The last lines a server wrote on stderr, for the detail of a failure.
+pub(crate) type StderrTail = Arc<Mutex<VecDeque<String>>>;
+
+/// A spawned stdio server process.
+pub(crate) struct Child {
+    pub(crate) proc: GroupChild,
+    pub(crate) stderr_tail: StderrTail,
+    stderr_task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Child {
+    /// Once the process exited: lets the stderr logger read what is left (bounded).
+    pub(crate) async fn settle_stderr(&mut self) {
+        if let Some(task) = self.stderr_task.take() {
+            let _ = tokio::time::timeout(std::time::Duration::from_millis(300), task).await;
+        }
+    }
+
+    /// What stderr said last, as a suffix for failure details (empty if nothing).
+    pub(crate) fn stderr_note(&self) -> String {
+        let tail = self.stderr_tail.lock();
+        match tail.back() {
+            Some(last) => format!("; last stderr line: {last}"),
+            None => String::new(),
+        }
+    }
+}
+
+/// How a process ended, in words.
+pub(crate) fn describe_exit(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(signal)) => format!("was killed by signal {signal}"),
+        (None, None) => format!("exited ({status})"),
+    }
+}
+
+/// A connected session, owned by the server's supervisor.
+pub(crate) struct Session {
+    pub(crate) conn: Arc<Conn>,
+    /// Cancelling it stops rmcp's service loop (which closes the server's stdin).
+    pub(crate) ct: CancellationToken,
+    pub(crate) service: RunningService<RoleClient, Handler>,
+}
+
+/// Spawns or connects, then `initialize` and `tools/list`. A spawned child is put in
+/// `child_slot` before anything is awaited, so the caller still holds it (to kill and reap it)
+/// when this future fails or is dropped by the start-up timeout.
+pub(crate) async fn connect(
+    endpoint: &Endpoint,
+    server: &Arc<str>,
+    generation: u64,
+    max_message_bytes: usize,
+    child_slot: &mut Option<Child>,
+) -> Result<(Session, Vec<Tool>), String> {
+    let router = Router::new(server.clone());
+    let handler = Handler {
+        router: router.clone(),
+    };
+    let ct = CancellationToken::new();
+    let service = match endpoint {
+        Endpoint::Stdio {
+            program,
+            args,
+            env,
+            cwd,
+        } => {
+            let mut cmd = tokio::process::Command::new(program);
+            cmd.args(args)
+                .envs(env)
+                .current_dir(cwd)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            let mut proc = GroupChild::spawn(cmd).map_err(|e| {
+                format!(
+                    "cannot start {} (in {}): {e}",
+                    program.display(),
+                    cwd.display()
+                )
+            })?;
+            let (Some(stdin), Some(stdout), Some(stderr)) =
+                (proc.take_stdin(), proc.take_stdout(), proc.take_stderr())
+            else {
+                return Err("the child's pipes are missing".into());
+            };
+            let stderr_tail: StderrTail = Arc::default();
+            let stderr_task = tokio::spawn(log_stderr(stderr, server.clone(), stderr_tail.clone()));
+            *child_slot = Some(Child {
+                proc,
+                stderr_tail,
+                stderr_task: Some(stderr_task),
+            });
+            let on_bad: OnBadFrame = {
+                let router = router.clone();
+                Arc::new(move |bad| router.bad_frame(bad))
+            };
+            let reader = frame::guard(stdout, max_message_bytes, on_bad);
+            handler
+                .serve_with_ct((reader, stdin), ct.clone())
+                .await
+                .map_err(|e| format!("initialize failed: {e}"))?
+        }
+        Endpoint::Http { url, headers } => {
+            let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                .custom_headers(headers.clone())
+                .max_sse_event_size(max_message_bytes);
+            // rmcp re-opens a broken response stream forever by default, so a call whose
+            // server died would wait forever: give up after a few tries instead.
+            let mut retry = ExponentialBackoff::default();
+            retry.max_times = Some(3);
+            retry.base_duration = std::time::Duration::from_millis(500);
+            retry.max_delay = Some(std::time::Duration::from_secs(2));
+            config.retry_config = Arc::new(retry);
+            let transport = StreamableHttpClientTransport::from_config(config);
+            handler
+                .serve_with_ct(transport, ct.clone())
+                .await
+                .map_err(|e| format!("cannot connect to {url}: {e}"))?
+        }
+    };
+    let tools = service
+        .peer()
+        .list_all_tools()
+        .await
+        .map_err(|e| format!("tools/list failed: {e}"))?;
+    let conn = Arc::new(Conn {
+        generation,
+        peer: service.peer().clone(),
+        router,
+        stdio: endpoint.is_stdio(),
+        end: watch::Sender::new(None),
+    });
+    Ok((Session { conn, ct, service }, tools))
+}
+
+/// Logs a server's stderr line by line (each line capped) and keeps the last few lines.
+async fn log_stderr(stderr: impl AsyncRead + Unpin, server: Arc<str>, tail: StderrTail) {
+    const MAX_LINE: usize = 4096;
+    const TAIL: usize = 5;
+    let mut reader = BufReader::new(stderr);
+    let mut line = Vec::new();
+    loop {
+        let (take, complete) = {
+            let Ok(buf) = reader.fill_buf().await else {
+                break;
+            };
+            if buf.is_empty() {
+                break;
+            }
+            let newline = buf.iter().position(|b| *b == b'\n');
+            let take = newline.map_or(buf.len(), |i| i + 1);
+            let room = MAX_LINE.saturating_sub(line.len());
+            line.extend_from_slice(&buf[..take.min(room)]);
+            (take, newline.is_some() || line.len() >= MAX_LINE)
+        };
+        reader.consume(take);
+        if complete {
+            let text = String::from_utf8_lossy(&line).trim_end().to_owned();
+            line.clear();
+            if text.is_empty() {
+                continue;
+            }
+            tracing::info!(target: "toolwarden_mcp::stderr", server = %server, "{text}");
+            let mut tail = tail.lock();
+            if tail.len() == TAIL {
+                tail.pop_front();
+            }
+            tail.push_back(text);
+        }
+    }
+}

@@ -1,0 +1,331 @@
+//! The supervisor: one task per server that starts it, watches it, restarts it and shuts it down.
+//!
+//! States it reports: `starting` at every start attempt; `up` once `initialize` and
+//! `tools/list` succeeded (preceded by a `restarted` event when an earlier instance had been up
+//! and went down); `down` with a detail when a start fails, the server exits or is restarted on
+//! purpose, and at shutdown. Restarts after failures wait a capped exponential backoff; a
+//! restart for a stuck call (`on_stuck = "restart"`) happens at once.
+
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use toolwarden_core::protocol::ServerStateKind;
+
+use crate::call::send_cancel;
+use crate::convert::tool_spec;
+use crate::session::{self, Child, ConnEnd, Session, describe_exit};
+use crate::{RestartRequest, Shared};
+
+/// Runs until the server is shut down.
+pub(crate) async fn supervise(
+    shared: Arc<Shared>,
+    mut restart_rx: mpsc::UnboundedReceiver<RestartRequest>,
+) {
+    let endpoint = match &shared.endpoint {
+        Ok(endpoint) => endpoint.clone(),
+        Err(detail) => {
+            // A config problem does not heal by retrying.
+            shared.state.send_modify(|s| s.permanent = true);
+            shared.set_state(
+                ServerStateKind::Down,
+                Some(format!("bad server config: {detail}")),
+                None,
+            );
+            shared.shutdown.cancelled().await;
+            finish(&shared);
+            return;
+        }
+    };
+    let mut generation = 0u64;
+    let mut failures = 0u32;
+    // Why the next successful start is a restart (`None` until an instance was up).
+    let mut restart_cause: Option<String> = None;
+    loop {
+        if shared.shutdown.is_cancelled() {
+            break;
+        }
+        generation += 1;
+        shared.set_state(ServerStateKind::Starting, None, None);
+        let mut child: Option<Child> = None;
+        let started = tokio::select! {
+            r = start(&shared, &endpoint, generation, &mut child) => Some(r),
+            _ = shared.shutdown.cancelled() => None,
+        };
+        let delay_after: Option<String> = match started {
+            None => {
+                stop_child(child, false).await;
+                break;
+            }
+            Some(Err(detail)) => {
+                let detail = failed_child_detail(child, detail).await;
+                shared.set_state(ServerStateKind::Down, Some(detail.clone()), None);
+                Some(detail)
+            }
+            Some(Ok((session, tools))) => {
+                let conn = session.conn.clone();
+                shared.publish_tools(tools.iter().map(tool_spec).collect());
+                if let Some(cause) = restart_cause.take() {
+                    shared.event(ServerStateKind::Restarted, Some(cause));
+                }
+                shared.set_state(ServerStateKind::Up, None, Some(conn));
+                let up_since = Instant::now();
+                match watch_session(&shared, session, child, &mut restart_rx).await {
+                    ConnEnd::Shutdown => break,
+                    ConnEnd::Restart(why) => {
+                        restart_cause = Some(why);
+                        failures = 0;
+                        None
+                    }
+                    ConnEnd::Crashed(detail) | ConnEnd::Lost(detail) => {
+                        restart_cause = Some(format!("after it went down: {detail}"));
+                        if up_since.elapsed() >= shared.opts.backoff_reset_after {
+                            failures = 0;
+                        }
+                        Some(detail)
+                    }
+                }
+            }
+        };
+        if delay_after.is_some() {
+            let delay = backoff(&shared, failures);
+            failures = failures.saturating_add(1);
+            tracing::info!(server = %shared.name, ?delay, "restarting MCP server after a delay");
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = shared.shutdown.cancelled() => break,
+            }
+        }
+    }
+    shared.state.send_modify(|s| s.shut_down = true);
+    shared.set_state(ServerStateKind::Down, Some("shut down".into()), None);
+    finish(&shared);
+}
+
+fn finish(shared: &Shared) {
+    shared.finished.send_replace(true);
+}
+
+fn backoff(shared: &Shared, failures: u32) -> Duration {
+    let factor = 2u32.saturating_pow(failures.min(16));
+    shared
+        .opts
+        .restart_backoff_initial
+        .saturating_mul(factor)
+        .min(shared.opts.restart_backoff_max)
+}
+
+/// One start attempt under the start-up timeout.
+async fn start(
+    shared: &Shared,
+    endpoint: &session::Endpoint,
+    generation: u64,
+    child: &mut Option<Child>,
+) -> Result<(Session, Vec<rmcp::model::Tool>), String> {
+    let connect = session::connect(
+        endpoint,
+        &shared.name,
+        generation,
+        shared.opts.max_message_bytes,
+        child,
+    );
+    match shared.startup_timeout {
+        None => connect.await,
+        Some(limit) => tokio::time::timeout(limit, connect).await.unwrap_or_else(|_| {
+            Err(format!(
+                "did not start within {} (startup_timeout: spawn or connect, initialize and tools/list)",
+                toolwarden_core::protocol::format_duration(limit)
+            ))
+        }),
+    }
+}
+
+/// Kills and reaps a child whose start failed, and completes the failure's detail with how it
+/// exited and what it said last on stderr.
+async fn failed_child_detail(child: Option<Child>, detail: String) -> String {
+    let Some(mut child) = child else {
+        return detail;
+    };
+    let exited = tokio::time::timeout(Duration::from_millis(300), child.proc.wait()).await;
+    let exit = match exited {
+        Ok(Ok(status)) => {
+            child.settle_stderr().await;
+            format!(" (the server {})", describe_exit(status))
+        }
+        _ => String::new(),
+    };
+    let note = child.stderr_note();
+    stop_child(Some(child), false).await;
+    format!("{detail}{exit}{note}")
+}
+
+/// Kills the child's whole process group and reaps the leader. With `grace`, first waits a
+/// moment for it to exit by itself (its stdin was closed).
+async fn stop_child(child: Option<Child>, grace: bool) {
+    let Some(mut child) = child else { return };
+    if grace {
+        let _ = tokio::time::timeout(Duration::from_millis(500), child.proc.wait()).await;
+    }
+    // The group may outlive its leader: kill it in any case.
+    let _ = child.proc.kill();
+    if tokio::time::timeout(Duration::from_secs(5), child.proc.wait())
+        .await
+        .is_err()
+    {
+        tracing::error!(
+            pgid = child.proc.pgid(),
+            "MCP server did not die after SIGKILL"
+        );
+    }
+}
+
+/// Watches a live session until it ends, serving tool-list refreshes and restart requests, then
+/// tears it down. Returns why it ended.
+async fn watch_session(
+    shared: &Arc<Shared>,
+    session: Session,
+    mut child: Option<Child>,
+    restart_rx: &mut mpsc::UnboundedReceiver<RestartRequest>,
+) -> ConnEnd {
+    let Session { conn, ct, service } = session;
+    let mut waiting = pin!(service.waiting());
+    // Whether rmcp's service loop already finished (its future must not be polled again).
+    let mut loop_done = false;
+    let mut pending_restart: Option<RestartRequest> = None;
+    // A liveness probe of an HTTP server, after a call hit a transport failure.
+    let mut probe: Option<tokio::task::JoinHandle<Result<(), String>>> = None;
+    let mut probing = false;
+    let end = loop {
+        let probed = async {
+            match probe.as_mut() {
+                Some(handle) => handle.await.unwrap_or_else(|e| Err(e.to_string())),
+                None => std::future::pending().await,
+            }
+        };
+        let child_exit = async {
+            match child.as_mut() {
+                Some(c) => c.proc.wait().await.ok(),
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = shared.shutdown.cancelled() => break ConnEnd::Shutdown,
+            Some(request) = restart_rx.recv() => {
+                if request.generation != conn.generation {
+                    // That instance is gone already.
+                    let _ = request.done.send(());
+                    continue;
+                }
+                let why = request.reason.clone();
+                pending_restart = Some(request);
+                break ConnEnd::Restart(why);
+            }
+            status = child_exit => {
+                let exit = status.map_or_else(|| "exited".to_owned(), describe_exit);
+                let note = match child.as_mut() {
+                    Some(c) => { c.settle_stderr().await; c.stderr_note() }
+                    None => String::new(),
+                };
+                break ConnEnd::Crashed(format!("the server {exit}{note}"));
+            }
+            _ = &mut waiting => {
+                loop_done = true;
+                break match child.as_mut() {
+                    Some(c) => {
+                        // The pipe closed; an exit usually follows at once.
+                        match tokio::time::timeout(Duration::from_millis(500), c.proc.wait()).await {
+                            Ok(Ok(status)) => {
+                                c.settle_stderr().await;
+                                ConnEnd::Crashed(format!("the server {}{}", describe_exit(status), c.stderr_note()))
+                            }
+                            _ => ConnEnd::Crashed(format!("the server closed its stdout{}", c.stderr_note())),
+                        }
+                    }
+                    None => ConnEnd::Lost("the HTTP session ended".into()),
+                };
+            }
+            _ = conn.router.tools_changed.notified() => {
+                tokio::spawn(refresh_tools(shared.clone(), conn.clone()));
+            }
+            _ = conn.router.suspect.notified(), if !probing => {
+                probing = true;
+                probe = Some(tokio::spawn(ping(conn.peer.clone())));
+            }
+            result = probed => {
+                probing = false;
+                probe = None;
+                if let Err(e) = result {
+                    break ConnEnd::Lost(format!("the server stopped answering: {e}"));
+                }
+            }
+        }
+    };
+    if let Some(probe) = probe {
+        probe.abort();
+    }
+    if end == ConnEnd::Shutdown {
+        // Tell the server to stop what it was doing before the connection goes.
+        let ids = conn.router.in_flight();
+        let cancels = futures::future::join_all(
+            ids.iter()
+                .map(|id| send_cancel(&conn.peer, id.clone(), "shutdown")),
+        );
+        let _ = tokio::time::timeout(Duration::from_millis(500), cancels).await;
+    }
+    // Calls in flight learn why before the process dies (a restart is not a crash), and the
+    // state says down before the teardown's waits.
+    conn.end_with(end.clone());
+    match &end {
+        ConnEnd::Shutdown => {}
+        ConnEnd::Restart(why) => shared.set_state(
+            ServerStateKind::Down,
+            Some(format!("restarting: {why}")),
+            None,
+        ),
+        ConnEnd::Crashed(detail) | ConnEnd::Lost(detail) => {
+            shared.set_state(ServerStateKind::Down, Some(detail.clone()), None)
+        }
+    }
+    ct.cancel();
+    stop_child(child, end == ConnEnd::Shutdown).await;
+    if !loop_done
+        && tokio::time::timeout(Duration::from_secs(5), &mut waiting)
+            .await
+            .is_err()
+    {
+        tracing::warn!(server = %shared.name, "rmcp's service loop did not finish within 5s");
+    }
+    if let Some(request) = pending_restart {
+        let _ = request.done.send(());
+    }
+    end
+}
+
+/// Whether the server still answers a `ping` (within 5 s).
+async fn ping(peer: rmcp::service::Peer<rmcp::service::RoleClient>) -> Result<(), String> {
+    let request = rmcp::model::ClientRequest::PingRequest(Default::default());
+    match tokio::time::timeout(Duration::from_secs(5), peer.send_request(request)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("no answer to ping within 5s".into()),
+    }
+}
+
+/// Re-reads the tool list after `notifications/tools/list_changed`.
+async fn refresh_tools(shared: Arc<Shared>, conn: Arc<session::Conn>) {
+    let limit = shared.startup_timeout.unwrap_or(Duration::from_secs(60));
+    match tokio::time::timeout(limit, conn.peer.list_all_tools()).await {
+        Ok(Ok(tools)) if conn.end().is_none() => {
+            shared.publish_tools(tools.iter().map(tool_spec).collect());
+        }
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(server = %shared.name, error = %e, "tools/list after list_changed failed")
+        }
+        Err(_) => {
+            tracing::warn!(server = %shared.name, "tools/list after list_changed timed out")
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! Interop with the official reference server `@modelcontextprotocol/server-everything`
+//! (pinned in the repository's `package.json`, installed by `scripts/setup-test-deps.sh`).
+//!
+//! Its `trigger-long-running-operation` tool sends progress for the request's token and ignores
+//! cancels: after the cancel and the grace period the call is stuck, so it is abandoned and
+//! counted. Its SDK (TypeScript) never answers a cancelled request, so the count only drops when
+//! the server exits.
+#![allow(clippy::expect_used, clippy::unwrap_used, reason = "test helpers")]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use pretty_assertions::assert_eq;
+use serde_json::json;
+use toolwarden_core::protocol::{CancelReason, OnStuck, ServerConfig, ServerStateKind, StopHow};
+use toolwarden_core::{AttemptEnd, Backend};
+use toolwarden_mcp::McpServer;
+use toolwarden_testkit::{AttemptKit, RecordingHost, group_members, wait_until};
+
+fn everything_bin() -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let bin = root.join("node_modules/.bin/mcp-server-everything");
+    assert!(
+        bin.exists(),
+        "{} is missing: run scripts/setup-test-deps.sh (it installs the pinned \
+         @modelcontextprotocol/server-everything into ./node_modules with npm)",
+        bin.display()
+    );
+    bin
+}
+
+#[tokio::test]
+async fn server_everything_long_running_operation_is_abandoned_after_its_ignored_cancel() {
+    let host = RecordingHost::new();
+    let server = McpServer::start(
+        "everything".into(),
+        ServerConfig {
+            command: Some(everything_bin().display().to_string()),
+            args: vec!["stdio".into()],
+            ..Default::default()
+        },
+        host.clone(),
+        std::env::temp_dir(),
+    );
+    server
+        .wait_ready(Duration::from_secs(60))
+        .await
+        .expect("server-everything comes up");
+    let record = host.record();
+    let long = record
+        .tools_of("everything")
+        .and_then(|tools| {
+            tools
+                .iter()
+                .find(|t| t.name == "trigger-long-running-operation")
+        })
+        .expect("trigger-long-running-operation is listed")
+        .clone();
+    assert_eq!(long.annotations.read_only_hint, Some(true));
+    assert_eq!(long.annotations.destructive_hint, Some(false));
+    assert!(long.input_schema["properties"]["duration"].is_object());
+
+    // A plain call works.
+    let (_kit, attempt) =
+        AttemptKit::new("echo", json!({"message": "hello"}), "e", OnStuck::Abandon);
+    match server.start(attempt).await {
+        AttemptEnd::Done(Ok(out)) => {
+            assert!(!out.is_error);
+            assert!(
+                out.content[0]
+                    .as_text()
+                    .is_some_and(|t| t.contains("hello")),
+                "{out:?}"
+            );
+        }
+        other => panic!("echo failed: {other:?}"),
+    }
+
+    // The long operation: progress arrives as heartbeats...
+    let (kit, attempt) = AttemptKit::new(
+        "trigger-long-running-operation",
+        json!({"duration": 30, "steps": 100}),
+        "long",
+        OnStuck::Abandon,
+    );
+    let running = tokio::spawn(server.start(attempt));
+    wait_until(Duration::from_secs(10), "two progress heartbeats", || {
+        kit.progress().len() >= 2
+    })
+    .await;
+    let progress = kit.progress();
+    assert_eq!(progress[0].progress, Some(1.0));
+    assert_eq!(progress[0].total, Some(100.0));
+    // ...and the cancel is ignored: progress goes on past the grace period.
+    kit.cancel(CancelReason::User);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    kit.force();
+    assert!(matches!(
+        running.await.unwrap(),
+        AttemptEnd::Stopped(StopHow::Abandoned)
+    ));
+    assert_eq!(host.record().abandoned_now("everything"), 1);
+    assert_eq!(server.state(), ServerStateKind::Up);
+
+    // Counted until the server exits.
+    let pgid = {
+        let children = toolwarden_testkit::descendants(std::process::id());
+        children
+            .into_iter()
+            .find(|p| {
+                std::fs::read(format!("/proc/{p}/cmdline"))
+                    .map(|c| String::from_utf8_lossy(&c).contains("mcp-server-everything"))
+                    .unwrap_or(false)
+            })
+            .expect("the server process")
+    };
+    server.shutdown().await;
+    assert_eq!(host.record().abandoned_now("everything"), 0);
+    wait_until(Duration::from_secs(5), "server-everything gone", || {
+        group_members(pgid).is_empty()
+    })
+    .await;
+}

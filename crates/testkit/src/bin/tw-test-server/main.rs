@@ -1,0 +1,144 @@
+//! `tw-test-server`: an MCP server whose tools misbehave on purpose.
+//!
+//! Serves MCP over stdio by default, or over Streamable HTTP at `/mcp` with `--http ADDR`
+//! (the bound address is printed on stdout as the first line). Its tools hang, ignore cancels,
+//! crash, flood, write garbage to stdout, answer after a cancel, and spawn grandchildren — the
+//! behaviours a governing client must survive. See `tools.rs` for the list.
+//!
+//! On stdio, everything rmcp writes goes through a *pump* that also accepts raw lines from the
+//! tools, so a tool can put garbage or a hand-made frame on stdout between two whole messages.
+
+mod tools;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+use rmcp::ServiceExt as _;
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::sync::{mpsc, oneshot};
+
+use tools::{Injector, TestServer};
+
+/// Command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "tw-test-server",
+    about = "An MCP server whose tools misbehave on purpose"
+)]
+struct Args {
+    /// Serve Streamable HTTP at `/mcp` on this address (e.g. `127.0.0.1:0`) instead of stdio.
+    #[arg(long)]
+    http: Option<SocketAddr>,
+    /// Answer `initialize` only after this many milliseconds.
+    #[arg(long, default_value_t = 0)]
+    startup_delay_ms: u64,
+    /// Exit with status 2 before serving anything.
+    #[arg(long)]
+    fail_startup: bool,
+    /// Write this line to stderr at start (to check that stderr is captured).
+    #[arg(long)]
+    stderr_line: Option<String>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    if let Some(line) = &args.stderr_line {
+        eprintln!("{line}");
+    }
+    if args.fail_startup {
+        eprintln!("tw-test-server: failing start-up on purpose (--fail-startup)");
+        std::process::exit(2);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let startup_delay = Duration::from_millis(args.startup_delay_ms);
+        match args.http {
+            Some(addr) => serve_http(addr, startup_delay).await,
+            None => serve_stdio(startup_delay).await,
+        }
+    })
+}
+
+async fn serve_stdio(startup_delay: Duration) -> anyhow::Result<()> {
+    let (to_pump, from_rmcp) = tokio::io::duplex(64 * 1024);
+    let (inject_tx, inject_rx) = mpsc::channel(16);
+    let pump = tokio::spawn(pump(from_rmcp, inject_rx));
+    let server = TestServer::new(startup_delay, Some(Injector::new(inject_tx)));
+    let running = server
+        .serve((tokio::io::stdin(), to_pump))
+        .await
+        .context("initialize failed")?;
+    running.waiting().await?;
+    // The client closed stdin: let the pump write what is left, then leave.
+    let _ = tokio::time::timeout(Duration::from_secs(1), pump).await;
+    Ok(())
+}
+
+/// Copies rmcp's output to stdout line by line, and writes injected raw lines between two
+/// whole lines so that they never split a message.
+async fn pump(
+    from_rmcp: tokio::io::DuplexStream,
+    mut inject: mpsc::Receiver<(Vec<u8>, oneshot::Sender<()>)>,
+) {
+    let mut reader = BufReader::new(from_rmcp);
+    let mut stdout = tokio::io::stdout();
+    let mut line = Vec::new();
+    loop {
+        tokio::select! {
+            // `read_until` keeps partial reads in `line`, so being interrupted by an
+            // injection loses nothing: the next call continues the same line.
+            read = reader.read_until(b'\n', &mut line) => {
+                match read {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) if line.ends_with(b"\n") => {
+                        if stdout.write_all(&line).await.is_err() || stdout.flush().await.is_err() {
+                            break;
+                        }
+                        line.clear();
+                    }
+                    Ok(_) => {}
+                }
+            }
+            Some((raw, done)) = inject.recv() => {
+                if stdout.write_all(&raw).await.is_err() || stdout.flush().await.is_err() {
+                    break;
+                }
+                let _ = done.send(());
+            }
+        }
+    }
+}
+
+async fn serve_http(addr: SocketAddr, startup_delay: Duration) -> anyhow::Result<()> {
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+    };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    let bound = listener.local_addr()?;
+    // The first line on stdout is the bound address; tests read it to find the port.
+    println!("{bound}");
+    let shared = TestServer::new(startup_delay, None);
+    let service = StreamableHttpService::new(
+        move || Ok(shared.clone()),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default().with_sse_keep_alive(None),
+    );
+    let app = axum::Router::new().nest_service("/mcp", service);
+    axum::serve(listener, app).await?;
+    Ok(())
+}

@@ -1,0 +1,444 @@
+//! The test server's tools. Each one exists to misbehave in one documented way.
+//!
+//! | tool | does |
+//! |---|---|
+//! | `echo {text, structured?}` | answers `text` (read-only hint); `structured` adds `structuredContent` |
+//! | `sleep {ms}` | sleeps, honours a cancel |
+//! | `progress {every_ms, count}` | sends `count` progress notifications with the request's token, then answers; stops on a cancel |
+//! | `hang {progress_every_ms?, answer_after_ms?}` | ignores cancels; optionally keeps sending progress; optionally answers after a while — *even after a cancel* (written by hand, since rmcp would drop it) |
+//! | `crash {after_ms}` | the process exits with status 3 mid-call |
+//! | `spawn_grandchild {progress_every_ms?}` | spawns `sleep 600`, reports its pid in progress messages (`grandchild pid N`), ignores cancels, never answers |
+//! | `flood {bytes}` | a result with a text of `bytes` bytes |
+//! | `garbage {mode}` | stdio only: `lines` writes non-JSON lines then answers; `broken_frame` writes a truncated answer frame for its own request and never answers properly; `bad_shape` writes a JSON answer for its request with neither `result` nor `error` |
+//! | `cancels` | the `notifications/cancelled` received so far: `[{requestId, reason, tool, arguments}]`, naming the tool and arguments of the request each one cancelled |
+//! | `wipe` | destructive-annotated, does nothing |
+//! | `toggle_tools` | adds or removes the `bonus` tool and sends `notifications/tools/list_changed` |
+//! | `fail` | a result with `isError: true` |
+//! | `reject` | a JSON-RPC error (invalid params) |
+//! | `pid` | the server's process id |
+//! | `close_stdout` | stdio only: points stdout at `/dev/null` (the client sees its pipe close) and stays alive, never answering |
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use rmcp::ErrorData as McpError;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelledNotificationParam,
+    ContentBlock, InitializeRequestParams, InitializeResult, JsonObject, ListToolsResult,
+    NumberOrString, PaginatedRequestParams, ProgressNotificationParam, ProgressToken, RequestId,
+    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+};
+use rmcp::service::{NotificationContext, RequestContext, RoleServer};
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+
+/// Writes raw bytes on stdout between two whole messages (stdio only).
+#[derive(Clone)]
+pub(crate) struct Injector {
+    tx: mpsc::Sender<(Vec<u8>, oneshot::Sender<()>)>,
+}
+
+impl Injector {
+    pub(crate) fn new(tx: mpsc::Sender<(Vec<u8>, oneshot::Sender<()>)>) -> Self {
+        Self { tx }
+    }
+
+    /// Writes `raw` and waits until it is on stdout.
+    async fn write(&self, raw: Vec<u8>) {
+        let (done, written) = oneshot::channel();
+        if self.tx.send((raw, done)).await.is_ok() {
+            let _ = written.await;
+        }
+    }
+}
+
+/// The server; cheap to clone (HTTP sessions share one state).
+#[derive(Clone)]
+pub(crate) struct TestServer {
+    state: Arc<State>,
+}
+
+struct State {
+    startup_delay: Duration,
+    injector: Option<Injector>,
+    cancels: Mutex<Vec<Value>>,
+    /// Every `tools/call` received: request id → `{tool, arguments}`.
+    calls: Mutex<HashMap<String, Value>>,
+    bonus: AtomicBool,
+}
+
+impl TestServer {
+    pub(crate) fn new(startup_delay: Duration, injector: Option<Injector>) -> Self {
+        Self {
+            state: Arc::new(State {
+                startup_delay,
+                injector,
+                cancels: Mutex::new(Vec::new()),
+                calls: Mutex::new(HashMap::new()),
+                bonus: AtomicBool::new(false),
+            }),
+        }
+    }
+}
+
+fn schema(props: Value) -> Arc<JsonObject> {
+    let mut s = JsonObject::new();
+    s.insert("type".into(), json!("object"));
+    s.insert("properties".into(), props);
+    Arc::new(s)
+}
+
+fn tool(name: &'static str, description: &'static str, props: Value) -> Tool {
+    Tool::new(name, description, schema(props))
+}
+
+fn tools(bonus: bool) -> Vec<Tool> {
+    let mut list = vec![
+        tool(
+            "echo",
+            "Answers its text.",
+            json!({"text": {"type": "string"}, "structured": {"type": "boolean"}}),
+        )
+        .with_annotations(ToolAnnotations::new().read_only(true)),
+        tool(
+            "sleep",
+            "Sleeps, honouring cancels.",
+            json!({"ms": {"type": "integer"}}),
+        )
+        .with_annotations(ToolAnnotations::new().idempotent(true)),
+        tool(
+            "progress",
+            "Sends progress, then answers; stops on a cancel.",
+            json!({"every_ms": {"type": "integer"}, "count": {"type": "integer"}}),
+        ),
+        tool(
+            "hang",
+            "Ignores cancels; may keep sending progress; may answer late.",
+            json!({"progress_every_ms": {"type": "integer"}, "answer_after_ms": {"type": "integer"}}),
+        ),
+        tool(
+            "crash",
+            "The process exits mid-call.",
+            json!({"after_ms": {"type": "integer"}}),
+        ),
+        tool(
+            "spawn_grandchild",
+            "Spawns a sleeping grandchild, reports its pid, hangs.",
+            json!({"progress_every_ms": {"type": "integer"}}),
+        ),
+        tool(
+            "flood",
+            "Answers a huge text.",
+            json!({"bytes": {"type": "integer"}}),
+        ),
+        tool(
+            "garbage",
+            "Writes garbage on stdout.",
+            json!({"mode": {"type": "string", "enum": ["lines", "broken_frame", "bad_shape"]}}),
+        ),
+        tool(
+            "cancels",
+            "Lists the cancel notifications received.",
+            json!({}),
+        ),
+        tool("wipe", "Destructive (does nothing).", json!({}))
+            .with_annotations(ToolAnnotations::new().destructive(true)),
+        tool(
+            "toggle_tools",
+            "Adds or removes the bonus tool and says so.",
+            json!({}),
+        ),
+        tool("fail", "Answers isError: true.", json!({})),
+        tool("reject", "Answers a JSON-RPC error.", json!({})),
+        tool("pid", "Answers the server's pid.", json!({})),
+        tool(
+            "close_stdout",
+            "Closes its stdout pipe and lives on.",
+            json!({}),
+        ),
+    ];
+    if bonus {
+        list.push(tool("bonus", "Listed after toggle_tools.", json!({})));
+    }
+    list
+}
+
+fn text(s: impl Into<String>) -> CallToolResult {
+    CallToolResult::success(vec![ContentBlock::text(s)])
+}
+
+fn arg_u64(args: &JsonObject, key: &str) -> Option<u64> {
+    args.get(key).and_then(Value::as_u64)
+}
+
+fn id_json(id: &RequestId) -> Value {
+    match id {
+        NumberOrString::Number(n) => json!(n),
+        NumberOrString::String(s) => json!(s.as_ref()),
+    }
+}
+
+async fn send_progress(
+    ctx: &RequestContext<RoleServer>,
+    token: &Option<ProgressToken>,
+    progress: f64,
+    total: Option<f64>,
+    message: String,
+) {
+    let Some(token) = token else { return };
+    let mut p = ProgressNotificationParam::new(token.clone(), progress).with_message(message);
+    if let Some(total) = total {
+        p = p.with_total(total);
+    }
+    let _ = ctx.peer.notify_progress(p).await;
+}
+
+impl TestServer {
+    async fn run(
+        &self,
+        name: &str,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let token = ctx.meta.get_progress_token();
+        match name {
+            "echo" => {
+                let t = args
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                let mut r = text(t.clone());
+                if args.get("structured").and_then(Value::as_bool) == Some(true) {
+                    r.structured_content = Some(json!({"text": t}));
+                }
+                Ok(r)
+            }
+            "sleep" => {
+                let ms = arg_u64(&args, "ms").unwrap_or(1000);
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(ms)) => Ok(text(format!("slept {ms} ms"))),
+                    _ = ctx.ct.cancelled() => Ok(text("cancelled")),
+                }
+            }
+            "progress" => {
+                let every = Duration::from_millis(arg_u64(&args, "every_ms").unwrap_or(50));
+                let count = arg_u64(&args, "count").unwrap_or(5);
+                for i in 1..=count {
+                    tokio::select! {
+                        _ = tokio::time::sleep(every) => {}
+                        _ = ctx.ct.cancelled() => return Ok(text("cancelled")),
+                    }
+                    send_progress(
+                        &ctx,
+                        &token,
+                        i as f64,
+                        Some(count as f64),
+                        format!("step {i}"),
+                    )
+                    .await;
+                }
+                Ok(text(format!("done after {count} steps")))
+            }
+            "hang" => {
+                let every = arg_u64(&args, "progress_every_ms").map(Duration::from_millis);
+                let answer_after = arg_u64(&args, "answer_after_ms").map(Duration::from_millis);
+                let start = tokio::time::Instant::now();
+                let mut n = 0.0;
+                loop {
+                    if let Some(after) = answer_after
+                        && start.elapsed() >= after
+                    {
+                        break;
+                    }
+                    let tick = every.unwrap_or(Duration::from_millis(50));
+                    tokio::time::sleep(tick).await;
+                    if every.is_some() {
+                        n += 1.0;
+                        send_progress(&ctx, &token, n, None, "still working".into()).await;
+                    }
+                }
+                if ctx.ct.is_cancelled()
+                    && let Some(injector) = &self.state.injector
+                {
+                    // rmcp drops the answer of a cancelled request; a misbehaving server
+                    // answers anyway, so write the frame by hand.
+                    let frame = json!({"jsonrpc": "2.0", "id": id_json(&ctx.id),
+                        "result": {"content": [{"type": "text", "text": "late answer"}]}});
+                    injector.write(format!("{frame}\n").into_bytes()).await;
+                }
+                Ok(text("late answer"))
+            }
+            "crash" => {
+                let ms = arg_u64(&args, "after_ms").unwrap_or(0);
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                eprintln!("tw-test-server: crashing on purpose");
+                std::process::exit(3);
+            }
+            "spawn_grandchild" => {
+                let every =
+                    Duration::from_millis(arg_u64(&args, "progress_every_ms").unwrap_or(100));
+                let child = std::process::Command::new("sleep")
+                    .arg("600")
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .spawn()
+                    .map_err(|e| McpError::internal_error(format!("spawn sleep: {e}"), None))?;
+                let pid = child.id();
+                let mut n = 0.0;
+                loop {
+                    n += 1.0;
+                    send_progress(&ctx, &token, n, None, format!("grandchild pid {pid}")).await;
+                    tokio::time::sleep(every).await;
+                }
+            }
+            "flood" => {
+                let bytes = arg_u64(&args, "bytes").unwrap_or(1 << 20) as usize;
+                Ok(text("x".repeat(bytes)))
+            }
+            "garbage" => {
+                let Some(injector) = &self.state.injector else {
+                    return Ok(CallToolResult::error(vec![ContentBlock::text(
+                        "garbage needs the stdio transport",
+                    )]));
+                };
+                let id = id_json(&ctx.id);
+                match args.get("mode").and_then(Value::as_str).unwrap_or("lines") {
+                    "lines" => {
+                        injector.write(b"this is not json\n".to_vec()).await;
+                        injector.write(b"{\"unterminated\": [1, 2\n".to_vec()).await;
+                        injector.write(b"\xff\xfe\xfd binary\n".to_vec()).await;
+                        injector.write(b"\n".to_vec()).await;
+                        Ok(text("survived"))
+                    }
+                    "broken_frame" => {
+                        let frame = format!(
+                            "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{{\"content\":[{{\"type\":\"text\",\"text\":\"trunc\n"
+                        );
+                        injector.write(frame.into_bytes()).await;
+                        ctx.ct.cancelled().await;
+                        Ok(text("cancelled"))
+                    }
+                    "bad_shape" => {
+                        let frame = json!({"jsonrpc": "2.0", "id": id, "unexpected": true});
+                        injector.write(format!("{frame}\n").into_bytes()).await;
+                        ctx.ct.cancelled().await;
+                        Ok(text("cancelled"))
+                    }
+                    other => Err(McpError::invalid_params(
+                        format!("unknown garbage mode {other:?}"),
+                        None,
+                    )),
+                }
+            }
+            "cancels" => {
+                let list = Value::Array(self.state.cancels.lock().clone());
+                let mut r = text(list.to_string());
+                r.structured_content = Some(json!({"cancels": list}));
+                Ok(r)
+            }
+            "wipe" => Ok(text("nothing was wiped")),
+            "toggle_tools" => {
+                let now = !self.state.bonus.fetch_xor(true, Ordering::SeqCst);
+                let _ = ctx.peer.notify_tool_list_changed().await;
+                Ok(text(if now {
+                    "bonus tool added"
+                } else {
+                    "bonus tool removed"
+                }))
+            }
+            "bonus" if self.state.bonus.load(Ordering::SeqCst) => Ok(text("bonus")),
+            "fail" => Ok(CallToolResult::error(vec![ContentBlock::text(
+                "failed on purpose",
+            )])),
+            "reject" => Err(McpError::invalid_params("rejected on purpose", None)),
+            "pid" => Ok(text(std::process::id().to_string())),
+            "close_stdout" => {
+                let null = std::fs::File::create("/dev/null")
+                    .map_err(|e| McpError::internal_error(format!("open /dev/null: {e}"), None))?;
+                nix::unistd::dup2_stdout(&null)
+                    .map_err(|e| McpError::internal_error(format!("dup2: {e}"), None))?;
+                std::future::pending().await
+            }
+            other => Err(McpError::invalid_params(
+                format!("unknown tool {other:?}"),
+                None,
+            )),
+        }
+    }
+}
+
+impl rmcp::ServerHandler for TestServer {
+    fn get_info(&self) -> ServerConfig {
+        InitializeResult::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, McpError> {
+        tokio::time::sleep(self.state.startup_delay).await;
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(tools(
+            self.state.bonus.load(Ordering::SeqCst),
+        )))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let args = request.arguments.unwrap_or_default();
+        self.state.calls.lock().insert(
+            id_json(&context.id).to_string(),
+            json!({"tool": request.name.as_ref(), "arguments": Value::Object(args.clone())}),
+        );
+        self.run(&request.name, args, context)
+            .await
+            .map(CallToolResponse::Complete)
+    }
+
+    async fn on_cancelled(
+        &self,
+        notification: CancelledNotificationParam,
+        _context: NotificationContext<RoleServer>,
+    ) {
+        let id = notification
+            .request_id
+            .as_ref()
+            .map(id_json)
+            .unwrap_or(Value::Null);
+        let call = self
+            .state
+            .calls
+            .lock()
+            .get(&id.to_string())
+            .cloned()
+            .unwrap_or(Value::Null);
+        self.state.cancels.lock().push(json!({
+            "requestId": id,
+            "reason": notification.reason,
+            "tool": call.get("tool"),
+            "arguments": call.get("arguments"),
+        }));
+    }
+}
