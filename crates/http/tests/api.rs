@@ -548,6 +548,42 @@ async fn a_client_that_falls_behind_is_told_how_many_events_it_lost() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_turn_stream_that_lost_its_turn_end_still_ends_with_one() {
+    let engine = Engine::builder().event_capacity(16).build();
+    support::tools(&engine);
+    let app = app(&engine);
+    let body = json!({"session_id": "s1", "calls": [{"id": "a", "name": "echo", "input": {"text": "mine"}}]});
+    let mut mine = stream_turn(&app, &body).await;
+    while engine.events().last_seq() < 4 || !engine.active_turns().is_empty() {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // Another turn's 22 events push this turn's 4 out of a bus of 16 before it is read.
+    let calls: Vec<Value> = (0..10)
+        .map(|i| json!({"id": format!("o{i}"), "name": "echo", "input": {"text": "other"}}))
+        .collect();
+    run_turn(&app, &json!({"calls": calls})).await;
+
+    let frames = all_frames(&mut mine).await;
+    assert_eq!(frames.len(), 2, "{frames:?}");
+    assert_eq!(
+        frames[0].data,
+        json!({"type": "lost", "reason": "lagged", "missed": 10})
+    );
+    let end = &frames[1];
+    assert_eq!(
+        (end.id.as_deref(), end.event.as_deref()),
+        (None, Some("turn_end"))
+    );
+    assert_eq!(
+        normalized(end.data.clone()),
+        json!({"seq": null, "ts": "<ts>", "session_id": "s1", "turn_id": "<turn>", "type": "turn_end",
+               "outcome": "completed", "results": [
+                   {"type": "tool_result", "tool_use_id": "a", "content": [{"type": "text", "text": "mine"}],
+                    "is_error": false, "toolwarden": ok_outcome("a", "echo")}]})
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn idle_streams_send_a_keep_alive_comment_every_15_seconds() {
     let engine = engine();
     let app = app(&engine);
