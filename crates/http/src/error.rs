@@ -130,3 +130,20 @@ pub(crate) fn panicked(panic: Box<dyn std::any::Any + Send + 'static>) -> Respon
     )
     .into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::to_bytes;
+
+    #[tokio::test]
+    async fn a_panic_is_a_json_500() {
+        let response = panicked(Box::new("boom"));
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let body = to_bytes(response.into_body(), 1024).await.unwrap();
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(&body).unwrap(),
+            json!({"error": {"code": "internal_error", "message": "the server failed while answering this request"}})
+        );
+    }
+}

@@ -99,6 +99,25 @@ async fn a_hanging_call_times_out_between_two_results_in_call_order_openai() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_unknown_tool_is_a_result_not_a_400() {
+    let engine = engine();
+    let body = json!({"calls": [{"id": "x", "type": "function", "function": {"name": "nope", "arguments": "{}"}}]});
+    let (status, answer) = run_turn(&app(&engine), &body).await;
+    assert_eq!(status, StatusCode::OK);
+    let outcome = &answer["results"][0]["toolwarden"];
+    assert_eq!(
+        (&outcome["status"], &outcome["reason"]),
+        (&json!("invalid"), &json!("unknown_tool"))
+    );
+    assert!(
+        answer["results"][0]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("[INVALID]")
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn images_become_anthropic_image_blocks() {
     let engine = engine();
     let body = json!({"calls": [{"id": "p", "name": "pic", "input": {}}]});
