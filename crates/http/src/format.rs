@@ -15,7 +15,7 @@ use crate::error::ApiError;
 
 /// The family of a turn's calls; its results are answered in the same family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Family {
+pub(crate) enum Family {
     /// `{"type":"tool_use","id","name","input"}` in, `{"type":"tool_result",...}` out.
     Anthropic,
     /// `{"id","type":"function","function":{"name","arguments"}}` in,

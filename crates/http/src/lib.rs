@@ -47,7 +47,6 @@ use toolwarden_protocol::HttpConfig;
 use tower_http::catch_panic::CatchPanicLayer;
 
 pub use error::{ApiError, ErrorCode};
-pub use format::Family;
 pub use guard::{HostOriginLayer, HostOriginService, host_origin_guard};
 pub use interactions::INTERACTOR;
 pub use listen::{ListenError, listen_allowed};
@@ -60,8 +59,8 @@ pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// The default number of recent events kept for `Last-Event-ID` resume.
 pub const DEFAULT_REPLAY_EVENTS: usize = 4096;
 
-/// Settings of the HTTP API.
-#[derive(Clone, Debug)]
+/// Settings of the HTTP API. Its `Debug` form never shows the token.
+#[derive(Clone)]
 pub struct HttpOptions {
     /// The bearer token every path but `/healthz` requires; `None` = no authentication (then
     /// only loopback `Host`/`Origin` are accepted, see [`host_origin_guard`]).
@@ -79,6 +78,20 @@ pub struct HttpOptions {
     pub allowed_hosts: Vec<String>,
     /// Extra `Origin`s accepted without a token besides loopback ones (`http.allowed_origins`).
     pub allowed_origins: Vec<String>,
+}
+
+impl std::fmt::Debug for HttpOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpOptions")
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("max_body", &self.max_body)
+            .field("keep_alive", &self.keep_alive)
+            .field("headless", &self.headless)
+            .field("replay_events", &self.replay_events)
+            .field("allowed_hosts", &self.allowed_hosts)
+            .field("allowed_origins", &self.allowed_origins)
+            .finish()
+    }
 }
 
 impl Default for HttpOptions {
@@ -166,4 +179,38 @@ pub fn router(engine: Engine, opts: HttpOptions) -> Router {
         )),
     };
     routes.layer(CatchPanicLayer::custom(error::panicked))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_never_show_the_token() {
+        let opts = HttpOptions {
+            token: Some("s3cret".into()),
+            ..HttpOptions::default()
+        };
+        let shown = format!("{opts:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("<redacted>"), "{shown}");
+    }
+
+    #[test]
+    fn options_follow_the_config_file() {
+        let config = HttpConfig {
+            max_body: Some(toolwarden_protocol::SizeValue(1024)),
+            allowed_hosts: vec!["box.lan".into()],
+            ..HttpConfig::default()
+        };
+        let opts = HttpOptions::from_config(&config, Some(String::new()));
+        assert_eq!(opts.token, None, "an empty token is no token");
+        assert_eq!(opts.max_body, 1024);
+        assert_eq!(opts.allowed_hosts, vec!["box.lan".to_owned()]);
+        assert_eq!(opts.keep_alive, DEFAULT_KEEP_ALIVE);
+        assert_eq!(
+            HttpOptions::from_config(&HttpConfig::default(), None).max_body,
+            DEFAULT_MAX_BODY
+        );
+    }
 }
