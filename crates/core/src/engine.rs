@@ -735,6 +735,13 @@ impl BackendHost for Host {
         engine
             .metrics
             .set_server_up(server, state == ServerStateKind::Up);
+        engine.servers.lock().insert(
+            server.to_owned(),
+            ServerStatus {
+                state,
+                detail: detail.clone(),
+            },
+        );
         engine.bus.emit(
             &EventScope::default(),
             EventKind::ServerState {

@@ -1,0 +1,75 @@
+//! `GET /v1/events`: every event as SSE, optionally of one session, resumable by `Last-Event-ID`.
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use serde::Deserialize;
+use toolwarden_protocol::SessionId;
+
+use crate::App;
+use crate::error::ApiError;
+use crate::sse::{self, Lost};
+
+/// The query of `GET /v1/events`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct EventsQuery {
+    session_id: Option<String>,
+}
+
+/// The `Last-Event-ID` to resume after, if any.
+fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
+    let Some(value) = headers.get("last-event-id") else {
+        return Ok(None);
+    };
+    let text = value.to_str().unwrap_or("").trim();
+    if text.is_empty() {
+        // An empty id is what a browser sends after an event that reset it: start live.
+        return Ok(None);
+    }
+    text.parse::<u64>().map(Some).map_err(|_| {
+        ApiError::invalid(format!(
+            "Last-Event-ID: expected an event seq (a non-negative integer), got {text:?}"
+        ))
+    })
+}
+
+/// `GET /v1/events`.
+pub(crate) async fn stream(
+    State(app): State<App>,
+    headers: HeaderMap,
+    query: Result<Query<EventsQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::invalid(format!("query: {e}")))?;
+    let session = match query.session_id {
+        Some(s) if s.is_empty() => {
+            return Err(ApiError::invalid("session_id: must not be empty"));
+        }
+        other => other.map(SessionId::from),
+    };
+    let bus = app.engine.events();
+    let (notice, replay, sub) = match last_event_id(&headers)? {
+        None => (None, Vec::new(), bus.subscribe()),
+        Some(after) => {
+            let last = bus.last_seq();
+            let (replay, complete, sub) = bus.subscribe_since(after);
+            let notice = if after > last {
+                Some(Lost::UnknownSeq {
+                    after_seq: after,
+                    last_seq: last,
+                })
+            } else {
+                let resumed_at = replay.first().map_or(last + 1, |e| e.seq);
+                (!complete || resumed_at > after + 1).then_some(Lost::ResumeGap {
+                    after_seq: after,
+                    resumed_at,
+                })
+            };
+            (notice, replay, sub)
+        }
+    };
+    Ok(sse::response(
+        sse::all_events(notice, replay, sub, session),
+        app.keep_alive,
+    ))
+}

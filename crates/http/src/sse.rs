@@ -1,0 +1,249 @@
+//! Server-sent events: the framing of engine events, the lost-events notice, and the two streams
+//! — one turn's events (`POST /v1/turns` with `Accept: text/event-stream`) and every event
+//! (`GET /v1/events`).
+//!
+//! Each engine event is one SSE event: `id:` its `seq`, `event:` its `type`, `data:` the event as
+//! JSON. When events cannot be delivered — the client fell behind the bus, or asked to resume
+//! from a `seq` the replay ring no longer holds — the stream says so with a `lost` event (no
+//! `id:`, so a client's `Last-Event-ID` stays on the last real event).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::HeaderValue;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::Stream;
+use serde_json::{Value, json};
+use toolwarden_core::{Received, ResultRenderer, Subscription, TurnHandle, TurnOutput};
+use toolwarden_protocol::{Event, EventKind, SessionId, Status, ToolCall, TurnId};
+
+/// An SSE response that sends a keep-alive comment after `keep_alive` without an event.
+pub(crate) fn response<S>(stream: S, keep_alive: Duration) -> Response
+where
+    S: Stream<Item = Result<SseEvent, Infallible>> + Send + 'static,
+{
+    let mut response = Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(keep_alive).text("keep-alive"))
+        .into_response();
+    // Ask reverse proxies (nginx) not to buffer the stream.
+    response
+        .headers_mut()
+        .insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
+
+/// One engine event as an SSE event.
+pub(crate) fn event_frame(event: &Event) -> SseEvent {
+    let data = serde_json::to_string(event).unwrap_or_else(|_| "{}".to_owned());
+    SseEvent::default()
+        .id(event.seq.to_string())
+        .event(event.kind.name())
+        .data(data)
+}
+
+/// Why events were not delivered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lost {
+    /// The client fell behind the bus by more than its capacity; `missed` events (of every
+    /// session) were dropped.
+    Lagged { missed: u64 },
+    /// The `Last-Event-ID` to resume after is older than the replay ring: events after it up to
+    /// `resumed_at` (exclusive) are gone.
+    ResumeGap { after_seq: u64, resumed_at: u64 },
+    /// The `Last-Event-ID` is ahead of this process's sequence: it came from an earlier run of
+    /// the server (sequences restart at 1). Nothing is replayed.
+    UnknownSeq { after_seq: u64, last_seq: u64 },
+}
+
+/// The `lost` notice.
+pub(crate) fn lost_frame(lost: Lost) -> SseEvent {
+    let data = match lost {
+        Lost::Lagged { missed } => json!({"type": "lost", "reason": "lagged", "missed": missed}),
+        Lost::ResumeGap {
+            after_seq,
+            resumed_at,
+        } => json!({
+            "type": "lost",
+            "reason": "resume_gap",
+            "after_seq": after_seq,
+            "resumed_at_seq": resumed_at,
+            "missed": resumed_at.saturating_sub(after_seq + 1),
+        }),
+        Lost::UnknownSeq {
+            after_seq,
+            last_seq,
+        } => json!({
+            "type": "lost",
+            "reason": "unknown_seq",
+            "after_seq": after_seq,
+            "last_seq": last_seq,
+        }),
+    };
+    SseEvent::default().event("lost").data(data.to_string())
+}
+
+/// Every event, optionally of one session, after a replay.
+pub(crate) fn all_events(
+    notice: Option<Lost>,
+    replay: Vec<Arc<Event>>,
+    sub: Subscription,
+    session: Option<SessionId>,
+) -> impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static {
+    let keep = move |e: &Event| {
+        session
+            .as_ref()
+            .is_none_or(|s| e.session_id.as_ref() == Some(s))
+    };
+    let first: Vec<SseEvent> = notice
+        .map(lost_frame)
+        .into_iter()
+        .chain(replay.iter().filter(|e| keep(e)).map(|e| event_frame(e)))
+        .collect();
+    let live = futures::stream::unfold(sub, move |mut sub| {
+        let keep = keep.clone();
+        async move {
+            loop {
+                match sub.recv().await? {
+                    Received::Event(e) if keep(&e) => return Some((event_frame(&e), sub)),
+                    Received::Event(_) => {}
+                    Received::Lagged(missed) => {
+                        return Some((lost_frame(Lost::Lagged { missed }), sub));
+                    }
+                }
+            }
+        }
+    });
+    futures::StreamExt::map(
+        futures::StreamExt::chain(futures::stream::iter(first), live),
+        Ok,
+    )
+}
+
+type Finish = Pin<Box<dyn Future<Output = TurnOutput> + Send>>;
+
+/// The state of one turn's stream. It owns the turn's handle (inside `finish`): when the client
+/// goes away, the body and with it this state are dropped, and so the turn is aborted as a
+/// `client_disconnect`.
+struct TurnStream {
+    sub: Subscription,
+    finish: Option<Finish>,
+    output: Option<TurnOutput>,
+    turn_id: TurnId,
+    session_id: SessionId,
+    calls: Vec<ToolCall>,
+    render: ResultRenderer,
+    done: bool,
+}
+
+enum Step {
+    Frame(SseEvent),
+    End,
+}
+
+impl TurnStream {
+    /// Frames one received item; `None` when it is another turn's event.
+    fn take(&mut self, received: Received) -> Option<SseEvent> {
+        match received {
+            Received::Event(e) if e.turn_id.as_ref() == Some(&self.turn_id) => {
+                if matches!(e.kind, EventKind::TurnEnd { .. }) {
+                    self.done = true;
+                }
+                Some(event_frame(&e))
+            }
+            Received::Event(_) => None,
+            Received::Lagged(missed) => Some(lost_frame(Lost::Lagged { missed })),
+        }
+    }
+
+    async fn step(&mut self) -> Step {
+        loop {
+            if self.done {
+                return Step::End;
+            }
+            if let Some(finish) = self.finish.as_mut() {
+                tokio::select! {
+                    biased;
+                    received = self.sub.recv() => match received {
+                        Some(r) => if let Some(frame) = self.take(r) {
+                            return Step::Frame(frame);
+                        },
+                        None => return Step::End,
+                    },
+                    output = finish => {
+                        self.finish = None;
+                        self.output = Some(output);
+                    }
+                }
+                continue;
+            }
+            // The turn has ended, so its `turn_end` is already on the bus: deliver what is
+            // left of it, or — when it was lost to lag — say how it ended from its results.
+            match self.sub.try_recv() {
+                Some(r) => {
+                    if let Some(frame) = self.take(r) {
+                        return Step::Frame(frame);
+                    }
+                }
+                None => {
+                    self.done = true;
+                    return Step::Frame(self.synthetic_end());
+                }
+            }
+        }
+    }
+
+    /// A `turn_end` rebuilt from the turn's output (only when the real one was lost to lag; it
+    /// has no `seq`).
+    fn synthetic_end(&self) -> SseEvent {
+        let results: Vec<Value> = self
+            .output
+            .iter()
+            .flat_map(|o| o.results.iter().zip(&self.calls))
+            .map(|(r, c)| (self.render)(c, r))
+            .collect();
+        let outcome = match &self.output {
+            Some(o) if o.results.iter().all(|r| r.outcome.status == Status::Ok) => "completed",
+            _ => "partial",
+        };
+        let data = json!({
+            "seq": null,
+            "ts": toolwarden_protocol::Timestamp::now(),
+            "session_id": self.session_id,
+            "turn_id": self.turn_id,
+            "type": "turn_end",
+            "outcome": outcome,
+            "results": results,
+        });
+        SseEvent::default().event("turn_end").data(data.to_string())
+    }
+}
+
+/// One turn's events, from `turn_start` to `turn_end`. `sub` must have been taken before the turn
+/// started, so that nothing of it is missed.
+pub(crate) fn turn_events(
+    sub: Subscription,
+    handle: TurnHandle,
+    calls: Vec<ToolCall>,
+    render: ResultRenderer,
+) -> impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static {
+    let state = TurnStream {
+        sub,
+        turn_id: handle.turn_id().clone(),
+        session_id: handle.session_id().clone(),
+        finish: Some(Box::pin(handle.finish())),
+        output: None,
+        calls,
+        render,
+        done: false,
+    };
+    futures::stream::unfold(state, |mut state| async move {
+        match state.step().await {
+            Step::Frame(frame) => Some((Ok(frame), state)),
+            Step::End => None,
+        }
+    })
+}

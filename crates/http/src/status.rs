@@ -1,0 +1,76 @@
+//! Read-only views: `GET /v1/sessions/{id}/status`, `GET /v1/tools`, `GET /metrics`,
+//! `GET /healthz`.
+
+use axum::Json;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use toolwarden_protocol::{ServerStateKind, SessionId};
+
+use crate::App;
+use crate::error::ApiError;
+use crate::turns::path;
+
+/// The content type of the metrics: `prometheus-client` writes the OpenMetrics text format
+/// (which Prometheus scrapes natively).
+pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// `GET /v1/sessions/{id}/status`.
+pub(crate) async fn session(
+    State(app): State<App>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let id = SessionId::from(path(id)?);
+    let status = app
+        .engine
+        .session_status(&id)
+        .ok_or_else(|| ApiError::not_found(format!("session {id} is unknown")))?;
+    Ok(Json(json!(status)))
+}
+
+/// `GET /v1/tools`: every tool with its effective policy, breaker, and its backend's state
+/// (a server's last reported state; in-process tools and `exec` are always `up`).
+pub(crate) async fn tools(State(app): State<App>) -> Json<Value> {
+    let servers = app.engine.servers();
+    let tools: Vec<Value> = app
+        .engine
+        .tools()
+        .into_iter()
+        .map(|tool| {
+            let state = servers
+                .get(&tool.backend)
+                .map_or(ServerStateKind::Up, |s| s.state);
+            let mut v = json!(tool);
+            if let Value::Object(obj) = &mut v {
+                obj.insert("backend_state".into(), json!(state));
+            }
+            v
+        })
+        .collect();
+    Json(json!({"tools": tools}))
+}
+
+/// `GET /metrics`.
+pub(crate) async fn metrics(State(app): State<App>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(METRICS_CONTENT_TYPE),
+        )],
+        app.engine.metrics().encode(),
+    )
+        .into_response()
+}
+
+/// `GET /healthz`: always 200 while the process serves. There is no audit store or Redis yet, so
+/// both report `skipped`; a down MCP server shows in `servers` without changing the status.
+pub(crate) async fn healthz(State(app): State<App>) -> Json<Value> {
+    Json(json!({
+        "status": "ok",
+        "store": "skipped",
+        "redis": "skipped",
+        "servers": app.engine.servers(),
+    }))
+}
