@@ -365,8 +365,8 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
         Approval::Auto => {}
         Approval::Deny => return fin.deny(Decider::Policy, DenyReason::Rule, None),
         Approval::Ask | Approval::Confirm => {
-            if let Some(denied) = approve(&engine, &mut fin, &entry, &policy, &input).await {
-                return denied;
+            if !approve(&engine, &mut fin, &entry, &policy, &input).await {
+                return;
             }
         }
     }
@@ -379,7 +379,7 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
             input_digest,
         };
         loop {
-            match engine.cache.lookup(&key, Instant::now()) {
+            match engine.cache.lookup(&key, fin.arrived) {
                 Lookup::Hit(hit) => return fin.cache_hit(&hit),
                 Lookup::Lead(guard) => {
                     flight = Some(guard);
@@ -401,7 +401,8 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
 
     // Breaker.
     let runtime = entry.runtime.clone();
-    let (admission, change) = runtime.breaker.admit(&policy.breaker, Instant::now());
+    // Microseconds after arrival: the arrival instant is good enough for the breaker's clock.
+    let (admission, change) = runtime.breaker.admit(&policy.breaker, fin.arrived);
     if let Some(state) = change {
         engine.breaker_changed(&runtime, &fin.scope, state);
     }
@@ -433,6 +434,7 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
     drop(ticket);
 
     // Classify and record the breaker.
+    let ended_at = Instant::now();
     let verdict = match &last {
         Final::Ok(_) | Final::Rejected(_) => Verdict::Success,
         Final::ToolError(_) if policy.breaker_counts_tool_errors => Verdict::Failure,
@@ -444,7 +446,7 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
     probe.armed = false;
     if let Some(state) = runtime
         .breaker
-        .record(&policy.breaker, admission, verdict, Instant::now())
+        .record(&policy.breaker, admission, verdict, ended_at)
     {
         engine.breaker_changed(&runtime, &fin.scope, state);
     }
@@ -468,7 +470,7 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
                         tool_blocks,
                     }),
                     policy.cache_ttl,
-                    Instant::now(),
+                    ended_at,
                 );
             }
         }
@@ -512,14 +514,14 @@ fn result_digest(output: &ToolOutput) -> [u8; 32] {
     }
 }
 
-/// Asks for approval; `Some(())` when the call ended here (denied or cancelled).
+/// Asks for approval; `false` when the call ended here (denied or cancelled).
 async fn approve(
     engine: &Arc<EngineInner>,
     fin: &mut Finisher,
     entry: &ToolEntry,
     policy: &Policy,
     input: &Arc<Value>,
-) -> Option<()> {
+) -> bool {
     let kind = if policy.approval == Approval::Confirm {
         InteractionKind::Confirm
     } else {
@@ -553,22 +555,21 @@ async fn approve(
         .await;
     slot.set_state(CallState::Queued);
     match end {
-        Ok(InteractionEnd::Answered(a)) if a.action == InteractionAction::Approve => None,
-        Ok(InteractionEnd::Defaulted(InteractionAction::Approve)) => None,
-        Ok(InteractionEnd::Answered(a)) => {
-            Some(fin.deny(Decider::Policy, DenyReason::User, a.reason))
-        }
-        Ok(InteractionEnd::TimedOut { after }) => Some(fin.deny(
+        Ok(InteractionEnd::Answered(a)) if a.action == InteractionAction::Approve => return true,
+        Ok(InteractionEnd::Defaulted(InteractionAction::Approve)) => return true,
+        Ok(InteractionEnd::Answered(a)) => fin.deny(Decider::Policy, DenyReason::User, a.reason),
+        Ok(InteractionEnd::TimedOut { after }) => fin.deny(
             Decider::Policy,
             DenyReason::Timeout,
             Some(format!("no answer within {}", format_duration(after))),
-        )),
+        ),
         Ok(InteractionEnd::NoInteractor | InteractionEnd::Defaulted(InteractionAction::Deny)) => {
-            Some(fin.deny(Decider::Headless, DenyReason::NoInteractor, None))
+            fin.deny(Decider::Headless, DenyReason::NoInteractor, None)
         }
-        Ok(InteractionEnd::Cancelled) => Some(fin.cancelled()),
-        Err(e) => Some(fin.deny(Decider::Policy, DenyReason::Rule, Some(e.to_string()))),
+        Ok(InteractionEnd::Cancelled) => fin.cancelled(),
+        Err(e) => fin.deny(Decider::Policy, DenyReason::Rule, Some(e.to_string())),
     }
+    false
 }
 
 /// Runs attempts until one ends the call: success, a non-retryable failure, retries exhausted,
@@ -807,7 +808,7 @@ async fn one_attempt(
 ) -> Final {
     let signals = StopSignals::new(slot.scope.token().child_token());
     let heartbeat = Heartbeat::new(turn.relay_for(&slot.call_id));
-    let attempt_start = Instant::now();
+    let attempt_start = if n == 1 { started } else { Instant::now() };
     let attempt_deadline =
         (!policy.attempt_timeout.is_zero()).then(|| attempt_start + policy.attempt_timeout);
     let fut = entry.backend.start(Attempt {

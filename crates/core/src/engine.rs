@@ -542,6 +542,7 @@ impl EngineInner {
         } else {
             Vec::new()
         };
+        let single = req.calls.len() == 1;
         let mut slots = Vec::with_capacity(req.calls.len());
         let mut jobs = Vec::with_capacity(req.calls.len());
         for (index, call) in req.calls.into_iter().enumerate() {
@@ -558,7 +559,12 @@ impl EngineInner {
                 tool: entry
                     .as_ref()
                     .map_or_else(|| call.name.as_str().into(), |e| e.name.clone()),
-                scope: scope.child(ScopeKind::Call),
+                // A one-call turn's call shares the turn's scope: aborting either is the same.
+                scope: if single {
+                    scope.clone()
+                } else {
+                    scope.child(ScopeKind::Call)
+                },
                 view: Mutex::new(SlotView {
                     state: CallState::Queued,
                     started: None,

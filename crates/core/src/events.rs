@@ -44,6 +44,8 @@ pub struct EventBus {
     /// The most recent events, for subscribers that resume (`Last-Event-ID`); off until
     /// [`EventBus::keep_recent`] turns it on.
     recent: Mutex<Recent>,
+    /// Whether the ring is on (read on every emit without taking its lock).
+    keeping: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -69,6 +71,7 @@ impl EventBus {
             seq: Mutex::new(0),
             sinks: RwLock::new(Vec::new()),
             recent: Mutex::new(Recent::default()),
+            keeping: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -81,6 +84,8 @@ impl EventBus {
     pub fn keep_recent(&self, capacity: usize) {
         let mut recent = self.recent.lock();
         recent.capacity = capacity;
+        self.keeping
+            .store(capacity > 0, std::sync::atomic::Ordering::Relaxed);
         while recent.events.len() > capacity {
             recent.events.pop_front();
         }
@@ -132,7 +137,7 @@ impl EventBus {
         let mut seq = self.seq.lock();
         *seq += 1;
         let n = *seq;
-        let keep = self.recent.lock().capacity > 0;
+        let keep = self.keeping.load(std::sync::atomic::Ordering::Relaxed);
         if self.tx.receiver_count() == 0 && sinks.is_empty() && !keep {
             return n;
         }

@@ -69,6 +69,8 @@ pub struct Metrics {
     breaker: Family<ToolLabel, Gauge>,
     interactions: Family<KindOutcome, Counter>,
     turns: Family<OutcomeLabel, Counter>,
+    /// `completed`, `partial`, `aborted`: counted on every turn, so kept at hand.
+    turn_outcomes: [Counter; 3],
     server_up: Family<ServerLabel, Gauge>,
 }
 
@@ -145,8 +147,14 @@ impl Metrics {
             "Whether an MCP server is up (1) or not (0)",
             server_up.clone(),
         );
+        let turn_outcomes = ["completed", "partial", "aborted"].map(|o| {
+            turns.get_or_create_owned(&OutcomeLabel {
+                outcome: o.to_owned(),
+            })
+        });
         Self {
             registry: Mutex::new(registry),
+            turn_outcomes,
             calls,
             durations,
             errors,
@@ -214,6 +222,13 @@ impl Metrics {
 
     /// Counts a turn's end.
     pub fn turn(&self, outcome: &str) {
+        if let Some(i) = ["completed", "partial", "aborted"]
+            .iter()
+            .position(|o| *o == outcome)
+        {
+            self.turn_outcomes[i].inc();
+            return;
+        }
         self.turns
             .get_or_create(&OutcomeLabel {
                 outcome: outcome.to_owned(),

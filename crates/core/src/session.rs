@@ -70,7 +70,6 @@ impl Session {
 
     pub(crate) fn turn_started(&self) {
         self.active_turns.fetch_add(1, Ordering::Relaxed);
-        *self.last_used.lock() = Instant::now();
     }
 
     pub(crate) fn turn_ended(&self) {

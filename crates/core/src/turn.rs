@@ -100,6 +100,9 @@ pub struct TurnOutput {
     pub results: Vec<Arc<CallResult>>,
 }
 
+/// A call that completed: its index in the turn and its result.
+pub(crate) type Completion = (usize, Arc<CallResult>);
+
 /// One call's live state, as `GET /v1/turns/active` shows it.
 pub(crate) struct SlotView {
     pub(crate) state: CallState,
@@ -138,7 +141,7 @@ pub(crate) struct TurnState {
     pub(crate) finalized: AtomicBool,
     pub(crate) render: Option<ResultRenderer>,
     pub(crate) progress: Option<CallProgress>,
-    pub(crate) stream: Mutex<Option<mpsc::UnboundedSender<(usize, Arc<CallResult>)>>>,
+    pub(crate) stream: Mutex<Option<mpsc::UnboundedSender<Completion>>>,
 }
 
 impl TurnState {
