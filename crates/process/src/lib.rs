@@ -160,30 +160,34 @@ impl Drop for GroupChild {
     }
 }
 
-/// Every live descendant of `pid` (children, grandchildren, ...), read from `/proc`.
-/// For tests and diagnostics: it answers "did anything survive?".
-pub fn descendants(pid: u32) -> Vec<u32> {
-    let mut parents: Vec<(u32, u32)> = Vec::new();
-    if let Ok(dir) = std::fs::read_dir("/proc") {
-        for entry in dir.flatten() {
-            let Some(p) = entry
+/// Every process in `/proc` that is not a zombie: `(pid, ppid, pgrp)`.
+fn live_processes() -> Vec<(u32, u32, u32)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|entry| {
+            entry
                 .file_name()
                 .to_str()
                 .and_then(|s| s.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            if let Some((ppid, state)) = stat_ppid_state(p)
-                && state != 'Z'
-            {
-                parents.push((p, ppid));
-            }
-        }
-    }
+        })
+        .filter_map(|pid| {
+            let f = stat_fields(pid)?;
+            let state = f.first()?.chars().next()?;
+            (state != 'Z').then_some((pid, f.get(1)?.parse().ok()?, f.get(2)?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Every live descendant of `pid` (children, grandchildren, ...), read from `/proc`.
+/// For tests and diagnostics: it answers "did anything survive?".
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let procs = live_processes();
     let mut out = Vec::new();
     let mut frontier = vec![pid];
     while let Some(cur) = frontier.pop() {
-        for &(p, pp) in &parents {
+        for &(p, pp, _) in &procs {
             if pp == cur && !out.contains(&p) {
                 out.push(p);
                 frontier.push(p);
@@ -195,25 +199,11 @@ pub fn descendants(pid: u32) -> Vec<u32> {
 
 /// The members of process group `pgid` that are alive and not zombies, read from `/proc`.
 pub fn group_members(pgid: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    if let Ok(dir) = std::fs::read_dir("/proc") {
-        for entry in dir.flatten() {
-            let Some(p) = entry
-                .file_name()
-                .to_str()
-                .and_then(|s| s.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            if let Some((state, pg)) = stat_state_pgrp(p)
-                && pg == pgid
-                && state != 'Z'
-            {
-                out.push(p);
-            }
-        }
-    }
-    out
+    live_processes()
+        .into_iter()
+        .filter(|&(_, _, pg)| pg == pgid)
+        .map(|(p, _, _)| p)
+        .collect()
 }
 
 /// Fields of `/proc/PID/stat` after the command name: state, ppid, pgrp, ...
@@ -222,16 +212,6 @@ fn stat_fields(pid: u32) -> Option<Vec<String>> {
     // The command name is in parentheses and may itself contain spaces or parentheses.
     let rest = &stat[stat.rfind(')')? + 1..];
     Some(rest.split_whitespace().map(str::to_owned).collect())
-}
-
-fn stat_ppid_state(pid: u32) -> Option<(u32, char)> {
-    let f = stat_fields(pid)?;
-    Some((f.get(1)?.parse().ok()?, f.first()?.chars().next()?))
-}
-
-fn stat_state_pgrp(pid: u32) -> Option<(char, u32)> {
-    let f = stat_fields(pid)?;
-    Some((f.first()?.chars().next()?, f.get(2)?.parse().ok()?))
 }
 
 #[cfg(test)]
