@@ -432,6 +432,12 @@ pub(crate) async fn run_call(
         }
     }
 
+    // A call cancelled before its backend was invoked (its turn aborted before it got here, or
+    // the engine shut down) never starts it: the backend may act on the request at once.
+    if slot.scope.is_cancelled() {
+        return fin.cancelled();
+    }
+
     // Attempts.
     let last = run_attempts(&engine, &turn, &slot, &entry, &policy, input, &mut fin).await;
     drop(ticket);
