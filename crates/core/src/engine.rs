@@ -585,6 +585,7 @@ impl EngineInner {
             }
             turns.insert(turn_id, turn.clone());
         }
+        turn.emit_start(self);
         session.turn_started();
         let jobs = req
             .calls
