@@ -1,7 +1,7 @@
 //! The pipeline of one call (SPEC §3.1), in this order: validate → loop detector → approval gate →
-//! cache lookup → breaker → concurrency gate → attempts (each under deadlines and cancellation) →
-//! classify → record breaker → cache store → outcome. Every step that ends the call produces its
-//! outcome; nothing after it runs.
+//! cache lookup → breaker → concurrency gate → single flight (share an identical running call) →
+//! attempts (each under deadlines and cancellation) → classify → record breaker → cache store →
+//! outcome. Every step that ends the call produces its outcome; nothing after it runs.
 //!
 //! Two guards make the pipeline safe to drop at any await (a client that disconnects drops it):
 //! [`Finisher`] records the call's single outcome exactly once, and [`InFlight`] hands a running
@@ -375,32 +375,15 @@ pub(crate) async fn run_call(
         }
     }
 
-    // Cache lookup (a hit is served even when the breaker is open), with single-flight.
-    let mut flight = None;
-    if policy.idempotent && !policy.cache_ttl.is_zero() {
-        let key = CacheKey {
-            tool: entry.name.clone(),
-            input_digest,
-        };
-        loop {
-            match engine.cache.lookup(&key, Instant::now()) {
-                Lookup::Hit(hit) => return fin.cache_hit(&hit),
-                Lookup::Lead(guard) => {
-                    flight = Some(guard);
-                    break;
-                }
-                Lookup::Follow(f) => {
-                    slot.set_state(CallState::Waiting);
-                    tokio::select! {
-                        biased;
-                        () = slot.scope.cancelled() => return fin.cancelled(),
-                        shared = cache::follow(f) => if let Some(hit) = shared {
-                            return fin.cache_hit(&hit);
-                        },
-                    }
-                }
-            }
-        }
+    // Cache lookup (a hit is served even when the breaker is open).
+    let cache_key = (policy.idempotent && !policy.cache_ttl.is_zero()).then(|| CacheKey {
+        tool: entry.name.clone(),
+        input_digest,
+    });
+    if let Some(key) = &cache_key
+        && let Some(hit) = engine.cache.hit(key, Instant::now())
+    {
+        return fin.cache_hit(&hit);
     }
 
     // Breaker.
@@ -429,6 +412,32 @@ pub(crate) async fn run_call(
             biased;
             () = slot.scope.cancelled() => return fin.cancelled(),
             () = ticket.acquire() => {}
+        }
+    }
+
+    // Single flight: share the execution of an identical call that is running, or lead one.
+    // Only past the gate: a leader must never wait for its place in the session, because the
+    // calls holding earlier places may be its followers, waiting for it.
+    let mut flight = None;
+    if let Some(key) = cache_key {
+        loop {
+            match engine.cache.lookup(&key, Instant::now()) {
+                Lookup::Hit(hit) => return fin.cache_hit(&hit),
+                Lookup::Lead(guard) => {
+                    flight = Some(guard);
+                    break;
+                }
+                Lookup::Follow(f) => {
+                    slot.set_state(CallState::Waiting);
+                    tokio::select! {
+                        biased;
+                        () = slot.scope.cancelled() => return fin.cancelled(),
+                        shared = cache::follow(f) => if let Some(hit) = shared {
+                            return fin.cache_hit(&hit);
+                        },
+                    }
+                }
+            }
         }
     }
 
