@@ -366,7 +366,12 @@ impl Harness {
 
     /// Runs one call (hints and all) as its own turn in session `s1`.
     pub async fn run(&mut self, call: ToolCall) -> CallResult {
-        let req = self.turn(vec![call]);
+        self.run_in(SESSION, call).await
+    }
+
+    /// Runs one call as its own turn in `session`.
+    pub async fn run_in(&mut self, session: &str, call: ToolCall) -> CallResult {
+        let req = self.turn_in(session, vec![call]);
         let mut out = self.engine.run_turn(req).await.unwrap();
         out.results.pop().unwrap()
     }
