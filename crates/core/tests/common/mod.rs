@@ -359,6 +359,12 @@ impl Harness {
         }
     }
 
+    /// Starts a turn of `calls` in session `s1` on its own task.
+    pub fn start(&mut self, calls: Vec<ToolCall>) -> toolwarden_core::TurnHandle {
+        let req = self.turn(calls);
+        self.engine.start_turn(req).unwrap()
+    }
+
     /// Runs one call as its own turn in session `s1`.
     pub async fn call(&mut self, id: &str, tool: &str, input: Value) -> CallResult {
         self.run(call(id, tool, input)).await
