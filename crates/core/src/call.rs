@@ -744,7 +744,10 @@ async fn track_stop(
     scope: EventScope,
     requested: Instant,
 ) {
-    let late = |end: AttemptEnd| match end {
+    // An answer instead of a stop is late and discarded. Within the grace it counts as the
+    // backend stopping; past it, the backend ignored the cancel and kept working until it was
+    // done (SPEC §3.3: that call was abandoned).
+    let late = |end: AttemptEnd, answered_as: StopHow| match end {
         AttemptEnd::Stopped(how) => how,
         AttemptEnd::Done(result) => {
             let is_error = !matches!(&result, Ok(out) if !out.is_error);
@@ -755,15 +758,15 @@ async fn track_stop(
                     after_ms: requested.elapsed().as_millis() as u64,
                 },
             );
-            StopHow::Cooperative
+            answered_as
         }
     };
     let how = tokio::select! {
-        end = &mut fut => late(end),
+        end = &mut fut => late(end, StopHow::Cooperative),
         () = sleep(grace) => {
             signals.force();
             match tokio::time::timeout(FORCE_WAIT, fut).await {
-                Ok(end) => late(end),
+                Ok(end) => late(end, StopHow::Abandoned),
                 Err(_) => StopHow::Abandoned,
             }
         }
