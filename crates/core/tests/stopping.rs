@@ -151,3 +151,54 @@ async fn a_blocking_tool_that_ignores_the_cancel_is_abandoned_until_it_returns()
     );
     assert_eq!(types(&h.drain()), Vec::<&str>::new(), "nothing more to say");
 }
+
+/// How a `srv__late` call that times out at 5s (cancel_grace 2s) and answers at `answer_ms`
+/// ends: `(tool_late_result after_ms, tool_stopped how, tool_stopped after_ms)`.
+#[allow(clippy::unwrap_used)] // a test helper
+async fn late_answer(answer_ms: u64) -> (Option<u64>, Value, u64) {
+    let mut h = Harness::new(
+        r#"
+        [tools."srv__late"]
+        timeout = "5s"
+        cancel_grace = "2s"
+        "#,
+    );
+    let r = h.call("c1", "srv__late", json!({"ms": answer_ms})).await;
+    assert_eq!(
+        status(&r),
+        json!({"status": "timeout", "kind": "total", "after_ms": 5000, "call_id": "c1"})
+    );
+    let events = h.until("tool_stopped").await;
+    let late = shapes(&events, "tool_late_result")
+        .first()
+        .map(|e| e["after_ms"].as_u64().unwrap());
+    let stopped = shapes(&events, "tool_stopped").remove(0);
+    (
+        late,
+        stopped["how"].clone(),
+        stopped["after_ms"].as_u64().unwrap(),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_backend_that_answers_within_cancel_grace_stopped_cooperatively() {
+    assert_eq!(
+        late_answer(6000).await,
+        (Some(1000), json!("cooperative"), 1000)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_backend_that_answers_past_cancel_grace_was_still_working_and_is_abandoned() {
+    // SPEC §3.3: one that answers past cancel_grace is still working: it is abandoned.
+    assert_eq!(
+        late_answer(9000).await,
+        (Some(4000), json!("abandoned"), 4000)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_backend_deaf_to_the_forced_stop_is_abandoned_after_waiting_for_it() {
+    // Forced at 7s; the engine waits 5s more for the backend to say how it stopped.
+    assert_eq!(late_answer(60_000).await, (None, json!("abandoned"), 7000));
+}
