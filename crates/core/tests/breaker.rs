@@ -202,3 +202,29 @@ async fn a_cache_hit_is_served_while_the_breaker_is_open() {
     let miss = h.call("c3", "srv__flaky", json!({"q": "other"})).await;
     assert_eq!(status(&miss)["status"], "circuit_open");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_that_is_cancelled_hands_its_place_to_the_next_call() {
+    let mut h = Harness::new(BREAKER);
+    fail_calls(&mut h, 3).await;
+    sleep(secs(30)).await;
+    let probe = h.start(vec![call("probe", "srv__flaky", json!({"ms": 10_000}))]);
+    sleep(secs(1)).await;
+    h.engine
+        .abort_turn(
+            probe.turn_id(),
+            toolwarden_core::protocol::CancelReason::User,
+        )
+        .unwrap();
+    assert_eq!(
+        status(&probe.finish().await.results[0]),
+        json!({"status": "cancelled", "reason": "user", "call_id": "probe"})
+    );
+    // Neither a success nor a failure: still half-open, and the next call is the probe.
+    let r = h.call("c2", "srv__flaky", json!({})).await;
+    assert_eq!(status(&r), json!({"status": "ok", "call_id": "c2"}));
+    assert_eq!(
+        breaker_states(&mut h),
+        vec![json!("open"), json!("half_open"), json!("closed")]
+    );
+}

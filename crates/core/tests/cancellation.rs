@@ -378,3 +378,26 @@ async fn shutdown_ends_running_calls_cancelled_and_waits_for_their_stop() {
     );
     assert_eq!(h.log.runs("sleep"), 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn ending_a_session_cancels_its_running_calls() {
+    let mut h = Harness::new("");
+    let mine = h.start(vec![call("c1", "sleep", json!({"ms": 10_000}))]);
+    let req = h.turn_in("s2", vec![call("o1", "sleep", json!({"ms": 2000}))]);
+    let theirs = h.engine.start_turn(req).unwrap();
+    sleep(secs(1)).await;
+    h.engine
+        .end_session(&SESSION.into(), CancelReason::ClientDisconnect);
+    assert_eq!(
+        statuses(&mine.finish().await.results),
+        vec![json!({"status": "cancelled", "reason": "client_disconnect", "call_id": "c1"})]
+    );
+    assert_eq!(
+        statuses(&theirs.finish().await.results),
+        vec![json!({"status": "ok", "call_id": "o1"})],
+        "other sessions go on"
+    );
+    // The session can start again.
+    let r = h.call("c2", "sleep", json!({"ms": 10})).await;
+    assert_eq!(status(&r), json!({"status": "ok", "call_id": "c2"}));
+}

@@ -155,3 +155,27 @@ async fn other_sessions_are_not_blocked() {
         ]
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_exclusive_call_no_longer_holds_back_the_calls_after_it() {
+    let mut h = harness();
+    let a = h.start(vec![sleep_call("a", "sleep", 1000)]);
+    let x = h.start(vec![sleep_call("x", "write", 100)]);
+    let b = h.start(vec![sleep_call("b", "sleep", 100)]);
+    tokio::time::sleep(ms(500)).await;
+    h.engine
+        .abort_turn(x.turn_id(), toolwarden_core::protocol::CancelReason::User)
+        .unwrap();
+    for t in [a, x, b] {
+        t.finish().await;
+    }
+    assert_eq!(
+        h.log.timeline(),
+        vec![
+            (0, "a start".into()),
+            (500, "b start".into()),
+            (600, "b end".into()),
+            (1000, "a end".into()),
+        ]
+    );
+}

@@ -215,3 +215,32 @@ async fn no_retry_starts_if_its_backoff_would_end_past_the_total_deadline() {
     );
     assert_eq!(retries(&mut h), vec![]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_call_cancelled_during_its_backoff_is_not_retried() {
+    let mut h = Harness::new(
+        r#"
+        [tools."srv__flaky"]
+        idempotent = true
+        retries = 3
+        backoff = { initial = "10s", max = "10s", multiplier = 1.0 }
+        "#,
+    );
+    let turn = h.start(vec![call("c1", "srv__flaky", json!({"fail": 3}))]);
+    h.until("tool_retry").await;
+    h.engine
+        .abort_turn(
+            turn.turn_id(),
+            toolwarden_core::protocol::CancelReason::User,
+        )
+        .unwrap();
+    let r = &turn.finish().await.results[0];
+    assert_eq!(
+        (status(r), r.outcome.attempts),
+        (
+            json!({"status": "cancelled", "reason": "user", "call_id": "c1"}),
+            1
+        )
+    );
+    assert_eq!(h.log.runs("srv__flaky"), 1);
+}

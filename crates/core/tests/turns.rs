@@ -197,3 +197,51 @@ async fn a_single_call_runs_as_a_one_call_turn() {
         )
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn every_progress_report_reaches_the_turns_listener() {
+    let mut h = Harness::new("");
+    let seen = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let mut req = h.turn(vec![call(
+        "c1",
+        "ticker",
+        json!({"every_ms": 10, "ms": 50}),
+    )]);
+    let sink = seen.clone();
+    req.progress = Some(std::sync::Arc::new(move |call_id, info| {
+        sink.lock()
+            .push((call_id.to_string(), info.progress.unwrap_or_default()));
+    }));
+    h.engine.run_turn(req).await.unwrap();
+    assert_eq!(
+        *seen.lock(),
+        (1..=4)
+            .map(|n| ("c1".to_owned(), f64::from(n)))
+            .collect::<Vec<_>>(),
+        "unpaced, unlike tool_progress"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn ten_thousand_calls_in_flight_all_end_at_their_deadline() {
+    let mut h = Harness::new(
+        r#"
+        [tools.sleep]
+        timeout = "1s"
+        loop = { warn_after = 0, block_after = 0 }
+        "#,
+    );
+    let calls = (0..10_000)
+        .map(|i| call(&format!("c{i}"), "sleep", json!({"ms": 60_000})))
+        .collect();
+    let req = h.turn(calls);
+    let t0 = tokio::time::Instant::now();
+    let out = h.engine.run_turn(req).await.unwrap();
+    assert_eq!(t0.elapsed(), secs(1));
+    assert_eq!(out.results.len(), 10_000);
+    assert!(
+        out.results
+            .iter()
+            .all(|r| r.outcome.duration_ms == 1000 && status(r)["kind"] == "total")
+    );
+}
