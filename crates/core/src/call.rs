@@ -346,6 +346,12 @@ pub(crate) async fn run_call(
     let input_digest = canonical::sha256(&canonical);
     drop(canonical);
 
+    // A call whose turn was aborted (or whose engine shut down) before it got going goes no
+    // further: it does not count as a repeat and nobody is asked to approve it.
+    if slot.scope.is_cancelled() {
+        return fin.cancelled();
+    }
+
     // Loop detector.
     match turn
         .session
@@ -441,8 +447,8 @@ pub(crate) async fn run_call(
         }
     }
 
-    // A call cancelled before its backend was invoked (its turn aborted before it got here, or
-    // the engine shut down) never starts it: the backend may act on the request at once.
+    // A call cancelled while it passed the steps above (an approval answered as its turn was
+    // aborted) never starts its backend either: the backend may act on the request at once.
     if slot.scope.is_cancelled() {
         return fin.cancelled();
     }
