@@ -128,10 +128,17 @@ async fn aborting_a_turn_mid_way_gives_one_result_per_call_in_order() {
 
 #[tokio::test(start_paused = true)]
 async fn a_turn_aborted_before_its_calls_ran_runs_none_of_them() {
-    let mut h = Harness::new("");
+    let mut h = Harness::new(
+        r#"
+        [tools.ask]
+        approval = "ask"
+        "#,
+    );
+    h.add_sleep("ask");
+    h.attach_person();
     let req = h.turn(vec![
         call("c1", "sleep", json!({"ms": 100})),
-        call("c2", "sleep", json!({"ms": 200})),
+        call("c2", "ask", json!({"ms": 200})),
     ]);
     let turn = h.engine.start_turn(req).unwrap();
     h.engine
@@ -145,7 +152,7 @@ async fn a_turn_aborted_before_its_calls_ran_runs_none_of_them() {
             json!({"status": "cancelled", "reason": "not_started", "call_id": "c2"}),
         ]
     );
-    assert_eq!(h.log.runs("sleep"), 0);
+    assert_eq!((h.log.runs("sleep"), h.log.runs("ask")), (0, 0));
     let events = h.drain();
     assert_eq!(
         types(&events),
@@ -155,7 +162,8 @@ async fn a_turn_aborted_before_its_calls_ran_runs_none_of_them() {
             "tool_result",
             "tool_result",
             "turn_end"
-        ]
+        ],
+        "nobody was asked to approve it"
     );
 }
 
