@@ -14,7 +14,8 @@
 //!    `Abandoned` (it cannot be forced: it keeps counting the work as abandoned itself).
 //!
 //! The engine emits `tool_stopped` with that `how`. An answer that arrives after the outcome was
-//! decided is recorded as late and discarded.
+//! decided is recorded as late and discarded; it counts as a cooperative stop within
+//! `cancel_grace`, and as `abandoned` past it (the backend ignored the cancel and kept working).
 
 use std::future::Future;
 use std::pin::Pin;

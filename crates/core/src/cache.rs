@@ -82,7 +82,17 @@ impl Cache {
         }
     }
 
-    /// Looks `key` up at `now`.
+    /// A fresh stored result for `key`, without joining or leading an execution.
+    pub(crate) fn hit(&self, key: &CacheKey, now: Instant) -> Option<Arc<CachedResult>> {
+        let inner = self.inner.lock();
+        inner
+            .entries
+            .get(key)
+            .filter(|e| e.expires > now)
+            .map(|e| e.result.clone())
+    }
+
+    /// Looks `key` up at `now`: a hit, or the duty to lead its execution, or one to follow.
     pub(crate) fn lookup(&self, key: &CacheKey, now: Instant) -> Lookup {
         let mut inner = self.inner.lock();
         if let Some(entry) = inner.entries.get(key) {

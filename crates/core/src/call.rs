@@ -1,7 +1,7 @@
 //! The pipeline of one call (SPEC §3.1), in this order: validate → loop detector → approval gate →
-//! cache lookup → breaker → concurrency gate → attempts (each under deadlines and cancellation) →
-//! classify → record breaker → cache store → outcome. Every step that ends the call produces its
-//! outcome; nothing after it runs.
+//! cache lookup → breaker → concurrency gate → single flight (share an identical running call) →
+//! attempts (each under deadlines and cancellation) → classify → record breaker → cache store →
+//! outcome. Every step that ends the call produces its outcome; nothing after it runs.
 //!
 //! Two guards make the pipeline safe to drop at any await (a client that disconnects drops it):
 //! [`Finisher`] records the call's single outcome exactly once, and [`InFlight`] hands a running
@@ -342,6 +342,12 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
         );
     }
 
+    // A call whose turn was aborted (or whose engine shut down) before it got going goes no
+    // further: it does not count as a repeat and nobody is asked to approve it.
+    if slot.scope.is_cancelled() {
+        return fin.cancelled();
+    }
+
     // Loop detector.
     match turn
         .session
@@ -371,32 +377,15 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
         }
     }
 
-    // Cache lookup (a hit is served even when the breaker is open), with single-flight.
-    let mut flight = None;
-    if policy.idempotent && !policy.cache_ttl.is_zero() {
-        let key = CacheKey {
-            tool: entry.name.clone(),
-            input_digest,
-        };
-        loop {
-            match engine.cache.lookup(&key, fin.arrived) {
-                Lookup::Hit(hit) => return fin.cache_hit(&hit),
-                Lookup::Lead(guard) => {
-                    flight = Some(guard);
-                    break;
-                }
-                Lookup::Follow(f) => {
-                    slot.set_state(CallState::Waiting);
-                    tokio::select! {
-                        biased;
-                        () = slot.scope.cancelled() => return fin.cancelled(),
-                        shared = cache::follow(f) => if let Some(hit) = shared {
-                            return fin.cache_hit(&hit);
-                        },
-                    }
-                }
-            }
-        }
+    // Cache lookup (a hit is served even when the breaker is open).
+    let cache_key = (policy.idempotent && !policy.cache_ttl.is_zero()).then(|| CacheKey {
+        tool: entry.name.clone(),
+        input_digest,
+    });
+    if let Some(key) = &cache_key
+        && let Some(hit) = engine.cache.hit(key, fin.arrived)
+    {
+        return fin.cache_hit(&hit);
     }
 
     // Breaker.
@@ -427,6 +416,38 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
             () = slot.scope.cancelled() => return fin.cancelled(),
             () = ticket.acquire() => {}
         }
+    }
+
+    // Single flight: share the execution of an identical call that is running, or lead one.
+    // Only past the gate: a leader must never wait for its place in the session, because the
+    // calls holding earlier places may be its followers, waiting for it.
+    let mut flight = None;
+    if let Some(key) = cache_key {
+        loop {
+            match engine.cache.lookup(&key, Instant::now()) {
+                Lookup::Hit(hit) => return fin.cache_hit(&hit),
+                Lookup::Lead(guard) => {
+                    flight = Some(guard);
+                    break;
+                }
+                Lookup::Follow(f) => {
+                    slot.set_state(CallState::Waiting);
+                    tokio::select! {
+                        biased;
+                        () = slot.scope.cancelled() => return fin.cancelled(),
+                        shared = cache::follow(f) => if let Some(hit) = shared {
+                            return fin.cache_hit(&hit);
+                        },
+                    }
+                }
+            }
+        }
+    }
+
+    // A call cancelled while it passed the steps above (an approval answered as its turn was
+    // aborted) never starts its backend either: the backend may act on the request at once.
+    if slot.scope.is_cancelled() {
+        return fin.cancelled();
     }
 
     // Attempts.
@@ -735,7 +756,10 @@ async fn track_stop(
     scope: EventScope,
     requested: Instant,
 ) {
-    let late = |end: AttemptEnd| match end {
+    // An answer instead of a stop is late and discarded. Within the grace it counts as the
+    // backend stopping; past it, the backend ignored the cancel and kept working until it was
+    // done (SPEC §3.3: that call was abandoned).
+    let late = |end: AttemptEnd, answered_as: StopHow| match end {
         AttemptEnd::Stopped(how) => how,
         AttemptEnd::Done(result) => {
             let is_error = !matches!(&result, Ok(out) if !out.is_error);
@@ -746,15 +770,15 @@ async fn track_stop(
                     after_ms: requested.elapsed().as_millis() as u64,
                 },
             );
-            StopHow::Cooperative
+            answered_as
         }
     };
     let how = tokio::select! {
-        end = &mut fut => late(end),
+        end = &mut fut => late(end, StopHow::Cooperative),
         () = sleep(grace) => {
             signals.force();
             match tokio::time::timeout(FORCE_WAIT, fut).await {
-                Ok(end) => late(end),
+                Ok(end) => late(end, StopHow::Abandoned),
                 Err(_) => StopHow::Abandoned,
             }
         }

@@ -602,6 +602,7 @@ impl EngineInner {
             }
             turns.insert(turn_id, turn.clone());
         }
+        turn.emit_start(self);
         session.turn_started();
         Ok((turn, jobs))
     }

@@ -17,8 +17,17 @@ const MAY_HAVE_RUN: &str = "It may have partly run; check its effects before cal
 /// The model-facing text of a status. `detail` adds what the engine knows (an error message, the
 /// schema violations, the names of similar tools).
 pub(crate) fn outcome_text(tool: &str, status: &Status, detail: Option<&str>) -> String {
+    // Details are often bare messages ("connection refused"); the text goes on after them, so
+    // each ends as a sentence.
     let detail_sentence = |prefix: &str| match detail {
-        Some(d) if !d.is_empty() => format!(" {prefix}{d}"),
+        Some(d) if !d.is_empty() => {
+            let end = if d.ends_with(['.', '?', '!']) {
+                ""
+            } else {
+                "."
+            };
+            format!(" {prefix}{d}{end}")
+        }
         _ => String::new(),
     };
     match status {
@@ -249,6 +258,30 @@ mod tests {
                 "{status:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_bare_detail_ends_as_a_sentence() {
+        assert_eq!(
+            outcome_text(
+                "t",
+                &Status::Error {
+                    reason: ErrorReason::Transport
+                },
+                Some("connection refused")
+            ),
+            "[ERROR] Tool \"t\" could not be reached. connection refused. It may not have run; try again later."
+        );
+        assert_eq!(
+            outcome_text(
+                "t",
+                &Status::Invalid {
+                    reason: InvalidReason::UnknownTool
+                },
+                Some("Did you mean \"u\"?")
+            ),
+            "[INVALID] There is no tool named \"t\". Did you mean \"u\"?"
+        );
     }
 
     #[test]

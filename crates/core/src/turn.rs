@@ -171,6 +171,25 @@ impl TurnState {
         *slot.result.lock() = Some(result);
     }
 
+    /// `turn_start`: emitted when the turn is registered (and so can be aborted), before anything
+    /// else about it.
+    pub(crate) fn emit_start(&self, engine: &EngineInner) {
+        engine.bus.emit(
+            &self.event_scope(),
+            EventKind::TurnStart {
+                parent_turn_id: self.parent.clone(),
+                calls: self
+                    .slots
+                    .iter()
+                    .map(|s| TurnCall {
+                        call_id: s.call_id.clone(),
+                        tool: s.tool.clone(),
+                    })
+                    .collect(),
+            },
+        );
+    }
+
     pub(crate) fn view(&self) -> ActiveTurn {
         let now = Instant::now();
         ActiveTurn {
@@ -211,20 +230,6 @@ pub(crate) async fn drive_turn(
         engine: engine.clone(),
         turn: turn.clone(),
     };
-    engine.bus.emit(
-        &turn.event_scope(),
-        EventKind::TurnStart {
-            parent_turn_id: turn.parent.clone(),
-            calls: turn
-                .slots
-                .iter()
-                .map(|s| TurnCall {
-                    call_id: s.call_id.clone(),
-                    tool: s.tool.clone(),
-                })
-                .collect(),
-        },
-    );
     if jobs.len() == 1 {
         for job in jobs {
             run_call(engine.clone(), turn.clone(), job).await;
