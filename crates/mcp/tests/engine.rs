@@ -199,8 +199,21 @@ async fn a_stuck_server_is_restarted_and_its_whole_process_tree_is_gone() {
         )),
         "{events:?}"
     );
+    // The grandchild announced itself in its progress messages: it must be gone too.
+    let grandchild: u32 = events
+        .iter()
+        .find_map(|k| match k {
+            EventKind::ToolProgress { progress, .. } => progress
+                .message
+                .as_deref()?
+                .strip_prefix("grandchild pid ")?
+                .parse()
+                .ok(),
+            _ => None,
+        })
+        .expect("the grandchild's pid was reported");
     let first: u32 = first_pid.trim().parse().expect("a pid");
-    assert_all_gone(&[first], Duration::from_secs(5)).await;
+    assert_all_gone(&[first, grandchild], Duration::from_secs(5)).await;
     assert!(descendants(first).is_empty());
     // The server is back, as a new process.
     server
