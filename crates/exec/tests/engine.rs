@@ -82,7 +82,7 @@ fn alive(pid: u32) -> bool {
         .and_then(|s| {
             s.rsplit(')')
                 .next()
-                .map(|r| r.trim_start().chars().next() != Some('Z'))
+                .map(|r| !r.trim_start().starts_with('Z'))
         })
         .unwrap_or(false)
 }
