@@ -121,3 +121,95 @@ async fn server_everything_long_running_operation_is_abandoned_after_its_ignored
     })
     .await;
 }
+
+/// The same tool governed by the engine: its progress keeps it alive past its idle timeout, its
+/// total timeout ends the call at once, the cancel goes out, and since the server ignores it the
+/// call is `abandoned` and counted in `toolwarden_abandoned_calls`.
+#[tokio::test]
+async fn server_everything_under_the_engine_idle_kept_alive_total_enforced_stuck_accounted() {
+    use std::sync::Arc;
+    use toolwarden_core::protocol::{EventKind, Status, TimeoutKind, ToolCall};
+    use toolwarden_core::{Config, Engine, Received};
+
+    let src = format!(
+        r#"
+        [servers.everything]
+        command = {:?}
+        args = ["stdio"]
+        startup_timeout = "60s"
+        [tools."everything__trigger-long-running-operation"]
+        idle_timeout = "2s"
+        timeout = "4s"
+        cancel_grace = "1s"
+        "#,
+        everything_bin().display().to_string()
+    );
+    let config = Config::parse(&src, "test.toml", &|_| None).unwrap();
+    let engine = Engine::builder().policies(Arc::new(config.clone())).build();
+    let server = McpServer::start(
+        "everything".into(),
+        config.file.servers["everything"].clone(),
+        engine.host(true),
+        std::env::temp_dir(),
+    );
+    server
+        .wait_ready(Duration::from_secs(60))
+        .await
+        .expect("server-everything comes up");
+    let mut sub = engine.subscribe();
+
+    // 100 steps over 30 s: progress every 300 ms, so the 2 s idle deadline never fires.
+    let result = engine
+        .call(
+            "s",
+            ToolCall::new(
+                "long",
+                "everything__trigger-long-running-operation",
+                json!({"duration": 30, "steps": 100}),
+            ),
+        )
+        .await;
+    assert_eq!(
+        result.outcome.status,
+        Status::Timeout {
+            kind: TimeoutKind::Total,
+            after_ms: 4000
+        }
+    );
+
+    let mut progress = 0;
+    let mut result_seq = None;
+    let mut stopped = None;
+    let _ = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(Received::Event(e)) = sub.recv().await {
+            match e.kind {
+                EventKind::ToolProgress { .. } => progress += 1,
+                EventKind::ToolResult { .. } => result_seq = Some(e.seq),
+                EventKind::ToolStopped { how, after_ms } => {
+                    stopped = Some((e.seq, how, after_ms));
+                    break;
+                }
+                _ => {}
+            }
+        }
+    })
+    .await;
+    assert!(
+        progress >= 4,
+        "progress was relayed as tool_progress: {progress}"
+    );
+    let (stopped_seq, how, after_ms) = stopped.expect("tool_stopped");
+    assert_eq!(how, StopHow::Abandoned, "the server ignored the cancel");
+    // The outcome went out first; the stop took at least the grace period behind it.
+    assert!(result_seq.expect("tool_result") < stopped_seq);
+    assert!(
+        after_ms >= 1000,
+        "stopping waited for cancel_grace: {after_ms} ms"
+    );
+    let metrics = engine.metrics().encode();
+    assert!(
+        metrics.contains("toolwarden_abandoned_calls{server=\"everything\"} 1"),
+        "the stuck call is counted:\n{metrics}"
+    );
+    server.shutdown().await;
+}
