@@ -431,6 +431,16 @@ impl Engine {
         &self.inner.bus
     }
 
+    /// The Prometheus text of every metric, as of now: gauges that follow the clock (a breaker
+    /// whose `open_for` has passed reads half-open) are brought up to date first.
+    pub fn metrics_text(&self) -> String {
+        let now = Instant::now();
+        for e in self.inner.registry.list() {
+            e.runtime.metrics.breaker(e.runtime.breaker.state(now).0);
+        }
+        self.inner.metrics.encode()
+    }
+
     /// The metrics.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.inner.metrics

@@ -23,7 +23,7 @@ fn breaker_states(h: &mut Harness) -> Vec<Value> {
 
 fn breaker_metric(h: &Harness) -> Vec<String> {
     metric_lines(
-        &h.engine.metrics().encode(),
+        &h.engine.metrics_text(),
         "toolwarden_breaker_state{tool=\"srv__flaky\"}",
     )
 }
@@ -40,6 +40,21 @@ async fn fail_calls(h: &mut Harness, n: u32) {
             json!({"status": "error", "reason": "transport", "call_id": "c1"})
         );
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_gauge_reads_half_open_once_open_for_has_passed_without_a_call() {
+    let mut h = Harness::new(BREAKER);
+    fail_calls(&mut h, 3).await;
+    assert_eq!(
+        breaker_metric(&h),
+        vec!["toolwarden_breaker_state{tool=\"srv__flaky\"} 2"]
+    );
+    sleep(secs(30)).await;
+    assert_eq!(
+        breaker_metric(&h),
+        vec!["toolwarden_breaker_state{tool=\"srv__flaky\"} 1"]
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -59,7 +59,7 @@ pub(crate) async fn metrics(State(app): State<App>) -> Response {
             header::CONTENT_TYPE,
             HeaderValue::from_static(METRICS_CONTENT_TYPE),
         )],
-        app.engine.metrics().encode(),
+        app.engine.metrics_text(),
     )
         .into_response()
 }
