@@ -53,14 +53,21 @@ pub(crate) async fn run(config_path: Option<&Path>, args: CallArgs) -> anyhow::R
     };
     let Some(result) = result else {
         eprintln!("error: the call's outcome did not arrive after the interrupt");
-        return Ok(stop.map_or(Exit::Error, |_| Exit::Interrupted));
+        return Ok(stop.map_or(Exit::Error, exit_of_signal));
     };
     print_result(&result, args.json)?;
     Ok(match stop {
         // Interrupted is interrupted, even if the call ended otherwise just before.
-        Some(_) => Exit::Interrupted,
+        Some(stop) => exit_of_signal(stop),
         None => Exit::of_status(&result.outcome.status),
     })
+}
+
+fn exit_of_signal(stop: Stop) -> Exit {
+    match stop {
+        Stop::Interrupt => Exit::Interrupted,
+        Stop::Terminate => Exit::Terminated,
+    }
 }
 
 /// The call from the command line: input and deadline hints.

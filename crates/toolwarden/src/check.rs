@@ -6,6 +6,7 @@ use std::path::Path;
 use anyhow::Context as _;
 use serde_json::{Value, json};
 use toolwarden_core::ConfigDiagnostic;
+use toolwarden_mcp::ReadyError;
 use toolwarden_protocol::ServerStateKind;
 
 use crate::cli::CheckArgs;
@@ -28,10 +29,11 @@ pub(crate) async fn run(config_path: Option<&Path>, args: CheckArgs) -> anyhow::
     let mut warnings: Vec<ConfigDiagnostic> = config.warnings.clone();
     // Headless: a check runs no call, and must never wait for a person.
     let mut stack = Stack::build(config, true)?;
+    let mut ready = Vec::new();
     if !args.offline {
         stack.start_servers(|_| true);
         tokio::select! {
-            _ = stack.wait_ready() => {}
+            r = stack.wait_ready() => ready = r,
             stop = signals.recv() => {
                 stack.shutdown().await;
                 eprintln!("error: interrupted while the servers started");
@@ -44,15 +46,21 @@ pub(crate) async fn run(config_path: Option<&Path>, args: CheckArgs) -> anyhow::
     let states = stack.engine.servers();
     let mut servers = Vec::new();
     for (name, _) in stack.enabled_servers() {
-        let status = states.get(&name);
-        let state = status.map_or(
-            if args.offline {
-                ServerStateKind::Down
-            } else {
-                ServerStateKind::Starting
-            },
-            |s| s.state,
-        );
+        // What the wait saw decides: the server may already be on its next start attempt.
+        let (state, detail) = match ready.iter().find(|(n, _)| *n == name).map(|(_, r)| r) {
+            None => (
+                ServerStateKind::Down,
+                Some("not started (--offline)".to_owned()),
+            ),
+            Some(Ok(())) => (
+                ServerStateKind::Up,
+                states.get(&name).and_then(|s| s.detail.clone()),
+            ),
+            Some(Err(ReadyError::Down { detail, .. })) => {
+                (ServerStateKind::Down, Some(detail.clone()))
+            }
+            Some(Err(e)) => (ServerStateKind::Down, Some(e.to_string())),
+        };
         let own: Vec<&str> = tools
             .iter()
             .filter(|t| t.backend == name)
@@ -68,11 +76,7 @@ pub(crate) async fn run(config_path: Option<&Path>, args: CheckArgs) -> anyhow::
         servers.push(ServerReport {
             name,
             state,
-            detail: if args.offline {
-                Some("not started (--offline)".to_owned())
-            } else {
-                status.and_then(|s| s.detail.clone())
-            },
+            detail,
             tools: own.len(),
         });
     }
@@ -116,9 +120,10 @@ pub(crate) async fn run(config_path: Option<&Path>, args: CheckArgs) -> anyhow::
             }
         }
         println!();
+        // The check's own findings: the engine's record of a state may lag a moment behind.
         let backend_states: Vec<Option<String>> = tools
             .iter()
-            .map(|t| match states.get(&t.backend) {
+            .map(|t| match servers.iter().find(|s| s.name == t.backend) {
                 Some(s) => Some(snake(&s.state)),
                 None => Some("up".to_owned()),
             })

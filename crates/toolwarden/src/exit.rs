@@ -24,6 +24,8 @@ pub(crate) enum Exit {
     CircuitOpen,
     /// `call`: the call was cancelled (Ctrl-C, an abort, a shutdown).
     Interrupted,
+    /// `call`: stopped by SIGTERM.
+    Terminated,
 }
 
 impl Exit {
@@ -53,6 +55,7 @@ impl Exit {
             Exit::Denied => 5,
             Exit::CircuitOpen => 6,
             Exit::Interrupted => 130,
+            Exit::Terminated => 143,
         }
     }
 }

@@ -80,6 +80,7 @@ pub(crate) async fn ask(
         let _ = err.flush();
     }
     let mut tick = tokio::time::interval(TICK);
+    let mut shown = countdown(interaction);
     let answer = loop {
         tokio::select! {
             line = lines.recv() => break match line.flatten() {
@@ -109,11 +110,16 @@ pub(crate) async fn ask(
                     eprintln!("toolwarden: the question is closed (answered elsewhere, timed out or cancelled)");
                     break None;
                 }
+                let now = countdown(interaction);
+                if now == shown {
+                    continue;
+                }
                 // The countdown sits on the line above the input: save the cursor, rewrite that
                 // line, restore, so what the user is typing stays where it is.
                 let mut err = std::io::stderr().lock();
-                let _ = write!(err, "\x1b7\x1b[1A\r\x1b[2K  {}\x1b8", countdown(interaction));
+                let _ = write!(err, "\x1b7\x1b[1A\r\x1b[2K  {now}\x1b8");
                 let _ = err.flush();
+                shown = now;
             }
         }
     };

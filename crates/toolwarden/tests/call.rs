@@ -196,26 +196,39 @@ async fn json_gives_the_whole_result() {
 
 #[tokio::test]
 async fn ctrl_c_cancels_the_call_exits_130_and_kills_the_command() {
+    interrupted(Signal::SIGINT, 130, "user").await;
+}
+
+#[tokio::test]
+async fn sigterm_cancels_the_call_as_a_shutdown_and_exits_143() {
+    interrupted(Signal::SIGTERM, 143, "shutdown").await;
+}
+
+async fn interrupted(signal: Signal, code: i32, reason: &str) {
     let dir = exec_dir("");
-    let mark = marker("ctrlc");
+    let mark = marker(&format!("signal-{code}"));
     let mut call = dir
         .command(&[
             "call",
             "exec",
+            "--json",
             "--input",
             &command(&format!("sleep 60; echo {mark}")),
         ])
         .spawn();
     // The shell (its command line holds the marker) leads the command's process group.
     let shell = wait_for_process(call.pid(), &mark, Duration::from_secs(20)).await[0];
-    call.signal(Signal::SIGINT);
+    call.signal(signal);
     let out = call.wait(Duration::from_secs(10)).await;
-    out.expect_code(130);
+    out.expect_code(code);
+    let result = out.json();
+    assert_eq!(result["outcome"]["status"], "cancelled");
+    assert_eq!(result["outcome"]["reason"], reason);
     assert!(
-        out.stdout.starts_with("[CANCELLED]"),
-        "{}\n{}",
-        out.stdout,
-        out.stderr
+        result["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("[CANCELLED]")
     );
     assert_group_gone(shell, Duration::from_secs(2)).await;
 }
@@ -276,4 +289,54 @@ async fn an_mcp_tool_starts_its_server_and_stops_it() {
         "{}",
         out.stderr
     );
+}
+
+/// On a terminal, an approval is asked y/N with a countdown; `y` runs the call.
+#[tokio::test]
+async fn on_a_terminal_an_approval_is_asked_and_yes_runs_the_call() {
+    let dir = exec_dir("[tools.exec]\napproval = \"ask\"\n");
+    let mut terminal = crate::util::Terminal::open();
+    let (stdin, stderr) = terminal.stdio();
+    let mut call = dir
+        .command(&["call", "exec", "--input", &command("echo approved-run")])
+        .stdio(stdin, stderr)
+        .spawn();
+    terminal
+        .wait_for("Allow? [y/N]", Duration::from_secs(20))
+        .await;
+    let screen = terminal.screen();
+    assert!(
+        screen.contains("Allow tool \"exec\" to run with this input?"),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("left; no answer denies the call"),
+        "{screen}"
+    );
+    terminal.type_text("y\n");
+    let out = call.wait(Duration::from_secs(20)).await;
+    out.expect_code(0);
+    assert!(out.stdout.contains("approved-run"), "{}", out.stdout);
+    assert!(terminal.screen().contains("toolwarden: approved"));
+}
+
+/// Anything but `y` denies the call (exit 5), recorded as a person's denial.
+#[tokio::test]
+async fn on_a_terminal_no_denies_the_call() {
+    let dir = exec_dir("[tools.exec]\napproval = \"ask\"\n");
+    let mut terminal = crate::util::Terminal::open();
+    let (stdin, stderr) = terminal.stdio();
+    let mut call = dir
+        .command(&["call", "exec", "--json", "--input", &command("echo never")])
+        .stdio(stdin, stderr)
+        .spawn();
+    terminal
+        .wait_for("Allow? [y/N]", Duration::from_secs(20))
+        .await;
+    terminal.type_text("n\n");
+    let out = call.wait(Duration::from_secs(20)).await;
+    out.expect_code(5);
+    let result = out.json();
+    assert_eq!(result["outcome"]["decider"], "policy");
+    assert_eq!(result["outcome"]["reason"], "user");
 }

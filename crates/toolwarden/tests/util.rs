@@ -109,6 +109,12 @@ impl Output {
 }
 
 impl TestCommand {
+    /// Gives the command this stdin and stderr (a terminal, in the prompt tests).
+    pub fn stdio(&mut self, stdin: Stdio, stderr: Stdio) -> &mut Self {
+        self.cmd.stdin(stdin).stderr(stderr);
+        self
+    }
+
     pub fn env(&mut self, key: &str, value: &str) -> &mut Self {
         self.cmd.env(key, value);
         self
@@ -133,13 +139,18 @@ impl TestCommand {
         let mut child = self.cmd.spawn().expect("spawn toolwarden");
         let stdout = Arc::new(Mutex::new(Vec::new()));
         let stderr = Arc::new(Mutex::new(Vec::new()));
-        let out_task = collect(child.stdout.take().expect("stdout"), stdout.clone());
-        let err_task = collect(child.stderr.take().expect("stderr"), stderr.clone());
+        let mut readers = Vec::new();
+        if let Some(pipe) = child.stdout.take() {
+            readers.push(collect(pipe, stdout.clone()));
+        }
+        if let Some(pipe) = child.stderr.take() {
+            readers.push(collect(pipe, stderr.clone()));
+        }
         Running {
             child,
             stdout,
             stderr,
-            readers: vec![out_task, err_task],
+            readers,
         }
     }
 }
@@ -341,5 +352,73 @@ pub async fn assert_group_gone(pgid: u32, grace: Duration) {
             panic!("process group {pgid} was left running: {alive:?}");
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A pseudo-terminal: what a program writes to its slave side is read here, what is typed here
+/// reaches the program's stdin.
+pub struct Terminal {
+    master: std::fs::File,
+    slave: Option<std::os::fd::OwnedFd>,
+    screen: Arc<Mutex<String>>,
+}
+
+impl Terminal {
+    pub fn open() -> Terminal {
+        let pty = nix::pty::openpty(None, None).expect("openpty");
+        let master = std::fs::File::from(pty.master);
+        let reader = master.try_clone().expect("clone the master");
+        let screen = Arc::new(Mutex::new(String::new()));
+        let into = screen.clone();
+        std::thread::spawn(move || {
+            use std::io::Read as _;
+            let mut reader = reader;
+            let mut buf = [0u8; 4096];
+            // Ends with EIO once every slave side is closed.
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                into.lock().push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        Terminal {
+            master,
+            slave: Some(pty.slave),
+            screen,
+        }
+    }
+
+    /// The slave side as a program's stdin and stderr (ours is closed, so that the terminal
+    /// hangs up when the program exits).
+    pub fn stdio(&mut self) -> (Stdio, Stdio) {
+        let slave = self.slave.take().expect("the slave side, once");
+        let other = slave.try_clone().expect("clone the slave");
+        (Stdio::from(slave), Stdio::from(other))
+    }
+
+    pub fn screen(&self) -> String {
+        self.screen.lock().clone()
+    }
+
+    /// Waits until the screen shows `needle`.
+    pub async fn wait_for(&self, needle: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while !self.screen().contains(needle) {
+            assert!(
+                Instant::now() < deadline,
+                "the terminal did not show {needle:?} within {timeout:?}; it shows:\n{}",
+                self.screen()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Types `text`.
+    pub fn type_text(&self, text: &str) {
+        use std::io::Write as _;
+        (&self.master)
+            .write_all(text.as_bytes())
+            .expect("write to the terminal");
     }
 }
