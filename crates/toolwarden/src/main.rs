@@ -90,12 +90,13 @@ async fn run(cli: Cli) -> anyhow::Result<Exit> {
 }
 
 /// Logs go to stderr: `--log-level`, else `$RUST_LOG`, else `info` for `serve` (server start-ups,
-/// their stderr) and `warn` for the rest (a one-off call's output stays readable).
+/// their stderr; rmcp's own chatter only from `warn`) and `warn` for the rest (a one-off call's
+/// output stays readable).
 fn init_logging(cli: &Cli) -> Result<(), String> {
     // A one-off command reports its servers' failures itself; the backend's own warnings
     // (a server going down as it is shut down) would only repeat them.
     let default = match cli.command {
-        Command::Serve(_) | Command::Mcp => "info",
+        Command::Serve(_) | Command::Mcp => "info,rmcp=warn",
         _ => "warn,toolwarden_mcp=error",
     };
     let filter = match cli.global.log_level.as_deref() {
