@@ -52,8 +52,16 @@ pub(crate) async fn run(config_path: Option<&Path>, args: CallArgs) -> anyhow::R
         None => local(config, call, &args, interactive, &mut signals).await?,
     };
     let Some(result) = result else {
-        eprintln!("error: the call's outcome did not arrive after the interrupt");
-        return Ok(stop.map_or(Exit::Error, exit_of_signal));
+        return Ok(match stop {
+            Some(stop) => {
+                eprintln!("error: the call's outcome did not arrive after the interrupt");
+                exit_of_signal(stop)
+            }
+            None => {
+                eprintln!("error: the server ended the call's stream before its outcome");
+                Exit::Error
+            }
+        });
     };
     print_result(&result, args.json)?;
     Ok(match stop {

@@ -14,6 +14,9 @@ use crate::exit::Exit;
 use crate::stack;
 use crate::table::Table;
 
+/// How long `tools`, `turns` and `abort` wait for an answer (they read state; nothing waits).
+const CLIENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// A running server's HTTP API.
 pub(crate) struct Api {
     base: String,
@@ -72,7 +75,8 @@ impl Api {
 
     /// A GET that must succeed.
     async fn get(&self, path: &str) -> anyhow::Result<Value> {
-        let (status, body) = self.json(self.request(Method::GET, path)).await?;
+        let req = self.request(Method::GET, path).timeout(CLIENT_TIMEOUT);
+        let (status, body) = self.json(req).await?;
         if !status.is_success() {
             anyhow::bail!("{}", self.refusal(status, &body));
         }
@@ -302,7 +306,8 @@ pub(crate) async fn abort(config: Option<&Path>, args: AbortArgs) -> anyhow::Res
             format!("turn {}", args.turn),
         ),
     };
-    let (status, body) = api.json(api.request(Method::POST, &path)).await?;
+    let req = api.request(Method::POST, &path).timeout(CLIENT_TIMEOUT);
+    let (status, body) = api.json(req).await?;
     if status.is_success() && body.get("ok") == Some(&Value::Bool(true)) {
         println!("aborted {what}");
         return Ok(Exit::Ok);
