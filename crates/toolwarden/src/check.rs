@@ -1,0 +1,165 @@
+//! `toolwarden check`: loads the config, starts its servers to learn their tools, and prints
+//! every warning and the effective policy of every tool.
+
+use std::path::Path;
+
+use anyhow::Context as _;
+use serde_json::{Value, json};
+use toolwarden_core::ConfigDiagnostic;
+use toolwarden_mcp::ReadyError;
+use toolwarden_protocol::ServerStateKind;
+
+use crate::cli::CheckArgs;
+use crate::client::{snake, tool_table};
+use crate::exit::Exit;
+use crate::signals::Signals;
+use crate::stack::{self, Stack};
+
+/// One server as the check found it.
+struct ServerReport {
+    name: String,
+    state: ServerStateKind,
+    detail: Option<String>,
+    tools: usize,
+}
+
+pub(crate) async fn run(config_path: Option<&Path>, args: CheckArgs) -> anyhow::Result<Exit> {
+    let mut signals = Signals::new().context("cannot install signal handlers")?;
+    let config = stack::load_config(config_path)?;
+    let mut warnings: Vec<ConfigDiagnostic> = config.warnings.clone();
+    // Headless: a check runs no call, and must never wait for a person.
+    let mut stack = Stack::build(config, true)?;
+    let mut ready = Vec::new();
+    if !args.offline {
+        stack.start_servers(|_| true);
+        tokio::select! {
+            r = stack.wait_ready() => ready = r,
+            stop = signals.recv() => {
+                stack.shutdown().await;
+                eprintln!("error: interrupted while the servers started");
+                std::process::exit(stop.exit_code());
+            }
+        }
+    }
+
+    let tools = stack.engine.tools();
+    let states = stack.engine.servers();
+    let mut servers = Vec::new();
+    for (name, _) in stack.enabled_servers() {
+        // What the wait saw decides: the server may already be on its next start attempt.
+        let (state, detail) = match ready.iter().find(|(n, _)| *n == name).map(|(_, r)| r) {
+            None => (
+                ServerStateKind::Down,
+                Some("not started (--offline)".to_owned()),
+            ),
+            Some(Ok(())) => (
+                ServerStateKind::Up,
+                states.get(&name).and_then(|s| s.detail.clone()),
+            ),
+            Some(Err(ReadyError::Down { detail, .. })) => {
+                (ServerStateKind::Down, Some(detail.clone()))
+            }
+            Some(Err(e)) => (ServerStateKind::Down, Some(e.to_string())),
+        };
+        let own: Vec<&str> = tools
+            .iter()
+            .filter(|t| t.backend == name)
+            .map(|t| own_name(&stack, &name, &t.name))
+            .collect();
+        if state == ServerStateKind::Up {
+            let found = stack.config.unknown_tool_warnings(&name, &own);
+            for w in &found {
+                eprintln!("warning: {w}");
+            }
+            warnings.extend(found);
+        }
+        servers.push(ServerReport {
+            name,
+            state,
+            detail,
+            tools: own.len(),
+        });
+    }
+    stack.shutdown().await;
+
+    let failed = !args.offline && servers.iter().any(|s| s.state != ServerStateKind::Up);
+    if args.json {
+        let report = json!({
+            "config": stack::describe_origin(&stack.config),
+            "ok": !failed,
+            "warnings": warnings.iter().map(diagnostic_json).collect::<Vec<_>>(),
+            "servers": servers.iter().map(|s| (s.name.clone(), json!({
+                "state": snake(&s.state),
+                "detail": s.detail,
+                "tools": s.tools,
+            }))).collect::<serde_json::Map<String, Value>>(),
+            "tools": tools,
+        });
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("config: {}", stack::describe_origin(&stack.config));
+        if servers.is_empty() {
+            println!("servers: none configured");
+        } else {
+            println!("servers:");
+            for s in &servers {
+                let detail = s
+                    .detail
+                    .as_deref()
+                    .map(|d| format!(": {d}"))
+                    .unwrap_or_default();
+                match s.state {
+                    ServerStateKind::Up => println!("  {}: up, {} tools", s.name, s.tools),
+                    _ if args.offline => println!("  {}{detail}", s.name),
+                    other => println!(
+                        "  {}: {}{detail}; its tools are unknown",
+                        s.name,
+                        snake(&other)
+                    ),
+                }
+            }
+        }
+        println!();
+        // The check's own findings: the engine's record of a state may lag a moment behind.
+        let backend_states: Vec<Option<String>> = tools
+            .iter()
+            .map(|t| match servers.iter().find(|s| s.name == t.backend) {
+                Some(s) => Some(snake(&s.state)),
+                None => Some("up".to_owned()),
+            })
+            .collect();
+        print!("{}", tool_table(&tools, &backend_states));
+        println!();
+        match warnings.len() {
+            0 => println!("no warnings"),
+            1 => println!("1 warning (above, on stderr)"),
+            n => println!("{n} warnings (above, on stderr)"),
+        }
+    }
+    if failed {
+        eprintln!("error: a server did not start (see above); the config itself is valid");
+        return Ok(Exit::Error);
+    }
+    Ok(Exit::Ok)
+}
+
+/// A server's own name for a tool exposed as `name`.
+fn own_name<'a>(stack: &Stack, server: &str, name: &'a str) -> &'a str {
+    if stack.config.prefixed() {
+        name.strip_prefix(server)
+            .and_then(|rest| rest.strip_prefix(toolwarden_core::PREFIX_SEPARATOR))
+            .unwrap_or(name)
+    } else {
+        name
+    }
+}
+
+fn diagnostic_json(d: &ConfigDiagnostic) -> Value {
+    json!({
+        "file": d.file,
+        "key": d.key,
+        "line": d.line,
+        "message": d.message,
+        "text": d.to_string(),
+    })
+}

@@ -1,0 +1,154 @@
+//! The command line (SPEC §7.3), as clap derives it.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// toolwarden governs the tool calls of AI agents: deadlines, cancels that stop the work,
+/// retries, breakers, approvals with deadlines, no orphaned processes.
+#[derive(Debug, Parser)]
+#[command(name = "toolwarden", version, propagate_version = true)]
+#[command(after_help = "\
+Config: --config FILE, else $TOOLWARDEN_CONFIG, else ./toolwarden.toml, else built-in defaults.
+Exit codes: 0 ok, 1 error, 2 usage or config error; `call` adds 3 timeout, 4 interaction needed
+but headless, 5 denied, 6 circuit open, 130 interrupted. See docs/CLI.md.")]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) global: Global,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// Options every command accepts, before or after its name.
+#[derive(Debug, Args)]
+pub(crate) struct Global {
+    /// The config file [default: $TOOLWARDEN_CONFIG, else ./toolwarden.toml, else built-in
+    /// defaults].
+    #[arg(long, global = true, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+    /// Log filter, e.g. `debug` or `toolwarden_mcp=debug` [default: $RUST_LOG, else `info` for
+    /// serve and `warn` for the other commands].
+    #[arg(long, global = true, value_name = "FILTER")]
+    pub(crate) log_level: Option<String>,
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub(crate) log_format: LogFormat,
+}
+
+/// How logs are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Serve the HTTP turn API (and, once built in, the MCP gateway at /mcp).
+    Serve(ServeArgs),
+    /// Serve the MCP gateway over stdio (not built into this binary yet).
+    Mcp,
+    /// Make one governed tool call here, with the config's servers and exec.
+    Call(CallArgs),
+    /// Check the config: start its servers, print every warning and every tool's policy.
+    Check(CheckArgs),
+    /// List the tools of a running `toolwarden serve`, with policies and breaker states.
+    Tools(ClientArgs),
+    /// List the running turns of a running `toolwarden serve`.
+    Turns(ClientArgs),
+    /// Abort a running turn (or one of its calls) on a running `toolwarden serve`.
+    Abort(AbortArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// Address of the HTTP API [default: [http] listen, else 127.0.0.1:7420]; port 0 picks a
+    /// free port (the address bound is printed).
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) listen: Option<String>,
+    /// Nothing answers approvals: calls that need one are denied at once.
+    #[arg(long)]
+    pub(crate) headless: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CallArgs {
+    /// The tool, as agents see it: `SERVER__TOOL`, `exec`, ...
+    pub(crate) tool: String,
+    /// The input: JSON, `@FILE` to read it from a file, or `@-` from stdin [default: {}].
+    #[arg(long, value_name = "JSON|@FILE")]
+    pub(crate) input: Option<String>,
+    /// Total deadline of this call, e.g. `30s` (replaces the tool's `timeout`, capped at its
+    /// `max_timeout`; `0` = no cap).
+    #[arg(long, value_name = "DURATION")]
+    pub(crate) timeout: Option<String>,
+    /// Idle deadline of this call, e.g. `10s` (replaces the tool's `idle_timeout`; `0` = off).
+    #[arg(long, value_name = "DURATION")]
+    pub(crate) idle_timeout: Option<String>,
+    /// Nothing answers approvals: a call that needs one is denied at once (exit 4). Implied
+    /// when stdin or stderr is not a terminal.
+    #[arg(long)]
+    pub(crate) headless: bool,
+    /// Print the whole result (outcome, content, structured content) as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// The session the call belongs to (loop detection and exclusivity are per session).
+    #[arg(long, value_name = "S")]
+    pub(crate) session: Option<String>,
+    /// Send the call to a running `toolwarden serve` at this URL instead of running it here,
+    /// so that it shares that server's breakers, cache and sessions.
+    #[arg(long, value_name = "URL")]
+    pub(crate) url: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CheckArgs {
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Do not start servers: check the file alone (tools of servers stay unknown).
+    #[arg(long)]
+    pub(crate) offline: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ClientArgs {
+    /// The server's base URL [default: http:// + [http] listen].
+    #[arg(long, value_name = "URL")]
+    pub(crate) url: Option<String>,
+    /// Print the server's answer as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct AbortArgs {
+    /// The turn (`t_...`).
+    pub(crate) turn: String,
+    /// One call of it; without it the whole turn is aborted.
+    pub(crate) call: Option<String>,
+    /// The server's base URL [default: http:// + [http] listen].
+    #[arg(long, value_name = "URL")]
+    pub(crate) url: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn config_is_accepted_before_and_after_the_command() {
+        let before = Cli::try_parse_from(["toolwarden", "--config", "a.toml", "check"]).unwrap();
+        let after = Cli::try_parse_from(["toolwarden", "check", "--config", "a.toml"]).unwrap();
+        assert_eq!(before.global.config, Some(PathBuf::from("a.toml")));
+        assert_eq!(after.global.config, Some(PathBuf::from("a.toml")));
+    }
+}

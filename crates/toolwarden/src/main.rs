@@ -1,0 +1,114 @@
+//! `toolwarden`: the command line (SPEC §7.3) and the wiring of every crate.
+//!
+//! The key design choice: **a command either runs the engine here or talks to a running
+//! `toolwarden serve`, never both.** `serve`, `call` and `check` build an engine from the config
+//! in this process (its breakers, cache and sessions live and die with it); `tools`, `turns`
+//! and `abort` — and `call --url` — are clients of a server's HTTP API, where that state is
+//! shared. Every path out of a local command goes through [`stack::Stack::shutdown`], so no
+//! call, `exec` process group or MCP server outlives the process.
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+mod call;
+mod check;
+mod cli;
+mod client;
+mod exit;
+mod progress;
+mod prompt;
+mod serve;
+mod signals;
+mod stack;
+mod table;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser as _;
+use tracing_subscriber::EnvFilter;
+
+use crate::cli::{Cli, Command, LogFormat};
+use crate::exit::{Exit, UsageError};
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and version go to stdout with 0; usage errors to stderr with 2.
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+        }
+    };
+    if let Err(e) = init_logging(&cli) {
+        eprintln!("error: {e}");
+        return Exit::Usage.into();
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return Exit::Error.into();
+        }
+    };
+    let result = runtime.block_on(run(cli));
+    // A terminal prompt may still block a thread on stdin; nothing else is left to wait for.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    match result {
+        Ok(exit) => exit.into(),
+        Err(e) => {
+            if e.downcast_ref::<UsageError>().is_some() {
+                eprintln!("error: {e}");
+                Exit::Usage.into()
+            } else {
+                eprintln!("error: {e:#}");
+                Exit::Error.into()
+            }
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<Exit> {
+    let config = cli.global.config.as_deref();
+    match cli.command {
+        Command::Serve(args) => serve::run(config, args).await,
+        Command::Mcp => {
+            stack::load_config(config)?;
+            anyhow::bail!(
+                "the MCP gateway is not built into this binary yet; use `toolwarden serve` for the HTTP API"
+            )
+        }
+        Command::Call(args) => call::run(config, args).await,
+        Command::Check(args) => check::run(config, args).await,
+        Command::Tools(args) => client::tools(config, args).await,
+        Command::Turns(args) => client::turns(config, args).await,
+        Command::Abort(args) => client::abort(config, args).await,
+    }
+}
+
+/// Logs go to stderr: `--log-level`, else `$RUST_LOG`, else `info` for `serve` (server start-ups,
+/// their stderr; rmcp's own chatter only from `warn`) and `warn` for the rest (a one-off call's
+/// output stays readable).
+fn init_logging(cli: &Cli) -> Result<(), String> {
+    // A one-off command reports its servers' failures itself; the backend's own warnings
+    // (a server going down as it is shut down) would only repeat them.
+    let default = match cli.command {
+        Command::Serve(_) | Command::Mcp => "info,rmcp=warn",
+        _ => "warn,toolwarden_mcp=error",
+    };
+    let filter = match cli.global.log_level.as_deref() {
+        Some(f) => EnvFilter::try_new(f).map_err(|e| format!("--log-level {f:?}: {e}"))?,
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default)),
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter);
+    let _ = match cli.global.log_format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+    Ok(())
+}

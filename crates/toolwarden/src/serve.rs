@@ -1,0 +1,217 @@
+//! `toolwarden serve`: the engine, its servers and `exec`, behind the HTTP API (SPEC §7.2).
+//!
+//! Shutdown (SIGTERM or SIGINT) runs in this order: stop accepting connections; end every
+//! running call `cancelled{shutdown}` at once and wait for its work to stop (`exec` groups
+//! killed after `cancel_grace`); shut every MCP server down (process groups killed and reaped);
+//! give answers still being written a moment; exit 0. A second signal exits at once.
+
+use std::net::{SocketAddr, ToSocketAddrs as _};
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use toolwarden_core::{Engine, Received};
+use toolwarden_http::{HttpOptions, listen_allowed};
+use toolwarden_protocol::{EventKind, ServerStateKind};
+
+use crate::cli::ServeArgs;
+use crate::exit::{Exit, usage};
+use crate::signals::Signals;
+use crate::stack::{self, Stack};
+
+/// After the engine and servers are down, how long answers still in flight get to be written
+/// before the remaining connections (event streams never end by themselves) are dropped.
+const DRAIN_CONNECTIONS: Duration = Duration::from_secs(2);
+
+pub(crate) async fn run(config_path: Option<&Path>, args: ServeArgs) -> anyhow::Result<Exit> {
+    // Installed first, so that a signal during start-up also shuts down in order.
+    let mut signals = Signals::new().context("cannot install signal handlers")?;
+    let config = stack::load_config(config_path)?;
+    let written = args
+        .listen
+        .clone()
+        .unwrap_or_else(|| stack::listen(&config).to_owned());
+    let addr = resolve_listen(&written, args.listen.is_some())?;
+    let token = stack::token(&config);
+    if let Err(e) = listen_allowed(&addr, token.as_deref()) {
+        usage!("{e}");
+    }
+    let mut stack = Stack::build(config, args.headless)?;
+    let mut opts = HttpOptions::from_config(&stack.config.file.http, token);
+    opts.headless = args.headless;
+    let authenticated = opts.token.is_some();
+
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    let bound = listener.local_addr()?;
+    let shutdown = CancellationToken::new();
+    let app = toolwarden_http::router(stack.engine.clone(), opts);
+    // The MCP gateway's Streamable HTTP endpoint mounts here, once it is built in:
+    //   let app = app.merge(axum::Router::new()
+    //       .route_service("/mcp", gateway.http_service(shutdown.clone()))
+    //       .layer(toolwarden_http::host_origin_guard(&http.allowed_hosts, &http.allowed_origins)));
+    // (plus the bearer check when a token is configured: the API's own layers do not cover
+    // routes merged after `router`). See docs/CLI.md, "The MCP gateway".
+    let mut server = tokio::spawn(
+        axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+            .into_future(),
+    );
+
+    // Subscribed before the servers start, so that every state they report is printed.
+    let reporter = tokio::spawn(report_servers(
+        stack.engine.clone(),
+        stack.engine.subscribe(),
+    ));
+    stack.start_servers(|_| true);
+    announce(&stack, bound, args.headless, authenticated);
+
+    let failed = tokio::select! {
+        stop = signals.recv() => {
+            eprintln!("toolwarden: {}: shutting down", stop.name());
+            None
+        }
+        ended = &mut server => Some(match ended {
+            Ok(Ok(())) => "the HTTP server stopped".to_owned(),
+            Ok(Err(e)) => format!("the HTTP server failed: {e}"),
+            Err(e) => format!("the HTTP server failed: {e}"),
+        }),
+    };
+    tokio::spawn(async move {
+        let again = signals.recv().await;
+        eprintln!("toolwarden: {} again: exiting at once", again.name());
+        std::process::exit(again.exit_code());
+    });
+
+    shutdown.cancel();
+    let stopped = stack.shutdown().await;
+    reporter.abort();
+    if !stopped {
+        eprintln!(
+            "toolwarden: some work had not stopped within {:?}; its processes were killed with their servers",
+            stack.shutdown_wait()
+        );
+    }
+    if let Some(why) = failed {
+        anyhow::bail!("{why}");
+    }
+    if tokio::time::timeout(DRAIN_CONNECTIONS, &mut server)
+        .await
+        .is_err()
+    {
+        server.abort();
+    }
+    eprintln!("toolwarden: stopped");
+    Ok(Exit::Ok)
+}
+
+/// Parses a listen address: `IP:PORT`, or `HOST:PORT` resolved (`localhost:7420`).
+fn resolve_listen(written: &str, from_flag: bool) -> anyhow::Result<SocketAddr> {
+    let source = if from_flag { "--listen" } else { "http.listen" };
+    if let Ok(addr) = written.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    match written.to_socket_addrs().map(|mut a| a.next()) {
+        Ok(Some(addr)) => Ok(addr),
+        _ => usage!(
+            "{source}: invalid address {written:?}: expected IP:PORT or HOST:PORT, e.g. \"127.0.0.1:7420\""
+        ),
+    }
+}
+
+/// Says on stderr where it listens and what it serves.
+fn announce(stack: &Stack, bound: SocketAddr, headless: bool, authenticated: bool) {
+    let base = format!("http://{bound}");
+    eprintln!(
+        "toolwarden: config: {}",
+        stack::describe_origin(&stack.config)
+    );
+    eprintln!("toolwarden: listening on {base}");
+    eprintln!(
+        "toolwarden: HTTP API at {base}/v1 (turns: POST {base}/v1/turns, events: {base}/v1/events, health: {base}/healthz, metrics: {base}/metrics){}",
+        if authenticated {
+            format!(
+                "; bearer token from ${} required",
+                stack::token_env(&stack.config)
+            )
+        } else {
+            String::new()
+        }
+    );
+    eprintln!("toolwarden: MCP gateway: not built into this binary yet (no /mcp)");
+    let tools = stack.engine.tools();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+    eprintln!(
+        "toolwarden: tools: {}{}",
+        names.len(),
+        if names.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", names.join(", "))
+        }
+    );
+    let servers: Vec<String> = stack
+        .servers
+        .iter()
+        .map(|s| s.server_name().to_owned())
+        .collect();
+    if servers.is_empty() {
+        eprintln!("toolwarden: servers: none configured");
+    } else {
+        eprintln!("toolwarden: servers starting: {}", servers.join(", "));
+    }
+    if headless {
+        eprintln!(
+            "toolwarden: approvals: headless; calls that need an approval are denied at once"
+        );
+    } else {
+        eprintln!(
+            "toolwarden: approvals: answered at POST {base}/v1/interactions/{{id}} (listed at GET {base}/v1/interactions); unanswered ones are denied at their deadline"
+        );
+    }
+}
+
+/// Prints every server state change, with the tool count once a server is up.
+async fn report_servers(engine: Engine, mut events: toolwarden_core::Subscription) {
+    while let Some(received) = events.recv().await {
+        let Received::Event(event) = received else {
+            continue;
+        };
+        let EventKind::ServerState {
+            server,
+            state,
+            detail,
+        } = &event.kind
+        else {
+            continue;
+        };
+        match state {
+            ServerStateKind::Up => {
+                let tools = engine.tools();
+                let own = tools.iter().filter(|t| &t.backend == server).count();
+                eprintln!(
+                    "toolwarden: server {server:?} is up: {own} tools ({} tools in all)",
+                    tools.len()
+                );
+            }
+            ServerStateKind::Down => eprintln!(
+                "toolwarden: server {server:?} is down{}",
+                detail
+                    .as_deref()
+                    .map(|d| format!(": {d}"))
+                    .unwrap_or_default()
+            ),
+            ServerStateKind::Restarted => eprintln!(
+                "toolwarden: server {server:?} restarted{}",
+                detail
+                    .as_deref()
+                    .map(|d| format!(": {d}"))
+                    .unwrap_or_default()
+            ),
+            ServerStateKind::Starting => {}
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! SIGINT and SIGTERM as a stream.
+
+use tokio::signal::unix::{Signal, SignalKind, signal};
+
+/// A termination signal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// SIGINT (Ctrl-C).
+    Interrupt,
+    /// SIGTERM.
+    Terminate,
+}
+
+impl Stop {
+    /// The conventional exit code of a process that died of this signal (128 + its number).
+    pub(crate) fn exit_code(self) -> i32 {
+        match self {
+            Stop::Interrupt => 130,
+            Stop::Terminate => 143,
+        }
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Stop::Interrupt => "SIGINT",
+            Stop::Terminate => "SIGTERM",
+        }
+    }
+}
+
+/// Listens for SIGINT and SIGTERM from its creation on (the default action, dying at once, is
+/// replaced for the life of the process).
+pub(crate) struct Signals {
+    interrupt: Signal,
+    terminate: Signal,
+}
+
+impl Signals {
+    pub(crate) fn new() -> std::io::Result<Self> {
+        Ok(Self {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+        })
+    }
+
+    /// The next signal.
+    pub(crate) async fn recv(&mut self) -> Stop {
+        tokio::select! {
+            _ = self.interrupt.recv() => Stop::Interrupt,
+            _ = self.terminate.recv() => Stop::Terminate,
+        }
+    }
+}

@@ -1,0 +1,245 @@
+//! The wiring every local command shares: the config, the engine built from it, the `exec`
+//! tool and the MCP servers, and their orderly shutdown.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use futures::future::join_all;
+use toolwarden_core::{Config, ConfigOrigin, Engine, ToolOrigin};
+use toolwarden_exec::{ExecBackend, ExecConfigError, ExecSettings};
+use toolwarden_mcp::{McpServer, ReadyError};
+use toolwarden_protocol::ServerConfig;
+
+use crate::exit::usage;
+
+/// The bearer token's variable when `[http] token_env` is not set.
+pub(crate) const DEFAULT_TOKEN_ENV: &str = "TOOLWARDEN_TOKEN";
+/// The HTTP API's address when `[http] listen` is not set.
+pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:7420";
+/// How long stopping the work may take beyond the longest `cancel_grace` before shutdown gives
+/// up waiting (exec's forced stop takes at most one more second).
+const SHUTDOWN_SLACK: Duration = Duration::from_secs(3);
+/// Waiting for a server whose `startup_timeout` is `0` (no cap) is still bounded, by this.
+const UNCAPPED_STARTUP_WAIT: Duration = Duration::from_secs(24 * 3600);
+
+/// Loads the config (`--config`, `$TOOLWARDEN_CONFIG`, `./toolwarden.toml`, built-in defaults)
+/// and prints its warnings on stderr. A config error is a usage error (exit 2).
+pub(crate) fn load_config(explicit: Option<&Path>) -> anyhow::Result<Config> {
+    let config = match Config::load(explicit) {
+        Ok(config) => config,
+        Err(e) => usage!("{e}"),
+    };
+    for warning in &config.warnings {
+        eprintln!("warning: {warning}");
+    }
+    Ok(config)
+}
+
+/// The directory relative paths of the config resolve against: the config file's directory,
+/// else the working directory.
+pub(crate) fn base_dir(config: &Config) -> anyhow::Result<PathBuf> {
+    let dir = match &config.origin {
+        ConfigOrigin::File(path) => match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+            _ => PathBuf::from("."),
+        },
+        ConfigOrigin::Builtin => PathBuf::from("."),
+    };
+    std::fs::canonicalize(&dir).with_context(|| format!("cannot resolve {}", dir.display()))
+}
+
+/// The name of the variable holding the HTTP API's bearer token.
+pub(crate) fn token_env(config: &Config) -> &str {
+    config
+        .file
+        .http
+        .token_env
+        .as_deref()
+        .unwrap_or(DEFAULT_TOKEN_ENV)
+}
+
+/// The bearer token, if its variable is set and not empty.
+pub(crate) fn token(config: &Config) -> Option<String> {
+    std::env::var(token_env(config))
+        .ok()
+        .filter(|t| !t.is_empty())
+}
+
+/// The configured listen address as written.
+pub(crate) fn listen(config: &Config) -> &str {
+    config.file.http.listen.as_deref().unwrap_or(DEFAULT_LISTEN)
+}
+
+/// Where `config` was read from, for messages.
+pub(crate) fn describe_origin(config: &Config) -> String {
+    match &config.origin {
+        ConfigOrigin::File(path) => path.display().to_string(),
+        ConfigOrigin::Builtin => "built-in defaults (no config file)".to_owned(),
+    }
+}
+
+/// An engine, its `exec` tool and its MCP servers.
+pub(crate) struct Stack {
+    pub(crate) engine: Engine,
+    pub(crate) config: Arc<Config>,
+    pub(crate) base_dir: PathBuf,
+    pub(crate) servers: Vec<Arc<McpServer>>,
+}
+
+impl Stack {
+    /// Builds the engine from `config` (policies, headless, interaction ceiling) and registers
+    /// `exec` when `[exec] enabled`. Starts no server.
+    pub(crate) fn build(config: Config, headless: bool) -> anyhow::Result<Stack> {
+        let base_dir = base_dir(&config)?;
+        let config = Arc::new(config);
+        let engine = Engine::builder()
+            .policies(config.clone())
+            .headless(headless)
+            .interaction_ceiling(config.interaction_ceiling())
+            .build();
+        if let Some(exec) = config.file.exec.as_ref().filter(|e| e.enabled) {
+            let mut settings = match ExecSettings::from_config(exec, &base_dir) {
+                Ok(settings) => settings,
+                Err(e) => usage!("{}", exec_error(&config, &e)),
+            };
+            // The token would let a command answer its own approvals over the API.
+            let var = token_env(&config).to_owned();
+            if !settings.env_remove.contains(&var) {
+                settings.env_remove.push(var);
+            }
+            engine.add_tools(
+                ToolOrigin::Exec,
+                Arc::new(ExecBackend::new(settings)),
+                vec![ExecBackend::tool_spec()],
+            );
+        }
+        Ok(Stack {
+            engine,
+            config,
+            base_dir,
+            servers: Vec::new(),
+        })
+    }
+
+    /// The enabled servers of the config, by name.
+    pub(crate) fn enabled_servers(&self) -> Vec<(String, ServerConfig)> {
+        self.config
+            .file
+            .servers
+            .iter()
+            .filter(|(_, s)| s.enabled != Some(false))
+            .map(|(name, s)| (name.clone(), s.clone()))
+            .collect()
+    }
+
+    /// Starts the enabled servers `wanted` accepts; they report to the engine as they come up.
+    pub(crate) fn start_servers(&mut self, wanted: impl Fn(&str) -> bool) {
+        let host = self.engine.host(self.config.prefixed());
+        for (name, cfg) in self.enabled_servers() {
+            if wanted(&name) {
+                let server = McpServer::start(name, cfg, host.clone(), self.base_dir.clone());
+                self.servers.push(server);
+            }
+        }
+    }
+
+    /// Waits for every started server to be up or to fail its start, each at most its
+    /// `startup_timeout` (plus a second); answers in start order.
+    pub(crate) async fn wait_ready(&self) -> Vec<(String, Result<(), ReadyError>)> {
+        let waits = self.servers.iter().map(|server| {
+            let name = server.server_name().to_owned();
+            let bound = self
+                .config
+                .file
+                .servers
+                .get(&name)
+                .and_then(|s| s.startup_timeout)
+                .map_or(toolwarden_mcp::DEFAULT_STARTUP_TIMEOUT, |d| d.duration());
+            let bound = if bound.is_zero() {
+                UNCAPPED_STARTUP_WAIT
+            } else {
+                bound + Duration::from_secs(1)
+            };
+            async move { (name, server.wait_ready(bound).await) }
+        });
+        join_all(waits).await
+    }
+
+    /// How long shutting down may wait for running work to stop.
+    pub(crate) fn shutdown_wait(&self) -> Duration {
+        let grace = self
+            .engine
+            .tools()
+            .iter()
+            .map(|t| t.policy.cancel_grace)
+            .max()
+            .unwrap_or_default();
+        grace + SHUTDOWN_SLACK
+    }
+
+    /// Ends every running call (`cancelled{shutdown}`), waits for their work to stop, then shuts
+    /// every server down (process groups killed and reaped). Returns whether all work stopped
+    /// within the wait.
+    pub(crate) async fn shutdown(&self) -> bool {
+        let stopped = self.engine.shutdown(self.shutdown_wait()).await;
+        join_all(self.servers.iter().map(|s| s.shutdown())).await;
+        stopped
+    }
+}
+
+/// An `[exec]` error as a config diagnostic: `FILE:LINE: exec.KEY: message`.
+fn exec_error(config: &Config, err: &ExecConfigError) -> String {
+    let key = match err {
+        ExecConfigError::EmptyShell => "exec.shell",
+        ExecConfigError::BaseDir { .. } => "exec",
+        _ => "exec.allowed_roots",
+    };
+    let file = describe_origin(config);
+    let line = match &config.origin {
+        ConfigOrigin::File(path) => std::fs::read_to_string(path)
+            .ok()
+            .and_then(|src| line_of(&src, "exec", key.rsplit('.').next().unwrap_or(key))),
+        ConfigOrigin::Builtin => None,
+    };
+    match line {
+        Some(line) => format!("{file}:{line}: {key}: {err}"),
+        None => format!("{file}: {key}: {err}"),
+    }
+}
+
+/// The line of `key` in table `[table]` of a TOML text (a plain reading: good enough to point at
+/// a key the loader already accepted).
+fn line_of(src: &str, table: &str, key: &str) -> Option<usize> {
+    let header = format!("[{table}]");
+    let mut inside = false;
+    for (i, line) in src.lines().enumerate() {
+        let t = line.trim();
+        if t.starts_with('[') {
+            inside = t == header;
+            if inside && key == table {
+                return Some(i + 1);
+            }
+            continue;
+        }
+        let written = t.split('=').next().unwrap_or_default().trim();
+        if inside && written == key {
+            return Some(i + 1);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exec_keys_are_found_by_line() {
+        let src = "[defaults]\nshell = 1\n\n[exec]\nenabled = true\nallowed_roots = [\"x\"]\n";
+        assert_eq!(line_of(src, "exec", "allowed_roots"), Some(6));
+        assert_eq!(line_of(src, "exec", "shell"), None);
+        assert_eq!(line_of(src, "exec", "exec"), Some(4));
+    }
+}

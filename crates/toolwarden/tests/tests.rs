@@ -1,0 +1,13 @@
+//! Integration tests: they drive the real `toolwarden` binary, one temp dir and one command per
+//! test, against real processes (`exec` commands, `tw-test-server`) on 127.0.0.1.
+
+// clippy's allow-unwrap-in-tests covers #[test] functions only, not helpers.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub, dead_code)]
+
+mod util;
+
+mod call;
+mod check;
+mod config;
+mod help;
+mod serve;

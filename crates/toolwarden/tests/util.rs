@@ -1,0 +1,424 @@
+//! Test helpers in the style of ripgrep's `tests/util.rs`: a temp dir and a command per test,
+//! driving the real binary; plus the process checks that prove nothing was left running.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt as _, BufReader};
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+/// No test command may run longer than this.
+const RUN_LIMIT: Duration = Duration::from_secs(90);
+
+/// The binary under test.
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_toolwarden"))
+}
+
+/// `tw-test-server`, the misbehaving MCP server (built on first use).
+pub fn test_server() -> String {
+    toolwarden_testkit::test_server_path().display().to_string()
+}
+
+/// A unique word for this test, to find its processes by command line.
+pub fn marker(name: &str) -> String {
+    format!("twmark-{name}-{}", std::process::id())
+}
+
+/// A temporary directory a test runs in.
+pub struct Dir {
+    dir: tempfile::TempDir,
+}
+
+impl Dir {
+    pub fn new() -> Dir {
+        Dir {
+            dir: tempfile::Builder::new()
+                .prefix("toolwarden-cli-")
+                .tempdir()
+                .expect("temp dir"),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Writes `contents` to `name` in the directory.
+    pub fn create(&self, name: &str, contents: &str) -> PathBuf {
+        let path = self.dir.path().join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("create parent dir");
+        }
+        std::fs::write(&path, contents).expect("write file");
+        path
+    }
+
+    /// `toolwarden ARGS...` run in this directory, with none of the caller's toolwarden
+    /// variables.
+    pub fn command(&self, args: &[&str]) -> TestCommand {
+        let mut cmd = Command::new(bin());
+        cmd.args(args)
+            .current_dir(self.path())
+            .env_remove("TOOLWARDEN_CONFIG")
+            .env_remove("TOOLWARDEN_TOKEN")
+            .env_remove("TOOLWARDEN_TOOL_TIMEOUT")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        TestCommand { cmd }
+    }
+}
+
+pub struct TestCommand {
+    cmd: Command,
+}
+
+/// What a finished command did.
+#[derive(Debug)]
+pub struct Output {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Output {
+    /// Asserts the exit code, showing everything the command wrote when it differs.
+    pub fn expect_code(&self, code: i32) -> &Self {
+        assert_eq!(
+            self.code,
+            Some(code),
+            "exit code; stdout:\n{}\nstderr:\n{}",
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", self.stdout))
+    }
+}
+
+impl TestCommand {
+    /// Gives the command this stdin and stderr (a terminal, in the prompt tests).
+    pub fn stdio(&mut self, stdin: Stdio, stderr: Stdio) -> &mut Self {
+        self.cmd.stdin(stdin).stderr(stderr);
+        self
+    }
+
+    pub fn env(&mut self, key: &str, value: &str) -> &mut Self {
+        self.cmd.env(key, value);
+        self
+    }
+
+    /// Runs to completion (at most [`RUN_LIMIT`]).
+    pub async fn run(&mut self) -> Output {
+        let child = self.cmd.spawn().expect("spawn toolwarden");
+        let out = tokio::time::timeout(RUN_LIMIT, child.wait_with_output())
+            .await
+            .expect("toolwarden did not finish in time")
+            .expect("wait for toolwarden");
+        Output {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Starts it and collects its stdout and stderr lines as they come.
+    pub fn spawn(&mut self) -> Running {
+        let mut child = self.cmd.spawn().expect("spawn toolwarden");
+        let stdout = Arc::new(Mutex::new(Vec::new()));
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let mut readers = Vec::new();
+        if let Some(pipe) = child.stdout.take() {
+            readers.push(collect(pipe, stdout.clone()));
+        }
+        if let Some(pipe) = child.stderr.take() {
+            readers.push(collect(pipe, stderr.clone()));
+        }
+        Running {
+            child,
+            stdout,
+            stderr,
+            readers,
+        }
+    }
+}
+
+fn collect(
+    pipe: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+    into: Arc<Mutex<Vec<String>>>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(pipe).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            into.lock().push(line);
+        }
+    })
+}
+
+/// A running `toolwarden`; killed (SIGKILL) and reaped if the test drops it.
+pub struct Running {
+    child: Child,
+    stdout: Arc<Mutex<Vec<String>>>,
+    stderr: Arc<Mutex<Vec<String>>>,
+    readers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Running {
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("running child has a pid")
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().join("\n")
+    }
+
+    pub fn stdout(&self) -> String {
+        self.stdout.lock().join("\n")
+    }
+
+    /// Waits for a stderr line containing `needle`; returns it.
+    pub async fn wait_stderr(&self, needle: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(line) = self.stderr.lock().iter().find(|l| l.contains(needle)) {
+                return line.clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no stderr line with {needle:?} within {timeout:?}; stderr:\n{}",
+                self.stderr()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The base URL `serve` says it listens on.
+    pub async fn url(&self) -> String {
+        let line = self
+            .wait_stderr("listening on http://", Duration::from_secs(30))
+            .await;
+        let at = line.find("http://").expect("a URL");
+        line[at..].trim().to_owned()
+    }
+
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(self.pid() as i32);
+        nix::sys::signal::kill(pid, signal).expect("send a signal");
+    }
+
+    /// Waits for the exit (at most `timeout`); the exit code, and all output read.
+    pub async fn wait(&mut self, timeout: Duration) -> Output {
+        let status = tokio::time::timeout(timeout, self.child.wait())
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "toolwarden did not exit within {timeout:?}; stderr:\n{}",
+                    self.stderr()
+                )
+            })
+            .expect("wait");
+        for reader in self.readers.drain(..) {
+            let _ = tokio::time::timeout(Duration::from_secs(5), reader).await;
+        }
+        Output {
+            code: status.code(),
+            stdout: self.stdout(),
+            stderr: self.stderr(),
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+        // Reap it (tokio's orphan reaper would too, later).
+        let _ = self.child.try_wait();
+    }
+}
+
+/// Live processes (not zombies) whose command line contains `needle`.
+pub fn pids_with(needle: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == std::process::id() {
+            continue;
+        }
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        if String::from_utf8_lossy(&cmdline).contains(needle) && toolwarden_testkit::pid_alive(pid)
+        {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Waits until some descendant of `root` has a command line containing `needle`; their pids.
+/// (Descendants only: the command line of the `toolwarden` that started them often holds the
+/// same text.)
+pub async fn wait_for_process(root: u32, needle: &str, timeout: Duration) -> Vec<u32> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let below = toolwarden_testkit::descendants(root);
+        let pids: Vec<u32> = pids_with(needle)
+            .into_iter()
+            .filter(|p| below.contains(p))
+            .collect();
+        if !pids.is_empty() {
+            return pids;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no process with {needle:?} appeared within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Asserts that no process's command line contains `needle` (allowing `grace` for the
+/// kernel to finish reaping).
+pub async fn assert_no_process(needle: &str, grace: Duration) {
+    let deadline = Instant::now() + grace;
+    loop {
+        let pids = pids_with(needle);
+        if pids.is_empty() {
+            return;
+        }
+        if Instant::now() >= deadline {
+            for pid in &pids {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(*pid as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            panic!("processes with {needle:?} were left running: {pids:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// An HTTP client that ignores proxies (tests talk to 127.0.0.1).
+pub fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("HTTP client")
+}
+
+/// TOML for a string (quoted and escaped).
+pub fn toml_str(s: &str) -> String {
+    Value::String(s.to_owned()).to_string()
+}
+
+/// Asserts that process group `pgid` (a command's shell and everything it started) is gone.
+pub async fn assert_group_gone(pgid: u32, grace: Duration) {
+    let deadline = Instant::now() + grace;
+    loop {
+        let alive: Vec<u32> = toolwarden_testkit::group_members(pgid)
+            .into_iter()
+            .filter(|p| toolwarden_testkit::pid_alive(*p))
+            .collect();
+        if alive.is_empty() {
+            return;
+        }
+        if Instant::now() >= deadline {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pgid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            panic!("process group {pgid} was left running: {alive:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A pseudo-terminal: what a program writes to its slave side is read here, what is typed here
+/// reaches the program's stdin.
+pub struct Terminal {
+    master: std::fs::File,
+    slave: Option<std::os::fd::OwnedFd>,
+    screen: Arc<Mutex<String>>,
+}
+
+impl Terminal {
+    pub fn open() -> Terminal {
+        let pty = nix::pty::openpty(None, None).expect("openpty");
+        let master = std::fs::File::from(pty.master);
+        let reader = master.try_clone().expect("clone the master");
+        let screen = Arc::new(Mutex::new(String::new()));
+        let into = screen.clone();
+        std::thread::spawn(move || {
+            use std::io::Read as _;
+            let mut reader = reader;
+            let mut buf = [0u8; 4096];
+            // Ends with EIO once every slave side is closed.
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                into.lock().push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        Terminal {
+            master,
+            slave: Some(pty.slave),
+            screen,
+        }
+    }
+
+    /// The slave side as a program's stdin and stderr (ours is closed, so that the terminal
+    /// hangs up when the program exits).
+    pub fn stdio(&mut self) -> (Stdio, Stdio) {
+        let slave = self.slave.take().expect("the slave side, once");
+        let other = slave.try_clone().expect("clone the slave");
+        (Stdio::from(slave), Stdio::from(other))
+    }
+
+    pub fn screen(&self) -> String {
+        self.screen.lock().clone()
+    }
+
+    /// Waits until the screen shows `needle`.
+    pub async fn wait_for(&self, needle: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while !self.screen().contains(needle) {
+            assert!(
+                Instant::now() < deadline,
+                "the terminal did not show {needle:?} within {timeout:?}; it shows:\n{}",
+                self.screen()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Types `text`.
+    pub fn type_text(&self, text: &str) {
+        use std::io::Write as _;
+        (&self.master)
+            .write_all(text.as_bytes())
+            .expect("write to the terminal");
+    }
+}
