@@ -536,11 +536,19 @@ impl EngineInner {
             .parent_turn_id
             .as_ref()
             .and_then(|p| self.turns.lock().get(p).cloned());
-        let session_id = req
+        let named = req
             .session_id
-            .or_else(|| parent.as_ref().map(|p| p.session.id.clone()))
-            .unwrap_or_else(|| SessionId::new(new_id("s_")));
+            .or_else(|| parent.as_ref().map(|p| p.session.id.clone()));
+        // A turn that names no session gets one of its own, forgotten when the turn ends: nobody
+        // can refer to it again, so nothing should pile up.
+        let ephemeral = named.is_none();
+        let session_id = named.unwrap_or_else(|| SessionId::new(new_id("s_")));
         let session = self.session(session_id);
+        if ephemeral {
+            session
+                .ephemeral
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         let scope = match &parent {
             Some(p) => p.scope.child(ScopeKind::Turn),
             None => session.scope.child(ScopeKind::Turn),
@@ -620,6 +628,15 @@ impl EngineInner {
     pub(crate) fn unregister_turn(&self, turn: &TurnState) {
         if self.turns.lock().remove(&turn.id).is_some() {
             turn.session.turn_ended();
+            let session = &turn.session;
+            if session.ephemeral.load(std::sync::atomic::Ordering::Relaxed)
+                && session
+                    .active_turns
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    == 0
+            {
+                self.sessions.lock().remove(&session.id);
+            }
         }
     }
 

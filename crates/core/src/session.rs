@@ -31,6 +31,8 @@ pub(crate) struct Session {
     pub(crate) history: Mutex<History>,
     pub(crate) active_turns: AtomicUsize,
     pub(crate) last_used: Mutex<Instant>,
+    /// Made for one turn that named no session: forgotten when its turn ends.
+    pub(crate) ephemeral: std::sync::atomic::AtomicBool,
 }
 
 impl Session {
@@ -43,6 +45,7 @@ impl Session {
             history: Mutex::new(History::default()),
             active_turns: AtomicUsize::new(0),
             last_used: Mutex::new(Instant::now()),
+            ephemeral: std::sync::atomic::AtomicBool::new(false),
         }
     }
 

@@ -245,3 +245,24 @@ async fn ten_thousand_calls_in_flight_all_end_at_their_deadline() {
             .all(|r| r.outcome.duration_ms == 1000 && status(r)["kind"] == "total")
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_turn_without_a_session_leaves_no_session_behind() {
+    let h = Harness::new("");
+    let calls = vec![toolwarden_core::protocol::ToolCall::new(
+        "c1",
+        "echo",
+        json!({"q": 1}),
+    )];
+    let req = toolwarden_core::TurnRequest {
+        calls,
+        ..Default::default()
+    };
+    let out = h.engine.run_turn(req).await.unwrap();
+    assert!(out.session_id.as_str().starts_with("s_"));
+    assert_eq!(
+        h.engine.session_status(&out.session_id),
+        None,
+        "the generated session is gone"
+    );
+}
