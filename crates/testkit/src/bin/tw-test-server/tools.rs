@@ -29,7 +29,8 @@
 //! (text `hello`), a template `test://items/{id}` (text `item ID`; an unknown URI is
 //! `-32002`), subscriptions, a prompt `greet {name}` ("Hello, NAME!"), completion of
 //! `greet`'s `name` (`alice`, `albert`, `bob`) and of the template's `id` (`1`, `2`, `3`), and
-//! `logging/setLevel`.
+//! `logging/setLevel`. With `--tag TAG` it also serves `test://TAG/mine` (text `mine of TAG`)
+//! and its greeting ends with ` (TAG)`.
 
 #![allow(
     deprecated,
@@ -249,6 +250,13 @@ fn service_error(what: &str, e: rmcp::ServiceError) -> McpError {
     }
 }
 
+static TAG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Sets this instance's `--tag`.
+pub(crate) fn set_tag(tag: String) {
+    let _ = TAG.set(tag);
+}
+
 const NAMES: [&str; 3] = ["alice", "albert", "bob"];
 const ITEM_IDS: [&str; 3] = ["1", "2", "3"];
 
@@ -422,7 +430,24 @@ impl TestServer {
                 }
             }
             "cancels" => {
-                let list = Value::Array(self.state.cancels.lock().clone());
+                // Named here, not when the cancel arrived: rmcp handles each message on its
+                // own task, so a cancel may be seen before its call was registered.
+                let calls = self.state.calls.lock().clone();
+                let list: Vec<Value> = self
+                    .state
+                    .cancels
+                    .lock()
+                    .iter()
+                    .map(|c| {
+                        let call = calls
+                            .get(&c["requestId"].to_string())
+                            .cloned()
+                            .unwrap_or(Value::Null);
+                        json!({"requestId": c["requestId"], "reason": c["reason"],
+                            "tool": call.get("tool"), "arguments": call.get("arguments")})
+                    })
+                    .collect();
+                let list = Value::Array(list);
                 let mut r = text(list.to_string());
                 r.structured_content = Some(json!({"cancels": list}));
                 Ok(r)
@@ -541,6 +566,11 @@ fn read(uri: &str) -> Option<String> {
     if uri == "test://static/hello" {
         return Some("hello".into());
     }
+    if let Some(tag) = TAG.get()
+        && uri == format!("test://{tag}/mine")
+    {
+        return Some(format!("mine of {tag}"));
+    }
     uri.strip_prefix("test://items/")
         .filter(|id| !id.is_empty() && !id.contains('/'))
         .map(|id| format!("item {id}"))
@@ -651,8 +681,9 @@ impl rmcp::ServerHandler for TestServer {
             .and_then(Value::as_str)
             .unwrap_or("you")
             .to_owned();
+        let suffix = TAG.get().map(|t| format!(" ({t})")).unwrap_or_default();
         let result: GetPromptResult = wire(json!({"description": "A greeting", "messages": [
-            {"role": "user", "content": {"type": "text", "text": format!("Hello, {name}!")}}]}))?;
+            {"role": "user", "content": {"type": "text", "text": format!("Hello, {name}!{suffix}")}}]}))?;
         Ok(result.into())
     }
 
@@ -740,18 +771,9 @@ impl rmcp::ServerHandler for TestServer {
             .as_ref()
             .map(id_json)
             .unwrap_or(Value::Null);
-        let call = self
-            .state
-            .calls
-            .lock()
-            .get(&id.to_string())
-            .cloned()
-            .unwrap_or(Value::Null);
         self.state.cancels.lock().push(json!({
             "requestId": id,
             "reason": notification.reason,
-            "tool": call.get("tool"),
-            "arguments": call.get("arguments"),
         }));
     }
 }
