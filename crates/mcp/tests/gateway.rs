@@ -209,7 +209,9 @@ async fn a_timeout_from_meta_or_policy_is_an_error_result_with_the_outcome() {
         (o["status"].clone(), o["after_ms"].clone()),
         (json!("timeout"), json!(300))
     );
-    // The server was told to stop, for that request, with the reason.
+    // The server was told to stop, for that request, with the reason (the outcome comes at
+    // once; the cancel goes out behind it).
+    support::wait_for(|| async { server_cancels(&client, "t__cancels").await.len() == 3 }).await;
     let cancels = server_cancels(&client, "t__cancels").await;
     let reasons: Vec<(Value, Value)> = cancels
         .iter()
@@ -261,6 +263,7 @@ async fn a_client_cancel_reaches_the_backend_server_for_that_request_only() {
     // The other call goes on and answers.
     let r = serde_json::to_value(keep.await_response().await.unwrap()).unwrap();
     assert_eq!(text(&r), "slept 1500 ms");
+    support::wait_for(|| async { !server_cancels(&client, "t__cancels").await.is_empty() }).await;
     let cancels = server_cancels(&client, "t__cancels").await;
     assert_eq!(cancels.len(), 1, "{cancels:?}");
     assert_eq!(cancels[0]["tool"], json!("sleep"), "{cancels:?}");
@@ -292,6 +295,7 @@ async fn a_client_that_disconnects_ends_its_calls_as_client_disconnect() {
     assert_eq!(s.gateway.clients(), 0);
     // The server heard about it.
     let (client, _serving, _shutdown) = connect(&s.gateway, TestClient::new()).await;
+    support::wait_for(|| async { !server_cancels(&client, "t__cancels").await.is_empty() }).await;
     let cancels = server_cancels(&client, "t__cancels").await;
     assert_eq!(cancels.len(), 1, "{cancels:?}");
     assert_eq!(cancels[0]["reason"], json!("client_disconnect"));

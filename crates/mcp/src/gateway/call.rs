@@ -78,7 +78,7 @@ pub(crate) async fn call_tool(
     if let Some(server) = &server {
         gw.note_client(server, session);
     }
-    let dropped = session.request_started(&ctx.id);
+    let stop = session.request_started(&ctx.id);
     let _registered = Registered {
         session,
         call_id: &call_id,
@@ -115,14 +115,12 @@ pub(crate) async fn call_tool(
             _ = ctx.ct.cancelled(), if !aborted => {
                 aborted = true;
                 // rmcp fires this on the client's notifications/cancelled, and when the
-                // connection's loop ends (then the session has ended already).
-                let reason = session.end_reason().unwrap_or(CancelReason::User);
-                abort(gw, &turn_id, &call_id, reason);
+                // connection's loop ends (its session ended, or the server shuts down).
+                abort(gw, &turn_id, &call_id, session.cancel_reason());
             }
-            _ = dropped.cancelled(), if !aborted => {
+            reason = stop.stopped(), if !aborted => {
                 aborted = true;
-                let reason = session.end_reason().unwrap_or(CancelReason::ClientDisconnect);
-                abort(gw, &turn_id, &call_id, reason);
+                abort(gw, &turn_id, &call_id, session.end_reason().unwrap_or(reason));
             }
         }
     };

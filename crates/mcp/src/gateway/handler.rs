@@ -18,6 +18,7 @@ use rmcp::model::{
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
+use tokio_util::sync::CancellationToken;
 use toolwarden_core::protocol::CancelReason;
 
 use super::Gateway;
@@ -33,8 +34,8 @@ pub struct GatewayConnection {
 }
 
 impl GatewayConnection {
-    pub(crate) fn new(gateway: Arc<Gateway>) -> Self {
-        let session = ClientSession::new(&gateway);
+    pub(crate) fn new(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Self {
+        let session = ClientSession::new(&gateway, shutdown);
         Self { gateway, session }
     }
 

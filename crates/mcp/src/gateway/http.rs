@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use futures::Stream;
 use parking_lot::Mutex;
-use rmcp::model::ClientJsonRpcMessage;
 use rmcp::model::ServerJsonRpcMessage;
+use rmcp::model::{ClientJsonRpcMessage, ClientNotification};
 use rmcp::transport::common::server_side_http::ServerSseMessage;
 use rmcp::transport::streamable_http_server::session::local::{
     LocalSessionManager, LocalSessionManagerError,
@@ -73,12 +73,13 @@ pub(crate) fn service(gateway: &Arc<Gateway>, shutdown: CancellationToken) -> Ga
     gateway.tasks.spawn(sweep(
         Arc::downgrade(&sessions),
         gateway.opts.http_session_idle,
-        shutdown,
+        shutdown.clone(),
         gateway.closed.clone(),
     ));
     let factory = {
         let gateway = gateway.clone();
-        move || Ok(GatewayConnection::new(gateway.clone()))
+        let shutdown = shutdown.clone();
+        move || Ok(GatewayConnection::new(gateway.clone(), shutdown.clone()))
     };
     StreamableHttpService::new(factory, sessions, config)
 }
@@ -205,6 +206,15 @@ impl SessionManager for HttpSessions {
         message: ClientJsonRpcMessage,
     ) -> Result<(), Self::Error> {
         self.touch(id);
+        // A client that cancels a request may close its response stream right after; its
+        // call is cancelled by the user, not disconnected: say so before the stream can close.
+        if let ClientJsonRpcMessage::Notification(n) = &message
+            && let ClientNotification::CancelledNotification(c) = &n.notification
+            && let Some(request) = &c.params.request_id
+            && let Some(session) = self.gateway.upgrade().and_then(|gw| gw.http_session(id))
+        {
+            session.stop_request(&request.to_string(), CancelReason::User);
+        }
         self.inner.accept_message(id, message).await
     }
 
@@ -265,7 +275,7 @@ impl Drop for Watched {
         if let Some(session) = gw.http_session(&drop.session) {
             tracing::debug!(http_session = %drop.session, request = %drop.request,
                 "the client closed a response stream before its answer");
-            session.stream_dropped(&drop.request);
+            session.stop_request(&drop.request, CancelReason::ClientDisconnect);
         }
     }
 }

@@ -237,7 +237,7 @@ impl Gateway {
         R: AsyncRead + Send + Unpin + 'static,
         W: AsyncWrite + Send + Unpin + 'static,
     {
-        let connection = GatewayConnection::new(self.clone());
+        let connection = GatewayConnection::new(self.clone(), shutdown.clone());
         let session = connection.session().clone();
         let eof = CancellationToken::new();
         let read = session::EofWatch::new(read, eof.clone());

@@ -149,7 +149,7 @@ impl Gateway {
         request: ClientRequest,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<ServerResult, ErrorData> {
-        let dropped = session.request_started(&ctx.id);
+        let stop = session.request_started(&ctx.id);
         let cancel = CancellationToken::new();
         let _guard = cancel.clone().drop_guard();
         let watch = {
@@ -158,7 +158,7 @@ impl Gateway {
             async move {
                 tokio::select! {
                     _ = ct.cancelled() => cancel.cancel(),
-                    _ = dropped.cancelled() => cancel.cancel(),
+                    _ = stop.token().cancelled() => cancel.cancel(),
                     _ = cancel.cancelled() => {}
                 }
             }

@@ -37,8 +37,39 @@ pub(crate) struct CallSlot {
     pub(crate) jobs: mpsc::UnboundedSender<Job>,
 }
 
-/// Request ids whose response stream closed before the request was registered.
-const EARLY_DROPS_KEPT: usize = 256;
+/// How long a closed response stream waits for the client's `notifications/cancelled` for its
+/// request before it counts as a disconnect.
+pub(crate) const STREAM_CLOSE_SETTLE: Duration = Duration::from_millis(200);
+
+/// How many stops of not-yet-registered requests are kept.
+const EARLY_STOPS_KEPT: usize = 256;
+
+/// The client stopped waiting for one request, and why.
+#[derive(Clone, Default)]
+pub(crate) struct Stop {
+    token: CancellationToken,
+    reason: Arc<OnceLock<CancelReason>>,
+}
+
+impl Stop {
+    fn fire(&self, reason: CancelReason) {
+        let _ = self.reason.set(reason);
+        self.token.cancel();
+    }
+
+    /// Resolves with the reason once the client stopped waiting.
+    pub(crate) async fn stopped(&self) -> CancelReason {
+        self.token.cancelled().await;
+        self.reason
+            .get()
+            .copied()
+            .unwrap_or(CancelReason::ClientDisconnect)
+    }
+
+    pub(crate) fn token(&self) -> &CancellationToken {
+        &self.token
+    }
+}
 
 /// One MCP client connection.
 pub(crate) struct ClientSession {
@@ -49,9 +80,13 @@ pub(crate) struct ClientSession {
     http_id: OnceLock<String>,
     /// Calls in flight, by call id (the JSON-RPC request id).
     calls: Mutex<HashMap<String, CallSlot>>,
-    /// Requests in flight, by JSON-RPC request id: fired when their response stream closes.
-    requests: Mutex<HashMap<String, CancellationToken>>,
-    early_drops: Mutex<VecDeque<String>>,
+    /// Requests in flight, by JSON-RPC request id.
+    requests: Mutex<HashMap<String, Stop>>,
+    /// Stops for requests not registered yet (the stream can close before rmcp hands the
+    /// request to its handler).
+    early_stops: Mutex<VecDeque<(String, CancelReason)>>,
+    /// The shutdown of whatever serves this connection.
+    shutdown: CancellationToken,
     /// Resource URIs this client subscribed to.
     subscriptions: Mutex<HashSet<String>>,
     ended: CancellationToken,
@@ -60,7 +95,7 @@ pub(crate) struct ClientSession {
 }
 
 impl ClientSession {
-    pub(crate) fn new(gateway: &Arc<Gateway>) -> Arc<Self> {
+    pub(crate) fn new(gateway: &Arc<Gateway>, shutdown: CancellationToken) -> Arc<Self> {
         Arc::new(Self {
             id: SessionId::new(format!("mcp_{}", ulid::Ulid::new())),
             gateway: Arc::downgrade(gateway),
@@ -69,7 +104,8 @@ impl ClientSession {
             http_id: OnceLock::new(),
             calls: Mutex::default(),
             requests: Mutex::default(),
-            early_drops: Mutex::default(),
+            early_stops: Mutex::default(),
+            shutdown,
             subscriptions: Mutex::default(),
             ended: CancellationToken::new(),
             end_reason: Mutex::new(None),
@@ -173,45 +209,77 @@ impl ClientSession {
             .map(|(id, c)| (id.clone(), c.seq))
     }
 
-    /// Registers a request in flight; its token fires when its response stream closes
-    /// (Streamable HTTP) or the session ends. Unregister with [`Self::request_done`].
-    pub(crate) fn request_started(&self, request_id: &RequestId) -> CancellationToken {
-        let token = self.ended.child_token();
+    /// Registers a request in flight. Its [`Stop`] fires when the client stops waiting for it
+    /// other than by closing the session: its response stream closed (Streamable HTTP), or
+    /// its `notifications/cancelled` arrived (seen by the HTTP session manager before rmcp).
+    /// Unregister with [`Self::request_done`].
+    pub(crate) fn request_started(&self, request_id: &RequestId) -> Stop {
+        let stop = Stop::default();
         let key = request_id.to_string();
-        let dropped = {
-            let mut early = self.early_drops.lock();
-            match early.iter().position(|k| *k == key) {
-                Some(i) => {
-                    early.remove(i);
-                    true
-                }
-                None => false,
-            }
+        let early = {
+            let mut early = self.early_stops.lock();
+            early
+                .iter()
+                .position(|(k, _)| *k == key)
+                .and_then(|i| early.remove(i))
         };
-        if dropped {
-            token.cancel();
+        if let Some((_, reason)) = early {
+            stop.fire(reason);
         }
-        self.requests.lock().insert(key, token.clone());
-        token
+        self.requests.lock().insert(key, stop.clone());
+        stop
     }
 
     pub(crate) fn request_done(&self, request_id: &RequestId) {
         self.requests.lock().remove(&request_id.to_string());
     }
 
-    /// The response stream of request `key` closed before its answer.
-    pub(crate) fn stream_dropped(&self, key: &str) {
-        let token = self.requests.lock().get(key).cloned();
-        match token {
-            Some(token) => token.cancel(),
+    /// The client stopped waiting for request `key`, for `reason`: its response stream closed
+    /// (`client_disconnect`) or it cancelled the request (`user`). The first reason counts.
+    ///
+    /// A closed stream counts only after [`STREAM_CLOSE_SETTLE`]: a client that cancels a
+    /// request may close its stream just before it sends `notifications/cancelled` (rmcp's
+    /// client does), and then the call was cancelled by its user, not disconnected.
+    pub(crate) fn stop_request(&self, key: &str, reason: CancelReason) {
+        let stop = self.requests.lock().get(key).cloned();
+        match stop {
+            Some(stop) if reason == CancelReason::ClientDisconnect => {
+                let later = async move {
+                    tokio::time::sleep(STREAM_CLOSE_SETTLE).await;
+                    stop.fire(reason);
+                };
+                match self.gateway.upgrade() {
+                    Some(gw) => {
+                        gw.tasks.spawn(later);
+                    }
+                    None => {
+                        tokio::spawn(later);
+                    }
+                }
+            }
+            Some(stop) => stop.fire(reason),
             None => {
-                let mut early = self.early_drops.lock();
-                if early.len() == EARLY_DROPS_KEPT {
+                let mut early = self.early_stops.lock();
+                if early.iter().any(|(k, _)| k == key) {
+                    return;
+                }
+                if early.len() == EARLY_STOPS_KEPT {
                     early.pop_front();
                 }
-                early.push_back(key.to_owned());
+                early.push_back((key.to_owned(), reason));
             }
         }
+    }
+
+    /// Why the client stopped waiting for a request when rmcp cancelled its handler: the
+    /// session's end, the server's shutdown, or else the client's own cancel.
+    pub(crate) fn cancel_reason(&self) -> CancelReason {
+        self.end_reason()
+            .unwrap_or(if self.shutdown.is_cancelled() {
+                CancelReason::Shutdown
+            } else {
+                CancelReason::User
+            })
     }
 
     pub(crate) fn subscribe(&self, uri: &str) -> bool {

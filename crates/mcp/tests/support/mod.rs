@@ -464,3 +464,22 @@ pub async fn server_cancels(client: &Client, tool: &str) -> Vec<Value> {
         .cloned()
         .unwrap_or_default()
 }
+
+/// Polls `check` until it says yes (every 50 ms, at most [`WAIT`]).
+pub async fn wait_for<F, Fut>(mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {WAIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -596,10 +596,13 @@ impl rmcp::ServerHandler for TestServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        wire(
-            json!({"resources": [{"uri": "test://static/hello", "name": "hello",
-            "mimeType": "text/plain"}]}),
-        )
+        let mut resources = vec![json!({"uri": "test://static/hello", "name": "hello",
+            "mimeType": "text/plain"})];
+        if let Some(tag) = TAG.get() {
+            resources.push(json!({"uri": format!("test://{tag}/mine"), "name": "mine",
+                "mimeType": "text/plain"}));
+        }
+        wire(json!({ "resources": resources }))
     }
 
     async fn list_resource_templates(
