@@ -1,5 +1,7 @@
-//! toolwarden's MCP client backend: one [`McpServer`] per configured server, speaking MCP
-//! through the official `rmcp` crate, over stdio (a child process) or Streamable HTTP.
+//! toolwarden's MCP side, through the official `rmcp` crate: the client backend — one
+//! [`McpServer`] per configured server, over stdio (a child process) or Streamable HTTP — and
+//! the [`Gateway`], the MCP server that agents connect to (see [`Gateway`] and
+//! `docs/GATEWAY.md`).
 //!
 //! The backend keeps the promises of `toolwarden_core::backend`'s stop contract towards servers
 //! that do not keep theirs:

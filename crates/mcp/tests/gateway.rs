@@ -456,3 +456,95 @@ async fn approvals_are_asked_of_the_client_through_elicitation() {
     drop(bare);
     s.shutdown().await;
 }
+
+/// Reads JSON-RPC lines until one satisfies `done`; returns every line read.
+async fn read_until(
+    lines: &mut tokio::io::Lines<
+        tokio::io::BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>,
+    >,
+    done: impl Fn(&Value) -> bool,
+) -> Vec<Value> {
+    let mut read = Vec::new();
+    loop {
+        let line = tokio::time::timeout(WAIT, lines.next_line())
+            .await
+            .expect("a line in time")
+            .unwrap()
+            .expect("the gateway is still there");
+        let v: Value = serde_json::from_str(&line).unwrap();
+        let stop = done(&v);
+        read.push(v);
+        if stop {
+            return read;
+        }
+    }
+}
+
+#[tokio::test]
+async fn progress_tokens_are_mapped_both_ways_on_the_wire() {
+    use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+    let s = setup(&["t"], true, "").await;
+    let (client_io, gateway_io) = tokio::io::duplex(1 << 20);
+    let (gr, gw) = tokio::io::split(gateway_io);
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let gateway = s.gateway.clone();
+    let serving = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { gateway.serve_io(gr, gw, shutdown).await }
+    });
+    let (r, mut w) = tokio::io::split(client_io);
+    let mut lines = tokio::io::BufReader::new(r).lines();
+    let mut send = async |v: Value| {
+        w.write_all(format!("{v}\n").as_bytes()).await.unwrap();
+    };
+    send(
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"}}}),
+    )
+    .await;
+    read_until(&mut lines, |v| v["id"] == json!(0)).await;
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    send(
+        json!({"jsonrpc": "2.0", "id": "call-1", "method": "tools/call", "params": {
+        "name": "t__progress", "arguments": {"every_ms": 20, "count": 3},
+        "_meta": {"progressToken": "the-clients-token"}}}),
+    )
+    .await;
+    let read = read_until(&mut lines, |v| v["id"] == json!("call-1")).await;
+    let (answer, before) = read.split_last().unwrap();
+    let progress: Vec<(Value, Value)> = before
+        .iter()
+        .filter(|v| v["method"] == json!("notifications/progress"))
+        .map(|v| {
+            (
+                v["params"]["progressToken"].clone(),
+                v["params"]["progress"].clone(),
+            )
+        })
+        .collect();
+    // The client sees its own token, in order, before the answer...
+    assert_eq!(
+        progress,
+        vec![
+            (json!("the-clients-token"), json!(1.0)),
+            (json!("the-clients-token"), json!(2.0)),
+            (json!("the-clients-token"), json!(3.0)),
+        ]
+    );
+    // ...while the server was given another one (rmcp's own).
+    let servers_token = &answer["result"]["structuredContent"]["progressToken"];
+    assert!(servers_token.is_number(), "{answer}");
+    // Nothing follows the answer.
+    send(json!({"jsonrpc": "2.0", "id": "after", "method": "ping"})).await;
+    let after = read_until(&mut lines, |v| v["id"] == json!("after")).await;
+    assert_eq!(after.len(), 1, "{after:?}");
+    drop(w);
+    drop(lines);
+    tokio::time::timeout(WAIT, serving)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    s.shutdown().await;
+}

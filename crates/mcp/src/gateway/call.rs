@@ -78,11 +78,11 @@ pub(crate) async fn call_tool(
     if let Some(server) = &server {
         gw.note_client(server, session);
     }
-    let stop = session.request_started(&ctx.id);
+    let in_flight = session.request_started(&ctx.id);
+    let stop = &in_flight.stop;
     let _registered = Registered {
         session,
         call_id: &call_id,
-        request: &ctx.id,
     };
 
     let mut relay = token.map(Relay::new);
@@ -148,17 +148,15 @@ fn abort(
         .abort_call(turn_id, &CallId::from(call_id), reason);
 }
 
-/// Unregisters a call and its request however the handler ends.
+/// Unregisters a call however the handler ends.
 struct Registered<'a> {
     session: &'a ClientSession,
     call_id: &'a str,
-    request: &'a rmcp::model::RequestId,
 }
 
 impl Drop for Registered<'_> {
     fn drop(&mut self) {
         self.session.remove_call(self.call_id);
-        self.session.request_done(self.request);
     }
 }
 

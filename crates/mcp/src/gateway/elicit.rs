@@ -143,14 +143,12 @@ fn forget(gateway: &Weak<Gateway>, interaction: &Interaction) {
 fn params(
     interaction: &Interaction,
 ) -> Result<rmcp::model::ElicitRequestParams, serde_json::Error> {
-    let (verb, why) = match interaction.kind {
-        InteractionKind::Confirm => ("Confirm", "It may be destructive."),
-        _ => ("Approve", "It needs your approval."),
+    let verb = match interaction.kind {
+        InteractionKind::Confirm => "Confirm",
+        _ => "Approve",
     };
+    // The engine's question names the tool.
     let mut message = interaction.message.clone();
-    if let Some(tool) = &interaction.tool {
-        message.push_str(&format!("\n\nTool: {tool}. {why}"));
-    }
     if let Some(input) = &interaction.input {
         let mut shown = input.to_string();
         if shown.len() > 2000 {
@@ -161,11 +159,11 @@ fn params(
             shown.truncate(cut);
             shown.push('…');
         }
-        message.push_str(&format!("\nInput: {shown}"));
+        message.push_str(&format!("\n\nInput: {shown}"));
     }
     let seconds = interaction.timeout_ms.div_ceil(1000);
     message.push_str(&format!(
-        "\n(Without an answer within {seconds}s the call is denied.)"
+        "\n\nWithout an answer within {seconds}s the call is denied."
     ));
     serde_json::from_value(json!({
         "mode": "form",

@@ -100,7 +100,21 @@ pub enum GatewayError {
     Connection(String),
 }
 
-/// The MCP gateway. One serves any number of clients, over stdio and Streamable HTTP at once.
+/// The MCP gateway: the server side agents connect to. One serves any number of clients, over
+/// stdio ([`serve_stdio`](Self::serve_stdio), [`serve_io`](Self::serve_io)) and Streamable HTTP
+/// ([`http_service`](Self::http_service)) at once.
+///
+/// Every `tools/call` becomes a one-call turn of the [`Engine`] in the client's session, so it
+/// has deadlines, can be cancelled, and ends in exactly one typed outcome, returned as a
+/// `CallToolResult` (failures with `isError: true` and the outcome in
+/// `_meta["toolwarden/outcome"]`, never as JSON-RPC errors). Everything else passes through.
+///
+/// The key design choice: **one session per connection, and each call's messages ride its own
+/// handler task.** A connection (a stdio pipe pair, one `Mcp-Session-Id`) is one toolwarden
+/// session, ended with `client_disconnect` the moment the client goes away. A call's handler
+/// relays its progress under the client's own token, and sends the requests raised during the
+/// call (an approval, a server's sampling request) itself, so that over Streamable HTTP they
+/// travel on that call's response stream, where the client expects them.
 pub struct Gateway {
     engine: Engine,
     servers: Vec<Arc<McpServer>>,

@@ -149,7 +149,8 @@ impl Gateway {
         request: ClientRequest,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<ServerResult, ErrorData> {
-        let stop = session.request_started(&ctx.id);
+        let in_flight = session.request_started(&ctx.id);
+        let stop = in_flight.stop.clone();
         let cancel = CancellationToken::new();
         let _guard = cancel.clone().drop_guard();
         let watch = {
@@ -172,7 +173,7 @@ impl Gateway {
             },
             watch
         );
-        session.request_done(&ctx.id);
+        drop(in_flight);
         result
     }
 

@@ -44,6 +44,19 @@ pub(crate) const STREAM_CLOSE_SETTLE: Duration = Duration::from_millis(200);
 /// How many stops of not-yet-registered requests are kept.
 const EARLY_STOPS_KEPT: usize = 256;
 
+/// A request in flight; dropped, it is unregistered.
+pub(crate) struct InFlight<'a> {
+    session: &'a ClientSession,
+    key: String,
+    pub(crate) stop: Stop,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.session.requests.lock().remove(&self.key);
+    }
+}
+
 /// The client stopped waiting for one request, and why.
 #[derive(Clone, Default)]
 pub(crate) struct Stop {
@@ -212,8 +225,8 @@ impl ClientSession {
     /// Registers a request in flight. Its [`Stop`] fires when the client stops waiting for it
     /// other than by closing the session: its response stream closed (Streamable HTTP), or
     /// its `notifications/cancelled` arrived (seen by the HTTP session manager before rmcp).
-    /// Unregister with [`Self::request_done`].
-    pub(crate) fn request_started(&self, request_id: &RequestId) -> Stop {
+    /// Dropping the guard unregisters the request.
+    pub(crate) fn request_started(&self, request_id: &RequestId) -> InFlight<'_> {
         let stop = Stop::default();
         let key = request_id.to_string();
         let early = {
@@ -226,12 +239,12 @@ impl ClientSession {
         if let Some((_, reason)) = early {
             stop.fire(reason);
         }
-        self.requests.lock().insert(key, stop.clone());
-        stop
-    }
-
-    pub(crate) fn request_done(&self, request_id: &RequestId) {
-        self.requests.lock().remove(&request_id.to_string());
+        self.requests.lock().insert(key.clone(), stop.clone());
+        InFlight {
+            session: self,
+            key,
+            stop,
+        }
     }
 
     /// The client stopped waiting for request `key`, for `reason`: its response stream closed

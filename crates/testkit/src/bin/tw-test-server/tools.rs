@@ -4,7 +4,7 @@
 //! |---|---|
 //! | `echo {text, structured?}` | answers `text` (read-only hint); `structured` adds `structuredContent` |
 //! | `sleep {ms}` | sleeps, honours a cancel |
-//! | `progress {every_ms, count}` | sends `count` progress notifications with the request's token, then answers; stops on a cancel |
+//! | `progress {every_ms, count}` | sends `count` progress notifications with the request's token, then answers (structured content: the `progressToken` it was given); stops on a cancel |
 //! | `hang {progress_every_ms?, answer_after_ms?}` | ignores cancels; optionally keeps sending progress; optionally answers after a while — *even after a cancel* (written by hand, since rmcp would drop it) |
 //! | `crash {after_ms}` | the process exits with status 3 mid-call |
 //! | `spawn_grandchild {progress_every_ms?}` | spawns `sleep 600`, reports its pid in progress messages (`grandchild pid N`), ignores cancels, never answers |
@@ -335,7 +335,10 @@ impl TestServer {
                     )
                     .await;
                 }
-                Ok(text(format!("done after {count} steps")))
+                // Says which token it was given, so tests can tell whose token reached it.
+                let mut r = text(format!("done after {count} steps"));
+                r.structured_content = Some(json!({"progressToken": token}));
+                Ok(r)
             }
             "hang" => {
                 let every = arg_u64(&args, "progress_every_ms").map(Duration::from_millis);
