@@ -19,7 +19,6 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
 use tokio_util::sync::CancellationToken;
-use toolwarden_core::protocol::CancelReason;
 
 use super::Gateway;
 use super::http::HttpSessionTag;
@@ -46,7 +45,7 @@ impl GatewayConnection {
 
 impl Drop for GatewayConnection {
     fn drop(&mut self) {
-        self.session.end(CancelReason::ClientDisconnect);
+        self.session.end(self.session.disconnect_reason());
     }
 }
 

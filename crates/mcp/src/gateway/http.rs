@@ -174,7 +174,7 @@ impl SessionManager for HttpSessions {
         self.activity.lock().remove(id);
         // The client went away (DELETE, or idle): its calls end now, before rmcp's teardown.
         if let Some(session) = self.gateway.upgrade().and_then(|gw| gw.http_session(id)) {
-            session.end(CancelReason::ClientDisconnect);
+            session.end(session.disconnect_reason());
         }
         self.inner.close_session(id).await
     }

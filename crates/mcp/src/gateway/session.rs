@@ -284,6 +284,15 @@ impl ClientSession {
         }
     }
 
+    /// Why the connection is going away: the server's shutdown, or else the client left.
+    pub(crate) fn disconnect_reason(&self) -> CancelReason {
+        if self.shutdown.is_cancelled() {
+            CancelReason::Shutdown
+        } else {
+            CancelReason::ClientDisconnect
+        }
+    }
+
     /// Why the client stopped waiting for a request when rmcp cancelled its handler: the
     /// session's end, the server's shutdown, or else the client's own cancel.
     pub(crate) fn cancel_reason(&self) -> CancelReason {

@@ -10,7 +10,9 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use rmcp::ErrorData;
-use rmcp::model::{ClientResult, ErrorCode, ServerNotification, ServerRequest};
+use rmcp::model::{
+    ClientResult, ElicitRequestParams, ErrorCode, ServerNotification, ServerRequest,
+};
 use tokio_util::sync::CancellationToken;
 
 use super::Gateway;
@@ -77,7 +79,16 @@ fn supports(
     let ok = match request {
         ServerRequest::CreateMessageRequest(_) => caps.is_some_and(|c| c.sampling.is_some()),
         ServerRequest::ListRootsRequest(_) => caps.is_some_and(|c| c.roots.is_some()),
-        ServerRequest::ElicitRequest(_) => caps.is_some_and(|c| c.elicitation.is_some()),
+        ServerRequest::ElicitRequest(r) => {
+            let elicitation = caps.and_then(|c| c.elicitation.as_ref());
+            match &r.params {
+                ElicitRequestParams::UrlElicitationParams { .. } => {
+                    elicitation.is_some_and(|e| e.url.is_some())
+                }
+                // `elicitation: {}` means form.
+                _ => elicitation.is_some_and(|e| e.form.is_some() || e.url.is_none()),
+            }
+        }
         _ => true,
     };
     if ok {
