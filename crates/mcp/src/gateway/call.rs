@@ -59,31 +59,32 @@ pub(crate) async fn call_tool(
         progress,
         ..TurnRequest::default()
     };
-    let handle = gw
-        .engine
-        .start_turn(request)
-        .map_err(|e| ErrorData::invalid_params(format!("the call was refused: {e}"), None))?;
-    let turn_id = handle.turn_id().clone();
+    // Registered before the turn starts: an approval may be asked at once, and goes through
+    // this handler.
     let server = gw.backend_of(&params.name);
-    let seq = gw.next_seq();
     let (jobs_tx, mut jobs_rx) = mpsc::unbounded_channel::<Job>();
     session.add_call(
         &call_id,
         CallSlot {
             server: server.clone(),
-            seq,
+            seq: gw.next_seq(),
             jobs: jobs_tx,
         },
     );
+    let _registered = Registered {
+        session,
+        call_id: &call_id,
+    };
     if let Some(server) = &server {
         gw.note_client(server, session);
     }
     let in_flight = session.request_started(&ctx.id);
     let stop = &in_flight.stop;
-    let _registered = Registered {
-        session,
-        call_id: &call_id,
-    };
+    let handle = gw
+        .engine
+        .start_turn(request)
+        .map_err(|e| ErrorData::invalid_params(format!("the call was refused: {e}"), None))?;
+    let turn_id = handle.turn_id().clone();
 
     let mut relay = token.map(Relay::new);
     let mut outbound = FuturesUnordered::new();

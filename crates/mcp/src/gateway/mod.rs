@@ -139,7 +139,8 @@ pub struct Gateway {
 
 #[derive(Default)]
 struct ToolView {
-    backends: HashMap<String, Arc<str>>,
+    /// Every exposed tool, with the MCP server that serves it (none for `exec` and in-process).
+    backends: HashMap<String, Option<Arc<str>>>,
     listed: Option<Arc<Vec<Tool>>>,
 }
 
@@ -365,10 +366,11 @@ impl Gateway {
     /// The server that serves an exposed tool, if an MCP server does.
     fn backend_of(&self, tool: &str) -> Option<Arc<str>> {
         if let Some(server) = self.tool_view.lock().backends.get(tool) {
-            return Some(server.clone());
+            return server.clone();
         }
+        // A tool registered since the last look (or none at all).
         self.refresh_tool_view();
-        self.tool_view.lock().backends.get(tool).cloned()
+        self.tool_view.lock().backends.get(tool).cloned().flatten()
     }
 
     /// Re-reads which server serves which tool; returns the list clients would see now.
@@ -376,9 +378,10 @@ impl Gateway {
         let infos = self.engine.tools();
         let mut backends = HashMap::new();
         for info in &infos {
-            if let Some(server) = self.server(&info.backend) {
-                backends.insert(info.name.clone(), Arc::from(server.server_name()));
-            }
+            let server = self
+                .server(&info.backend)
+                .map(|s| Arc::from(s.server_name()));
+            backends.insert(info.name.clone(), server);
         }
         let tools = Arc::new(convert::list_tools(self, &infos));
         self.tool_view.lock().backends = backends;
