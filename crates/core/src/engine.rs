@@ -416,6 +416,14 @@ impl Engine {
             .collect()
     }
 
+    /// Changes whenever the set of tools changes: a tool registered or removed, a server's
+    /// list published (at every start and after `tools/list_changed`), policies re-resolved.
+    /// The value is a generation counter; a change does not promise a different list, so a
+    /// front door that tells its clients compares what it would list.
+    pub fn tools_changed(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.registry.subscribe()
+    }
+
     /// Every backend server's last reported state, by name.
     pub fn servers(&self) -> std::collections::BTreeMap<String, ServerStatus> {
         self.inner.servers.lock().clone()
@@ -809,5 +817,30 @@ impl BackendHost for Host {
                 after_ms: after.as_millis() as u64,
             },
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inproc::ToolError;
+
+    #[tokio::test(start_paused = true)]
+    async fn tool_set_changes_are_announced() {
+        let engine = Engine::new();
+        let mut changed = engine.tools_changed();
+        assert!(!changed.has_changed().unwrap_or(true));
+        engine.register(InProcessTool::new(
+            "noop",
+            "Does nothing",
+            serde_json::json!({"type": "object"}),
+            |_input, _ctx| async move { Ok::<_, ToolError>("ok") },
+        ));
+        assert!(changed.has_changed().unwrap_or(false));
+        changed.mark_unchanged();
+        assert!(!engine.remove_tool("missing"));
+        assert!(!changed.has_changed().unwrap_or(true));
+        assert!(engine.remove_tool("noop"));
+        assert!(changed.has_changed().unwrap_or(false));
     }
 }

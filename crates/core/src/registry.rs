@@ -30,10 +30,21 @@ pub(crate) struct ToolEntry {
     pub(crate) runtime: Arc<ToolRuntime>,
 }
 
-#[derive(Default)]
 pub(crate) struct Registry {
     tools: RwLock<FastMap<Arc<str>, Arc<ToolEntry>>>,
     runtimes: Mutex<FastMap<Arc<str>, Arc<ToolRuntime>>>,
+    /// Bumped on every change of the tool set, so front doors can tell their clients.
+    generation: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self {
+            tools: RwLock::default(),
+            runtimes: Mutex::default(),
+            generation: tokio::sync::watch::Sender::new(0),
+        }
+    }
 }
 
 impl Registry {
@@ -58,6 +69,7 @@ impl Registry {
         self.tools
             .write()
             .insert(entry.name.clone(), Arc::new(entry));
+        self.changed();
     }
 
     /// Replaces every tool of `origin` with `entries`.
@@ -67,11 +79,26 @@ impl Registry {
         for entry in entries {
             tools.insert(entry.name.clone(), Arc::new(entry));
         }
+        drop(tools);
+        self.changed();
     }
 
     /// Removes one tool; whether it existed.
     pub(crate) fn remove(&self, name: &str) -> bool {
-        self.tools.write().remove(name).is_some()
+        let removed = self.tools.write().remove(name).is_some();
+        if removed {
+            self.changed();
+        }
+        removed
+    }
+
+    /// A receiver that sees the generation bumped after every change of the tool set.
+    pub(crate) fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.generation.subscribe()
+    }
+
+    fn changed(&self) {
+        self.generation.send_modify(|g| *g = g.wrapping_add(1));
     }
 
     /// Every tool, by name.

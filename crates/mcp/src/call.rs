@@ -155,7 +155,7 @@ pub(crate) async fn run(shared: Arc<Shared>, attempt: Attempt) -> AttemptEnd {
 }
 
 /// The live connection, waiting while the server is starting.
-async fn ready_conn(shared: &Shared) -> Result<Arc<Conn>, AttemptError> {
+pub(crate) async fn ready_conn(shared: &Shared) -> Result<Arc<Conn>, AttemptError> {
     let mut rx = shared.state.subscribe();
     loop {
         {

@@ -1,5 +1,7 @@
-//! toolwarden's MCP client backend: one [`McpServer`] per configured server, speaking MCP
-//! through the official `rmcp` crate, over stdio (a child process) or Streamable HTTP.
+//! toolwarden's MCP side, through the official `rmcp` crate: the client backend — one
+//! [`McpServer`] per configured server, over stdio (a child process) or Streamable HTTP — and
+//! the [`Gateway`], the MCP server that agents connect to (see [`Gateway`] and
+//! `docs/GATEWAY.md`).
 //!
 //! The backend keeps the promises of `toolwarden_core::backend`'s stop contract towards servers
 //! that do not keep theirs:
@@ -33,7 +35,10 @@
 
 mod call;
 mod convert;
+mod forward;
 mod frame;
+mod gateway;
+mod link;
 mod router;
 mod session;
 mod supervisor;
@@ -43,6 +48,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use rmcp::model::{ServerPeerInfo, Tool};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -50,6 +56,11 @@ use toolwarden_core::protocol::{ServerConfig, ServerStateKind, ToolSpec};
 use toolwarden_core::{Attempt, AttemptEnd, Backend, BackendHost, BoxFuture};
 
 use crate::session::{Conn, Endpoint};
+
+pub use gateway::{
+    ELICITATION_INTERACTOR, Gateway, GatewayConnection, GatewayError, GatewayHttpService,
+    GatewayOptions, HttpSessions, STATUS_TOOL,
+};
 
 /// Default cap of a server's start-up (spawn or connect, `initialize`, `tools/list`).
 pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
@@ -66,6 +77,11 @@ pub struct McpOptions {
     /// Largest message accepted from a server (default 16 MiB, rmcp's own line limit); a
     /// larger one fails the call it answers.
     pub max_message_bytes: usize,
+    /// Tell servers that their client supports sampling, elicitation (form and URL) and roots
+    /// (default `true`), so that the [`Gateway`] can forward those requests to its own clients.
+    /// With no gateway client able to answer, such a request gets a JSON-RPC error saying so.
+    /// Set it to `false` for servers that no gateway serves.
+    pub forward_client_features: bool,
 }
 
 impl Default for McpOptions {
@@ -75,6 +91,7 @@ impl Default for McpOptions {
             restart_backoff_max: Duration::from_secs(30),
             backoff_reset_after: Duration::from_secs(60),
             max_message_bytes: 16 * 1024 * 1024,
+            forward_client_features: true,
         }
     }
 }
@@ -143,6 +160,12 @@ pub(crate) struct Shared {
     /// Watchers of abandoned calls.
     tasks: TaskTracker,
     finished: watch::Sender<bool>,
+    /// Where the server's requests and notifications for its client go.
+    link: Arc<link::Link>,
+    /// The tools as the server last listed them (rmcp's own type: titles, icons, `_meta`).
+    raw_tools: Mutex<Arc<Vec<Tool>>>,
+    /// What the server said about itself at its last `initialize`.
+    info: Mutex<Option<Arc<ServerPeerInfo>>>,
 }
 
 impl Shared {
@@ -172,9 +195,11 @@ impl Shared {
         self.host.server_state(&self.name, kind, detail);
     }
 
-    fn publish_tools(&self, tools: Vec<ToolSpec>) {
+    fn publish_tools(&self, tools: Vec<Tool>) {
+        let specs: Vec<ToolSpec> = tools.iter().map(convert::tool_spec).collect();
+        *self.raw_tools.lock() = Arc::new(tools);
         if let Some(me) = self.me.upgrade() {
-            self.host.set_tools(&self.name, me, tools);
+            self.host.set_tools(&self.name, me, specs);
         }
     }
 
@@ -240,6 +265,9 @@ impl McpServer {
                 abandoned: Mutex::new(0),
                 tasks: TaskTracker::new(),
                 finished: watch::Sender::new(false),
+                link: Arc::default(),
+                raw_tools: Mutex::default(),
+                info: Mutex::new(None),
             }),
         });
         tokio::spawn(supervisor::supervise(server.shared.clone(), restart_rx));

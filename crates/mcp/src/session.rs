@@ -21,7 +21,9 @@ use tokio_util::sync::CancellationToken;
 use toolwarden_process::GroupChild;
 use toolwarden_protocol::ServerConfig;
 
+use crate::McpOptions;
 use crate::frame::{self, OnBadFrame};
+use crate::link::Link;
 use crate::router::{Handler, Router};
 
 /// How to reach a server, from its config.
@@ -189,12 +191,16 @@ pub(crate) async fn connect(
     endpoint: &Endpoint,
     server: &Arc<str>,
     generation: u64,
-    max_message_bytes: usize,
+    opts: &McpOptions,
+    link: Arc<Link>,
     child_slot: &mut Option<Child>,
 ) -> Result<(Session, Vec<Tool>), String> {
+    let max_message_bytes = opts.max_message_bytes;
     let router = Router::new(server.clone());
     let handler = Handler {
         router: router.clone(),
+        link,
+        forward: opts.forward_client_features,
     };
     let ct = CancellationToken::new();
     let service = match endpoint {

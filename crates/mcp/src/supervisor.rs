@@ -15,7 +15,6 @@ use tokio::time::Instant;
 use toolwarden_core::protocol::ServerStateKind;
 
 use crate::call::send_cancel;
-use crate::convert::tool_spec;
 use crate::session::{self, Child, ConnEnd, Session, describe_exit};
 use crate::{RestartRequest, Shared};
 
@@ -66,7 +65,8 @@ pub(crate) async fn supervise(
             }
             Some(Ok((session, tools))) => {
                 let conn = session.conn.clone();
-                shared.publish_tools(tools.iter().map(tool_spec).collect());
+                *shared.info.lock() = conn.peer.peer_info();
+                shared.publish_tools(tools);
                 if let Some(cause) = restart_cause.take() {
                     shared.event(ServerStateKind::Restarted, Some(cause));
                 }
@@ -128,7 +128,8 @@ async fn start(
         endpoint,
         &shared.name,
         generation,
-        shared.opts.max_message_bytes,
+        &shared.opts,
+        shared.link.clone(),
         child,
     );
     match shared.startup_timeout {
@@ -318,7 +319,7 @@ async fn refresh_tools(shared: Arc<Shared>, conn: Arc<session::Conn>) {
     let limit = shared.startup_timeout.unwrap_or(Duration::from_secs(60));
     match tokio::time::timeout(limit, conn.peer.list_all_tools()).await {
         Ok(Ok(tools)) if conn.end().is_none() => {
-            shared.publish_tools(tools.iter().map(tool_spec).collect());
+            shared.publish_tools(tools);
         }
         Ok(Ok(_)) => {}
         Ok(Err(e)) => {

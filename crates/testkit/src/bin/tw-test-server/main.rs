@@ -41,6 +41,10 @@ struct Args {
     /// Write this line to stderr at start (to check that stderr is captured).
     #[arg(long)]
     stderr_line: Option<String>,
+    /// Tell this instance apart: it also serves `test://TAG/mine`, and its greeting ends with
+    /// ` (TAG)` (for routing tests with several servers).
+    #[arg(long)]
+    tag: Option<String>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -52,6 +56,9 @@ fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
+    if let Some(tag) = &args.tag {
+        tools::set_tag(tag.clone());
+    }
     if let Some(line) = &args.stderr_line {
         eprintln!("{line}");
     }

@@ -4,7 +4,7 @@
 //! |---|---|
 //! | `echo {text, structured?}` | answers `text` (read-only hint); `structured` adds `structuredContent` |
 //! | `sleep {ms}` | sleeps, honours a cancel |
-//! | `progress {every_ms, count}` | sends `count` progress notifications with the request's token, then answers; stops on a cancel |
+//! | `progress {every_ms, count}` | sends `count` progress notifications with the request's token, then answers (structured content: the `progressToken` it was given); stops on a cancel |
 //! | `hang {progress_every_ms?, answer_after_ms?}` | ignores cancels; optionally keeps sending progress; optionally answers after a while — *even after a cancel* (written by hand, since rmcp would drop it) |
 //! | `crash {after_ms}` | the process exits with status 3 mid-call |
 //! | `spawn_grandchild {progress_every_ms?}` | spawns `sleep 600`, reports its pid in progress messages (`grandchild pid N`), ignores cancels, never answers |
@@ -17,6 +17,26 @@
 //! | `reject` | a JSON-RPC error (invalid params) |
 //! | `pid` | the server's process id |
 //! | `close_stdout` | stdio only: points stdout at `/dev/null` (the client sees its pipe close) and stays alive, never answering |
+//! | `sample {prompt}` | asks its client `sampling/createMessage` with `prompt`; answers the model's text |
+//! | `elicit {message}` | asks its client `elicitation/create` (a form with a string `answer`); answers `{action, content}` as JSON |
+//! | `roots` | asks its client `roots/list`; answers the roots as JSON |
+//! | `log {message}` | sends `notifications/message` (level `info`, logger `tw-test-server`, data `message`) |
+//! | `touch {uri}` | sends `notifications/resources/updated` for `uri` |
+//! | `lists_changed` | sends `notifications/resources/list_changed` and `notifications/prompts/list_changed` |
+//! | `seen` | what the server saw besides calls: `{subscriptions, log_level, roots_changed}` |
+//!
+//! Besides tools it serves what a gateway passes through: a resource `test://static/hello`
+//! (text `hello`), a template `test://items/{id}` (text `item ID`; an unknown URI is
+//! `-32002`), subscriptions, a prompt `greet {name}` ("Hello, NAME!"), completion of
+//! `greet`'s `name` (`alice`, `albert`, `bob`) and of the template's `id` (`1`, `2`, `3`), and
+//! `logging/setLevel`. With `--tag TAG` it also serves `test://TAG/mine` (text `mine of TAG`)
+//! and its greeting ends with ` (TAG)`.
+
+#![allow(
+    deprecated,
+    reason = "sampling, roots, logging and resources/subscribe are deprecated by SEP-2577 \
+              (MCP 2026-07-28), but the session-based revisions still use them"
+)]
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,9 +47,14 @@ use parking_lot::Mutex;
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelledNotificationParam,
-    ContentBlock, InitializeRequestParams, InitializeResult, JsonObject, ListToolsResult,
-    NumberOrString, PaginatedRequestParams, ProgressNotificationParam, ProgressToken, RequestId,
-    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    CompleteRequestParams, CompleteResult, ContentBlock, CreateMessageRequest, ElicitRequest,
+    GetPromptRequestParams, GetPromptResponse, GetPromptResult, InitializeRequestParams,
+    InitializeResult, JsonObject, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListRootsRequest, ListToolsResult, LoggingMessageNotification,
+    NumberOrString, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, RequestId,
+    ServerCapabilities, ServerConfig, ServerNotification, ServerRequest, SetLevelRequestParams,
+    SubscribeRequestParams, Tool, ToolAnnotations, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use serde_json::{Value, json};
@@ -68,6 +93,12 @@ struct State {
     /// Every `tools/call` received: request id → `{tool, arguments}`.
     calls: Mutex<HashMap<String, Value>>,
     bonus: AtomicBool,
+    /// Resource URIs subscribed to, in order.
+    subscriptions: Mutex<Vec<String>>,
+    /// The last `logging/setLevel`.
+    log_level: Mutex<Option<Value>>,
+    /// How many `notifications/roots/list_changed` arrived.
+    roots_changed: Mutex<u64>,
 }
 
 impl TestServer {
@@ -79,6 +110,9 @@ impl TestServer {
                 cancels: Mutex::new(Vec::new()),
                 calls: Mutex::new(HashMap::new()),
                 bonus: AtomicBool::new(false),
+                subscriptions: Mutex::new(Vec::new()),
+                log_level: Mutex::new(None),
+                roots_changed: Mutex::new(0),
             }),
         }
     }
@@ -159,12 +193,72 @@ fn tools(bonus: bool) -> Vec<Tool> {
             "Closes its stdout pipe and lives on.",
             json!({}),
         ),
+        tool(
+            "sample",
+            "Asks the client's model (sampling).",
+            json!({"prompt": {"type": "string"}}),
+        ),
+        tool(
+            "elicit",
+            "Asks the client's user (elicitation).",
+            json!({"message": {"type": "string"}}),
+        ),
+        tool("roots", "Asks the client for its roots.", json!({})),
+        tool(
+            "log",
+            "Sends a log message.",
+            json!({"message": {"type": "string"}}),
+        ),
+        tool(
+            "touch",
+            "Says a resource was updated.",
+            json!({"uri": {"type": "string"}}),
+        ),
+        tool(
+            "lists_changed",
+            "Says its resource and prompt lists changed.",
+            json!({}),
+        ),
+        tool("seen", "What the server saw besides calls.", json!({})),
     ];
     if bonus {
         list.push(tool("bonus", "Listed after toggle_tools.", json!({})));
     }
     list
 }
+
+/// Builds one of rmcp's (mostly non-exhaustive) types from its wire form.
+fn wire<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, McpError> {
+    serde_json::from_value(value)
+        .map_err(|e| McpError::internal_error(format!("tw-test-server: bad wire value: {e}"), None))
+}
+
+/// A JSON answer as text and structured content.
+fn json_result(value: Value) -> CallToolResult {
+    let mut r = text(value.to_string());
+    r.structured_content = Some(value);
+    r
+}
+
+fn service_error(what: &str, e: rmcp::ServiceError) -> McpError {
+    match e {
+        rmcp::ServiceError::McpError(e) => McpError::internal_error(
+            format!("{what}: the client answered an error: {}", e.message),
+            None,
+        ),
+        other => McpError::internal_error(format!("{what}: {other}"), None),
+    }
+}
+
+static TAG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Sets this instance's `--tag`.
+pub(crate) fn set_tag(tag: String) {
+    let _ = TAG.set(tag);
+}
+
+const NAMES: [&str; 3] = ["alice", "albert", "bob"];
+const ITEM_IDS: [&str; 3] = ["1", "2", "3"];
 
 fn text(s: impl Into<String>) -> CallToolResult {
     CallToolResult::success(vec![ContentBlock::text(s)])
@@ -241,7 +335,10 @@ impl TestServer {
                     )
                     .await;
                 }
-                Ok(text(format!("done after {count} steps")))
+                // Says which token it was given, so tests can tell whose token reached it.
+                let mut r = text(format!("done after {count} steps"));
+                r.structured_content = Some(json!({"progressToken": token}));
+                Ok(r)
             }
             "hang" => {
                 let every = arg_u64(&args, "progress_every_ms").map(Duration::from_millis);
@@ -336,7 +433,24 @@ impl TestServer {
                 }
             }
             "cancels" => {
-                let list = Value::Array(self.state.cancels.lock().clone());
+                // Named here, not when the cancel arrived: rmcp handles each message on its
+                // own task, so a cancel may be seen before its call was registered.
+                let calls = self.state.calls.lock().clone();
+                let list: Vec<Value> = self
+                    .state
+                    .cancels
+                    .lock()
+                    .iter()
+                    .map(|c| {
+                        let call = calls
+                            .get(&c["requestId"].to_string())
+                            .cloned()
+                            .unwrap_or(Value::Null);
+                        json!({"requestId": c["requestId"], "reason": c["reason"],
+                            "tool": call.get("tool"), "arguments": call.get("arguments")})
+                    })
+                    .collect();
+                let list = Value::Array(list);
                 let mut r = text(list.to_string());
                 r.structured_content = Some(json!({"cancels": list}));
                 Ok(r)
@@ -364,6 +478,84 @@ impl TestServer {
                     .map_err(|e| McpError::internal_error(format!("dup2: {e}"), None))?;
                 std::future::pending().await
             }
+            "sample" => {
+                let prompt = args.get("prompt").and_then(Value::as_str).unwrap_or("hi");
+                let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(wire(
+                    json!({"messages": [{"role": "user", "content": {"type": "text", "text": prompt}}],
+                           "maxTokens": 100}),
+                )?));
+                let answer = ctx
+                    .peer
+                    .send_request(request)
+                    .await
+                    .map_err(|e| service_error("sampling/createMessage", e))?;
+                let answer = serde_json::to_value(&answer).unwrap_or(Value::Null);
+                let said = answer
+                    .pointer("/content/text")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                Ok(text(said))
+            }
+            "elicit" => {
+                let message = args.get("message").and_then(Value::as_str).unwrap_or("?");
+                let request = ServerRequest::ElicitRequest(ElicitRequest::new(wire(json!({
+                    "mode": "form",
+                    "message": message,
+                    "requestedSchema": {"type": "object",
+                        "properties": {"answer": {"type": "string"}}}
+                }))?));
+                let answer = ctx
+                    .peer
+                    .send_request(request)
+                    .await
+                    .map_err(|e| service_error("elicitation/create", e))?;
+                let answer = serde_json::to_value(&answer).unwrap_or(Value::Null);
+                Ok(json_result(json!({"action": answer.get("action"),
+                    "content": answer.get("content")})))
+            }
+            "roots" => {
+                let request = ServerRequest::ListRootsRequest(ListRootsRequest::default());
+                let answer = ctx
+                    .peer
+                    .send_request(request)
+                    .await
+                    .map_err(|e| service_error("roots/list", e))?;
+                Ok(json_result(
+                    serde_json::to_value(&answer).unwrap_or(Value::Null),
+                ))
+            }
+            "log" => {
+                let message = args
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let notification = ServerNotification::LoggingMessageNotification(
+                    LoggingMessageNotification::new(wire(json!({
+                        "level": "info", "logger": "tw-test-server", "data": message
+                    }))?),
+                );
+                let _ = ctx.peer.send_notification(notification).await;
+                Ok(text("logged"))
+            }
+            "touch" => {
+                let uri = args.get("uri").and_then(Value::as_str).unwrap_or_default();
+                let _ = ctx
+                    .peer
+                    .notify_resource_updated(wire(json!({"uri": uri}))?)
+                    .await;
+                Ok(text(format!("touched {uri}")))
+            }
+            "lists_changed" => {
+                let _ = ctx.peer.notify_resource_list_changed().await;
+                let _ = ctx.peer.notify_prompt_list_changed().await;
+                Ok(text("said so"))
+            }
+            "seen" => Ok(json_result(json!({
+                "subscriptions": *self.state.subscriptions.lock(),
+                "log_level": *self.state.log_level.lock(),
+                "roots_changed": *self.state.roots_changed.lock(),
+            }))),
             other => Err(McpError::invalid_params(
                 format!("unknown tool {other:?}"),
                 None,
@@ -372,14 +564,172 @@ impl TestServer {
     }
 }
 
+/// What `resources/read` answers for `uri`.
+fn read(uri: &str) -> Option<String> {
+    if uri == "test://static/hello" {
+        return Some("hello".into());
+    }
+    if let Some(tag) = TAG.get()
+        && uri == format!("test://{tag}/mine")
+    {
+        return Some(format!("mine of {tag}"));
+    }
+    uri.strip_prefix("test://items/")
+        .filter(|id| !id.is_empty() && !id.contains('/'))
+        .map(|id| format!("item {id}"))
+}
+
 impl rmcp::ServerHandler for TestServer {
     fn get_info(&self) -> ServerConfig {
-        InitializeResult::new(
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_tool_list_changed()
-                .build(),
+        let capabilities: ServerCapabilities = serde_json::from_value(json!({
+            "tools": {"listChanged": true},
+            "resources": {"subscribe": true, "listChanged": true},
+            "prompts": {"listChanged": true},
+            "completions": {},
+            "logging": {}
+        }))
+        .unwrap_or_default();
+        let mut info = InitializeResult::new(capabilities);
+        info.instructions = Some("tw-test-server misbehaves on purpose.".into());
+        info
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let mut resources = vec![json!({"uri": "test://static/hello", "name": "hello",
+            "mimeType": "text/plain"})];
+        if let Some(tag) = TAG.get() {
+            resources.push(json!({"uri": format!("test://{tag}/mine"), "name": "mine",
+                "mimeType": "text/plain"}));
+        }
+        wire(json!({ "resources": resources }))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        wire(
+            json!({"resourceTemplates": [{"uriTemplate": "test://items/{id}", "name": "item",
+            "mimeType": "text/plain"}]}),
         )
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        match read(&request.uri) {
+            Some(body) => {
+                let result: ReadResourceResult = wire(json!({"contents": [
+                    {"uri": request.uri, "mimeType": "text/plain", "text": body}]}))?;
+                Ok(result.into())
+            }
+            None => Err(McpError::resource_not_found(
+                format!("no resource {}", request.uri),
+                None,
+            )),
+        }
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.state.subscriptions.lock().push(request.uri);
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.state
+            .subscriptions
+            .lock()
+            .retain(|u| *u != request.uri);
+        Ok(())
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        wire(
+            json!({"prompts": [{"name": "greet", "description": "Greets someone.",
+            "arguments": [{"name": "name", "required": true}]}]}),
+        )
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        if request.name != "greet" {
+            return Err(McpError::invalid_params(
+                format!("no prompt {:?}", request.name),
+                None,
+            ));
+        }
+        let name = request
+            .arguments
+            .as_ref()
+            .and_then(|a| a.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or("you")
+            .to_owned();
+        let suffix = TAG.get().map(|t| format!(" ({t})")).unwrap_or_default();
+        let result: GetPromptResult = wire(json!({"description": "A greeting", "messages": [
+            {"role": "user", "content": {"type": "text", "text": format!("Hello, {name}!{suffix}")}}]}))?;
+        Ok(result.into())
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
+        let request = serde_json::to_value(&request).unwrap_or(Value::Null);
+        let prefix = request
+            .pointer("/argument/value")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let candidates: &[&str] = match (
+            request.pointer("/ref/type").and_then(Value::as_str),
+            request.pointer("/argument/name").and_then(Value::as_str),
+        ) {
+            (Some("ref/prompt"), Some("name")) => &NAMES,
+            (Some("ref/resource"), Some("id")) => &ITEM_IDS,
+            _ => &[],
+        };
+        let values: Vec<&str> = candidates
+            .iter()
+            .copied()
+            .filter(|c| c.starts_with(prefix))
+            .collect();
+        wire(json!({"completion": {"values": values, "total": values.len(), "hasMore": false}}))
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        *self.state.log_level.lock() = serde_json::to_value(request.level).ok();
+        Ok(())
+    }
+
+    async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {
+        *self.state.roots_changed.lock() += 1;
     }
 
     async fn initialize(
@@ -427,18 +777,9 @@ impl rmcp::ServerHandler for TestServer {
             .as_ref()
             .map(id_json)
             .unwrap_or(Value::Null);
-        let call = self
-            .state
-            .calls
-            .lock()
-            .get(&id.to_string())
-            .cloned()
-            .unwrap_or(Value::Null);
         self.state.cancels.lock().push(json!({
             "requestId": id,
             "reason": notification.reason,
-            "tool": call.get("tool"),
-            "arguments": call.get("arguments"),
         }));
     }
 }

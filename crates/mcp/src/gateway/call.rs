@@ -1,0 +1,277 @@
+//! One `tools/call`: a one-call turn in the client's session.
+//!
+//! The handler task of the request drives everything the call needs from the client side:
+//!
+//! - the engine's progress reports become `notifications/progress` under the client's own
+//!   token, with a `progress` that only grows; nothing is relayed once the result is in;
+//! - requests raised during the call (an approval, a server's sampling request) are sent from
+//!   here, so that over Streamable HTTP they ride this call's response stream;
+//! - the client's `notifications/cancelled` (`ctx.ct`) aborts the call (`user`); its response
+//!   stream closing, or its session ending, aborts it as `client_disconnect`.
+
+use std::sync::Arc;
+
+use futures::StreamExt as _;
+use futures::stream::FuturesUnordered;
+use rmcp::ErrorData;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ProgressNotificationParam, ProgressToken,
+    RequestMetaObject,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use toolwarden_core::protocol::{CallId, CancelReason, ProgressInfo, ToolCall};
+use toolwarden_core::{CallProgress, TurnRequest};
+
+use super::session::{CallSlot, ClientSession, Job};
+use super::{Gateway, STATUS_TOOL, convert, status};
+
+/// Runs one `tools/call` to its result.
+pub(crate) async fn call_tool(
+    gw: &Arc<Gateway>,
+    session: &Arc<ClientSession>,
+    params: CallToolRequestParams,
+    ctx: RequestContext<RoleServer>,
+) -> Result<CallToolResult, ErrorData> {
+    if params.name == STATUS_TOOL {
+        return Ok(status::result(gw, session));
+    }
+    if session.is_ended() {
+        return Err(ErrorData::internal_error("the MCP session has ended", None));
+    }
+    let call_id = ctx.id.to_string();
+    let input = Value::Object(params.arguments.unwrap_or_default());
+    let mut call = ToolCall::new(call_id.as_str(), params.name.to_string(), input);
+    call.timeout_ms = hint_ms(&ctx.meta, &["timeout_ms", "toolwarden/timeout_ms"]);
+    call.idle_timeout_ms = hint_ms(&ctx.meta, &["toolwarden/idle_timeout_ms"]);
+
+    let token = ctx.meta.get_progress_token();
+    let (progress_tx, mut progress_rx) = mpsc::unbounded_channel::<ProgressInfo>();
+    let progress: Option<CallProgress> = token.as_ref().map(|_| {
+        Arc::new(move |_: &CallId, info: &ProgressInfo| {
+            let _ = progress_tx.send(info.clone());
+        }) as CallProgress
+    });
+    let request = TurnRequest {
+        session_id: Some(session.id.clone()),
+        calls: vec![call],
+        progress,
+        ..TurnRequest::default()
+    };
+    // Registered before the turn starts: an approval may be asked at once, and goes through
+    // this handler.
+    let server = gw.backend_of(&params.name);
+    let (jobs_tx, mut jobs_rx) = mpsc::unbounded_channel::<Job>();
+    session.add_call(
+        &call_id,
+        CallSlot {
+            server: server.clone(),
+            seq: gw.next_seq(),
+            jobs: jobs_tx,
+        },
+    );
+    let _registered = Registered {
+        session,
+        call_id: &call_id,
+    };
+    if let Some(server) = &server {
+        gw.note_client(server, session);
+    }
+    let in_flight = session.request_started(&ctx.id);
+    let stop = &in_flight.stop;
+    let handle = gw
+        .engine
+        .start_turn(request)
+        .map_err(|e| ErrorData::invalid_params(format!("the call was refused: {e}"), None))?;
+    let turn_id = handle.turn_id().clone();
+
+    let mut relay = token.map(Relay::new);
+    let mut outbound = FuturesUnordered::new();
+    let mut aborted = false;
+    let finish = handle.finish();
+    tokio::pin!(finish);
+    let output = loop {
+        tokio::select! {
+            biased;
+            output = &mut finish => {
+                // Reports that came before the result still go out, before it.
+                while let Ok(info) = progress_rx.try_recv() {
+                    if let Some(relay) = relay.as_mut() {
+                        let _ = ctx.peer.notify_progress(relay.next(&info)).await;
+                    }
+                }
+                break output;
+            }
+            Some(info) = progress_rx.recv() => {
+                if let Some(relay) = relay.as_mut() {
+                    let param = relay.next(&info);
+                    if let Err(e) = ctx.peer.notify_progress(param).await {
+                        tracing::debug!(session = %session.id, error = %e, "relaying progress failed");
+                    }
+                }
+            }
+            Some(job) = jobs_rx.recv() => outbound.push(job(ctx.peer.clone())),
+            Some(()) = outbound.next(), if !outbound.is_empty() => {}
+            _ = ctx.ct.cancelled(), if !aborted => {
+                aborted = true;
+                // rmcp fires this on the client's notifications/cancelled, and when the
+                // connection's loop ends (its session ended, or the server shuts down).
+                abort(gw, &turn_id, &call_id, session.cancel_reason());
+            }
+            reason = stop.stopped(), if !aborted => {
+                aborted = true;
+                abort(gw, &turn_id, &call_id, session.end_reason().unwrap_or(reason));
+            }
+        }
+    };
+    let result = output.results.first().cloned();
+    drop(outbound);
+    match result {
+        Some(result) => Ok(convert::call_result(&result)),
+        None => Err(ErrorData::internal_error(
+            "the engine returned no result for the call",
+            None,
+        )),
+    }
+}
+
+fn abort(
+    gw: &Gateway,
+    turn_id: &toolwarden_core::protocol::TurnId,
+    call_id: &str,
+    reason: CancelReason,
+) {
+    tracing::debug!(%turn_id, call_id, reason = reason.as_str(), "aborting a gateway call");
+    // NotFound: it already has its outcome.
+    let _ = gw
+        .engine
+        .abort_call(turn_id, &CallId::from(call_id), reason);
+}
+
+/// Unregisters a call however the handler ends.
+struct Registered<'a> {
+    session: &'a ClientSession,
+    call_id: &'a str,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        self.session.remove_call(self.call_id);
+    }
+}
+
+/// A per-call hint in `_meta`, in milliseconds (a non-negative number; fractions are cut).
+fn hint_ms(meta: &RequestMetaObject, keys: &[&str]) -> Option<u64> {
+    keys.iter().find_map(|key| match meta.get(*key)? {
+        Value::Number(n) => n
+            .as_u64()
+            .or_else(|| n.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64)),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    })
+}
+
+/// Relays a call's progress under the client's token with a `progress` that only grows.
+pub(crate) struct Relay {
+    token: ProgressToken,
+    last: Option<f64>,
+}
+
+impl Relay {
+    pub(crate) fn new(token: ProgressToken) -> Self {
+        Self { token, last: None }
+    }
+
+    /// The notification for a progress report. A report without a number (e.g. a line of
+    /// `exec` output), or one that does not exceed the last value sent (a retry starting
+    /// over), is sent as the last value + 1; `total` is dropped when it no longer holds.
+    pub(crate) fn next(&mut self, info: &ProgressInfo) -> ProgressNotificationParam {
+        let value = match (info.progress, self.last) {
+            (Some(p), None) if p.is_finite() => p,
+            (Some(p), Some(last)) if p.is_finite() && p > last => p,
+            (_, last) => last.unwrap_or(0.0) + 1.0,
+        };
+        self.last = Some(value);
+        let mut param = ProgressNotificationParam::new(self.token.clone(), value);
+        if let Some(total) = info.total.filter(|t| *t >= value) {
+            param = param.with_total(total);
+        }
+        if let Some(message) = &info.message {
+            param = param.with_message(message.clone());
+        }
+        param
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use rmcp::model::NumberOrString;
+
+    fn info(progress: Option<f64>, total: Option<f64>, message: Option<&str>) -> ProgressInfo {
+        ProgressInfo {
+            progress,
+            total,
+            message: message.map(str::to_owned),
+        }
+    }
+
+    fn check(reports: &[ProgressInfo], expected: &[(f64, Option<f64>)]) {
+        let mut relay = Relay::new(ProgressToken(NumberOrString::String("t".into())));
+        let sent: Vec<(f64, Option<f64>)> = reports
+            .iter()
+            .map(|r| {
+                let p = relay.next(r);
+                (p.progress, p.total)
+            })
+            .collect();
+        assert_eq!(sent, expected);
+    }
+
+    #[test]
+    fn progress_only_grows() {
+        // Backend numbers pass through.
+        check(
+            &[
+                info(Some(1.0), Some(3.0), None),
+                info(Some(2.0), Some(3.0), None),
+            ],
+            &[(1.0, Some(3.0)), (2.0, Some(3.0))],
+        );
+        // Reports without a number are counted.
+        check(
+            &[info(None, None, Some("a")), info(None, None, Some("b"))],
+            &[(1.0, None), (2.0, None)],
+        );
+        // A retry starting over keeps growing, and drops a total it passed.
+        check(
+            &[
+                info(Some(2.0), Some(3.0), None),
+                info(Some(1.0), Some(3.0), None),
+                info(Some(1.5), Some(3.0), None),
+                info(Some(2.0), Some(3.0), None),
+            ],
+            &[(2.0, Some(3.0)), (3.0, Some(3.0)), (4.0, None), (5.0, None)],
+        );
+    }
+
+    #[test]
+    fn hints_come_from_meta() {
+        let mut meta = RequestMetaObject::new();
+        assert_eq!(hint_ms(&meta, &["timeout_ms"]), None);
+        meta.insert("toolwarden/timeout_ms".into(), serde_json::json!(250));
+        assert_eq!(
+            hint_ms(&meta, &["timeout_ms", "toolwarden/timeout_ms"]),
+            Some(250)
+        );
+        meta.insert("timeout_ms".into(), serde_json::json!(99.9));
+        assert_eq!(
+            hint_ms(&meta, &["timeout_ms", "toolwarden/timeout_ms"]),
+            Some(99)
+        );
+        meta.insert("timeout_ms".into(), serde_json::json!(-1));
+        assert_eq!(hint_ms(&meta, &["timeout_ms"]), None);
+    }
+}

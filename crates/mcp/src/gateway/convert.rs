@@ -1,0 +1,261 @@
+//! Between toolwarden's types and MCP's: the tool list, call results, the `initialize` answer.
+
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolResult, ContentBlock, Implementation, InitializeResult, JsonObject, MetaObject,
+    PromptsCapability, ResourcesCapability, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations, ToolsCapability,
+};
+use serde_json::{Value, json};
+use toolwarden_core::PREFIX_SEPARATOR;
+use toolwarden_core::protocol::{CallResult, ToolInfo};
+
+use super::{Gateway, STATUS_TOOL};
+
+/// The key of the structured outcome in a result's `_meta`.
+pub(crate) const OUTCOME_META: &str = "toolwarden/outcome";
+
+/// Every tool the engine governs, as clients see it, plus [`STATUS_TOOL`].
+pub(crate) fn list_tools(gw: &Gateway, infos: &[ToolInfo]) -> Vec<Tool> {
+    let mut tools: Vec<Tool> = infos
+        .iter()
+        .filter(|info| info.name != STATUS_TOOL)
+        .map(|info| match raw_tool(gw, info) {
+            Some(mut raw) => {
+                raw.name = info.name.clone().into();
+                raw
+            }
+            None => tool_from_info(info),
+        })
+        .collect();
+    tools.push(status_tool());
+    tools
+}
+
+/// The server's own description of the tool (title, icons, `_meta` and all), if an MCP
+/// server serves it.
+fn raw_tool(gw: &Gateway, info: &ToolInfo) -> Option<Tool> {
+    let server = gw.server(&info.backend)?;
+    let own = info
+        .name
+        .strip_prefix(&format!("{}{PREFIX_SEPARATOR}", info.backend))
+        .unwrap_or(&info.name);
+    let raw = server.raw_tools();
+    raw.iter()
+        .find(|t| t.name == own)
+        .or_else(|| raw.iter().find(|t| t.name == info.name.as_str()))
+        .cloned()
+}
+
+fn tool_from_info(info: &ToolInfo) -> Tool {
+    let schema = match &info.input_schema {
+        Value::Object(map) => map.clone(),
+        _ => object_schema(),
+    };
+    let mut tool = Tool::new(
+        info.name.clone(),
+        info.description.clone().unwrap_or_default(),
+        Arc::new(schema),
+    );
+    if info.description.is_none() {
+        tool.description = None;
+    }
+    tool.title = info.annotations.title.clone();
+    if let Some(Value::Object(out)) = &info.output_schema {
+        tool.output_schema = Some(Arc::new(out.clone()));
+    }
+    if info.annotations != Default::default() {
+        tool.annotations = serde_json::to_value(&info.annotations)
+            .and_then(serde_json::from_value::<ToolAnnotations>)
+            .ok();
+    }
+    tool
+}
+
+fn object_schema() -> JsonObject {
+    let mut schema = JsonObject::new();
+    schema.insert("type".into(), json!("object"));
+    schema
+}
+
+fn status_tool() -> Tool {
+    let mut schema = object_schema();
+    schema.insert("properties".into(), json!({}));
+    let mut tool = Tool::new(
+        STATUS_TOOL,
+        "How this session's tool calls are doing: the calls running now (with elapsed time and \
+         last progress), how finished calls ended, the tools that timed out, the recent \
+         failures, and the circuit breakers that are open. Use it to decide what to retry, \
+         wait for or avoid.",
+        Arc::new(schema),
+    );
+    tool.title = Some("toolwarden status".into());
+    let mut annotations = ToolAnnotations::new();
+    annotations.read_only_hint = Some(true);
+    annotations.idempotent_hint = Some(true);
+    annotations.open_world_hint = Some(false);
+    tool.annotations = Some(annotations);
+    tool
+}
+
+/// A call's result as MCP's `CallToolResult`: the engine's content, structured content and
+/// `isError`, with the outcome in `_meta["toolwarden/outcome"]`. A content block that rmcp's
+/// model cannot hold is sent as a text block holding its JSON.
+pub(crate) fn call_result(result: &CallResult) -> CallToolResult {
+    let content = result
+        .content
+        .iter()
+        .map(|c| {
+            serde_json::from_value::<ContentBlock>(c.0.clone())
+                .unwrap_or_else(|_| ContentBlock::text(c.0.to_string()))
+        })
+        .collect();
+    let mut r = CallToolResult::success(content);
+    r.structured_content = result.structured_content.clone();
+    r.is_error = Some(result.is_error);
+    let mut meta = MetaObject::new();
+    meta.insert(
+        OUTCOME_META.into(),
+        serde_json::to_value(&result.outcome).unwrap_or(Value::Null),
+    );
+    r.meta = Some(meta);
+    r
+}
+
+impl Gateway {
+    /// The `initialize` answer: tools always; prompts, resources, completions and logging as
+    /// the union of what the servers offer (those that are or were up); with one server and
+    /// `prefix = false`, its instructions.
+    pub(crate) fn server_config(&self) -> ServerConfig {
+        let mut caps = ServerCapabilities::default();
+        let mut tools = ToolsCapability::default();
+        tools.list_changed = Some(true);
+        caps.tools = Some(tools);
+        let infos: Vec<_> = self
+            .servers
+            .iter()
+            .filter_map(|s| s.info().map(|i| (s.server_name().to_owned(), i)))
+            .collect();
+        for (_, info) in &infos {
+            let c = &info.capabilities;
+            if let Some(p) = &c.prompts {
+                let mine = caps.prompts.get_or_insert_with(PromptsCapability::default);
+                mine.list_changed = or(mine.list_changed, p.list_changed);
+            }
+            if let Some(r) = &c.resources {
+                let mine = caps
+                    .resources
+                    .get_or_insert_with(ResourcesCapability::default);
+                mine.subscribe = or(mine.subscribe, r.subscribe);
+                mine.list_changed = or(mine.list_changed, r.list_changed);
+            }
+            if c.completions.is_some() {
+                caps.completions.get_or_insert_with(JsonObject::new);
+            }
+            if c.logging.is_some() {
+                caps.logging.get_or_insert_with(JsonObject::new);
+            }
+        }
+        let mut config = InitializeResult::new(caps);
+        config.server_info = Implementation::new("toolwarden", env!("CARGO_PKG_VERSION"));
+        config.instructions = if self.servers.len() == 1 && !self.opts.prefix {
+            infos.first().and_then(|(_, i)| i.instructions.clone())
+        } else {
+            let sections: Vec<String> = infos
+                .iter()
+                .filter_map(|(name, i)| {
+                    let text = i.instructions.as_deref()?.trim();
+                    (!text.is_empty()).then(|| format!("## {name}\n{text}"))
+                })
+                .collect();
+            (!sections.is_empty()).then(|| {
+                format!(
+                    "toolwarden governs these MCP servers; their tools and prompts are named \
+                     SERVER{PREFIX_SEPARATOR}NAME.\n\n{}",
+                    sections.join("\n\n")
+                )
+            })
+        };
+        config
+    }
+}
+
+fn or(a: Option<bool>, b: Option<bool>) -> Option<bool> {
+    match (a, b) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(false) || b.unwrap_or(false)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use toolwarden_core::protocol::{
+        CancelReason, Content, Outcome, Status, ToolAnnotations as Hints,
+    };
+
+    #[test]
+    fn governed_failures_are_error_results_with_the_outcome() {
+        let result = CallResult {
+            outcome: Outcome {
+                status: Status::Cancelled {
+                    reason: CancelReason::User,
+                },
+                attempts: 1,
+                call_id: "7".into(),
+                turn_id: "t_1".into(),
+                tool: "s__sleep".into(),
+                duration_ms: 12,
+                provenance: None,
+                detail: None,
+                repeat_count: None,
+            },
+            content: vec![
+                Content::text("[CANCELLED] ..."),
+                Content(json!({"type": "hologram"})),
+            ],
+            structured_content: None,
+            is_error: true,
+        };
+        let wire = serde_json::to_value(call_result(&result)).unwrap();
+        assert_eq!(
+            wire,
+            json!({
+                "content": [
+                    {"type": "text", "text": "[CANCELLED] ..."},
+                    {"type": "text", "text": "{\"type\":\"hologram\"}"}
+                ],
+                "isError": true,
+                "_meta": {"toolwarden/outcome": {"status": "cancelled", "reason": "user",
+                    "attempts": 1, "call_id": "7", "turn_id": "t_1", "tool": "s__sleep",
+                    "duration_ms": 12}},
+                "resultType": "complete"
+            })
+        );
+    }
+
+    #[test]
+    fn tools_keep_only_the_hints_they_have() {
+        let info = ToolInfo {
+            name: "add".into(),
+            description: Some("Adds".into()),
+            input_schema: json!({"type": "object"}),
+            output_schema: None,
+            annotations: Hints {
+                read_only_hint: Some(true),
+                ..Default::default()
+            },
+            backend: "inprocess".into(),
+            policy: Default::default(),
+            breaker: toolwarden_core::protocol::BreakerStateKind::Closed,
+        };
+        let wire = serde_json::to_value(tool_from_info(&info)).unwrap();
+        assert_eq!(
+            wire,
+            json!({"name": "add", "description": "Adds", "inputSchema": {"type": "object"},
+                   "annotations": {"readOnlyHint": true}})
+        );
+    }
+}

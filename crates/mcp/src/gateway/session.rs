@@ -1,0 +1,488 @@
+//! One client connection: its toolwarden session, its calls in flight, and the requests the
+//! gateway sends it.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use parking_lot::Mutex;
+use rmcp::ErrorData;
+use rmcp::model::{
+    CancelledNotificationParam, ClientCapabilities, ClientResult, ErrorCode, RequestId,
+    ServerNotification, ServerRequest,
+};
+use rmcp::service::{Peer, PeerRequestOptions, RoleServer};
+use tokio::io::{AsyncRead, ReadBuf};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use toolwarden_core::protocol::{CancelReason, SessionId};
+
+use super::Gateway;
+
+/// Something to send to the client from a call's handler task (see [`ClientSession::request`]).
+pub(crate) type Job = Box<dyn FnOnce(Peer<RoleServer>) -> BoxFuture<'static, ()> + Send>;
+
+/// A call in flight.
+pub(crate) struct CallSlot {
+    /// The MCP server that serves its tool, if one does.
+    pub(crate) server: Option<Arc<str>>,
+    /// When it started, in the gateway's order.
+    pub(crate) seq: u64,
+    /// Requests to send from the call's handler task.
+    pub(crate) jobs: mpsc::UnboundedSender<Job>,
+}
+
+/// How long a closed response stream waits for the client's `notifications/cancelled` for its
+/// request before it counts as a disconnect.
+pub(crate) const STREAM_CLOSE_SETTLE: Duration = Duration::from_millis(200);
+
+/// How many stops of not-yet-registered requests are kept.
+const EARLY_STOPS_KEPT: usize = 256;
+
+/// A request in flight; dropped, it is unregistered.
+pub(crate) struct InFlight<'a> {
+    session: &'a ClientSession,
+    key: String,
+    pub(crate) stop: Stop,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.session.requests.lock().remove(&self.key);
+    }
+}
+
+/// The client stopped waiting for one request, and why.
+#[derive(Clone, Default)]
+pub(crate) struct Stop {
+    token: CancellationToken,
+    reason: Arc<OnceLock<CancelReason>>,
+}
+
+impl Stop {
+    fn fire(&self, reason: CancelReason) {
+        let _ = self.reason.set(reason);
+        self.token.cancel();
+    }
+
+    /// Resolves with the reason once the client stopped waiting.
+    pub(crate) async fn stopped(&self) -> CancelReason {
+        self.token.cancelled().await;
+        self.reason
+            .get()
+            .copied()
+            .unwrap_or(CancelReason::ClientDisconnect)
+    }
+
+    pub(crate) fn token(&self) -> &CancellationToken {
+        &self.token
+    }
+}
+
+/// One MCP client connection.
+pub(crate) struct ClientSession {
+    pub(crate) id: SessionId,
+    gateway: Weak<Gateway>,
+    peer: OnceLock<Peer<RoleServer>>,
+    capabilities: OnceLock<ClientCapabilities>,
+    http_id: OnceLock<String>,
+    /// Calls in flight, by call id (the JSON-RPC request id).
+    calls: Mutex<HashMap<String, CallSlot>>,
+    /// Requests in flight, by JSON-RPC request id.
+    requests: Mutex<HashMap<String, Stop>>,
+    /// Stops for requests not registered yet (the stream can close before rmcp hands the
+    /// request to its handler).
+    early_stops: Mutex<VecDeque<(String, CancelReason)>>,
+    /// The shutdown of whatever serves this connection.
+    shutdown: CancellationToken,
+    /// Resource URIs this client subscribed to.
+    subscriptions: Mutex<HashSet<String>>,
+    ended: CancellationToken,
+    end_reason: Mutex<Option<CancelReason>>,
+    last_active: AtomicU64,
+}
+
+impl ClientSession {
+    pub(crate) fn new(gateway: &Arc<Gateway>, shutdown: CancellationToken) -> Arc<Self> {
+        Arc::new(Self {
+            id: SessionId::new(format!("mcp_{}", ulid::Ulid::new())),
+            gateway: Arc::downgrade(gateway),
+            peer: OnceLock::new(),
+            capabilities: OnceLock::new(),
+            http_id: OnceLock::new(),
+            calls: Mutex::default(),
+            requests: Mutex::default(),
+            early_stops: Mutex::default(),
+            shutdown,
+            subscriptions: Mutex::default(),
+            ended: CancellationToken::new(),
+            end_reason: Mutex::new(None),
+            last_active: AtomicU64::new(gateway.next_seq()),
+        })
+    }
+
+    /// The client finished `initialize`.
+    pub(crate) fn initialized(
+        self: &Arc<Self>,
+        peer: Peer<RoleServer>,
+        capabilities: ClientCapabilities,
+        http_id: Option<String>,
+    ) {
+        let _ = self.peer.set(peer);
+        let _ = self.capabilities.set(capabilities);
+        if let Some(id) = http_id {
+            let _ = self.http_id.set(id);
+        }
+        if let Some(gw) = self.gateway.upgrade() {
+            gw.register(self);
+        }
+    }
+
+    pub(crate) fn http_id(&self) -> Option<&str> {
+        self.http_id.get().map(String::as_str)
+    }
+
+    pub(crate) fn capabilities(&self) -> Option<&ClientCapabilities> {
+        self.capabilities.get()
+    }
+
+    /// Whether the client can answer a form elicitation (`elicitation: {}` means form).
+    pub(crate) fn supports_form_elicitation(&self) -> bool {
+        self.capabilities()
+            .and_then(|c| c.elicitation.as_ref())
+            .is_some_and(|e| e.form.is_some() || e.url.is_none())
+    }
+
+    pub(crate) fn touch(&self) {
+        if let Some(gw) = self.gateway.upgrade() {
+            self.last_active.store(gw.next_seq(), Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn last_active(&self) -> u64 {
+        self.last_active.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn is_ended(&self) -> bool {
+        self.ended.is_cancelled()
+    }
+
+    /// Why the session ended, once it did.
+    pub(crate) fn end_reason(&self) -> Option<CancelReason> {
+        *self.end_reason.lock()
+    }
+
+    /// Ends the session: its running calls end `cancelled{reason}` at once. Idempotent.
+    pub(crate) fn end(&self, reason: CancelReason) {
+        {
+            let mut why = self.end_reason.lock();
+            if why.is_some() {
+                return;
+            }
+            *why = Some(reason);
+        }
+        self.ended.cancel();
+        let Some(gw) = self.gateway.upgrade() else {
+            return;
+        };
+        let running = self.calls.lock().len();
+        if self.peer.get().is_some() {
+            tracing::info!(session = %self.id, reason = reason.as_str(), running,
+                "MCP client session ended");
+        }
+        gw.engine.end_session(&self.id, reason);
+        gw.unregister(self);
+    }
+
+    /// Registers a call in flight; `None` if the session already ended.
+    pub(crate) fn add_call(&self, call_id: &str, slot: CallSlot) {
+        self.calls.lock().insert(call_id.to_owned(), slot);
+    }
+
+    pub(crate) fn remove_call(&self, call_id: &str) {
+        self.calls.lock().remove(call_id);
+    }
+
+    pub(crate) fn has_calls(&self) -> bool {
+        !self.calls.lock().is_empty()
+    }
+
+    /// The most recent call of this session running on `server`: (call id, its seq).
+    pub(crate) fn latest_call_on(&self, server: &str) -> Option<(String, u64)> {
+        self.calls
+            .lock()
+            .iter()
+            .filter(|(_, c)| c.server.as_deref() == Some(server))
+            .max_by_key(|(_, c)| c.seq)
+            .map(|(id, c)| (id.clone(), c.seq))
+    }
+
+    /// Registers a request in flight. Its [`Stop`] fires when the client stops waiting for it
+    /// other than by closing the session: its response stream closed (Streamable HTTP), or
+    /// its `notifications/cancelled` arrived (seen by the HTTP session manager before rmcp).
+    /// Dropping the guard unregisters the request.
+    pub(crate) fn request_started(&self, request_id: &RequestId) -> InFlight<'_> {
+        let stop = Stop::default();
+        let key = request_id.to_string();
+        let early = {
+            let mut early = self.early_stops.lock();
+            early
+                .iter()
+                .position(|(k, _)| *k == key)
+                .and_then(|i| early.remove(i))
+        };
+        if let Some((_, reason)) = early {
+            stop.fire(reason);
+        }
+        self.requests.lock().insert(key.clone(), stop.clone());
+        InFlight {
+            session: self,
+            key,
+            stop,
+        }
+    }
+
+    /// The client stopped waiting for request `key`, for `reason`: its response stream closed
+    /// (`client_disconnect`) or it cancelled the request (`user`). The first reason counts.
+    ///
+    /// A closed stream counts only after [`STREAM_CLOSE_SETTLE`]: a client that cancels a
+    /// request may close its stream just before it sends `notifications/cancelled` (rmcp's
+    /// client does), and then the call was cancelled by its user, not disconnected.
+    pub(crate) fn stop_request(&self, key: &str, reason: CancelReason) {
+        let stop = self.requests.lock().get(key).cloned();
+        match stop {
+            Some(stop) if reason == CancelReason::ClientDisconnect => {
+                let later = async move {
+                    tokio::time::sleep(STREAM_CLOSE_SETTLE).await;
+                    stop.fire(reason);
+                };
+                match self.gateway.upgrade() {
+                    Some(gw) => {
+                        gw.tasks.spawn(later);
+                    }
+                    None => {
+                        tokio::spawn(later);
+                    }
+                }
+            }
+            Some(stop) => stop.fire(reason),
+            None => {
+                let mut early = self.early_stops.lock();
+                if early.iter().any(|(k, _)| k == key) {
+                    return;
+                }
+                if early.len() == EARLY_STOPS_KEPT {
+                    early.pop_front();
+                }
+                early.push_back((key.to_owned(), reason));
+            }
+        }
+    }
+
+    /// Why the connection is going away: the server's shutdown, or else the client left.
+    pub(crate) fn disconnect_reason(&self) -> CancelReason {
+        if self.shutdown.is_cancelled() {
+            CancelReason::Shutdown
+        } else {
+            CancelReason::ClientDisconnect
+        }
+    }
+
+    /// Why the client stopped waiting for a request when rmcp cancelled its handler: the
+    /// session's end, the server's shutdown, or else the client's own cancel.
+    pub(crate) fn cancel_reason(&self) -> CancelReason {
+        self.end_reason()
+            .unwrap_or(if self.shutdown.is_cancelled() {
+                CancelReason::Shutdown
+            } else {
+                CancelReason::User
+            })
+    }
+
+    pub(crate) fn subscribe(&self, uri: &str) -> bool {
+        self.subscriptions.lock().insert(uri.to_owned())
+    }
+
+    pub(crate) fn unsubscribe(&self, uri: &str) -> bool {
+        self.subscriptions.lock().remove(uri)
+    }
+
+    pub(crate) fn is_subscribed(&self, uri: &str) -> bool {
+        self.subscriptions.lock().contains(uri)
+    }
+
+    /// Sends a notification (on its own task: it must not hold up the caller).
+    pub(crate) fn notify(&self, tasks: &TaskTracker, notification: ServerNotification) {
+        let Some(peer) = self.peer.get().cloned() else {
+            return;
+        };
+        let session = self.id.clone();
+        tasks.spawn(async move {
+            if let Err(e) = peer.send_notification(notification).await {
+                tracing::debug!(%session, error = %e, "a notification to the client failed");
+            }
+        });
+    }
+
+    /// Sends a request to the client and waits for its answer, at most `timeout`, or until
+    /// `cancel` fires (then the client gets `notifications/cancelled` for it). With a call
+    /// named by `during_call` in flight, the request is sent from that call's handler task, so
+    /// that over Streamable HTTP it travels on the call's own response stream.
+    pub(crate) async fn request(
+        &self,
+        during_call: Option<&str>,
+        request: ServerRequest,
+        timeout: Option<Duration>,
+        cancel: CancellationToken,
+    ) -> Result<ClientResult, ErrorData> {
+        let Some(peer) = self.peer.get().cloned() else {
+            return Err(ErrorData::internal_error(
+                "the MCP client has not finished initialize",
+                None,
+            ));
+        };
+        let (tx, rx) = oneshot::channel();
+        let job: Job = Box::new(move |peer| {
+            Box::pin(async move {
+                let _ = tx.send(send_request(peer, request, timeout, cancel).await);
+            })
+        });
+        let job = match during_call.and_then(|id| self.calls.lock().get(id).map(|c| c.jobs.clone()))
+        {
+            Some(jobs) => match jobs.send(job) {
+                Ok(()) => None,
+                Err(mpsc::error::SendError(job)) => Some(job),
+            },
+            None => Some(job),
+        };
+        if let Some(job) = job {
+            let fut = job(peer);
+            match self.gateway.upgrade() {
+                Some(gw) => {
+                    gw.tasks.spawn(fut);
+                }
+                None => {
+                    tokio::spawn(fut);
+                }
+            }
+        }
+        rx.await.unwrap_or_else(|_| {
+            Err(ErrorData::internal_error(
+                "the call ended before the client answered",
+                None,
+            ))
+        })
+    }
+}
+
+/// Sends a request to the client; the client is told `notifications/cancelled` if we stop
+/// waiting for any reason but its answer.
+async fn send_request(
+    peer: Peer<RoleServer>,
+    request: ServerRequest,
+    timeout: Option<Duration>,
+    cancel: CancellationToken,
+) -> Result<ClientResult, ErrorData> {
+    let handle = peer
+        .send_request_with_option(request, PeerRequestOptions::no_options())
+        .await
+        .map_err(|e| ErrorData::internal_error(format!("the MCP client is gone: {e}"), None))?;
+    let mut guard = CancelOnDrop {
+        peer: Some(peer),
+        id: handle.id.clone(),
+        reason: "the request was withdrawn",
+    };
+    let answer = async {
+        match handle.rx.await {
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(rmcp::ServiceError::McpError(e))) => Err(e),
+            Ok(Err(e)) => Err(ErrorData::internal_error(
+                format!("the MCP client did not answer: {e}"),
+                None,
+            )),
+            Err(_) => Err(ErrorData::internal_error(
+                "the MCP client connection closed",
+                None,
+            )),
+        }
+    };
+    let limit = async {
+        match timeout {
+            Some(t) => tokio::time::sleep(t).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        answer = answer => {
+            guard.peer = None;
+            answer
+        }
+        _ = cancel.cancelled() => Err(ErrorData::new(
+            ErrorCode::INTERNAL_ERROR,
+            "the request was cancelled",
+            None,
+        )),
+        _ = limit => {
+            guard.reason = "timed out";
+            Err(ErrorData::internal_error("the MCP client did not answer in time", None))
+        }
+    }
+}
+
+/// Tells the client a request of ours is withdrawn, unless it was answered.
+struct CancelOnDrop {
+    peer: Option<Peer<RoleServer>>,
+    id: RequestId,
+    reason: &'static str,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(peer) = self.peer.take() else {
+            return;
+        };
+        let param =
+            CancelledNotificationParam::new(Some(self.id.clone()), Some(self.reason.into()));
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let _ = peer.notify_cancelled(param).await;
+            });
+        }
+    }
+}
+
+/// Reads like `R` and fires `eof` when `R` ends or fails: the client closed its side.
+pub(crate) struct EofWatch<R> {
+    inner: R,
+    eof: CancellationToken,
+}
+
+impl<R> EofWatch<R> {
+    pub(crate) fn new(inner: R, eof: CancellationToken) -> Self {
+        Self { inner, eof }
+    }
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for EofWatch<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        match &polled {
+            Poll::Ready(Ok(())) if buf.filled().len() == before && buf.remaining() > 0 => {
+                self.eof.cancel()
+            }
+            Poll::Ready(Err(_)) => self.eof.cancel(),
+            _ => {}
+        }
+        polled
+    }
+}

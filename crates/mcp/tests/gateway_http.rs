@@ -1,0 +1,301 @@
+//! The MCP gateway over Streamable HTTP on 127.0.0.1: the Rust rmcp client, and raw HTTP
+//! where the test must control the connection (closing one response stream, DELETE).
+#![allow(clippy::expect_used, clippy::unwrap_used, reason = "tests")]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use pretty_assertions::assert_eq;
+use rmcp::ServiceExt as _;
+use rmcp::model::CancelledNotificationParam;
+use rmcp::transport::StreamableHttpClientTransport;
+use serde_json::{Value, json};
+use support::{Client, TestClient, WAIT, call, outcome, setup, start_call, text};
+use tokio_util::sync::CancellationToken;
+use toolwarden_core::protocol::EventKind;
+use toolwarden_mcp::Gateway;
+
+/// Serves the gateway at `http://127.0.0.1:PORT/mcp`; stops at `shutdown`.
+async fn serve(gateway: &Arc<Gateway>) -> (String, CancellationToken) {
+    let shutdown = CancellationToken::new();
+    let app = axum::Router::new().nest_service("/mcp", gateway.http_service(shutdown.clone()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(stop.cancelled_owned())
+            .await
+    });
+    (format!("http://{addr}/mcp"), shutdown)
+}
+
+async fn http_client(url: &str, handler: TestClient) -> Client {
+    handler
+        .serve(StreamableHttpClientTransport::from_uri(url))
+        .await
+        .expect("initialize over HTTP")
+}
+
+#[tokio::test]
+async fn calls_progress_and_a_servers_sampling_work_over_streamable_http() {
+    let s = setup(&["t"], true, "").await;
+    let (url, shutdown) = serve(&s.gateway).await;
+    let handler = TestClient::new();
+    let client = http_client(&url, handler.clone()).await;
+    let tools = client.peer().list_all_tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "t__echo"));
+    let r = call(&client, "t__echo", json!({"text": "over http"})).await;
+    assert_eq!(text(&r), "over http");
+    assert_eq!(outcome(&r)["status"], json!("ok"));
+    let handle = start_call(
+        &client,
+        "t__progress",
+        json!({"every_ms": 20, "count": 3}),
+        json!({}),
+    )
+    .await;
+    let token = handle.progress_token.clone();
+    handle.await_response().await.unwrap();
+    let seen = handler
+        .wait("three progress reports", |s| s.progress.len() >= 3)
+        .await;
+    assert!(seen.progress.iter().all(|p| p.progress_token == token));
+    // The server's sampling request, raised during the call, reaches this client.
+    let r = call(&client, "t__sample", json!({"prompt": "over http?"})).await;
+    assert_eq!(text(&r), "sampled: over http?");
+    // So does an approval.
+    let r = call(&client, "guarded", json!({})).await;
+    assert_eq!(text(&r), "done");
+    client.cancel().await.unwrap();
+    shutdown.cancel();
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_client_cancel_over_http_aborts_the_call_as_user() {
+    let s = setup(&["t"], true, "").await;
+    let (url, shutdown) = serve(&s.gateway).await;
+    let client = http_client(&url, TestClient::new()).await;
+    let handle = start_call(&client, "t__sleep", json!({"ms": 30_000}), json!({})).await;
+    s.event("the call started", |e| {
+        matches!(e.kind, EventKind::ToolStart { .. })
+    })
+    .await;
+    client
+        .peer()
+        .notify_cancelled(CancelledNotificationParam::new(
+            Some(handle.id.clone()),
+            None,
+        ))
+        .await
+        .unwrap();
+    let o = s.outcome_of("t__sleep").await;
+    assert_eq!(
+        (o["status"].clone(), o["reason"].clone()),
+        (json!("cancelled"), json!("user"))
+    );
+    client.cancel().await.unwrap();
+    shutdown.cancel();
+    s.shutdown().await;
+}
+
+/// A raw Streamable HTTP session.
+struct Raw {
+    http: reqwest::Client,
+    url: String,
+    session: String,
+}
+
+impl Raw {
+    async fn open(url: &str) -> Raw {
+        let http = reqwest::Client::new();
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}});
+        let resp = http
+            .post(url)
+            .header("accept", "application/json, text/event-stream")
+            .json(&init)
+            .send()
+            .await
+            .unwrap();
+        assert!(resp.status().is_success(), "{}", resp.status());
+        let session = resp.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let answer = first_message(resp).await;
+        assert_eq!(answer["result"]["serverInfo"]["name"], json!("toolwarden"));
+        let raw = Raw {
+            http,
+            url: url.to_owned(),
+            session,
+        };
+        let ack = raw
+            .post(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
+        assert!(ack.status().is_success());
+        raw
+    }
+
+    async fn post(&self, body: &Value) -> reqwest::Response {
+        self.http
+            .post(&self.url)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", &self.session)
+            .header("mcp-protocol-version", "2025-06-18")
+            .json(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    async fn call(&self, id: u64, tool: &str, args: Value) -> reqwest::Response {
+        self.post(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": args}}))
+            .await
+    }
+
+    async fn delete(&self) -> reqwest::StatusCode {
+        self.http
+            .delete(&self.url)
+            .header("mcp-session-id", &self.session)
+            .header("mcp-protocol-version", "2025-06-18")
+            .send()
+            .await
+            .unwrap()
+            .status()
+    }
+}
+
+/// The first JSON-RPC message of an SSE (or JSON) response.
+async fn first_message(resp: reqwest::Response) -> Value {
+    let mut body = resp.bytes_stream();
+    let mut buf = String::new();
+    let read = async {
+        while let Some(chunk) = body.next().await {
+            buf.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+            for line in buf.lines() {
+                if let Some(data) = line.strip_prefix("data:")
+                    && let Ok(v) = serde_json::from_str::<Value>(data.trim())
+                    && v.get("jsonrpc").is_some()
+                {
+                    return v;
+                }
+            }
+            if let Ok(v) = serde_json::from_str::<Value>(&buf) {
+                return v;
+            }
+        }
+        panic!("no message in the response: {buf:?}");
+    };
+    tokio::time::timeout(WAIT, read)
+        .await
+        .expect("a message in time")
+}
+
+#[tokio::test]
+async fn closing_a_calls_response_stream_aborts_it_as_client_disconnect() {
+    let s = setup(&["t"], true, "").await;
+    let (url, shutdown) = serve(&s.gateway).await;
+    let raw = Raw::open(&url).await;
+    let resp = raw.call(7, "t__sleep", json!({"ms": 30_000})).await;
+    assert!(resp.status().is_success());
+    s.event("the call started", |e| {
+        matches!(e.kind, EventKind::ToolStart { .. })
+    })
+    .await;
+    // The client stops listening for this call's answer.
+    drop(resp);
+    let o = s.outcome_of("t__sleep").await;
+    assert_eq!(
+        (o["status"].clone(), o["reason"].clone()),
+        (json!("cancelled"), json!("client_disconnect"))
+    );
+    // Only that request: the session goes on.
+    let r = first_message(raw.call(8, "t__echo", json!({"text": "still here"})).await).await;
+    assert_eq!(r["result"]["content"][0]["text"], json!("still here"));
+    // And the server was told, for that request.
+    let mut id = 9;
+    let cancels = loop {
+        let r = first_message(raw.call(id, "t__cancels", json!({})).await).await;
+        let cancels = r["result"]["structuredContent"]["cancels"].clone();
+        if cancels.as_array().is_some_and(|c| !c.is_empty()) {
+            break cancels;
+        }
+        id += 1;
+        assert!(id < 200, "the server never heard the cancel");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(cancels[0]["reason"], json!("client_disconnect"));
+    assert_eq!(cancels[0]["arguments"], json!({"ms": 30_000}));
+    shutdown.cancel();
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_deleted_session_ends_its_calls_as_client_disconnect() {
+    let s = setup(&["t"], true, "").await;
+    let (url, shutdown) = serve(&s.gateway).await;
+    let raw = Raw::open(&url).await;
+    let resp = raw.call(1, "t__sleep", json!({"ms": 30_000})).await;
+    s.event("the call started", |e| {
+        matches!(e.kind, EventKind::ToolStart { .. })
+    })
+    .await;
+    assert_eq!(s.gateway.clients(), 1);
+    assert!(raw.delete().await.is_success());
+    let o = s.outcome_of("t__sleep").await;
+    assert_eq!(o["reason"], json!("client_disconnect"));
+    assert_eq!(s.gateway.clients(), 0);
+    drop(resp);
+    shutdown.cancel();
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn shutdown_ends_http_sessions_and_their_calls_as_shutdown() {
+    let s = setup(&["t"], true, "").await;
+    let (url, shutdown) = serve(&s.gateway).await;
+    let raw = Raw::open(&url).await;
+    let _resp = raw.call(1, "t__sleep", json!({"ms": 30_000})).await;
+    s.event("the call started", |e| {
+        matches!(e.kind, EventKind::ToolStart { .. })
+    })
+    .await;
+    shutdown.cancel();
+    let o = s.outcome_of("t__sleep").await;
+    assert_eq!(o["reason"], json!("shutdown"));
+    support::wait_for(|| async { s.gateway.clients() == 0 }).await;
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_idle_session_is_closed_but_not_while_a_call_runs() {
+    let s = setup(&["t"], true, "").await;
+    // A gateway of its own, with a short idle time.
+    let gateway = Gateway::new(
+        s.engine.clone(),
+        s.servers.clone(),
+        toolwarden_mcp::GatewayOptions {
+            http_session_idle: Duration::from_millis(400),
+            ..Default::default()
+        },
+    );
+    let (url, shutdown) = serve(&gateway).await;
+    let raw = Raw::open(&url).await;
+    // A call longer than the idle time keeps the session.
+    let r = first_message(raw.call(1, "t__sleep", json!({"ms": 1200})).await).await;
+    assert_eq!(r["result"]["content"][0]["text"], json!("slept 1200 ms"));
+    assert_eq!(gateway.clients(), 1);
+    // Then, with nothing running and nothing said, it goes.
+    support::wait_for(|| async { gateway.clients() == 0 }).await;
+    let gone = raw.call(2, "t__echo", json!({"text": "x"})).await;
+    assert_eq!(gone.status(), reqwest::StatusCode::NOT_FOUND);
+    shutdown.cancel();
+    s.shutdown().await;
+}
