@@ -37,22 +37,42 @@ fn schema() -> Value {
     json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})
 }
 
+/// What the governed no-op call has on.
+#[derive(Clone, Copy)]
+struct Features {
+    cache: bool,
+    subscriber: bool,
+}
+
+const EVERYTHING: Features = Features {
+    cache: true,
+    subscriber: true,
+};
+
 fn engine(rt: &tokio::runtime::Runtime) -> Engine {
+    engine_with(rt, EVERYTHING)
+}
+
+fn engine_with(rt: &tokio::runtime::Runtime, f: Features) -> Engine {
     let _guard = rt.enter();
     let engine = Engine::builder().jitter_seed(1).build();
-    engine.register(
-        InProcessTool::new("noop", "does nothing", schema(), |input, _ctx| noop(input))
-            .timeout(Duration::from_secs(30))
-            .idle_timeout(Duration::from_secs(10))
-            .attempt_timeout(Duration::from_secs(10))
-            .idempotent(true)
-            .retries(2)
-            .cache_ttl(Duration::from_secs(60))
-            .breaker(5, Duration::from_secs(60), Duration::from_secs(30)),
-    );
-    // A live subscriber, so every event is built and delivered.
-    let mut events = engine.subscribe();
-    rt.spawn(async move { while events.recv().await.is_some() {} });
+    let tool = InProcessTool::new("noop", "does nothing", schema(), |input, _ctx| noop(input))
+        .timeout(Duration::from_secs(30))
+        .idle_timeout(Duration::from_secs(10))
+        .attempt_timeout(Duration::from_secs(10))
+        .idempotent(true)
+        .retries(2)
+        .breaker(5, Duration::from_secs(60), Duration::from_secs(30));
+    engine.register(if f.cache {
+        tool.cache_ttl(Duration::from_secs(60))
+    } else {
+        tool
+    });
+    if f.subscriber {
+        // A live subscriber, so every event is built and delivered.
+        let mut events = engine.subscribe();
+        rt.spawn(async move { while events.recv().await.is_some() {} });
+    }
     engine
 }
 
@@ -74,6 +94,38 @@ fn direct_call(bencher: Bencher) {
 fn governed_call(bencher: Bencher) {
     let rt = runtime();
     let engine = engine(&rt);
+    bencher
+        .with_inputs(|| ToolCall::new("c", "noop", next_input()))
+        .bench_local_values(|call| rt.block_on(engine.call("bench", call)));
+}
+
+/// The same call without the cache (no lookup, no store) and with nobody watching events.
+#[divan::bench(sample_count = 1000)]
+fn governed_call_no_cache_no_subscriber(bencher: Bencher) {
+    let rt = runtime();
+    let engine = engine_with(
+        &rt,
+        Features {
+            cache: false,
+            subscriber: false,
+        },
+    );
+    bencher
+        .with_inputs(|| ToolCall::new("c", "noop", next_input()))
+        .bench_local_values(|call| rt.block_on(engine.call("bench", call)));
+}
+
+/// With the cache, without a subscriber.
+#[divan::bench(sample_count = 1000)]
+fn governed_call_no_subscriber(bencher: Bencher) {
+    let rt = runtime();
+    let engine = engine_with(
+        &rt,
+        Features {
+            cache: true,
+            subscriber: false,
+        },
+    );
     bencher
         .with_inputs(|| ToolCall::new("c", "noop", next_input()))
         .bench_local_values(|call| rt.block_on(engine.call("bench", call)));

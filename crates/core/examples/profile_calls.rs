@@ -49,10 +49,16 @@ fn main() {
         .attempt_timeout(Duration::from_secs(10))
         .idempotent(true)
         .retries(2)
-        .cache_ttl(Duration::from_secs(60)),
+        .cache_ttl(if std::env::var_os("NO_CACHE").is_some() {
+            Duration::ZERO
+        } else {
+            Duration::from_secs(60)
+        }),
     );
-    let mut events = engine.subscribe();
-    rt.spawn(async move { while events.recv().await.is_some() {} });
+    if std::env::var_os("NO_SUBSCRIBER").is_none() {
+        let mut events = engine.subscribe();
+        rt.spawn(async move { while events.recv().await.is_some() {} });
+    }
     sizes(&engine);
     let before = ALLOCS.load(std::sync::atomic::Ordering::Relaxed);
     let t0 = std::time::Instant::now();

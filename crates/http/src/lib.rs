@@ -137,6 +137,13 @@ pub(crate) struct App {
 /// Building it turns on the engine's replay ring (`opts.replay_events`) and, unless
 /// `opts.headless`, attaches the passive `http` interactor (replacing an earlier one).
 pub fn router(engine: Engine, opts: HttpOptions) -> Router {
+    router_with(engine, opts, None)
+}
+
+/// [`router`], plus another service mounted beside the API — the MCP gateway's `/mcp` — under
+/// the same bearer check, and always behind the Host/Origin guard (DNS-rebinding protection is
+/// required of MCP's Streamable HTTP endpoints whatever the token) and the body limit.
+pub fn router_with(engine: Engine, opts: HttpOptions, mcp: Option<Router>) -> Router {
     engine.events().keep_recent(opts.replay_events);
     let interactions = engine.interactions();
     interactions.detach(INTERACTOR);
@@ -166,6 +173,12 @@ pub fn router(engine: Engine, opts: HttpOptions) -> Router {
         .fallback(error::not_found)
         .layer(DefaultBodyLimit::max(opts.max_body))
         .with_state(app);
+    let routes = match mcp {
+        Some(mcp) => routes.merge(mcp.layer(DefaultBodyLimit::max(opts.max_body)).layer(
+            host_origin_guard(&opts.allowed_hosts, &opts.allowed_origins),
+        )),
+        None => routes,
+    };
     let routes = match opts.token.as_deref().filter(|t| !t.is_empty()) {
         Some(token) => routes.layer(axum::middleware::from_fn_with_state(
             auth::Token::new(token),

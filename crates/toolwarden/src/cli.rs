@@ -48,7 +48,7 @@ pub(crate) enum LogFormat {
 pub(crate) enum Command {
     /// Serve the HTTP turn API (and, once built in, the MCP gateway at /mcp).
     Serve(ServeArgs),
-    /// Serve the MCP gateway over stdio (not built into this binary yet).
+    /// Serve the MCP gateway over stdio (for Claude Desktop, Claude Code, any MCP client).
     Mcp,
     /// Make one governed tool call here, with the config's servers and exec.
     Call(CallArgs),

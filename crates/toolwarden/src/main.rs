@@ -15,6 +15,7 @@ mod check;
 mod cli;
 mod client;
 mod exit;
+mod mcp;
 mod progress;
 mod prompt;
 mod serve;
@@ -44,10 +45,22 @@ fn main() -> ExitCode {
         eprintln!("error: {e}");
         return Exit::Usage.into();
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // `mcp` serves one client, one message at a time in the common case: on one thread no message
+    // waits for a wake-up across threads (a gateway hop costs several). Everything else serves
+    // many callers at once and wants every core.
+    // `TOOLWARDEN_RUNTIME=multi|current` overrides the choice (for measurements and odd hosts).
+    let forced = std::env::var("TOOLWARDEN_RUNTIME").ok();
+    let multi = match forced.as_deref() {
+        Some("multi") => true,
+        Some("current") => false,
+        _ => !matches!(cli.command, Command::Mcp),
+    };
+    let mut builder = if multi {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -75,12 +88,7 @@ async fn run(cli: Cli) -> anyhow::Result<Exit> {
     let config = cli.global.config.as_deref();
     match cli.command {
         Command::Serve(args) => serve::run(config, args).await,
-        Command::Mcp => {
-            stack::load_config(config)?;
-            anyhow::bail!(
-                "the MCP gateway is not built into this binary yet; use `toolwarden serve` for the HTTP API"
-            )
-        }
+        Command::Mcp => mcp::run(config).await,
         Command::Call(args) => call::run(config, args).await,
         Command::Check(args) => check::run(config, args).await,
         Command::Tools(args) => client::tools(config, args).await,

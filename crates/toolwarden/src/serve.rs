@@ -14,6 +14,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use toolwarden_core::{Engine, Received};
 use toolwarden_http::{HttpOptions, listen_allowed};
+use toolwarden_mcp::{Gateway, GatewayOptions};
 use toolwarden_protocol::{EventKind, ServerStateKind};
 
 use crate::cli::ServeArgs;
@@ -48,18 +49,6 @@ pub(crate) async fn run(config_path: Option<&Path>, args: ServeArgs) -> anyhow::
         .with_context(|| format!("cannot listen on {addr}"))?;
     let bound = listener.local_addr()?;
     let shutdown = CancellationToken::new();
-    let app = toolwarden_http::router(stack.engine.clone(), opts);
-    // The MCP gateway's Streamable HTTP endpoint mounts here, once it is built in:
-    //   let app = app.merge(axum::Router::new()
-    //       .route_service("/mcp", gateway.http_service(shutdown.clone()))
-    //       .layer(toolwarden_http::host_origin_guard(&http.allowed_hosts, &http.allowed_origins)));
-    // (plus the bearer check when a token is configured: the API's own layers do not cover
-    // routes merged after `router`). See docs/CLI.md, "The MCP gateway".
-    let mut server = tokio::spawn(
-        axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown.clone().cancelled_owned())
-            .into_future(),
-    );
 
     // Subscribed before the servers start, so that every state they report is printed.
     let reporter = tokio::spawn(report_servers(
@@ -67,6 +56,20 @@ pub(crate) async fn run(config_path: Option<&Path>, args: ServeArgs) -> anyhow::
         stack.engine.subscribe(),
     ));
     stack.start_servers(|_| true);
+    // The MCP gateway's Streamable HTTP endpoint, behind the API's bearer check and always
+    // behind the Host/Origin guard.
+    let gateway = Gateway::new(
+        stack.engine.clone(),
+        stack.servers.clone(),
+        gateway_options(&stack),
+    );
+    let mcp = axum::Router::new().route_service("/mcp", gateway.http_service(shutdown.clone()));
+    let app = toolwarden_http::router_with(stack.engine.clone(), opts, Some(mcp));
+    let mut server = tokio::spawn(
+        axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+            .into_future(),
+    );
     announce(&stack, bound, args.headless, authenticated);
 
     let failed = tokio::select! {
@@ -108,6 +111,15 @@ pub(crate) async fn run(config_path: Option<&Path>, args: ServeArgs) -> anyhow::
     Ok(Exit::Ok)
 }
 
+/// The gateway's options from the config: the same naming the engine's host uses.
+pub(crate) fn gateway_options(stack: &Stack) -> GatewayOptions {
+    GatewayOptions {
+        prefix: stack.config.prefixed(),
+        allowed_hosts: stack.config.file.http.allowed_hosts.clone(),
+        ..GatewayOptions::default()
+    }
+}
+
 /// Parses a listen address: `IP:PORT`, or `HOST:PORT` resolved (`localhost:7420`).
 fn resolve_listen(written: &str, from_flag: bool) -> anyhow::Result<SocketAddr> {
     let source = if from_flag { "--listen" } else { "http.listen" };
@@ -141,7 +153,14 @@ fn announce(stack: &Stack, bound: SocketAddr, headless: bool, authenticated: boo
             String::new()
         }
     );
-    eprintln!("toolwarden: MCP gateway: not built into this binary yet (no /mcp)");
+    eprintln!(
+        "toolwarden: MCP gateway at {base}/mcp (Streamable HTTP; tools as {})",
+        if stack.config.prefixed() {
+            "SERVER__TOOL"
+        } else {
+            "their own names"
+        }
+    );
     let tools = stack.engine.tools();
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
     eprintln!(

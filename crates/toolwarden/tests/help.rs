@@ -68,12 +68,16 @@ async fn usage_errors_exit_2() {
 }
 
 #[tokio::test]
-async fn mcp_is_not_built_in_yet() {
-    let out = Dir::new().command(&["mcp"]).run().await;
-    out.expect_code(1);
+async fn mcp_with_a_bad_config_exits_2() {
+    let dir = Dir::new();
+    dir.create("toolwarden.toml", "[defaults]\ntimeout = \"soon\"\n");
+    let out = dir
+        .command(&["mcp", "--config", "toolwarden.toml"])
+        .run()
+        .await;
+    out.expect_code(2);
     assert!(
-        out.stderr
-            .contains("the MCP gateway is not built into this binary yet"),
+        out.stderr.contains("toolwarden.toml:2: defaults.timeout"),
         "{}",
         out.stderr
     );

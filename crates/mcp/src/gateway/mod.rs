@@ -60,6 +60,19 @@ pub const STATUS_TOOL: &str = "toolwarden__status";
 /// The name of the elicitation interactor the gateway attaches to the engine.
 pub const ELICITATION_INTERACTOR: &str = "mcp-elicitation";
 
+/// stdin and stdout as non-blocking pipes, when both are pipes.
+fn stdio_pipes() -> Option<(
+    tokio::net::unix::pipe::Receiver,
+    tokio::net::unix::pipe::Sender,
+)> {
+    use std::os::fd::AsFd as _;
+    let stdin = std::io::stdin().as_fd().try_clone_to_owned().ok()?;
+    let stdout = std::io::stdout().as_fd().try_clone_to_owned().ok()?;
+    let read = tokio::net::unix::pipe::Receiver::from_owned_fd(stdin).ok()?;
+    let write = tokio::net::unix::pipe::Sender::from_owned_fd(stdout).ok()?;
+    Some((read, write))
+}
+
 /// How the gateway exposes what it governs.
 #[derive(Clone, Debug)]
 pub struct GatewayOptions {
@@ -234,8 +247,16 @@ impl Gateway {
         self: &Arc<Self>,
         shutdown: CancellationToken,
     ) -> Result<(), GatewayError> {
-        self.serve_io(tokio::io::stdin(), tokio::io::stdout(), shutdown)
-            .await
+        // Pipes (how MCP clients start their servers) are read and written through the event
+        // loop; tokio's stdin/stdout hand every read and write to a blocking thread, which costs
+        // a thread switch per message each way. Anything else (a file, a terminal) falls back.
+        match stdio_pipes() {
+            Some((read, write)) => self.serve_io(read, write, shutdown).await,
+            None => {
+                self.serve_io(tokio::io::stdin(), tokio::io::stdout(), shutdown)
+                    .await
+            }
+        }
     }
 
     /// Serves one MCP client over a byte stream pair (newline-delimited JSON-RPC, as on

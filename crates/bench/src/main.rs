@@ -1,0 +1,356 @@
+//! The gateway benchmark: `tools/call` to an echo tool, direct to the server versus through
+//! toolwarden, over stdio and over HTTP, at concurrency 1 and 32.
+//!
+//! ```sh
+//! cargo build --release -p toolwarden -p toolwarden-testkit -p toolwarden-bench
+//! "${CARGO_TARGET_DIR:-target}/release/gateway-bench" [CALLS]
+//! ```
+//!
+//! It finds `toolwarden` and `tw-test-server` next to itself, writes a temporary config, starts
+//! every process it measures, and prints one markdown table: p50 and p99 latency seen by the
+//! client and calls per second. Each row warms up first. The machine is what it is: compare rows
+//! of one run, not runs of different days.
+#![allow(
+    clippy::disallowed_types,
+    clippy::disallowed_methods,
+    reason = "a benchmark measures wall time"
+)]
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::RunningService;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{Map, Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+type Client = RunningService<RoleClient, ()>;
+
+struct Row {
+    path: &'static str,
+    concurrency: usize,
+    p50: Duration,
+    p99: Duration,
+    per_second: f64,
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<()> {
+    let calls: usize = std::env::args()
+        .nth(1)
+        .map(|s| s.parse())
+        .transpose()?
+        .unwrap_or(20_000);
+    // An optional second argument keeps only the rows whose path contains it (e.g. `stdio`).
+    let only = std::env::args().nth(2).unwrap_or_default();
+    let wanted = |path: &str| path.contains(only.as_str());
+    let dir = std::env::current_exe()?
+        .parent()
+        .context("the benchmark's directory")?
+        .to_path_buf();
+    let toolwarden = sibling(&dir, "toolwarden")?;
+    let server = sibling(&dir, "tw-test-server")?;
+    let tmp = std::env::temp_dir().join(format!("toolwarden-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp)?;
+    let config = tmp.join("toolwarden.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[servers.echo]\ncommand = {:?}\n\n[gateway]\nprefix = false\n\n[defaults]\ntimeout = \"30s\"\n\n[defaults.loop]\nwarn_after = 0\nblock_after = 0\n",
+            server.display().to_string()
+        ),
+    )?;
+
+    let mut rows = Vec::new();
+    for concurrency in [1, 32] {
+        let n = if concurrency == 1 { calls / 4 } else { calls };
+        // stdio, direct and through `toolwarden mcp`.
+        if wanted("stdio: direct") {
+            let direct = stdio_client(Command::new(&server)).await?;
+            rows.push(measure_mcp("stdio: direct", &direct, concurrency, n).await?);
+            direct.cancel().await?;
+        }
+        if wanted("stdio: through toolwarden mcp") {
+            let mut cmd = Command::new(&toolwarden);
+            cmd.arg("mcp")
+                .arg("--config")
+                .arg(&config)
+                .env("RUST_LOG", "warn");
+            let gateway = stdio_client(cmd).await?;
+            rows.push(
+                measure_mcp("stdio: through toolwarden mcp", &gateway, concurrency, n).await?,
+            );
+            gateway.cancel().await?;
+        }
+        // Streamable HTTP, direct and through `toolwarden serve` at /mcp.
+        if wanted("HTTP: direct") {
+            let (mut child, addr) = spawn_printing_addr(
+                Command::new(&server).arg("--http").arg("127.0.0.1:0"),
+                false,
+            )
+            .await?;
+            let direct = http_client(&format!("http://{addr}/mcp")).await?;
+            rows.push(measure_mcp("HTTP: direct", &direct, concurrency, n).await?);
+            direct.cancel().await?;
+            stop(&mut child).await;
+        }
+        let through_mcp = wanted("HTTP: through toolwarden /mcp");
+        let through_api = wanted("HTTP: through toolwarden POST /v1/turns");
+        if through_mcp || through_api {
+            let mut cmd = Command::new(&toolwarden);
+            cmd.arg("serve")
+                .arg("--config")
+                .arg(&config)
+                .arg("--listen")
+                .arg("127.0.0.1:0")
+                .env("RUST_LOG", "warn");
+            let (mut serve, addr) = spawn_printing_addr(&mut cmd, true).await?;
+            wait_for_tools(&addr).await?;
+            if through_mcp {
+                let gateway = http_client(&format!("http://{addr}/mcp")).await?;
+                rows.push(
+                    measure_mcp("HTTP: through toolwarden /mcp", &gateway, concurrency, n).await?,
+                );
+                gateway.cancel().await?;
+            }
+            if through_api {
+                rows.push(
+                    measure_api(
+                        "HTTP: through toolwarden POST /v1/turns",
+                        &addr,
+                        concurrency,
+                        n,
+                    )
+                    .await?,
+                );
+            }
+            stop(&mut serve).await;
+        }
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+
+    println!("| path | concurrency | p50 | p99 | calls/s |");
+    println!("|---|---:|---:|---:|---:|");
+    for r in &rows {
+        println!(
+            "| {} | {} | {:.0} µs | {:.0} µs | {:.0} |",
+            r.path,
+            r.concurrency,
+            r.p50.as_secs_f64() * 1e6,
+            r.p99.as_secs_f64() * 1e6,
+            r.per_second
+        );
+    }
+    Ok(())
+}
+
+fn sibling(dir: &Path, name: &str) -> Result<PathBuf> {
+    let path = dir.join(name);
+    if !path.exists() {
+        bail!(
+            "{} is missing: build it first with `cargo build --release -p toolwarden -p toolwarden-testkit -p toolwarden-bench`",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+async fn stdio_client(mut cmd: Command) -> Result<Client> {
+    cmd.stderr(Stdio::null()).kill_on_drop(true);
+    ready(().serve(TokioChildProcess::new(cmd)?).await?).await
+}
+
+async fn http_client(url: &str) -> Result<Client> {
+    ready(
+        ().serve(StreamableHttpClientTransport::from_uri(url.to_owned()))
+            .await?,
+    )
+    .await
+}
+
+/// Waits until the client sees the echo tool.
+async fn ready(client: Client) -> Result<Client> {
+    for _ in 0..600 {
+        if client
+            .peer()
+            .list_all_tools()
+            .await?
+            .iter()
+            .any(|t| t.name == "echo")
+        {
+            return Ok(client);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bail!("the echo tool never appeared")
+}
+
+/// Starts a process that announces its bound address (`tw-test-server --http` on its first stdout
+/// line; `toolwarden serve` in a `listening on http://ADDR` line on stderr).
+async fn spawn_printing_addr(cmd: &mut Command, on_stderr: bool) -> Result<(Child, String)> {
+    cmd.stdin(Stdio::null()).kill_on_drop(true);
+    if on_stderr {
+        cmd.stdout(Stdio::null()).stderr(Stdio::piped());
+    } else {
+        cmd.stdout(Stdio::piped()).stderr(Stdio::null());
+    }
+    let mut child = cmd.spawn()?;
+    let pipe: Box<dyn tokio::io::AsyncRead + Unpin + Send> = if on_stderr {
+        Box::new(child.stderr.take().context("stderr")?)
+    } else {
+        Box::new(child.stdout.take().context("stdout")?)
+    };
+    let mut lines = BufReader::new(pipe).lines();
+    let addr = tokio::time::timeout(Duration::from_secs(120), async {
+        while let Some(line) = lines.next_line().await? {
+            let found = match line.split_once("http://") {
+                Some((_, rest)) => rest.split(['/', ' ']).next().map(str::to_owned),
+                None if !on_stderr => Some(line.trim().trim_start_matches("http://").to_owned()),
+                None => None,
+            };
+            if let Some(addr) = found.filter(|a| a.contains(':')) {
+                return Ok::<_, anyhow::Error>(addr);
+            }
+        }
+        bail!("the process exited before saying where it listens")
+    })
+    .await??;
+    // Keep draining so the child never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok((child, addr))
+}
+
+async fn stop(child: &mut Child) {
+    if let Some(pid) = child.id() {
+        // SIGTERM first: toolwarden shuts down its servers on it.
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(pid.to_string())
+            .status()
+            .await;
+    }
+    if tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .is_err()
+    {
+        let _ = child.kill().await;
+    }
+}
+
+async fn wait_for_tools(addr: &str) -> Result<()> {
+    let http = reqwest::Client::new();
+    for _ in 0..600 {
+        if let Ok(r) = http.get(format!("http://{addr}/v1/tools")).send().await
+            && let Ok(v) = r.json::<Value>().await
+            && v["tools"]
+                .as_array()
+                .is_some_and(|t| t.iter().any(|t| t["name"] == "echo"))
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bail!("toolwarden serve did not list the echo tool")
+}
+
+fn echo_args() -> Map<String, Value> {
+    let mut args = Map::new();
+    args.insert("text".into(), json!("hello"));
+    args
+}
+
+async fn measure_mcp(
+    path: &'static str,
+    client: &Client,
+    concurrency: usize,
+    n: usize,
+) -> Result<Row> {
+    let peer = client.peer().clone();
+    let one = move || {
+        let peer = peer.clone();
+        async move {
+            let r = peer
+                .call_tool(CallToolRequestParams::new("echo").with_arguments(echo_args()))
+                .await?;
+            if r.is_error == Some(true) {
+                bail!("echo failed: {r:?}");
+            }
+            Ok(())
+        }
+    };
+    run(path, concurrency, n, one).await
+}
+
+async fn measure_api(path: &'static str, addr: &str, concurrency: usize, n: usize) -> Result<Row> {
+    let http = reqwest::Client::new();
+    let url = format!("http://{addr}/v1/turns");
+    let body =
+        json!({"calls": [{"id": "c1", "name": "echo", "input": {"text": "hello"}}]}).to_string();
+    let one = move || {
+        let (http, url, body) = (http.clone(), url.clone(), body.clone());
+        async move {
+            let r = http
+                .post(&url)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await?;
+            let v: Value = r.json().await?;
+            if v["results"][0]["is_error"] != json!(false) {
+                bail!("echo failed: {v}");
+            }
+            Ok(())
+        }
+    };
+    run(path, concurrency, n, one).await
+}
+
+/// Runs `n` calls (after a warm-up) with `concurrency` workers; latencies are per call.
+async fn run<F, Fut>(path: &'static str, concurrency: usize, n: usize, one: F) -> Result<Row>
+where
+    F: Fn() -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<()>> + Send,
+{
+    for _ in 0..(n / 10).max(200) {
+        one().await?;
+    }
+    let per_worker = n / concurrency;
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..concurrency {
+        let one = one.clone();
+        workers.push(tokio::spawn(async move {
+            let mut lat = Vec::with_capacity(per_worker);
+            for _ in 0..per_worker {
+                let t = Instant::now();
+                one().await?;
+                lat.push(t.elapsed());
+            }
+            Ok::<_, anyhow::Error>(lat)
+        }));
+    }
+    let mut all = Vec::with_capacity(n);
+    for w in workers {
+        all.extend(w.await??);
+    }
+    let elapsed = started.elapsed();
+    all.sort();
+    let at = |p: f64| all[((all.len() - 1) as f64 * p) as usize];
+    let row = Row {
+        path,
+        concurrency,
+        p50: at(0.5),
+        p99: at(0.99),
+        per_second: all.len() as f64 / elapsed.as_secs_f64(),
+    };
+    eprintln!(
+        "{path} c={concurrency}: p50 {:?} p99 {:?} {:.0}/s",
+        row.p50, row.p99, row.per_second
+    );
+    Ok(row)
+}
