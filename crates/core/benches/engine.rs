@@ -5,18 +5,28 @@
 //!
 //! Every policy is on for the governed call: total, idle and attempt deadlines, the breaker,
 //! retries (idempotent), the cache (a miss: every input differs), the loop detector, schema
-//! validation, events (with a live subscriber draining them) and metrics. Both variants run the
-//! same way (one `block_on` per call on a current-thread runtime) so the difference is the
-//! engine's.
+//! validation, events (built and kept in the replay ring, as `toolwarden serve` does) and
+//! metrics. Variants turn features off, or add a live subscriber on another thread. Every
+//! variant runs the same way (one `block_on` per call on a current-thread runtime, mimalloc as in
+//! the shipped binary) so differences are the engine's.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the subscriber thread blocks on its own runtime"
+)]
 
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use divan::Bencher;
 use serde_json::{Value, json};
-use toolwarden_core::protocol::{Timestamp, ToolCall};
+use toolwarden_core::protocol::{SessionId, Timestamp, ToolCall};
 use toolwarden_core::{Engine, InProcessTool, ToolError, TurnRequest};
+
+/// The allocator the `toolwarden` binary ships with.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
     divan::main();
@@ -41,19 +51,19 @@ fn schema() -> Value {
 #[derive(Clone, Copy)]
 struct Features {
     cache: bool,
+    /// Every event is built and kept in the replay ring, as `toolwarden serve` does.
+    ring: bool,
+    /// A live subscriber on another thread is woken for every event.
     subscriber: bool,
 }
 
 const EVERYTHING: Features = Features {
     cache: true,
-    subscriber: true,
+    ring: true,
+    subscriber: false,
 };
 
-fn engine(rt: &tokio::runtime::Runtime) -> Engine {
-    engine_with(rt, EVERYTHING)
-}
-
-fn engine_with(rt: &tokio::runtime::Runtime, f: Features) -> Engine {
+fn engine(rt: &tokio::runtime::Runtime, f: Features) -> Engine {
     let _guard = rt.enter();
     let engine = Engine::builder().jitter_seed(1).build();
     let tool = InProcessTool::new("noop", "does nothing", schema(), |input, _ctx| noop(input))
@@ -68,10 +78,18 @@ fn engine_with(rt: &tokio::runtime::Runtime, f: Features) -> Engine {
     } else {
         tool
     });
+    if f.ring {
+        engine.events().keep_recent(4096);
+    }
     if f.subscriber {
-        // A live subscriber, so every event is built and delivered.
+        // A live subscriber on its own thread (as an SSE stream is): every event wakes it.
         let mut events = engine.subscribe();
-        rt.spawn(async move { while events.recv().await.is_some() {} });
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            rt.block_on(async move { while events.recv().await.is_some() {} });
+        });
     }
     engine
 }
@@ -82,7 +100,21 @@ fn next_input() -> Value {
     json!({"n": N.fetch_add(1, Ordering::Relaxed)})
 }
 
-#[divan::bench(sample_count = 1000)]
+/// The caller's session id, made once (ids are `Arc<str>`: a clone is a reference count).
+fn session() -> SessionId {
+    static SESSION: OnceLock<SessionId> = OnceLock::new();
+    SESSION.get_or_init(|| SessionId::from("bench")).clone()
+}
+
+fn governed(bencher: Bencher, f: Features) {
+    let rt = runtime();
+    let engine = engine(&rt, f);
+    bencher
+        .with_inputs(|| ToolCall::new("c", "noop", next_input()))
+        .bench_local_values(|call| rt.block_on(engine.call(session(), call)));
+}
+
+#[divan::bench(sample_count = 2000)]
 fn direct_call(bencher: Bencher) {
     let rt = runtime();
     bencher
@@ -90,57 +122,59 @@ fn direct_call(bencher: Bencher) {
         .bench_local_values(|input| rt.block_on(noop(input)));
 }
 
-#[divan::bench(sample_count = 1000)]
+/// Every policy on.
+#[divan::bench(sample_count = 2000)]
 fn governed_call(bencher: Bencher) {
-    let rt = runtime();
-    let engine = engine(&rt);
-    bencher
-        .with_inputs(|| ToolCall::new("c", "noop", next_input()))
-        .bench_local_values(|call| rt.block_on(engine.call("bench", call)));
+    governed(bencher, EVERYTHING);
 }
 
-/// The same call without the cache (no lookup, no store) and with nobody watching events.
-#[divan::bench(sample_count = 1000)]
-fn governed_call_no_cache_no_subscriber(bencher: Bencher) {
-    let rt = runtime();
-    let engine = engine_with(
-        &rt,
+/// Every policy on, events neither kept nor watched.
+#[divan::bench(sample_count = 2000)]
+fn governed_call_no_events(bencher: Bencher) {
+    governed(
+        bencher,
+        Features {
+            ring: false,
+            ..EVERYTHING
+        },
+    );
+}
+
+/// No cache, no events: the pipeline alone.
+#[divan::bench(sample_count = 2000)]
+fn governed_call_no_cache_no_events(bencher: Bencher) {
+    governed(
+        bencher,
         Features {
             cache: false,
+            ring: false,
             subscriber: false,
         },
     );
-    bencher
-        .with_inputs(|| ToolCall::new("c", "noop", next_input()))
-        .bench_local_values(|call| rt.block_on(engine.call("bench", call)));
 }
 
-/// With the cache, without a subscriber.
-#[divan::bench(sample_count = 1000)]
-fn governed_call_no_subscriber(bencher: Bencher) {
-    let rt = runtime();
-    let engine = engine_with(
-        &rt,
+/// Every policy on, and a live subscriber on another thread woken for every event.
+#[divan::bench(sample_count = 2000)]
+fn governed_call_live_subscriber(bencher: Bencher) {
+    governed(
+        bencher,
         Features {
-            cache: true,
-            subscriber: false,
+            subscriber: true,
+            ..EVERYTHING
         },
     );
-    bencher
-        .with_inputs(|| ToolCall::new("c", "noop", next_input()))
-        .bench_local_values(|call| rt.block_on(engine.call("bench", call)));
 }
 
-#[divan::bench(sample_count = 200)]
+#[divan::bench(sample_count = 300)]
 fn turn_of_100_calls(bencher: Bencher) {
     let rt = runtime();
-    let engine = engine(&rt);
+    let engine = engine(&rt, EVERYTHING);
     bencher
         .with_inputs(|| {
             let calls = (0..100)
                 .map(|i| ToolCall::new(format!("c{i}"), "noop", next_input()))
                 .collect();
-            TurnRequest::new("bench", calls)
+            TurnRequest::new(session(), calls)
         })
         .bench_local_values(|req| rt.block_on(engine.run_turn(req)).unwrap());
 }

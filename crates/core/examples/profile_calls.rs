@@ -17,10 +17,10 @@ static ALLOCS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(
 unsafe impl std::alloc::GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
         ALLOCS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        unsafe { mimalloc::MiMalloc.alloc(l) }
+        unsafe { std::alloc::System.alloc(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
-        unsafe { mimalloc::MiMalloc.dealloc(p, l) }
+        unsafe { std::alloc::System.dealloc(p, l) }
     }
 }
 #[global_allocator]

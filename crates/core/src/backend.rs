@@ -27,7 +27,6 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::sync::Notify;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use toolwarden_protocol::{
     CallId, CancelReason, Content, OnStuck, ProgressInfo, ServerStateKind, SessionId, StopHow,
     ToolSpec, TurnId,
@@ -145,18 +144,39 @@ pub struct StopSignals {
 
 #[derive(Debug)]
 struct StopInner {
-    cancel: CancellationToken,
+    cancelled: AtomicBool,
+    cancel_notify: Notify,
     forced: AtomicBool,
     force_notify: Notify,
     reason: Mutex<Option<CancelReason>>,
 }
 
+/// Waits until `flag` is set, with no lost wake-up between the check and the wait.
+async fn wait_flag(flag: &AtomicBool, notify: &Notify) {
+    loop {
+        let notified = notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if flag.load(Ordering::Acquire) {
+            return;
+        }
+        notified.await;
+    }
+}
+
+impl Default for StopSignals {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl StopSignals {
-    /// Signals for an attempt whose cooperative stop follows `cancel`.
-    pub fn new(cancel: CancellationToken) -> Self {
+    /// Signals for one attempt: nothing requested yet.
+    pub fn new() -> Self {
         Self {
             inner: Arc::new(StopInner {
-                cancel,
+                cancelled: AtomicBool::new(false),
+                cancel_notify: Notify::new(),
                 forced: AtomicBool::new(false),
                 force_notify: Notify::new(),
                 reason: Mutex::new(None),
@@ -166,25 +186,17 @@ impl StopSignals {
 
     /// Resolves when the work should stop (cooperatively).
     pub async fn cancelled(&self) {
-        self.inner.cancel.cancelled().await
+        wait_flag(&self.inner.cancelled, &self.inner.cancel_notify).await
     }
 
     /// Whether a cooperative stop was requested.
     pub fn is_cancelled(&self) -> bool {
-        self.inner.cancel.is_cancelled()
+        self.inner.cancelled.load(Ordering::Acquire)
     }
 
     /// Resolves when the work must stop now.
     pub async fn forced(&self) {
-        loop {
-            let notified = self.inner.force_notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.is_forced() {
-                return;
-            }
-            notified.await;
-        }
+        wait_flag(&self.inner.forced, &self.inner.force_notify).await
     }
 
     /// Whether the stop is being forced.
@@ -197,21 +209,17 @@ impl StopSignals {
         *self.inner.reason.lock()
     }
 
-    /// Requests a cooperative stop (engine side).
+    /// Requests a cooperative stop (engine side). The first reason given is kept.
     pub fn request_stop(&self, reason: CancelReason) {
         self.inner.reason.lock().get_or_insert(reason);
-        self.inner.cancel.cancel();
+        self.inner.cancelled.store(true, Ordering::Release);
+        self.inner.cancel_notify.notify_waiters();
     }
 
     /// Forces the stop (engine side).
     pub fn force(&self) {
         self.inner.forced.store(true, Ordering::Release);
         self.inner.force_notify.notify_waiters();
-    }
-
-    /// The cooperative token, for backends that hand it on.
-    pub fn token(&self) -> &CancellationToken {
-        &self.inner.cancel
     }
 }
 

@@ -371,7 +371,7 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
         Approval::Auto => {}
         Approval::Deny => return fin.deny(Decider::Policy, DenyReason::Rule, None),
         Approval::Ask | Approval::Confirm => {
-            if !approve(&engine, &mut fin, &entry, &policy, &input).await {
+            if !Box::pin(approve(&engine, &mut fin, &entry, &policy, &input)).await {
                 return;
             }
         }
@@ -817,75 +817,53 @@ impl Pacer {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn one_attempt(
-    engine: &Arc<EngineInner>,
-    turn: &Arc<TurnState>,
-    slot: &Arc<CallSlot>,
-    entry: &Arc<ToolEntry>,
-    policy: &Policy,
-    input: &Arc<Value>,
-    n: u32,
+/// What waiting on a running attempt needs.
+struct Waiting<'a> {
+    engine: &'a Arc<EngineInner>,
+    slot: &'a Arc<CallSlot>,
+    scope: &'a EventScope,
+    policy: &'a Policy,
     started: Instant,
     total_deadline: Option<Instant>,
-    scope: &EventScope,
-) -> Final {
-    let signals = StopSignals::new(slot.scope.token().child_token());
-    let heartbeat = Heartbeat::new(turn.relay_for(&slot.call_id));
-    let attempt_start = if n == 1 { started } else { Instant::now() };
-    let attempt_deadline =
-        (!policy.attempt_timeout.is_zero()).then(|| attempt_start + policy.attempt_timeout);
-    let fut = entry.backend.start(Attempt {
-        tool: entry.backend_tool.clone(),
-        input: input.clone(),
-        meta: AttemptMeta {
-            session_id: turn.session.id.clone(),
-            turn_id: turn.id.clone(),
-            call_id: slot.call_id.clone(),
-            attempt: n,
-        },
-        stop: signals.clone(),
-        heartbeat: heartbeat.clone(),
-        on_stuck: policy.on_stuck,
-        deadline: total_deadline,
-    });
-    let mut inflight = InFlight {
-        fut: Some(fut),
-        signals,
-        grace: policy.cancel_grace,
-        engine: engine.clone(),
-        scope: scope.clone(),
-        call_scope: slot.scope.clone(),
-    };
-    let idle = policy.idle_timeout;
-    let mut pacer = Pacer {
-        last_emit: attempt_start,
-        flush: false,
-    };
-    let emit_progress = |info: Option<ProgressInfo>| {
-        let progress = {
-            let mut view = slot.view.lock();
-            if info.is_some() {
-                view.progress.clone_from(&info);
-            }
-            view.progress.clone().unwrap_or_default()
-        };
-        engine.bus.emit(
+    attempt_deadline: Option<Instant>,
+    attempt_start: Instant,
+}
+
+impl Waiting<'_> {
+    /// Waits for the attempt under the call's deadlines and cancellation, turning its progress
+    /// into `tool_progress` events.
+    async fn wait(self, inflight: &mut InFlight, heartbeat: &Heartbeat) -> Ended {
+        let Waiting {
+            engine,
+            slot,
             scope,
-            EventKind::ToolProgress {
-                elapsed_ms: started.elapsed().as_millis() as u64,
-                progress,
-            },
-        );
-    };
-    let first = if slot.scope.is_cancelled() {
-        None
-    } else {
-        inflight.poll_now()
-    };
-    let ended = if let Some(end) = first {
-        Ended::Backend(end)
-    } else {
+            policy,
+            started,
+            total_deadline,
+            attempt_deadline,
+            attempt_start,
+        } = self;
+        let idle = policy.idle_timeout;
+        let mut pacer = Pacer {
+            last_emit: attempt_start,
+            flush: false,
+        };
+        let emit_progress = |info: Option<ProgressInfo>| {
+            let progress = {
+                let mut view = slot.view.lock();
+                if info.is_some() {
+                    view.progress.clone_from(&info);
+                }
+                view.progress.clone().unwrap_or_default()
+            };
+            engine.bus.emit(
+                scope,
+                EventKind::ToolProgress {
+                    elapsed_ms: started.elapsed().as_millis() as u64,
+                    progress,
+                },
+            );
+        };
         loop {
             let idle_at = (!idle.is_zero()).then(|| heartbeat.last_beat() + idle);
             tokio::select! {
@@ -913,6 +891,71 @@ async fn one_attempt(
                     pacer = Pacer { last_emit: Instant::now(), flush: false };
                 }
             }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn one_attempt(
+    engine: &Arc<EngineInner>,
+    turn: &Arc<TurnState>,
+    slot: &Arc<CallSlot>,
+    entry: &Arc<ToolEntry>,
+    policy: &Policy,
+    input: &Arc<Value>,
+    n: u32,
+    started: Instant,
+    total_deadline: Option<Instant>,
+    scope: &EventScope,
+) -> Final {
+    let signals = StopSignals::new();
+    let heartbeat = Heartbeat::new(turn.relay_for(&slot.call_id));
+    let attempt_start = if n == 1 { started } else { Instant::now() };
+    let attempt_deadline =
+        (!policy.attempt_timeout.is_zero()).then(|| attempt_start + policy.attempt_timeout);
+    let fut = entry.backend.start(Attempt {
+        tool: entry.backend_tool.clone(),
+        input: input.clone(),
+        meta: AttemptMeta {
+            session_id: turn.session.id.clone(),
+            turn_id: turn.id.clone(),
+            call_id: slot.call_id.clone(),
+            attempt: n,
+        },
+        stop: signals.clone(),
+        heartbeat: heartbeat.clone(),
+        on_stuck: policy.on_stuck,
+        deadline: total_deadline,
+    });
+    let mut inflight = InFlight {
+        fut: Some(fut),
+        signals,
+        grace: policy.cancel_grace,
+        engine: engine.clone(),
+        scope: scope.clone(),
+        call_scope: slot.scope.clone(),
+    };
+    let first = if slot.scope.is_cancelled() {
+        None
+    } else {
+        inflight.poll_now()
+    };
+    let ended = match first {
+        Some(end) => Ended::Backend(end),
+        // The wait under deadlines is boxed: a backend that answers at once (the common case
+        // in-process) never pays for its state in every call's future.
+        None => {
+            let waiting = Waiting {
+                engine,
+                slot,
+                scope,
+                policy,
+                started,
+                total_deadline,
+                attempt_deadline,
+                attempt_start,
+            };
+            Box::pin(waiting.wait(&mut inflight, &heartbeat)).await
         }
     };
     heartbeat.close();

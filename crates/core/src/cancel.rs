@@ -5,6 +5,7 @@
 //! reason from the nearest cancelled scope above it. A reason found on an *ancestor* turn (a
 //! sub-agent's turn whose parent was aborted) reads as `parent`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
@@ -22,6 +23,9 @@ pub(crate) enum ScopeKind {
 #[derive(Debug)]
 struct ScopeInner {
     token: CancellationToken,
+    /// Set when this scope itself is cancelled: `is_cancelled` reads these flags up the tree
+    /// (a few atomic loads) instead of the token's mutex.
+    cancelled: AtomicBool,
     reason: OnceLock<CancelReason>,
     kind: ScopeKind,
     parent: Option<Scope>,
@@ -36,6 +40,7 @@ impl Scope {
     pub(crate) fn root() -> Self {
         Self(Arc::new(ScopeInner {
             token: CancellationToken::new(),
+            cancelled: AtomicBool::new(false),
             reason: OnceLock::new(),
             kind: ScopeKind::Process,
             parent: None,
@@ -46,6 +51,7 @@ impl Scope {
     pub(crate) fn child(&self, kind: ScopeKind) -> Self {
         Self(Arc::new(ScopeInner {
             token: self.0.token.child_token(),
+            cancelled: AtomicBool::new(false),
             reason: OnceLock::new(),
             kind,
             parent: Some(self.clone()),
@@ -56,20 +62,26 @@ impl Scope {
     /// is harmless. Returns whether this call did the cancelling.
     pub(crate) fn cancel(&self, reason: CancelReason) -> bool {
         let first = self.0.reason.set(reason).is_ok();
+        self.0.cancelled.store(true, Ordering::Release);
         self.0.token.cancel();
         first
     }
 
+    /// Whether this scope or one above it was cancelled. Every cancel goes through
+    /// [`Scope::cancel`], so the flags say what the tokens say.
     pub(crate) fn is_cancelled(&self) -> bool {
-        self.0.token.is_cancelled()
+        let mut node = Some(self);
+        while let Some(scope) = node {
+            if scope.0.cancelled.load(Ordering::Acquire) {
+                return true;
+            }
+            node = scope.0.parent.as_ref();
+        }
+        false
     }
 
     pub(crate) fn cancelled(&self) -> WaitForCancellationFuture<'_> {
         self.0.token.cancelled()
-    }
-
-    pub(crate) fn token(&self) -> &CancellationToken {
-        &self.0.token
     }
 
     /// Why this scope is cancelled, as seen from it: the reason of the nearest cancelled scope at

@@ -131,6 +131,27 @@ impl EventBus {
         )
     }
 
+    /// Whether anything would see an event now (a subscriber, a sink, the replay ring). Callers
+    /// skip building costly events nobody would see; `seq` numbering stays dense regardless
+    /// because [`EventBus::emit`] is what hands numbers out.
+    pub fn is_observed(&self) -> bool {
+        self.tx.receiver_count() > 0
+            || self.keeping.load(std::sync::atomic::Ordering::Relaxed)
+            || !self.sinks.read().is_empty()
+    }
+
+    /// Publishes the event `kind()` builds, building it only when something observes events;
+    /// returns its `seq` either way.
+    pub fn emit_with(&self, scope: &EventScope, kind: impl FnOnce() -> EventKind) -> u64 {
+        if self.is_observed() {
+            self.emit(scope, kind())
+        } else {
+            let mut seq = self.seq.lock();
+            *seq += 1;
+            *seq
+        }
+    }
+
     /// Publishes an event about `scope` and returns its `seq`.
     pub fn emit(&self, scope: &EventScope, kind: EventKind) -> u64 {
         let sinks = self.sinks.read();

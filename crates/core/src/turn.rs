@@ -174,9 +174,9 @@ impl TurnState {
     /// `turn_start`: emitted when the turn is registered (and so can be aborted), before anything
     /// else about it.
     pub(crate) fn emit_start(&self, engine: &EngineInner) {
-        engine.bus.emit(
-            &self.event_scope(),
-            EventKind::TurnStart {
+        engine
+            .bus
+            .emit_with(&self.event_scope(), || EventKind::TurnStart {
                 parent_turn_id: self.parent.clone(),
                 calls: self
                     .slots
@@ -186,8 +186,7 @@ impl TurnState {
                         tool: s.tool.clone(),
                     })
                     .collect(),
-            },
-        );
+            });
     }
 
     pub(crate) fn view(&self) -> ActiveTurn {
@@ -292,23 +291,21 @@ pub(crate) fn finalize(engine: &EngineInner, turn: &TurnState) -> Vec<Arc<CallRe
     } else {
         "partial"
     };
-    let listed = match &turn.render {
-        Some(render) => TurnResults::Rendered(
-            results
-                .iter()
-                .zip(&turn.calls)
-                .map(|(r, c)| render(c, r))
-                .collect(),
-        ),
-        None => TurnResults::Results(results.clone()),
-    };
-    engine.bus.emit(
-        &turn.event_scope(),
-        EventKind::TurnEnd {
+    engine
+        .bus
+        .emit_with(&turn.event_scope(), || EventKind::TurnEnd {
             outcome: outcome.to_owned(),
-            results: listed,
-        },
-    );
+            results: match &turn.render {
+                Some(render) => TurnResults::Rendered(
+                    results
+                        .iter()
+                        .zip(&turn.calls)
+                        .map(|(r, c)| render(c, r))
+                        .collect(),
+                ),
+                None => TurnResults::Results(results.clone()),
+            },
+        });
     engine.metrics.turn(outcome);
     results
 }

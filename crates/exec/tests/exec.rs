@@ -14,7 +14,6 @@ use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use toolwarden_core::{
     Attempt, AttemptEnd, AttemptMeta, Backend, Heartbeat, StopSignals, ToolOutput,
 };
@@ -55,7 +54,7 @@ impl Sandbox {
     }
 
     fn start(&self, input: Value) -> Running {
-        let stop = StopSignals::new(CancellationToken::new());
+        let stop = StopSignals::new();
         let heartbeat = Heartbeat::new(None);
         let backend = ExecBackend::new(self.settings.clone());
         let end = tokio::spawn(backend.start(attempt("exec", input, &stop, &heartbeat)));
@@ -545,7 +544,7 @@ async fn dropping_the_attempt_kills_the_group() {
 #[tokio::test]
 async fn a_stop_requested_before_the_start_runs_nothing() {
     let sb = Sandbox::new();
-    let stop = StopSignals::new(CancellationToken::new());
+    let stop = StopSignals::new();
     stop.request_stop(CancelReason::User);
     let heartbeat = Heartbeat::new(None);
     let end = ExecBackend::new(sb.settings.clone())
@@ -601,7 +600,7 @@ async fn unexpected_input_is_a_tool_error_not_a_panic() {
         assert!(out.is_error);
         assert_eq!(text(&out), expected);
     }
-    let stop = StopSignals::new(CancellationToken::new());
+    let stop = StopSignals::new();
     let heartbeat = Heartbeat::new(None);
     let out = done(
         ExecBackend::new(sb.settings.clone())

@@ -24,7 +24,6 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
 use toolwarden_core::{
     Attempt, AttemptMeta, Backend, BackendHost, Heartbeat, StopSignals,
     protocol::{
@@ -326,7 +325,7 @@ impl AttemptKit {
         let heartbeat = Heartbeat::new(Some(Arc::new(move |p: &ProgressInfo| {
             sink.lock().push(p.clone())
         })));
-        let stop = StopSignals::new(CancellationToken::new());
+        let stop = StopSignals::new();
         let attempt = Attempt {
             tool: tool.into(),
             input: Arc::new(input),

@@ -121,6 +121,9 @@ async fn sweep(
                 .and_then(|gw| gw.http_session(&id))
                 .is_some_and(|s| s.has_calls());
             if busy {
+                // Idle time starts again once its calls end, not from the request that
+                // started them.
+                sessions.touch(&id);
                 continue;
             }
             tracing::info!(http_session = %id, ?idle, "closing an idle MCP session");
