@@ -8,6 +8,8 @@
 
 use std::sync::Arc;
 
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::broadcast;
 use toolwarden_protocol::{CallId, Event, EventKind, SessionId, Timestamp, TurnId};
@@ -38,14 +40,19 @@ pub struct EventScope {
 /// The bus. Cheap to share (`Arc`).
 pub struct EventBus {
     tx: broadcast::Sender<Arc<Event>>,
-    /// The last `seq` handed out. Held while sending so that channel order is `seq` order.
-    seq: Mutex<u64>,
+    /// The last `seq` handed out.
+    seq: AtomicU64,
+    /// Held while an observed event is numbered and sent, so that channel order is `seq` order.
+    sending: Mutex<()>,
     sinks: RwLock<Vec<Arc<dyn EventSink>>>,
+    /// Live subscriptions; with the two flags below, tells without a lock whether anything
+    /// would see an event.
+    observers: Arc<AtomicUsize>,
+    has_sinks: AtomicBool,
     /// The most recent events, for subscribers that resume (`Last-Event-ID`); off until
     /// [`EventBus::keep_recent`] turns it on.
     recent: Mutex<Recent>,
-    /// Whether the ring is on (read on every emit without taking its lock).
-    keeping: std::sync::atomic::AtomicBool,
+    keeping: AtomicBool,
 }
 
 #[derive(Default)]
@@ -57,7 +64,7 @@ struct Recent {
 impl std::fmt::Debug for EventBus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EventBus")
-            .field("seq", &*self.seq.lock())
+            .field("seq", &self.last_seq())
             .finish()
     }
 }
@@ -68,24 +75,27 @@ impl EventBus {
         let (tx, _) = broadcast::channel(capacity.max(16));
         Self {
             tx,
-            seq: Mutex::new(0),
+            seq: AtomicU64::new(0),
+            sending: Mutex::new(()),
             sinks: RwLock::new(Vec::new()),
+            observers: Arc::new(AtomicUsize::new(0)),
+            has_sinks: AtomicBool::new(false),
             recent: Mutex::new(Recent::default()),
-            keeping: std::sync::atomic::AtomicBool::new(false),
+            keeping: AtomicBool::new(false),
         }
     }
 
     /// Adds a durable sink.
     pub fn add_sink(&self, sink: Arc<dyn EventSink>) {
         self.sinks.write().push(sink);
+        self.has_sinks.store(true, Ordering::Release);
     }
 
-    /// Keeps the last `capacity` events for [`EventBus::since`] (0 turns it off).
+    /// Keeps the last `capacity` events for [`EventBus::subscribe_since`] (0 turns it off).
     pub fn keep_recent(&self, capacity: usize) {
         let mut recent = self.recent.lock();
         recent.capacity = capacity;
-        self.keeping
-            .store(capacity > 0, std::sync::atomic::Ordering::Relaxed);
+        self.keeping.store(capacity > 0, Ordering::Release);
         while recent.events.len() > capacity {
             recent.events.pop_front();
         }
@@ -94,7 +104,11 @@ impl EventBus {
     /// The kept events with `seq` above `after`, oldest first, and whether they are complete
     /// (no event after `after` has already been dropped from the ring).
     pub fn since(&self, after: u64) -> (Vec<Arc<Event>>, bool) {
-        // Lock order is always seq, then recent.
+        let _sending = self.sending.lock();
+        self.replay_after(after)
+    }
+
+    fn replay_after(&self, after: u64) -> (Vec<Arc<Event>>, bool) {
         let last = self.last_seq();
         let recent = self.recent.lock();
         let complete = recent.events.front().is_none_or(|e| e.seq <= after + 1) || after >= last;
@@ -112,32 +126,19 @@ impl EventBus {
     /// A subscription plus the kept events after `after`, with nothing lost or repeated between
     /// them.
     pub fn subscribe_since(&self, after: u64) -> (Vec<Arc<Event>>, bool, Subscription) {
-        // Hold the sequence lock so no event is emitted between the snapshot and the subscription.
-        let _seq = self.seq.lock();
-        let recent = self.recent.lock();
-        let complete = recent.events.front().is_none_or(|e| e.seq <= after + 1) || after >= *_seq;
-        let replay = recent
-            .events
-            .iter()
-            .filter(|e| e.seq > after)
-            .cloned()
-            .collect();
-        (
-            replay,
-            complete,
-            Subscription {
-                rx: self.tx.subscribe(),
-            },
-        )
+        // No event is sent between the snapshot and the subscription.
+        let _sending = self.sending.lock();
+        let (replay, complete) = self.replay_after(after);
+        (replay, complete, self.subscribe())
     }
 
     /// Whether anything would see an event now (a subscriber, a sink, the replay ring). Callers
     /// skip building costly events nobody would see; `seq` numbering stays dense regardless
     /// because [`EventBus::emit`] is what hands numbers out.
     pub fn is_observed(&self) -> bool {
-        self.tx.receiver_count() > 0
-            || self.keeping.load(std::sync::atomic::Ordering::Relaxed)
-            || !self.sinks.read().is_empty()
+        self.observers.load(Ordering::Acquire) > 0
+            || self.keeping.load(Ordering::Acquire)
+            || self.has_sinks.load(Ordering::Acquire)
     }
 
     /// Publishes the event `kind()` builds, building it only when something observes events;
@@ -146,22 +147,18 @@ impl EventBus {
         if self.is_observed() {
             self.emit(scope, kind())
         } else {
-            let mut seq = self.seq.lock();
-            *seq += 1;
-            *seq
+            self.seq.fetch_add(1, Ordering::AcqRel) + 1
         }
     }
 
     /// Publishes an event about `scope` and returns its `seq`.
     pub fn emit(&self, scope: &EventScope, kind: EventKind) -> u64 {
-        let sinks = self.sinks.read();
-        let mut seq = self.seq.lock();
-        *seq += 1;
-        let n = *seq;
-        let keep = self.keeping.load(std::sync::atomic::Ordering::Relaxed);
-        if self.tx.receiver_count() == 0 && sinks.is_empty() && !keep {
-            return n;
+        if !self.is_observed() {
+            // Nobody would see it: a number, no event, no lock.
+            return self.seq.fetch_add(1, Ordering::AcqRel) + 1;
         }
+        let _sending = self.sending.lock();
+        let n = self.seq.fetch_add(1, Ordering::AcqRel) + 1;
         let event = Arc::new(Event {
             seq: n,
             ts: Timestamp::now(),
@@ -171,30 +168,48 @@ impl EventBus {
             tool: scope.tool.clone(),
             kind,
         });
-        for sink in sinks.iter() {
-            sink.record(&event);
-        }
-        if keep {
-            let mut recent = self.recent.lock();
-            if recent.events.len() >= recent.capacity {
-                recent.events.pop_front();
+        if self.has_sinks.load(Ordering::Acquire) {
+            for sink in self.sinks.read().iter() {
+                sink.record(&event);
             }
-            recent.events.push_back(event.clone());
         }
-        let _ = self.tx.send(event);
+        if self.keeping.load(Ordering::Acquire) {
+            let mut recent = self.recent.lock();
+            if recent.capacity > 0 {
+                if recent.events.len() >= recent.capacity {
+                    recent.events.pop_front();
+                }
+                recent.events.push_back(event.clone());
+            }
+        }
+        if self.observers.load(Ordering::Acquire) > 0 {
+            let _ = self.tx.send(event);
+        }
         n
     }
 
     /// The last `seq` handed out.
     pub fn last_seq(&self) -> u64 {
-        *self.seq.lock()
+        self.seq.load(Ordering::Acquire)
     }
 
     /// A new subscription, starting with the next event.
     pub fn subscribe(&self) -> Subscription {
+        self.observers.fetch_add(1, Ordering::AcqRel);
         Subscription {
             rx: self.tx.subscribe(),
+            _observer: Observer(self.observers.clone()),
         }
+    }
+}
+
+/// Counts a live subscription; gone when the subscription is dropped.
+#[derive(Debug)]
+struct Observer(Arc<AtomicUsize>);
+
+impl Drop for Observer {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -211,6 +226,7 @@ pub enum Received {
 #[derive(Debug)]
 pub struct Subscription {
     rx: broadcast::Receiver<Arc<Event>>,
+    _observer: Observer,
 }
 
 impl Subscription {
