@@ -10,4 +10,5 @@ mod call;
 mod check;
 mod config;
 mod help;
+mod mcp;
 mod serve;

@@ -115,6 +115,12 @@ impl TestCommand {
         self
     }
 
+    /// Gives the command this stdout (a file, in the stdio tests).
+    pub fn stdout(&mut self, stdout: Stdio) -> &mut Self {
+        self.cmd.stdout(stdout);
+        self
+    }
+
     pub fn env(&mut self, key: &str, value: &str) -> &mut Self {
         self.cmd.env(key, value);
         self
@@ -182,6 +188,11 @@ impl Running {
 
     pub fn stderr(&self) -> String {
         self.stderr.lock().join("\n")
+    }
+
+    /// Its stdin, when the command was given a piped one (once).
+    pub fn take_stdin(&mut self) -> tokio::process::ChildStdin {
+        self.child.stdin.take().expect("a piped stdin, taken once")
     }
 
     pub fn stdout(&self) -> String {
