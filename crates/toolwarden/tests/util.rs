@@ -215,6 +215,23 @@ impl Running {
         }
     }
 
+    /// Waits for a stdout line containing `needle`; returns it.
+    pub async fn wait_stdout(&self, needle: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(line) = self.stdout.lock().iter().find(|l| l.contains(needle)) {
+                return line.clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no stdout line with {needle:?} within {timeout:?}; stdout:\n{}\nstderr:\n{}",
+                self.stdout(),
+                self.stderr()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// The base URL `serve` says it listens on.
     pub async fn url(&self) -> String {
         let line = self
