@@ -6,6 +6,7 @@
 
 mod util;
 
+mod api;
 mod call;
 mod check;
 mod config;
