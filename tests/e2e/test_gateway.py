@@ -140,17 +140,26 @@ async def test_a_timeout_hint_in_meta_replaces_the_tools_timeout(setup: Setup, t
 
 
 async def test_a_client_cancel_reaches_the_backend_server(setup: Setup, transport: str):
-    # A unique input, to find this call among the server's cancels.
-    ms = 600_000 + random.randrange(100_000)
+    # A long call with a unique input, to find it among the server's cancels.
+    args = {"every_ms": 50, "count": 100_000 + random.randrange(100_000)}
     async with gateway(setup, transport) as client:
+        reported = anyio.Event()
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            reported.set()
+
         async with anyio.create_task_group() as tg:
 
             async def call() -> None:
-                await client.call_tool("test__sleep", {"ms": ms})
+                await client.call_tool("test__progress", args, progress_callback=on_progress)
                 pytest.fail("the cancelled call answered")
 
             tg.start_soon(call)
-            running = await wait_running(client, "test__sleep")
+            # Its progress proves the server runs it (a call cancelled before its request
+            # reached the server would have nothing to cancel there).
+            with anyio.fail_after(10):
+                await reported.wait()
+            running = await wait_running(client, "test__progress")
             # Cancelling the scope that awaits call_tool makes the SDK send
             # notifications/cancelled for the request.
             tg.cancel_scope.cancel()
@@ -168,11 +177,11 @@ async def test_a_client_cancel_reaches_the_backend_server(setup: Setup, transpor
         with anyio.fail_after(10):
             while True:
                 cancels = (await client.call_tool("test__cancels")).structured_content["cancels"]
-                mine = [c for c in cancels if c["arguments"] == {"ms": ms}]
+                mine = [c for c in cancels if c["arguments"] == args]
                 if mine:
                     break
                 await anyio.sleep(0.05)
         assert len(cancels) == 1, cancels
-        assert mine[0]["tool"] == "sleep"
+        assert mine[0]["tool"] == "progress"
         assert mine[0]["reason"] == "user"
         assert (await status(client))["running"] == []

@@ -44,15 +44,23 @@ fn is(event: &SseEvent, kind: &str, call_id: &str) -> bool {
     event.event == kind && event.data["call_id"] == call_id
 }
 
-/// A unique `ms` for `test__sleep` (a long sleep), to find the call among the server's cancels.
-fn unique_ms() -> u64 {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    600_000 + u64::from(std::process::id() % 100_000) * 10 + n % 10
+/// A long call of `test__progress` (a report every 50 ms, `count` of them) with a unique
+/// `count`, to find it among the server's cancels. Its first `tool_progress` event (paced: at
+/// least 250 ms after the start) proves the server is running it — `tool_start` alone does
+/// not: it comes before the request is sent, and a call cancelled before that never reaches
+/// the server, so nothing is cancelled there.
+fn long_call(count: u64) -> Value {
+    json!({"every_ms": 50, "count": count})
 }
 
-/// The cancels `tw-test-server` received for `test__sleep` with `ms`.
-async fn server_cancels(url: &str, ms: u64) -> Vec<Value> {
+fn unique_count() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    100_000 + u64::from(std::process::id() % 100_000) * 10 + n % 10
+}
+
+/// The cancels `tw-test-server` received for the [`long_call`] with `count`.
+async fn server_cancels(url: &str, count: u64) -> Vec<Value> {
     let mut found = Vec::new();
     for _ in 0..250 {
         let answer = turn(
@@ -68,7 +76,7 @@ async fn server_cancels(url: &str, ms: u64) -> Vec<Value> {
         let list: Vec<Value> = serde_json::from_str(text).unwrap();
         found = list
             .into_iter()
-            .filter(|c| c["arguments"] == json!({"ms": ms}))
+            .filter(|c| c["arguments"] == long_call(count))
             .collect();
         if !found.is_empty() {
             break;
@@ -255,7 +263,7 @@ async fn the_turns_event_stream_comes_in_order_and_ends_with_the_json_answers_re
 async fn an_abort_through_the_api_ends_the_running_call_as_the_users_and_reaches_the_server() {
     let (_dir, server, url, mark) = start("api-abort", "", &[]).await;
     let mut events = events(&url).await;
-    let ms = unique_ms();
+    let count = unique_count();
     let pending = tokio::spawn({
         let url = url.clone();
         async move {
@@ -263,19 +271,23 @@ async fn an_abort_through_the_api_ends_the_running_call_as_the_users_and_reaches
                 &url,
                 json!([
                     {"id": "quick", "name": "test__echo", "input": {"text": "done"}},
-                    {"id": "slow", "name": "test__sleep", "input": {"ms": ms}}
+                    {"id": "slow", "name": "test__progress", "input": long_call(count)}
                 ]),
             )
             .await
         }
     });
-    let started = events
-        .until(EVENT_WAIT, |e| is(e, "tool_start", "slow"))
+    let seen = events
+        .collect(EVENT_WAIT, |seen| {
+            seen.iter().any(|e| is(e, "tool_progress", "slow"))
+                && seen.iter().any(|e| is(e, "tool_result", "quick"))
+        })
         .await;
-    let turn_id = started.data["turn_id"].as_str().unwrap().to_owned();
-    events
-        .until(EVENT_WAIT, |e| is(e, "tool_result", "quick"))
-        .await;
+    let running = seen
+        .iter()
+        .find(|e| is(e, "tool_progress", "slow"))
+        .unwrap();
+    let turn_id = running.data["turn_id"].as_str().unwrap().to_owned();
 
     let resp = http()
         .post(format!("{url}/v1/turns/{turn_id}/abort"))
@@ -317,8 +329,9 @@ async fn an_abort_through_the_api_ends_the_running_call_as_the_users_and_reaches
     assert_eq!(answer["results"][1]["toolwarden"]["reason"], "user");
 
     // The server was told, for that request, with the reason.
-    let cancels = server_cancels(&url, ms).await;
+    let cancels = server_cancels(&url, count).await;
     assert_eq!(cancels.len(), 1, "{cancels:?}");
+    assert_eq!(cancels[0]["tool"], "progress");
     assert_eq!(cancels[0]["reason"], "user");
     // An ended turn is not abortable.
     let again = http()
@@ -337,42 +350,42 @@ async fn a_client_that_closes_its_connection_mid_turn_cancels_the_call_as_a_disc
     let mut events = events(&url).await;
 
     // A JSON request whose client goes away: the request (and its connection) is dropped.
-    let ms = unique_ms();
+    let count = unique_count();
     let request = tokio::spawn({
         let url = url.clone();
         async move {
             http()
                 .post(format!("{url}/v1/turns"))
-                .json(&json!({"calls": [{"id": "gone-json", "name": "test__sleep", "input": {"ms": ms}}]}))
+                .json(&json!({"calls": [{"id": "gone-json", "name": "test__progress", "input": long_call(count)}]}))
                 .send()
                 .await
         }
     });
     events
-        .until(EVENT_WAIT, |e| is(e, "tool_start", "gone-json"))
+        .until(EVENT_WAIT, |e| is(e, "tool_progress", "gone-json"))
         .await;
     request.abort();
     disconnected(&mut events, "gone-json").await;
-    let cancels = server_cancels(&url, ms).await;
+    let cancels = server_cancels(&url, count).await;
     assert_eq!(cancels.len(), 1, "{cancels:?}");
     assert_eq!(cancels[0]["reason"], "client_disconnect");
 
     // An event-stream request whose client stops reading and closes the stream.
-    let ms = unique_ms();
+    let count = unique_count();
     let resp = http()
         .post(format!("{url}/v1/turns"))
         .header("accept", "text/event-stream")
-        .json(&json!({"calls": [{"id": "gone-sse", "name": "test__sleep", "input": {"ms": ms}}]}))
+        .json(&json!({"calls": [{"id": "gone-sse", "name": "test__progress", "input": long_call(count)}]}))
         .send()
         .await
         .unwrap();
     let mut stream = Sse::new(resp);
     stream
-        .until(EVENT_WAIT, |e| is(e, "tool_start", "gone-sse"))
+        .until(EVENT_WAIT, |e| is(e, "tool_progress", "gone-sse"))
         .await;
     drop(stream);
     disconnected(&mut events, "gone-sse").await;
-    let cancels = server_cancels(&url, ms).await;
+    let cancels = server_cancels(&url, count).await;
     assert_eq!(cancels.len(), 1, "{cancels:?}");
     assert_eq!(cancels[0]["reason"], "client_disconnect");
 
