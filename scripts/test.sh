@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Runs every test of toolwarden. Installs what the tests need first (scripts/setup-test-deps.sh):
 # nothing is skipped for a missing prerequisite — a test whose prerequisite is missing fails.
+#
+#   1. the Rust tests (nextest) and doc tests;
+#   2. tests/e2e with pytest: the real binaries driven by the official Python MCP SDK, and the
+#      official MCP conformance suite run directly and through the gateway.
+# Every step runs even when an earlier one failed; the exit code is non-zero if any failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,5 +19,20 @@ if ! cargo nextest --version >/dev/null 2>&1; then
 fi
 
 cargo build --workspace --all-targets --locked
-cargo nextest run --workspace --locked --no-fail-fast
-cargo test --workspace --doc --locked
+
+failed=()
+cargo nextest run --workspace --locked --no-fail-fast || failed+=("cargo nextest")
+cargo test --workspace --doc --locked || failed+=("doc tests")
+
+# The binaries the end-to-end tests drive: the ones just built.
+target_dir=$(cargo metadata --format-version 1 --no-deps --locked |
+  .venv/bin/python -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+export TOOLWARDEN_BIN="$target_dir/debug/toolwarden"
+export TW_TEST_SERVER="$target_dir/debug/tw-test-server"
+.venv/bin/python -m pytest tests/e2e -c tests/e2e/pytest.ini || failed+=("tests/e2e (pytest)")
+
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "scripts/test.sh: FAILED: ${failed[*]}" >&2
+  exit 1
+fi
+echo "scripts/test.sh: every test passed"

@@ -4,7 +4,8 @@
 //! stdout carries MCP and nothing else; logs go to stderr. The client's session lasts as long as
 //! its connection: when stdin closes, its running calls end `cancelled{client_disconnect}`. On
 //! SIGTERM or SIGINT running calls end `cancelled{shutdown}`; either way every server is shut
-//! down (process groups killed and reaped) before the process exits. Approvals are asked of the
+//! down (process groups killed and reaped) before the process exits. A signal after stdin
+//! closed is the client's escalation (MCP's stdio shutdown), and hurries that shutdown. Approvals are asked of the
 //! client through elicitation when it supports it; otherwise they fail fast (headless). The
 //! client is served once every server is up or has failed its start (bounded by each server's
 //! `startup_timeout`), so that its first `tools/list` is complete.
@@ -52,12 +53,30 @@ pub(crate) async fn run(config_path: Option<&Path>) -> anyhow::Result<Exit> {
             None
         }
     };
-    tokio::spawn(async move {
-        let again = signals.recv().await;
-        eprintln!("toolwarden: {} again: exiting at once", again.name());
-        std::process::exit(again.exit_code());
+    // MCP's stdio shutdown: the client closes stdin, sends SIGTERM if the server has not
+    // exited within "a reasonable time" (the official SDKs wait 2 s), then SIGKILL. So when
+    // the client left first, its signal is that escalation, not a second Ctrl-C: stop waiting
+    // for running calls to stop and shut the servers down at once, process groups killed
+    // (exiting at once would leave their children to outlive us). A further signal exits.
+    let client_left = served.is_some();
+    let hurry = CancellationToken::new();
+    tokio::spawn({
+        let hurry = hurry.clone();
+        async move {
+            if client_left {
+                let first = signals.recv().await;
+                tracing::info!("{}: shutting down now", first.name());
+                hurry.cancel();
+            }
+            let again = signals.recv().await;
+            eprintln!("toolwarden: {} again: exiting at once", again.name());
+            std::process::exit(again.exit_code());
+        }
     });
-    stack.shutdown().await;
+    tokio::select! {
+        _ = stack.shutdown() => {}
+        _ = hurry.cancelled() => stack.shutdown_servers().await,
+    }
     match served {
         Some(Err(e)) => Err(e).context("the MCP client connection failed"),
         _ => Ok(Exit::Ok),

@@ -184,8 +184,14 @@ impl Stack {
     /// within the wait.
     pub(crate) async fn shutdown(&self) -> bool {
         let stopped = self.engine.shutdown(self.shutdown_wait()).await;
-        join_all(self.servers.iter().map(|s| s.shutdown())).await;
+        self.shutdown_servers().await;
         stopped
+    }
+
+    /// Shuts every server down now (requests in flight cancelled, process groups killed and
+    /// reaped), without waiting for running calls to stop first. Idempotent.
+    pub(crate) async fn shutdown_servers(&self) {
+        join_all(self.servers.iter().map(|s| s.shutdown())).await;
     }
 }
 

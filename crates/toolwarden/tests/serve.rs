@@ -13,7 +13,7 @@ use crate::util::{
 };
 
 /// A config with exec and the test server (its command line carries `mark`).
-fn config(mark: &str, extra: &str) -> String {
+pub(crate) fn config(mark: &str, extra: &str) -> String {
     format!(
         "[servers.test]\ncommand = {}\nargs = [\"--stderr-line\", {}]\n\n[exec]\nenabled = true\ntimeout = \"60s\"\n{extra}",
         toml_str(&test_server()),
@@ -21,7 +21,7 @@ fn config(mark: &str, extra: &str) -> String {
     )
 }
 
-async fn serve(dir: &Dir, args: &[&str]) -> (Running, String) {
+pub(crate) async fn serve(dir: &Dir, args: &[&str]) -> (Running, String) {
     let mut argv = vec!["serve", "--listen", "127.0.0.1:0"];
     argv.extend_from_slice(args);
     let running = dir.command(&argv).spawn();
@@ -30,7 +30,7 @@ async fn serve(dir: &Dir, args: &[&str]) -> (Running, String) {
 }
 
 /// Posts a turn and answers its JSON.
-async fn turn(url: &str, calls: Value) -> Value {
+pub(crate) async fn turn(url: &str, calls: Value) -> Value {
     let resp = http()
         .post(format!("{url}/v1/turns"))
         .json(&json!({ "calls": calls }))

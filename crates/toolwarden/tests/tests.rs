@@ -6,8 +6,10 @@
 
 mod util;
 
+mod api;
 mod call;
 mod check;
 mod config;
 mod help;
+mod mcp;
 mod serve;

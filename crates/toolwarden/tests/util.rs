@@ -115,6 +115,12 @@ impl TestCommand {
         self
     }
 
+    /// Gives the command this stdout (a file, in the stdio tests).
+    pub fn stdout(&mut self, stdout: Stdio) -> &mut Self {
+        self.cmd.stdout(stdout);
+        self
+    }
+
     pub fn env(&mut self, key: &str, value: &str) -> &mut Self {
         self.cmd.env(key, value);
         self
@@ -184,6 +190,11 @@ impl Running {
         self.stderr.lock().join("\n")
     }
 
+    /// Its stdin, when the command was given a piped one (once).
+    pub fn take_stdin(&mut self) -> tokio::process::ChildStdin {
+        self.child.stdin.take().expect("a piped stdin, taken once")
+    }
+
     pub fn stdout(&self) -> String {
         self.stdout.lock().join("\n")
     }
@@ -198,6 +209,23 @@ impl Running {
             assert!(
                 Instant::now() < deadline,
                 "no stderr line with {needle:?} within {timeout:?}; stderr:\n{}",
+                self.stderr()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits for a stdout line containing `needle`; returns it.
+    pub async fn wait_stdout(&self, needle: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(line) = self.stdout.lock().iter().find(|l| l.contains(needle)) {
+                return line.clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no stdout line with {needle:?} within {timeout:?}; stdout:\n{}\nstderr:\n{}",
+                self.stdout(),
                 self.stderr()
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -420,5 +448,107 @@ impl Terminal {
         (&self.master)
             .write_all(text.as_bytes())
             .expect("write to the terminal");
+    }
+}
+
+/// One server-sent event: its `id:` (absent on comments-only or `lost` events), `event:` and
+/// `data:` (JSON).
+#[derive(Debug, Clone)]
+pub struct SseEvent {
+    pub id: Option<u64>,
+    pub event: String,
+    pub data: Value,
+}
+
+/// Reads server-sent events from a streaming HTTP response (keep-alive comments skipped).
+pub struct Sse {
+    resp: reqwest::Response,
+    buf: String,
+}
+
+impl Sse {
+    pub fn new(resp: reqwest::Response) -> Sse {
+        assert_eq!(
+            resp.headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok()),
+            Some("text/event-stream"),
+            "not an event stream"
+        );
+        Sse {
+            resp,
+            buf: String::new(),
+        }
+    }
+
+    /// The next event; `None` when the stream ends. Panics after `timeout` without one.
+    pub async fn next(&mut self, timeout: Duration) -> Option<SseEvent> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let block: String = self.buf.drain(..end + 2).collect();
+                let (mut id, mut event, mut data) = (None, String::new(), String::new());
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("id:") {
+                        id = Some(v.trim().parse().expect("a numeric id"));
+                    } else if let Some(v) = line.strip_prefix("event:") {
+                        event = v.trim().to_owned();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim_start());
+                    }
+                }
+                if data.is_empty() {
+                    continue; // a comment (keep-alive)
+                }
+                let data = serde_json::from_str(&data)
+                    .unwrap_or_else(|e| panic!("event data is not JSON ({e}): {data}"));
+                return Some(SseEvent { id, event, data });
+            }
+            let chunk = tokio::time::timeout_at(deadline, self.resp.chunk())
+                .await
+                .unwrap_or_else(|_| panic!("no event within {timeout:?}"))
+                .expect("read the event stream");
+            match chunk {
+                Some(bytes) => self.buf.push_str(&String::from_utf8_lossy(&bytes)),
+                None => return None,
+            }
+        }
+    }
+
+    /// Reads events until `done` holds for all read so far (by this call); those events.
+    pub async fn collect(
+        &mut self,
+        timeout: Duration,
+        mut done: impl FnMut(&[SseEvent]) -> bool,
+    ) -> Vec<SseEvent> {
+        let deadline = Instant::now() + timeout;
+        let mut seen = Vec::new();
+        while !done(&seen) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.next(left).await {
+                Some(event) => seen.push(event),
+                None => panic!("the stream ended; events so far: {seen:#?}"),
+            }
+        }
+        seen
+    }
+
+    /// Reads events until one matches `pred`; that event.
+    pub async fn until(
+        &mut self,
+        timeout: Duration,
+        mut pred: impl FnMut(&SseEvent) -> bool,
+    ) -> SseEvent {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let event = self
+                .next(left)
+                .await
+                .expect("the stream ended before the expected event");
+            if pred(&event) {
+                return event;
+            }
+        }
     }
 }
