@@ -802,7 +802,11 @@ async fn sleep_until_opt(at: Option<Instant>) {
 /// Turns backend progress into `tool_progress` events: at most one per `PROGRESS_MIN_GAP`, and at
 /// least one per `PROGRESS_EVERY`.
 struct Pacer {
+    /// When the last `tool_progress` went out (the attempt's start before the first).
     last_emit: Instant,
+    /// Whether anything went out yet: the first report goes out at once.
+    emitted: bool,
+    /// A report arrived too soon after the last one and waits for its turn.
     flush: bool,
 }
 
@@ -814,6 +818,19 @@ impl Pacer {
             } else {
                 PROGRESS_EVERY
             }
+    }
+
+    /// Whether a report arriving `now` may go out at once.
+    fn may_emit(&self, now: Instant) -> bool {
+        !self.emitted || now >= self.last_emit + PROGRESS_MIN_GAP
+    }
+
+    fn emitted_at(&mut self, now: Instant) {
+        *self = Pacer {
+            last_emit: now,
+            emitted: true,
+            flush: false,
+        };
     }
 }
 
@@ -846,6 +863,7 @@ impl Waiting<'_> {
         let idle = policy.idle_timeout;
         let mut pacer = Pacer {
             last_emit: attempt_start,
+            emitted: false,
             flush: false,
         };
         let emit_progress = |info: Option<ProgressInfo>| {
@@ -879,16 +897,16 @@ impl Waiting<'_> {
                 }
                 () = heartbeat.progressed() => {
                     let now = Instant::now();
-                    if now >= pacer.last_emit + PROGRESS_MIN_GAP {
+                    if pacer.may_emit(now) {
                         emit_progress(heartbeat.take_progress());
-                        pacer = Pacer { last_emit: now, flush: false };
+                        pacer.emitted_at(now);
                     } else {
                         pacer.flush = true;
                     }
                 }
                 () = sleep_until(pacer.next_due()) => {
                     emit_progress(heartbeat.take_progress());
-                    pacer = Pacer { last_emit: Instant::now(), flush: false };
+                    pacer.emitted_at(Instant::now());
                 }
             }
         }
