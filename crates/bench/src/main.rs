@@ -162,6 +162,8 @@ fn sibling(dir: &Path, name: &str) -> Result<PathBuf> {
 
 async fn stdio_client(mut cmd: Command) -> Result<Client> {
     cmd.stderr(Stdio::null()).kill_on_drop(true);
+    // Dies with the benchmark, even when the benchmark is killed.
+    toolwarden_process::isolate(&mut cmd);
     ready(().serve(TokioChildProcess::new(cmd)?).await?).await
 }
 
@@ -194,6 +196,7 @@ async fn ready(client: Client) -> Result<Client> {
 /// line; `toolwarden serve` in a `listening on http://ADDR` line on stderr).
 async fn spawn_printing_addr(cmd: &mut Command, on_stderr: bool) -> Result<(Child, String)> {
     cmd.stdin(Stdio::null()).kill_on_drop(true);
+    toolwarden_process::isolate(cmd);
     if on_stderr {
         cmd.stdout(Stdio::null()).stderr(Stdio::piped());
     } else {

@@ -260,6 +260,12 @@ impl Engine {
         }
     }
 
+    /// A fresh turn id (`t_<ULID>`), for a caller that wants to know a turn's id before it runs
+    /// (to abort it from elsewhere while [`Engine::run_turn`] drives it).
+    pub fn new_turn_id() -> TurnId {
+        TurnId::new(new_id("t_"))
+    }
+
     /// Runs a turn here on the caller's task and returns one result per call, in order.
     /// Dropping the future aborts the turn (as a client disconnect).
     pub async fn run_turn(&self, req: TurnRequest) -> Result<TurnOutput, TurnError> {

@@ -321,7 +321,7 @@ impl Interactions {
         inner.bus.emit(
             &req.scope,
             EventKind::InteractionRequested {
-                interaction: interaction.clone(),
+                interaction: Box::new(interaction.clone()),
             },
         );
         for interactor in capable {

@@ -158,8 +158,8 @@ pub enum EventKind {
     },
     /// A human is asked something.
     InteractionRequested {
-        /// The question.
-        interaction: Interaction,
+        /// The question (boxed: it is by far the largest event, and the rarest).
+        interaction: Box<Interaction>,
     },
     /// A human answered.
     InteractionAnswered {

@@ -315,7 +315,7 @@ async fn remote(
                         if interactive {
                             let gone = CancellationToken::new();
                             asking = Some((interaction.id.to_string(), gone.clone()));
-                            spawn_remote_prompt(api, interaction, progress.clone(), gone);
+                            spawn_remote_prompt(api, *interaction, progress.clone(), gone);
                         }
                     }
                     EventKind::InteractionAnswered { interaction_id, .. }

@@ -22,7 +22,7 @@ use rmcp::service::{RequestContext, RoleServer};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use toolwarden_core::protocol::{CallId, CancelReason, ProgressInfo, ToolCall};
-use toolwarden_core::{CallProgress, TurnRequest};
+use toolwarden_core::{CallProgress, Engine, TurnRequest};
 
 use super::session::{CallSlot, ClientSession, Job};
 use super::{Gateway, STATUS_TOOL, convert, status};
@@ -53,8 +53,12 @@ pub(crate) async fn call_tool(
             let _ = progress_tx.send(info.clone());
         }) as CallProgress
     });
+    // The turn runs right here, in this request's handler task; its id is chosen now so that a
+    // cancel can abort it by id while it runs.
+    let turn_id = Engine::new_turn_id();
     let request = TurnRequest {
         session_id: Some(session.id.clone()),
+        turn_id: Some(turn_id.clone()),
         calls: vec![call],
         progress,
         ..TurnRequest::default()
@@ -80,16 +84,10 @@ pub(crate) async fn call_tool(
     }
     let in_flight = session.request_started(&ctx.id);
     let stop = &in_flight.stop;
-    let handle = gw
-        .engine
-        .start_turn(request)
-        .map_err(|e| ErrorData::invalid_params(format!("the call was refused: {e}"), None))?;
-    let turn_id = handle.turn_id().clone();
-
     let mut relay = token.map(Relay::new);
     let mut outbound = FuturesUnordered::new();
     let mut aborted = false;
-    let finish = handle.finish();
+    let finish = gw.engine.run_turn(request);
     tokio::pin!(finish);
     let output = loop {
         tokio::select! {
@@ -125,6 +123,8 @@ pub(crate) async fn call_tool(
             }
         }
     };
+    let output = output
+        .map_err(|e| ErrorData::invalid_params(format!("the call was refused: {e}"), None))?;
     let result = output.results.first().cloned();
     drop(outbound);
     match result {
