@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use rmcp::model::{NumberOrString, RequestId, ServerJsonRpcMessage};
 use serde_json::Value;
+use serde_json::value::RawValue;
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWriteExt as _, BufReader, DuplexStream};
 
 /// A line from the server that was not forwarded.
@@ -116,6 +117,22 @@ enum Verdict {
 
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 
+/// The top-level members a JSON-RPC message may have, borrowed from the line: checking a frame
+/// this way validates its JSON without building a value.
+#[derive(serde::Deserialize)]
+struct Frame<'a> {
+    #[serde(borrow, default)]
+    jsonrpc: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    method: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    result: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    error: Option<&'a RawValue>,
+}
+
 fn check(line: &[u8]) -> Verdict {
     let body = line.strip_suffix(b"\n").unwrap_or(line);
     let body = body.strip_suffix(b"\r").unwrap_or(body);
@@ -123,33 +140,61 @@ fn check(line: &[u8]) -> Verdict {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Verdict::Skip;
     }
-    let value: Value = match serde_json::from_slice(body) {
-        Ok(v) => v,
+    let is_object = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    let parsed = if is_object {
+        serde_json::from_slice::<Frame<'_>>(body)
+    } else {
+        // Not an object (an array parses into the struct by position): never a message.
+        serde_json::from_slice::<serde::de::IgnoredAny>(body)
+            .and_then(|_| Err(serde::de::Error::custom("not an object")))
+    };
+    let frame: Frame<'_> = match parsed {
+        Ok(frame) => frame,
         Err(e) => {
-            return Verdict::Bad(BadFrame {
-                id: IdScanner::scan(body),
-                problem: format!(
-                    "the server wrote a line that is not JSON ({e}): {}",
-                    preview(body)
-                ),
-            });
+            return Verdict::Bad(
+                match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+                    // Valid JSON, but not an object.
+                    Ok(_) => BadFrame {
+                        id: None,
+                        problem: format!(
+                            "the server wrote JSON that is not a JSON-RPC message: {}",
+                            preview(body)
+                        ),
+                    },
+                    Err(_) => BadFrame {
+                        id: IdScanner::scan(body),
+                        problem: format!(
+                            "the server wrote a line that is not JSON ({e}): {}",
+                            preview(body)
+                        ),
+                    },
+                },
+            );
         }
     };
-    let Value::Object(map) = &value else {
-        return Verdict::Bad(BadFrame {
-            id: None,
-            problem: format!(
-                "the server wrote JSON that is not a JSON-RPC message: {}",
-                preview(body)
-            ),
-        });
-    };
-    if map.contains_key("method") {
+    if frame.method.is_some() {
         // A request or notification: rmcp's business (it ignores unknown notifications).
         return Verdict::Forward;
     }
-    let id = map.get("id").and_then(id_of);
-    // A response must parse the way rmcp will parse it, or its call would never hear of it.
+    let id = frame
+        .id
+        .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+        .and_then(|v| id_of(&v));
+    // The usual answer — version 2.0, an id, and either a result object or an error with a code
+    // and a message — is what rmcp parses; only anything else is checked the way rmcp will parse
+    // it, or its call would never hear of it.
+    let well_formed = frame.jsonrpc.is_some_and(|v| v.get() == "\"2.0\"")
+        && id.is_some()
+        && match (frame.result, frame.error) {
+            (Some(result), None) => result.get().starts_with('{'),
+            (None, Some(error)) => {
+                serde_json::from_str::<rmcp::model::ErrorData>(error.get()).is_ok()
+            }
+            _ => false,
+        };
+    if well_formed {
+        return Verdict::Forward;
+    }
     match serde_json::from_slice::<ServerJsonRpcMessage>(body) {
         Ok(ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_)) => Verdict::Forward,
         Ok(_) | Err(_) if id.is_none() => Verdict::Bad(BadFrame {
