@@ -63,11 +63,22 @@ fn main() {
     let before = ALLOCS.load(std::sync::atomic::Ordering::Relaxed);
     let t0 = std::time::Instant::now();
     rt.block_on(async {
+        let mut slow = Vec::new();
         for i in 0..n {
+            let t = std::time::Instant::now();
             engine
                 .call("bench", ToolCall::new("c", "noop", json!({"n": i})))
                 .await;
+            let took = t.elapsed();
+            if took > Duration::from_micros(200) {
+                slow.push((i, took));
+            }
         }
+        eprintln!(
+            "{} calls over 200 us: {:?}",
+            slow.len(),
+            &slow[..slow.len().min(20)]
+        );
     });
     let per = (ALLOCS.load(std::sync::atomic::Ordering::Relaxed) - before) as f64 / n as f64;
     eprintln!(

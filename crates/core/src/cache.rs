@@ -7,6 +7,7 @@
 //! next leader — so one cancelled caller never fails the others.
 
 use crate::FastMap;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -72,6 +73,34 @@ type FlightSender = Option<watch::Sender<Option<Option<Arc<CachedResult>>>>>;
 struct Inner {
     entries: FastMap<CacheKey, Entry>,
     flights: FastMap<CacheKey, FlightSender>,
+    /// Stored keys in the order they were stored, with the expiry they were stored with: the
+    /// eviction order when the cache is full (oldest first). An item whose entry was since
+    /// replaced or removed is stale and skipped.
+    order: VecDeque<(Instant, CacheKey)>,
+}
+
+impl Inner {
+    /// Makes room for one more entry: expired entries go first, then the oldest stored.
+    fn make_room(&mut self, max_entries: usize, now: Instant) {
+        while self.entries.len() >= max_entries {
+            let Some((expires, key)) = self.order.pop_front() else {
+                break;
+            };
+            if self.entries.get(&key).is_some_and(|e| e.expires == expires) {
+                self.entries.remove(&key);
+            }
+        }
+        // Stale items (entries replaced or expired and dropped) must not pile up.
+        if self.order.len() > 2 * max_entries {
+            let entries = &self.entries;
+            self.order.retain(|(expires, key)| {
+                entries
+                    .get(key)
+                    .is_some_and(|e| e.expires == *expires && e.expires > now)
+            });
+            self.entries.retain(|_, e| e.expires > now);
+        }
+    }
 }
 
 impl Cache {
@@ -145,26 +174,14 @@ impl FlightGuard {
     pub(crate) fn complete(mut self, result: Arc<CachedResult>, ttl: Duration, now: Instant) {
         let Some(key) = self.key.take() else { return };
         let mut inner = self.inner.lock();
-        if inner.entries.len() >= self.max_entries {
-            inner.entries.retain(|_, e| e.expires > now);
-            if inner.entries.len() >= self.max_entries {
-                // Still full of live entries: drop those closest to expiry.
-                let mut by_expiry: Vec<(Instant, CacheKey)> = inner
-                    .entries
-                    .iter()
-                    .map(|(k, e)| (e.expires, k.clone()))
-                    .collect();
-                by_expiry.sort_by_key(|(t, _)| *t);
-                for (_, k) in by_expiry.into_iter().take(self.max_entries / 10 + 1) {
-                    inner.entries.remove(&k);
-                }
-            }
-        }
+        inner.make_room(self.max_entries, now);
+        let expires = now + ttl;
+        inner.order.push_back((expires, key.clone()));
         inner.entries.insert(
             key.clone(),
             Entry {
                 result: result.clone(),
-                expires: now + ttl,
+                expires,
             },
         );
         if let Some(Some(tx)) = inner.flights.remove(&key) {
@@ -288,5 +305,48 @@ mod tests {
             g.complete(result("c"), Duration::from_secs(u64::from(n) + 1), now);
         }
         assert!(cache.len() <= 10);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_cache_drops_the_oldest_stored_first() {
+        let cache = Cache::new(3);
+        let mut now = Instant::now();
+        for n in 0..5u8 {
+            let Lookup::Lead(g) = cache.lookup(&key(n), now) else {
+                panic!()
+            };
+            g.complete(result("c"), Duration::from_secs(60), now);
+            now += Duration::from_millis(1);
+        }
+        assert_eq!(cache.len(), 3);
+        for n in 0..2 {
+            assert!(
+                cache.hit(&key(n), now).is_none(),
+                "{n} was among the oldest"
+            );
+        }
+        for n in 2..5 {
+            assert!(
+                cache.hit(&key(n), now).is_some(),
+                "{n} was among the newest"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stored_again_and_again_its_bookkeeping_stays_bounded() {
+        let cache = Cache::new(4);
+        let mut now = Instant::now();
+        for _ in 0..1000 {
+            // Expired by the next lookup: removed there, then stored again.
+            let Lookup::Lead(g) = cache.lookup(&key(1), now) else {
+                panic!()
+            };
+            g.complete(result("c"), Duration::from_secs(1), now);
+            now += Duration::from_secs(2);
+        }
+        let inner = cache.inner.lock();
+        assert!(inner.order.len() <= 8, "{} queued", inner.order.len());
+        assert!(inner.entries.len() <= 4);
     }
 }

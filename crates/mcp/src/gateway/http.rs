@@ -32,8 +32,43 @@ use toolwarden_core::protocol::CancelReason;
 use super::Gateway;
 use super::handler::GatewayConnection;
 
+type Inner = StreamableHttpService<GatewayConnection, HttpSessions>;
+
 /// The gateway's Streamable HTTP service: mount it at `/mcp`.
-pub type GatewayHttpService = StreamableHttpService<GatewayConnection, HttpSessions>;
+///
+/// rmcp's service clones itself, configuration included, for every request (and axum clones
+/// it once more); shared behind an `Arc`, a request costs a reference count instead.
+#[derive(Clone)]
+pub struct GatewayHttpService(Arc<Inner>);
+
+impl std::fmt::Debug for GatewayHttpService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewayHttpService").finish_non_exhaustive()
+    }
+}
+
+impl<B> tower_service::Service<http::Request<B>> for GatewayHttpService
+where
+    B: http_body::Body + Send + 'static,
+    B::Error: std::fmt::Display,
+    B::Data: Send + 'static,
+{
+    type Response = http::Response<
+        http_body_util::combinators::BoxBody<bytes::Bytes, std::convert::Infallible>,
+    >;
+    type Error = std::convert::Infallible;
+    type Future =
+        Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let inner = self.0.clone();
+        Box::pin(async move { Ok(inner.handle(req).await) })
+    }
+}
 
 /// Tells a connection's `initialize` which `Mcp-Session-Id` it belongs to.
 #[derive(Clone, Debug)]
@@ -81,7 +116,9 @@ pub(crate) fn service(gateway: &Arc<Gateway>, shutdown: CancellationToken) -> Ga
         let shutdown = shutdown.clone();
         move || Ok(GatewayConnection::new(gateway.clone(), shutdown.clone()))
     };
-    StreamableHttpService::new(factory, sessions, config)
+    GatewayHttpService(Arc::new(StreamableHttpService::new(
+        factory, sessions, config,
+    )))
 }
 
 /// Closes sessions idle for `idle` with no call running; at shutdown, ends them all.
