@@ -165,10 +165,9 @@ fn governed_call_live_subscriber(bencher: Bencher) {
     );
 }
 
-#[divan::bench(sample_count = 300)]
-fn turn_of_100_calls(bencher: Bencher) {
+fn turn(bencher: Bencher, f: Features) {
     let rt = runtime();
-    let engine = engine(&rt, EVERYTHING);
+    let engine = engine(&rt, f);
     bencher
         .with_inputs(|| {
             let calls = (0..100)
@@ -177,6 +176,25 @@ fn turn_of_100_calls(bencher: Bencher) {
             TurnRequest::new(session(), calls)
         })
         .bench_local_values(|req| rt.block_on(engine.run_turn(req)).unwrap());
+}
+
+/// One turn of 100 calls, every policy on.
+#[divan::bench(sample_count = 300)]
+fn turn_of_100_calls(bencher: Bencher) {
+    turn(bencher, EVERYTHING);
+}
+
+/// The same turn with nothing kept beyond it: no cache, no events.
+#[divan::bench(sample_count = 300)]
+fn turn_of_100_calls_no_cache_no_events(bencher: Bencher) {
+    turn(
+        bencher,
+        Features {
+            cache: false,
+            ring: false,
+            subscriber: false,
+        },
+    );
 }
 
 #[divan::bench]

@@ -7,14 +7,28 @@
 //! every line first, forwards only well-formed ones, and for a bad one reports which request it
 //! touched (the top-level `"id"`, scanned even from a truncated or oversized frame), so that call
 //! ends at once with a clear transport error. Lines that touch no call are only logged.
+//!
+//! It also takes the hot path off rmcp's parser: an answer to one of our `tools/call` requests
+//! (the guard is told their ids as they go out) is parsed straight into a `CallToolResult` and
+//! handed over as a message, where rmcp would try every kind of result in turn.
 
 use std::str::FromStr as _;
 use std::sync::Arc;
 
-use rmcp::model::{NumberOrString, RequestId, ServerJsonRpcMessage};
+use parking_lot::Mutex;
+use rmcp::RoleClient;
+use rmcp::model::{
+    CallToolResult, ClientJsonRpcMessage, ClientRequest, JsonRpcMessage, JsonRpcResponse,
+    JsonRpcVersion2_0, NumberOrString, RequestId, ServerJsonRpcMessage, ServerResult,
+};
+use rmcp::transport::Transport;
+use rmcp::transport::async_rw::AsyncRwTransport;
 use serde_json::Value;
 use serde_json::value::RawValue;
-use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWriteExt as _, BufReader, DuplexStream};
+use tokio::io::{
+    AsyncBufReadExt as _, AsyncRead, AsyncWrite, AsyncWriteExt as _, BufReader, DuplexStream,
+};
+use tokio::sync::mpsc;
 
 /// A line from the server that was not forwarded.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,21 +42,107 @@ pub(crate) struct BadFrame {
 /// Receives the bad frames of one connection.
 pub(crate) type OnBadFrame = Arc<dyn Fn(BadFrame) + Send + Sync>;
 
-/// Starts guarding `src` (a server's stdout); rmcp reads the returned stream instead. The
-/// returned stream ends when `src` does (or fails), so rmcp sees the server close its pipe.
-pub(crate) fn guard(
+/// The ids of our `tools/call` requests whose answers have not come yet. Only an optimization
+/// rides on it: an answer whose id is missing takes rmcp's general path, which is just as right.
+#[derive(Default)]
+pub(crate) struct PendingCalls(Mutex<std::collections::HashSet<RequestId>>);
+
+impl PendingCalls {
+    /// More than this many unanswered calls (abandoned ones never answer) and the set starts over.
+    const MAX: usize = 65_536;
+
+    fn insert(&self, id: RequestId) {
+        let mut ids = self.0.lock();
+        if ids.len() >= Self::MAX {
+            ids.clear();
+        }
+        ids.insert(id);
+    }
+
+    fn take(&self, id: &RequestId) -> bool {
+        self.0.lock().remove(id)
+    }
+}
+
+/// Starts guarding `src` (a server's stdout) and returns the transport rmcp talks to the server
+/// through: it writes to `stdin` and reads what the guard lets through. rmcp sees the server
+/// close its pipe when `src` ends (or fails).
+pub(crate) fn guard<W>(
     src: impl AsyncRead + Unpin + Send + 'static,
+    stdin: W,
     max_line: usize,
     on_bad: OnBadFrame,
-) -> DuplexStream {
+) -> Guarded<W>
+where
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let (for_rmcp, to_rmcp) = tokio::io::duplex(256 * 1024);
-    tokio::spawn(run(src, to_rmcp, max_line, on_bad));
-    for_rmcp
+    let (answers_tx, answers) = mpsc::unbounded_channel();
+    let calls = Arc::new(PendingCalls::default());
+    tokio::spawn(run(
+        src,
+        to_rmcp,
+        answers_tx,
+        calls.clone(),
+        max_line,
+        on_bad,
+    ));
+    Guarded {
+        inner: AsyncRwTransport::new(for_rmcp, stdin),
+        answers,
+        calls,
+    }
+}
+
+/// rmcp's stdio transport behind the guard, plus the answers the guard parsed itself.
+pub(crate) struct Guarded<W: AsyncWrite> {
+    inner: AsyncRwTransport<RoleClient, DuplexStream, W>,
+    answers: mpsc::UnboundedReceiver<ServerJsonRpcMessage>,
+    calls: Arc<PendingCalls>,
+}
+
+impl<W> Transport<RoleClient> for Guarded<W>
+where
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: ClientJsonRpcMessage,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        if let JsonRpcMessage::Request(request) = &item
+            && matches!(request.request, ClientRequest::CallToolRequest(_))
+        {
+            self.calls.insert(request.id.clone());
+        }
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<ServerJsonRpcMessage> {
+        // What rmcp reads first when both are ready, so that a call's progress, read before
+        // its answer, is handled before it too.
+        tokio::select! {
+            biased;
+            message = self.inner.receive() => match message {
+                Some(message) => Some(message),
+                // The guard sends every answer it parsed before it closes rmcp's stream.
+                None => self.answers.try_recv().ok(),
+            },
+            Some(answer) = self.answers.recv() => Some(answer),
+        }
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
 }
 
 async fn run(
     src: impl AsyncRead + Unpin,
     mut dst: DuplexStream,
+    answers: mpsc::UnboundedSender<ServerJsonRpcMessage>,
+    calls: Arc<PendingCalls>,
     max_line: usize,
     on_bad: OnBadFrame,
 ) {
@@ -92,9 +192,14 @@ async fn run(
             });
             continue;
         }
-        match check(&line) {
+        match check(&line, &|id| calls.take(id)) {
             Verdict::Forward => {
                 if dst.write_all(&line).await.is_err() {
+                    break;
+                }
+            }
+            Verdict::Answer(answer) => {
+                if answers.send(answer).is_err() {
                     break;
                 }
             }
@@ -111,6 +216,8 @@ async fn run(
 
 enum Verdict {
     Forward,
+    /// The answer to one of our calls, parsed.
+    Answer(ServerJsonRpcMessage),
     Skip,
     Bad(BadFrame),
 }
@@ -133,7 +240,8 @@ struct Frame<'a> {
     error: Option<&'a RawValue>,
 }
 
-fn check(line: &[u8]) -> Verdict {
+/// Judges one line. `our_call` says (once) whether an id is one of our pending `tools/call`s.
+fn check(line: &[u8], our_call: &dyn Fn(&RequestId) -> bool) -> Verdict {
     let body = line.strip_suffix(b"\n").unwrap_or(line);
     let body = body.strip_suffix(b"\r").unwrap_or(body);
     let body = body.strip_prefix(BOM).unwrap_or(body);
@@ -193,6 +301,19 @@ fn check(line: &[u8]) -> Verdict {
             _ => false,
         };
     if well_formed {
+        // Any answer (an error too) settles the call, so its id is taken in every case.
+        let ours = id.as_ref().is_some_and(our_call);
+        if let Some(id) = id
+            && ours
+            && let Some(result) = frame.result
+            && let Ok(result) = serde_json::from_str::<CallToolResult>(result.get())
+        {
+            return Verdict::Answer(ServerJsonRpcMessage::Response(JsonRpcResponse {
+                jsonrpc: JsonRpcVersion2_0,
+                id,
+                result: ServerResult::CallToolResult(result),
+            }));
+        }
         return Verdict::Forward;
     }
     match serde_json::from_slice::<ServerJsonRpcMessage>(body) {
@@ -448,11 +569,54 @@ mod tests {
     }
 
     fn verdict(line: &str) -> Result<bool, BadFrame> {
-        match check(line.as_bytes()) {
-            Verdict::Forward => Ok(true),
+        match check(line.as_bytes(), &|_| false) {
+            Verdict::Forward | Verdict::Answer(_) => Ok(true),
             Verdict::Skip => Ok(false),
             Verdict::Bad(b) => Err(b),
         }
+    }
+
+    #[test]
+    fn answers_to_our_calls_are_parsed_here_and_others_left_to_rmcp() {
+        let answer = "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}}\n";
+        let Verdict::Answer(ServerJsonRpcMessage::Response(response)) =
+            check(answer.as_bytes(), &|id| *id == NumberOrString::Number(7))
+        else {
+            panic!("an answer to our call is parsed");
+        };
+        assert_eq!(response.id, NumberOrString::Number(7));
+        let ServerResult::CallToolResult(result) = response.result else {
+            panic!("as a tool's result");
+        };
+        assert_eq!(result.content.len(), 1);
+        // Not one of our calls (e.g. tools/list): rmcp parses it.
+        assert!(matches!(
+            check(answer.as_bytes(), &|_| false),
+            Verdict::Forward
+        ));
+        // An error settles the call too: its id is taken, the error goes to rmcp.
+        let taken = std::cell::Cell::new(false);
+        let error =
+            "{\"jsonrpc\":\"2.0\",\"id\":7,\"error\":{\"code\":-32602,\"message\":\"no\"}}\n";
+        assert!(matches!(
+            check(error.as_bytes(), &|_| {
+                taken.set(true);
+                true
+            }),
+            Verdict::Forward
+        ));
+        assert!(taken.get());
+    }
+
+    #[test]
+    fn pending_calls_stay_bounded() {
+        let calls = PendingCalls::default();
+        for n in 0..(PendingCalls::MAX as i64 + 10) {
+            calls.insert(NumberOrString::Number(n));
+        }
+        assert!(calls.0.lock().len() <= PendingCalls::MAX);
+        assert!(calls.take(&NumberOrString::Number(PendingCalls::MAX as i64 + 5)));
+        assert!(!calls.take(&NumberOrString::Number(PendingCalls::MAX as i64 + 5)));
     }
 
     #[test]

@@ -240,9 +240,9 @@ pub(crate) async fn connect(
                 let router = router.clone();
                 Arc::new(move |bad| router.bad_frame(bad))
             };
-            let reader = frame::guard(stdout, max_message_bytes, on_bad);
+            let transport = frame::guard(stdout, stdin, max_message_bytes, on_bad);
             handler
-                .serve_with_ct((reader, stdin), ct.clone())
+                .serve_with_ct(transport, ct.clone())
                 .await
                 .map_err(|e| format!("initialize failed: {e}"))?
         }
