@@ -199,7 +199,7 @@ async fn run(
                 }
             }
             Verdict::Answer(answer) => {
-                if answers.send(answer).is_err() {
+                if answers.send(*answer).is_err() {
                     break;
                 }
             }
@@ -217,7 +217,7 @@ async fn run(
 enum Verdict {
     Forward,
     /// The answer to one of our calls, parsed.
-    Answer(ServerJsonRpcMessage),
+    Answer(Box<ServerJsonRpcMessage>),
     Skip,
     Bad(BadFrame),
 }
@@ -308,11 +308,11 @@ fn check(line: &[u8], our_call: &dyn Fn(&RequestId) -> bool) -> Verdict {
             && let Some(result) = frame.result
             && let Ok(result) = serde_json::from_str::<CallToolResult>(result.get())
         {
-            return Verdict::Answer(ServerJsonRpcMessage::Response(JsonRpcResponse {
+            return Verdict::Answer(Box::new(ServerJsonRpcMessage::Response(JsonRpcResponse {
                 jsonrpc: JsonRpcVersion2_0,
                 id,
                 result: ServerResult::CallToolResult(result),
-            }));
+            })));
         }
         return Verdict::Forward;
     }
@@ -579,10 +579,13 @@ mod tests {
     #[test]
     fn answers_to_our_calls_are_parsed_here_and_others_left_to_rmcp() {
         let answer = "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}}\n";
-        let Verdict::Answer(ServerJsonRpcMessage::Response(response)) =
+        let Verdict::Answer(parsed) =
             check(answer.as_bytes(), &|id| *id == NumberOrString::Number(7))
         else {
             panic!("an answer to our call is parsed");
+        };
+        let ServerJsonRpcMessage::Response(response) = *parsed else {
+            panic!("as a response");
         };
         assert_eq!(response.id, NumberOrString::Number(7));
         let ServerResult::CallToolResult(result) = response.result else {
