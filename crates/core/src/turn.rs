@@ -98,7 +98,13 @@ pub struct TurnOutput {
     pub session_id: SessionId,
     /// One result per call, in call order (shared with the `tool_result` events).
     pub results: Vec<Arc<CallResult>>,
+    /// The results as the turn's renderer made them (see [`TurnRequest::render`]), in call
+    /// order: the same list `turn_end` carries, made once.
+    pub rendered: Option<Arc<Vec<Value>>>,
 }
+
+/// What a turn running on its own task hands its handle: the results, and their rendering.
+pub(crate) type Finished = (Vec<Arc<CallResult>>, Option<Arc<Vec<Value>>>);
 
 /// A call that completed: its index in the turn and its result.
 pub(crate) type Completion = (usize, Arc<CallResult>);
@@ -139,6 +145,8 @@ pub(crate) struct TurnState {
     pub(crate) slots: Vec<Arc<CallSlot>>,
     pub(crate) calls: Vec<ToolCall>,
     pub(crate) finalized: AtomicBool,
+    /// The rendered results, once `finalize` made them.
+    pub(crate) rendered: std::sync::OnceLock<Arc<Vec<Value>>>,
     pub(crate) render: Option<ResultRenderer>,
     pub(crate) progress: Option<CallProgress>,
     pub(crate) stream: Mutex<Option<mpsc::UnboundedSender<Completion>>>,
@@ -291,18 +299,24 @@ pub(crate) fn finalize(engine: &EngineInner, turn: &TurnState) -> Vec<Arc<CallRe
     } else {
         "partial"
     };
+    // Rendered once, for `turn_end` and the front door's answer alike.
+    let rendered = turn.render.as_ref().map(|render| {
+        let list: Arc<Vec<Value>> = Arc::new(
+            results
+                .iter()
+                .zip(&turn.calls)
+                .map(|(r, c)| render(c, r))
+                .collect(),
+        );
+        let _ = turn.rendered.set(list.clone());
+        list
+    });
     engine
         .bus
         .emit_with(&turn.event_scope(), || EventKind::TurnEnd {
             outcome: outcome.to_owned(),
-            results: match &turn.render {
-                Some(render) => TurnResults::Rendered(
-                    results
-                        .iter()
-                        .zip(&turn.calls)
-                        .map(|(r, c)| render(c, r))
-                        .collect(),
-                ),
+            results: match rendered {
+                Some(list) => TurnResults::Rendered(list),
                 None => TurnResults::Results(results.clone()),
             },
         });
@@ -315,7 +329,7 @@ pub struct TurnHandle {
     turn_id: TurnId,
     session_id: SessionId,
     completions: mpsc::UnboundedReceiver<(usize, Arc<CallResult>)>,
-    done: Option<oneshot::Receiver<Vec<Arc<CallResult>>>>,
+    done: Option<oneshot::Receiver<Finished>>,
     abort_on_drop: Option<std::sync::Weak<EngineInner>>,
 }
 
@@ -332,7 +346,7 @@ impl TurnHandle {
         turn_id: TurnId,
         session_id: SessionId,
         completions: mpsc::UnboundedReceiver<(usize, Arc<CallResult>)>,
-        done: oneshot::Receiver<Vec<Arc<CallResult>>>,
+        done: oneshot::Receiver<Finished>,
         engine: std::sync::Weak<EngineInner>,
     ) -> Self {
         Self {
@@ -361,15 +375,16 @@ impl TurnHandle {
 
     /// Waits for the turn to end: one result per call, in call order.
     pub async fn finish(mut self) -> TurnOutput {
-        let results = match self.done.take() {
+        let (results, rendered) = match self.done.take() {
             Some(rx) => rx.await.unwrap_or_default(),
-            None => Vec::new(),
+            None => (Vec::new(), None),
         };
         self.abort_on_drop = None;
         TurnOutput {
             turn_id: self.turn_id.clone(),
             session_id: self.session_id.clone(),
             results,
+            rendered,
         }
     }
 

@@ -266,3 +266,40 @@ async fn a_turn_without_a_session_leaves_no_session_behind() {
         "the generated session is gone"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_renderer_runs_once_per_call_for_the_answer_and_turn_end_alike() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use toolwarden_core::protocol::{EventKind, TurnResults};
+    let mut h = Harness::new("");
+    let renders = Arc::new(AtomicUsize::new(0));
+    let counted = renders.clone();
+    let mut req = h.turn(vec![
+        call("c1", "sleep", json!({"ms": 20})),
+        call("c2", "sleep", json!({"ms": 10})),
+    ]);
+    req.render = Some(Arc::new(move |call, result| {
+        counted.fetch_add(1, Ordering::Relaxed);
+        json!({"id": call.id, "text": result.text()})
+    }));
+    let out = h.engine.start_turn(req).unwrap().finish().await;
+    let rendered = out.rendered.expect("a rendered list");
+    assert_eq!(
+        *rendered,
+        vec![
+            json!({"id": "c1", "text": "slept 20ms"}),
+            json!({"id": "c2", "text": "slept 10ms"})
+        ]
+    );
+    let events = h.until("turn_end").await;
+    let EventKind::TurnEnd {
+        results: TurnResults::Rendered(carried),
+        ..
+    } = kind(events.last().unwrap())
+    else {
+        panic!("turn_end carries the rendered list");
+    };
+    assert!(Arc::ptr_eq(carried, &rendered), "one list, shared");
+    assert_eq!(renders.load(Ordering::Relaxed), 2, "one rendering per call");
+}

@@ -8,7 +8,7 @@ use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use toolwarden_core::{TurnError, TurnRequest};
-use toolwarden_protocol::{CallId, CancelReason, TurnId};
+use toolwarden_protocol::{CallId, CancelReason, SessionId, TurnId};
 
 use crate::error::{ApiError, ErrorCode};
 use crate::{App, format, sse};
@@ -119,17 +119,29 @@ pub(crate) async fn create(
     // If the client goes away, this future — and the handle it owns — is dropped, which aborts
     // the turn as a client disconnect.
     let output = handle.finish().await;
-    let results: Vec<Value> = output
-        .results
-        .iter()
-        .zip(&calls)
-        .map(|(result, call)| render(call, result))
-        .collect();
-    Ok(Json(json!({
-        "turn_id": output.turn_id,
-        "session_id": output.session_id,
-        "results": results,
-    }))
+    // The list `turn_end` carried, rendered once.
+    let results = output.rendered.unwrap_or_else(|| {
+        std::sync::Arc::new(
+            output
+                .results
+                .iter()
+                .zip(&calls)
+                .map(|(result, call)| render(call, result))
+                .collect(),
+        )
+    });
+    // Serialized straight from the shared list, not copied into a new JSON value first.
+    #[derive(serde::Serialize)]
+    struct Answer<'a> {
+        turn_id: &'a TurnId,
+        session_id: &'a SessionId,
+        results: &'a [Value],
+    }
+    Ok(Json(Answer {
+        turn_id: &output.turn_id,
+        session_id: &output.session_id,
+        results: &results,
+    })
     .into_response())
 }
 

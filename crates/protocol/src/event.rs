@@ -244,8 +244,9 @@ impl EventKind {
 pub enum TurnResults {
     /// The engine's own results (no front door asked for another form).
     Results(Vec<Arc<CallResult>>),
-    /// What a front door answers with (Anthropic `tool_result` blocks, OpenAI tool messages, ...).
-    Rendered(Vec<Value>),
+    /// What a front door answers with (Anthropic `tool_result` blocks, OpenAI tool messages, ...),
+    /// shared with that answer.
+    Rendered(Arc<Vec<Value>>),
 }
 
 impl TurnResults {
