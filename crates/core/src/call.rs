@@ -525,13 +525,12 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
 
 /// Digest of a result's content: canonical JSON of `{"content": [...], "structuredContent": ...}`.
 fn result_digest(output: &ToolOutput) -> [u8; 32] {
-    let items: Vec<&Value> = output.content.iter().map(|c| &c.0).collect();
+    let items = ValueRef::Contents(&output.content);
     match &output.structured_content {
-        Some(s) => canonical::digest_object(&[
-            ("content", ValueRef::Array(&items)),
-            ("structuredContent", ValueRef::One(s)),
-        ]),
-        None => canonical::digest_object(&[("content", ValueRef::Array(&items))]),
+        Some(s) => {
+            canonical::digest_object(&[("content", items), ("structuredContent", ValueRef::One(s))])
+        }
+        None => canonical::digest_object(&[("content", items)]),
     }
 }
 

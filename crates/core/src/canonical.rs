@@ -9,6 +9,7 @@
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+use toolwarden_protocol::Content;
 
 /// Where canonical bytes go: a buffer, or straight into a hasher.
 trait Sink {
@@ -83,13 +84,21 @@ pub fn digest_object(entries: &[(&str, ValueRef<'_>)]) -> [u8; 32] {
         hasher.byte(b':');
         match value {
             ValueRef::One(v) => write_value(&mut hasher, v),
-            ValueRef::Array(items) => {
+            ValueRef::Contents(items) => {
                 hasher.byte(b'[');
                 for (j, item) in items.iter().enumerate() {
                     if j > 0 {
                         hasher.byte(b',');
                     }
-                    write_value(&mut hasher, item);
+                    match item {
+                        // `{"text":...,"type":"text"}`: keys in canonical order.
+                        Content::Text(text) => {
+                            hasher.put(b"{\"text\":");
+                            write_string(&mut hasher, text);
+                            hasher.put(b",\"type\":\"text\"}");
+                        }
+                        Content::Other(value) => write_value(&mut hasher, value),
+                    }
                 }
                 hasher.byte(b']');
             }
@@ -104,8 +113,8 @@ pub fn digest_object(entries: &[(&str, ValueRef<'_>)]) -> [u8; 32] {
 pub enum ValueRef<'a> {
     /// One value.
     One(&'a Value),
-    /// An array of these items.
-    Array(&'a [&'a Value]),
+    /// An array of content blocks, each as its JSON.
+    Contents(&'a [Content]),
 }
 
 /// SHA-256 of some bytes.
@@ -291,13 +300,18 @@ mod tests {
     #[test]
     fn digest_object_equals_the_digest_of_the_built_object() {
         let items = [
-            json!({"type": "text", "text": "hi"}),
+            json!({"type": "text", "text": "hi \"there\"\n\u{E000}"}),
             json!({"type": "image", "data": "AA=="}),
+            json!({"type": "text", "text": "annotated", "annotations": {"priority": 1}}),
         ];
         let structured = json!({"z": 1, "a": [1.5, "x"]});
-        let refs: Vec<&Value> = items.iter().collect();
+        let contents: Vec<Content> = items.iter().cloned().map(Content::from_value).collect();
+        assert!(
+            matches!(contents[0], Content::Text(_)),
+            "a plain text block"
+        );
         let streamed = digest_object(&[
-            ("content", ValueRef::Array(&refs)),
+            ("content", ValueRef::Contents(&contents)),
             ("structuredContent", ValueRef::One(&structured)),
         ]);
         assert_eq!(

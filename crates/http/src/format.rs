@@ -284,7 +284,7 @@ fn anthropic_block(block: &Content) -> Value {
             "source": {"type": "base64", "media_type": mime, "data": data},
         });
     }
-    json!({"type": "text", "text": block.0.to_string()})
+    json!({"type": "text", "text": block.to_string()})
 }
 
 /// The data and MIME type of an MCP image block.
@@ -292,8 +292,8 @@ fn image_parts(block: &Content) -> Option<(&str, &str)> {
     if block.kind() != Some("image") {
         return None;
     }
-    let data = block.0.get("data")?.as_str()?;
-    let mime = block.0.get("mimeType")?.as_str()?;
+    let data = block.get("data")?.as_str()?;
+    let mime = block.get("mimeType")?.as_str()?;
     Some((data, mime))
 }
 
@@ -310,7 +310,7 @@ pub(crate) fn openai_result(call: &ToolCall, result: &CallResult) -> Value {
             } else if let Some((data, mime)) = image_parts(block) {
                 format!("[image {mime}, {} bytes of base64, not shown]", data.len())
             } else {
-                block.0.to_string()
+                block.to_string()
             }
         })
         .collect();
@@ -349,9 +349,13 @@ mod tests {
 
     fn blocks() -> Vec<Content> {
         vec![
-            Content(json!({"type": "text", "text": "a chart", "annotations": {"priority": 1}})),
-            Content(json!({"type": "image", "data": "aGVsbG8=", "mimeType": "image/png"})),
-            Content(json!({"type": "resource_link", "uri": "file:///x", "name": "x"})),
+            Content::from_value(
+                json!({"type": "text", "text": "a chart", "annotations": {"priority": 1}}),
+            ),
+            Content::from_value(
+                json!({"type": "image", "data": "aGVsbG8=", "mimeType": "image/png"}),
+            ),
+            Content::from_value(json!({"type": "resource_link", "uri": "file:///x", "name": "x"})),
         ]
     }
 

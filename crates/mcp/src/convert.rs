@@ -1,7 +1,7 @@
 //! Between rmcp's model and toolwarden's: tools, results, errors.
 
 use rmcp::ServiceError;
-use rmcp::model::{CustomResult, JsonObject, ServerResult, Tool};
+use rmcp::model::{ContentBlock, CustomResult, JsonObject, ServerResult, Tool};
 use serde_json::Value;
 use toolwarden_core::protocol::{Content, ToolAnnotations, ToolSpec};
 use toolwarden_core::{AttemptError, ToolOutput};
@@ -59,8 +59,16 @@ pub(crate) fn tool_output(result: ServerResult) -> Result<ToolOutput, AttemptErr
         ServerResult::CallToolResult(r) => {
             let content = r
                 .content
-                .iter()
-                .map(|block| serde_json::to_value(block).map(Content))
+                .into_iter()
+                .map(|block| match block {
+                    // The commonest block moves over as its string.
+                    ContentBlock::Text(text)
+                        if text.meta.is_none() && text.annotations.is_none() =>
+                    {
+                        Ok(Content::Text(text.text))
+                    }
+                    other => serde_json::to_value(&other).map(Content::from_value),
+                })
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| {
                     AttemptError::Transport(format!("cannot re-encode a content block: {e}"))
@@ -74,7 +82,9 @@ pub(crate) fn tool_output(result: ServerResult) -> Result<ToolOutput, AttemptErr
         // rmcp falls back to a raw value when a block type is unknown to it: pass it on as is.
         ServerResult::CustomResult(CustomResult(Value::Object(map))) => {
             let content = match map.get("content") {
-                Some(Value::Array(blocks)) => blocks.iter().cloned().map(Content).collect(),
+                Some(Value::Array(blocks)) => {
+                    blocks.iter().cloned().map(Content::from_value).collect()
+                }
                 None => Vec::new(),
                 Some(_) => {
                     return Err(AttemptError::Transport(
@@ -163,7 +173,7 @@ mod tests {
         assert_eq!(
             tool_output(r).unwrap(),
             ToolOutput {
-                content: vec![Content(json!({"type": "text", "text": "hi"}))],
+                content: vec![Content::from_value(json!({"type": "text", "text": "hi"}))],
                 structured_content: Some(json!({"a": 1})),
                 is_error: true,
             }
@@ -171,7 +181,10 @@ mod tests {
         // A block type rmcp does not know still passes through unchanged.
         let odd = json!({"type": "hologram", "frames": 3});
         let r: ServerResult = serde_json::from_value(json!({"content": [odd.clone()]})).unwrap();
-        assert_eq!(tool_output(r).unwrap().content, vec![Content(odd)]);
+        assert_eq!(
+            tool_output(r).unwrap().content,
+            vec![Content::from_value(odd)]
+        );
     }
 
     #[test]

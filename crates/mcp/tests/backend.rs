@@ -149,7 +149,7 @@ async fn answers_pass_through_and_errors_are_classified() {
     assert_eq!(
         output(call(&server, "echo", json!({"text": "hi", "structured": true})).await),
         ToolOutput {
-            content: vec![Content(json!({"type": "text", "text": "hi"}))],
+            content: vec![Content::from_value(json!({"type": "text", "text": "hi"}))],
             structured_content: Some(json!({"text": "hi"})),
             is_error: false,
         }

@@ -44,29 +44,116 @@ impl ToolCall {
 }
 
 /// One content block of a tool result, in MCP's shape (`{"type":"text","text":"..."}`,
-/// `{"type":"image","data":...,"mimeType":...}`, ...). Kept as JSON so that every block type an
-/// MCP server sends passes through unchanged.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Content(pub Value);
+/// `{"type":"image","data":...,"mimeType":...}`, ...).
+///
+/// A plain text block — by far the commonest — is kept as its string; every other block (images,
+/// audio, resources, links, text with annotations or `_meta`) is kept as its JSON, so that every
+/// block type an MCP server sends passes through unchanged. Build blocks from JSON with
+/// [`Content::from_value`], which picks the form, so that equal blocks compare equal.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Content {
+    /// `{"type":"text","text":...}` and nothing else.
+    Text(String),
+    /// Any other block, as its JSON.
+    Other(Value),
+}
 
 impl Content {
     /// A text block.
     pub fn text(text: impl Into<String>) -> Self {
-        Content(serde_json::json!({"type": "text", "text": text.into()}))
+        Content::Text(text.into())
+    }
+
+    /// A block from its JSON.
+    pub fn from_value(value: Value) -> Self {
+        match value {
+            Value::Object(mut map)
+                if map.len() == 2
+                    && map.get("type").and_then(Value::as_str) == Some("text")
+                    && map.get("text").is_some_and(Value::is_string) =>
+            {
+                match map.remove("text") {
+                    Some(Value::String(text)) => Content::Text(text),
+                    // Checked above.
+                    _ => Content::Other(Value::Object(map)),
+                }
+            }
+            other => Content::Other(other),
+        }
+    }
+
+    /// The block's JSON.
+    pub fn to_value(&self) -> Value {
+        match self {
+            Content::Text(text) => serde_json::json!({"type": "text", "text": text}),
+            Content::Other(value) => value.clone(),
+        }
+    }
+
+    /// The block's JSON, taking it.
+    pub fn into_value(self) -> Value {
+        match self {
+            Content::Text(text) => serde_json::json!({"type": "text", "text": text}),
+            Content::Other(value) => value,
+        }
     }
 
     /// The block's `type`.
     pub fn kind(&self) -> Option<&str> {
-        self.0.get("type").and_then(Value::as_str)
+        match self {
+            Content::Text(_) => Some("text"),
+            Content::Other(value) => value.get("type").and_then(Value::as_str),
+        }
     }
 
-    /// The text of a text block.
+    /// The text of a text block (annotated ones too).
     pub fn as_text(&self) -> Option<&str> {
-        match self.kind() {
-            Some("text") => self.0.get("text").and_then(Value::as_str),
-            _ => None,
+        match self {
+            Content::Text(text) => Some(text),
+            Content::Other(value) => match self.kind() {
+                Some("text") => value.get("text").and_then(Value::as_str),
+                _ => None,
+            },
         }
+    }
+
+    /// A member of the block's JSON other than a plain text block's (e.g. an image's `data`).
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        match self {
+            Content::Text(_) => None,
+            Content::Other(value) => value.get(key),
+        }
+    }
+}
+
+impl std::fmt::Display for Content {
+    /// The block's JSON.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Content::Text(_) => write!(f, "{}", self.to_value()),
+            Content::Other(value) => write!(f, "{value}"),
+        }
+    }
+}
+
+impl Serialize for Content {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        match self {
+            Content::Text(text) => {
+                let mut map = serializer.serialize_map(Some(2))?;
+                map.serialize_entry("type", "text")?;
+                map.serialize_entry("text", text)?;
+                map.end()
+            }
+            Content::Other(value) => value.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Content {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Value::deserialize(deserializer).map(Content::from_value)
     }
 }
 
@@ -97,5 +184,58 @@ impl CallResult {
             out.push_str(t);
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_plain_text_block_is_kept_as_its_string_and_anything_else_as_json() {
+        let plain = Content::from_value(json!({"type": "text", "text": "hi"}));
+        assert_eq!(plain, Content::text("hi"));
+        let annotated = json!({"type": "text", "text": "hi", "annotations": {"priority": 1}});
+        assert_eq!(
+            Content::from_value(annotated.clone()),
+            Content::Other(annotated.clone())
+        );
+        let image = json!({"type": "image", "data": "AA==", "mimeType": "image/png"});
+        let image_block = Content::from_value(image.clone());
+        assert_eq!(image_block, Content::Other(image.clone()));
+        // A "text" that is not a string is not a text block.
+        let odd = json!({"type": "text", "text": 5});
+        assert_eq!(Content::from_value(odd.clone()), Content::Other(odd));
+
+        assert_eq!(plain.kind(), Some("text"));
+        assert_eq!(plain.as_text(), Some("hi"));
+        assert_eq!(Content::from_value(annotated).as_text(), Some("hi"));
+        assert_eq!(image_block.kind(), Some("image"));
+        assert_eq!(image_block.as_text(), None);
+        assert_eq!(image_block.get("mimeType"), Some(&json!("image/png")));
+        assert_eq!(plain.get("text"), None);
+    }
+
+    #[test]
+    fn blocks_serialize_as_mcp_shapes_and_round_trip() {
+        let blocks = vec![
+            Content::text("a \"quoted\"\nline"),
+            Content::from_value(json!({"type": "image", "data": "AA==", "mimeType": "image/png"})),
+        ];
+        let value = serde_json::to_value(&blocks).unwrap();
+        assert_eq!(
+            value,
+            json!([
+                {"type": "text", "text": "a \"quoted\"\nline"},
+                {"type": "image", "data": "AA==", "mimeType": "image/png"}
+            ])
+        );
+        assert_eq!(blocks[0].to_value(), value[0]);
+        assert_eq!(blocks[0].clone().into_value(), value[0]);
+        assert_eq!(blocks[0].to_string(), value[0].to_string());
+        let back: Vec<Content> =
+            serde_json::from_str(&serde_json::to_string(&blocks).unwrap()).unwrap();
+        assert_eq!(back, blocks);
     }
 }

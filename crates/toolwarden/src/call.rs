@@ -450,7 +450,7 @@ fn print_result(result: &CallResult, as_json: bool) -> anyhow::Result<()> {
                         writeln!(out)?;
                     }
                 }
-                None => writeln!(out, "{}", block.0)?,
+                None => writeln!(out, "{}", block)?,
             }
         }
     }

@@ -72,7 +72,9 @@ pub fn tools(engine: &Engine) {
             Ok::<_, ToolError>(ToolOutput {
                 content: vec![
                     Content::text("a dot"),
-                    Content(json!({"type": "image", "data": "iVBORw0=", "mimeType": "image/png"})),
+                    Content::from_value(
+                        json!({"type": "image", "data": "iVBORw0=", "mimeType": "image/png"}),
+                    ),
                 ],
                 structured_content: None,
                 is_error: false,

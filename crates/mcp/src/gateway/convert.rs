@@ -9,7 +9,7 @@ use rmcp::model::{
 };
 use serde_json::{Value, json};
 use toolwarden_core::PREFIX_SEPARATOR;
-use toolwarden_core::protocol::{CallResult, ToolInfo};
+use toolwarden_core::protocol::{CallResult, Content, ToolInfo};
 
 use super::{Gateway, STATUS_TOOL};
 
@@ -106,9 +106,10 @@ pub(crate) fn call_result(result: &CallResult) -> CallToolResult {
     let content = result
         .content
         .iter()
-        .map(|c| {
-            serde_json::from_value::<ContentBlock>(c.0.clone())
-                .unwrap_or_else(|_| ContentBlock::text(c.0.to_string()))
+        .map(|c| match c {
+            Content::Text(text) => ContentBlock::text(text.clone()),
+            Content::Other(value) => serde_json::from_value::<ContentBlock>(value.clone())
+                .unwrap_or_else(|_| ContentBlock::text(value.to_string())),
         })
         .collect();
     let mut r = CallToolResult::success(content);
@@ -214,7 +215,7 @@ mod tests {
             },
             content: vec![
                 Content::text("[CANCELLED] ..."),
-                Content(json!({"type": "hologram"})),
+                Content::from_value(json!({"type": "hologram"})),
             ],
             structured_content: None,
             is_error: true,
