@@ -135,7 +135,7 @@ impl Finisher {
             attempts: self.attempts,
             call_id: self.call_id().clone(),
             turn_id: self.turn.id.clone(),
-            tool: self.tool().to_owned(),
+            tool: self.slot.tool.clone(),
             duration_ms: elapsed.as_millis() as u64,
             provenance,
             detail,

@@ -687,8 +687,8 @@ impl EngineInner {
     /// The result of a call whose pipeline recorded nothing (cannot happen; kept total).
     pub(crate) fn synthetic_result(&self, turn: &TurnState, index: usize) -> CallResult {
         let (call_id, tool) = turn.slots.get(index).map_or_else(
-            || (CallId::from(""), String::new()),
-            |s| (s.call_id.clone(), s.tool.to_string()),
+            || (CallId::from(""), Arc::<str>::from("")),
+            |s| (s.call_id.clone(), s.tool.clone()),
         );
         let status = Status::Cancelled {
             reason: CancelReason::NotStarted,
@@ -728,7 +728,7 @@ impl EngineInner {
                 attempts: 0,
                 call_id: CallId::from(""),
                 turn_id: TurnId::from(""),
-                tool: String::new(),
+                tool: "".into(),
                 duration_ms: 0,
                 provenance: None,
                 detail: Some(e.to_string()),

@@ -57,7 +57,7 @@ impl Session {
             return;
         }
         if let Status::Timeout { .. } = outcome.status {
-            *h.timed_out.entry(outcome.tool.clone()).or_insert(0) += 1;
+            *h.timed_out.entry(outcome.tool.to_string()).or_insert(0) += 1;
         }
         if h.recent_failures.len() == RECENT_FAILURES {
             h.recent_failures.pop_front();
@@ -65,7 +65,7 @@ impl Session {
         h.recent_failures.push_back(RecentCall {
             call_id: outcome.call_id.clone(),
             turn_id: outcome.turn_id.clone(),
-            tool: outcome.tool.clone(),
+            tool: outcome.tool.to_string(),
             status: outcome.status.clone(),
             at: Timestamp::now(),
         });

@@ -235,8 +235,8 @@ pub struct Outcome {
     pub call_id: CallId,
     /// Its turn.
     pub turn_id: TurnId,
-    /// The tool's name as the caller used it.
-    pub tool: String,
+    /// The tool's name as the caller used it (shared: every result of a tool names it).
+    pub tool: std::sync::Arc<str>,
     /// From the call's arrival to its outcome, in milliseconds.
     pub duration_ms: u64,
     /// Where an `ok` result came from.
