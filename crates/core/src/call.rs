@@ -221,7 +221,7 @@ impl Finisher {
             source: ProvenanceSource::Cache,
             fetched_at: original.fetched_at,
             cache_hit: true,
-            digest: original.digest.clone(),
+            digest: original.digest,
             origin_call_id: Some(hit.origin_call_id().clone()),
         };
         let output = ToolOutput {
@@ -479,7 +479,7 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
                 source: ProvenanceSource::Tool,
                 fetched_at: Timestamp::now(),
                 cache_hit: false,
-                digest: canonical::digest_string(&result_digest(&output)),
+                digest: toolwarden_protocol::ContentDigest(result_digest(&output)),
                 origin_call_id: None,
             };
             let tool_blocks = output.content.len();

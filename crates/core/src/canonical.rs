@@ -124,15 +124,7 @@ pub fn sha256(bytes: &[u8]) -> [u8; 32] {
 
 /// `sha256:` followed by the lowercase hex of a digest.
 pub fn digest_string(d: &[u8; 32]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut buf = [0u8; 7 + 64];
-    buf[..7].copy_from_slice(b"sha256:");
-    for (i, b) in d.iter().enumerate() {
-        buf[7 + 2 * i] = HEX[(b >> 4) as usize];
-        buf[8 + 2 * i] = HEX[(b & 15) as usize];
-    }
-    // Only ASCII was written.
-    String::from_utf8_lossy(&buf).into_owned()
+    toolwarden_protocol::ContentDigest(*d).to_string()
 }
 
 fn write_value<S: Sink>(out: &mut S, value: &Value) {

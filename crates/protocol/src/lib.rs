@@ -37,8 +37,8 @@ pub use interaction::{
     Interaction, InteractionAction, InteractionAnswer, InteractionKind, InteractionOutcome,
 };
 pub use outcome::{
-    CancelReason, Decider, DenyReason, ErrorReason, InvalidReason, Outcome, Provenance,
-    ProvenanceSource, Status, TimeoutKind,
+    CancelReason, ContentDigest, Decider, DenyReason, ErrorReason, InvalidReason, Outcome,
+    Provenance, ProvenanceSource, Status, TimeoutKind,
 };
 pub use policy::{
     Approval, Backoff, BackoffConfig, Breaker, BreakerConfig, Concurrency, LoopConfig, LoopPolicy,

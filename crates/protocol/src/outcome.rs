@@ -205,6 +205,63 @@ pub enum ProvenanceSource {
     Cache,
 }
 
+/// A SHA-256 digest, written `sha256:` and 64 lowercase hex digits.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ContentDigest(pub [u8; 32]);
+
+impl std::fmt::Display for ContentDigest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut buf = [0u8; 7 + 64];
+        buf[..7].copy_from_slice(b"sha256:");
+        for (i, b) in self.0.iter().enumerate() {
+            buf[7 + 2 * i] = HEX[usize::from(b >> 4)];
+            buf[8 + 2 * i] = HEX[usize::from(b & 15)];
+        }
+        // Only ASCII was written.
+        f.write_str(std::str::from_utf8(&buf).unwrap_or("sha256:?"))
+    }
+}
+
+impl std::fmt::Debug for ContentDigest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self}")
+    }
+}
+
+impl std::str::FromStr for ContentDigest {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let hex = s
+            .strip_prefix("sha256:")
+            .filter(|h| h.len() == 64)
+            .ok_or_else(|| format!("expected `sha256:` and 64 hex digits, got {s:?}"))?;
+        let mut out = [0u8; 32];
+        for (i, pair) in hex.as_bytes().chunks(2).enumerate() {
+            let digit = |c: u8| (c as char).to_digit(16);
+            match (digit(pair[0]), digit(pair[1])) {
+                (Some(hi), Some(lo)) => out[i] = (hi * 16 + lo) as u8,
+                _ => return Err(format!("expected `sha256:` and 64 hex digits, got {s:?}")),
+            }
+        }
+        Ok(Self(out))
+    }
+}
+
+impl Serialize for ContentDigest {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ContentDigest {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 /// Where a result came from and when it was produced.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Provenance {
@@ -214,8 +271,8 @@ pub struct Provenance {
     pub fetched_at: Timestamp,
     /// Whether this result was served from the cache.
     pub cache_hit: bool,
-    /// `sha256:` digest of the result's canonical JSON content.
-    pub digest: String,
+    /// The SHA-256 of the result's canonical JSON content (`sha256:<hex>` in JSON).
+    pub digest: ContentDigest,
     /// For a cache hit, the call that produced the result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin_call_id: Option<CallId>,
@@ -281,5 +338,28 @@ mod tests {
         );
         let back: Outcome = serde_json::from_value(v).unwrap();
         assert_eq!(back, o);
+    }
+}
+
+#[cfg(test)]
+mod digest_tests {
+    use super::ContentDigest;
+
+    #[test]
+    fn digests_read_back_what_they_write_and_refuse_anything_else() {
+        let d = ContentDigest([0xab; 32]);
+        let text = d.to_string();
+        assert_eq!(text, format!("sha256:{}", "ab".repeat(32)));
+        assert_eq!(text.parse::<ContentDigest>(), Ok(d));
+        let json = serde_json::to_string(&d).unwrap();
+        assert_eq!(serde_json::from_str::<ContentDigest>(&json).unwrap(), d);
+        for bad in [
+            "ab",
+            "sha256:zz",
+            "md5:00",
+            &format!("sha256:{}", "g".repeat(64)),
+        ] {
+            assert!(bad.parse::<ContentDigest>().is_err(), "{bad}");
+        }
     }
 }
