@@ -24,8 +24,8 @@ pub(crate) struct CacheKey {
 }
 
 /// A stored `ok` result: the producing call's own result, shared, and how many of its content
-/// blocks came from the tool (the engine may have appended notes).
-#[derive(Debug)]
+/// blocks came from the tool (the engine may have appended notes). Cheap to clone.
+#[derive(Clone, Debug)]
 pub(crate) struct CachedResult {
     pub(crate) result: Arc<CallResult>,
     pub(crate) tool_blocks: usize,
@@ -42,18 +42,18 @@ impl CachedResult {
 }
 
 struct Entry {
-    result: Arc<CachedResult>,
+    result: CachedResult,
     expires: Instant,
 }
 
 /// A running execution's outcome as waiters see it: `None` while running, then `Some(None)` when
 /// it ended without a shareable result, `Some(Some(r))` when it ended `ok`.
-type Flight = watch::Receiver<Option<Option<Arc<CachedResult>>>>;
+type Flight = watch::Receiver<Option<Option<CachedResult>>>;
 
 /// What a lookup found.
 pub(crate) enum Lookup {
     /// A fresh stored result.
-    Hit(Arc<CachedResult>),
+    Hit(CachedResult),
     /// Nobody has it; the caller runs the call and must complete the guard.
     Lead(FlightGuard),
     /// An identical call is running; wait on it.
@@ -67,7 +67,7 @@ pub(crate) struct Cache {
 }
 
 /// A running execution. Its channel is made only when a second identical call arrives.
-type FlightSender = Option<watch::Sender<Option<Option<Arc<CachedResult>>>>>;
+type FlightSender = Option<watch::Sender<Option<Option<CachedResult>>>>;
 
 #[derive(Default)]
 struct Inner {
@@ -112,7 +112,7 @@ impl Cache {
     }
 
     /// A fresh stored result for `key`, without joining or leading an execution.
-    pub(crate) fn hit(&self, key: &CacheKey, now: Instant) -> Option<Arc<CachedResult>> {
+    pub(crate) fn hit(&self, key: &CacheKey, now: Instant) -> Option<CachedResult> {
         let inner = self.inner.lock();
         inner
             .entries
@@ -151,7 +151,7 @@ impl Cache {
 
 /// Waits for a leader's result: `Some` when it ended `ok`, `None` when the waiter should look up
 /// again.
-pub(crate) async fn follow(mut flight: Flight) -> Option<Arc<CachedResult>> {
+pub(crate) async fn follow(mut flight: Flight) -> Option<CachedResult> {
     loop {
         if let Some(done) = flight.borrow_and_update().clone() {
             return done;
@@ -171,7 +171,7 @@ pub(crate) struct FlightGuard {
 
 impl FlightGuard {
     /// The execution ended `ok`: store the result for `ttl` and hand it to the waiters.
-    pub(crate) fn complete(mut self, result: Arc<CachedResult>, ttl: Duration, now: Instant) {
+    pub(crate) fn complete(mut self, result: CachedResult, ttl: Duration, now: Instant) {
         let Some(key) = self.key.take() else { return };
         let mut inner = self.inner.lock();
         inner.make_room(self.max_entries, now);
@@ -211,7 +211,7 @@ mod tests {
         }
     }
 
-    fn result(origin: &str) -> Arc<CachedResult> {
+    fn result(origin: &str) -> CachedResult {
         use toolwarden_protocol::{Outcome, Status};
         let outcome = Outcome {
             status: Status::Ok,
@@ -230,10 +230,10 @@ mod tests {
             structured_content: None,
             is_error: false,
         };
-        Arc::new(CachedResult {
+        CachedResult {
             result: Arc::new(result),
             tool_blocks: 1,
-        })
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -486,10 +486,10 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
             let result = fin.finish(Status::Ok, None, Some(output), Some(provenance));
             if let Some(guard) = flight {
                 guard.complete(
-                    Arc::new(CachedResult {
+                    CachedResult {
                         result,
                         tool_blocks,
-                    }),
+                    },
                     policy.cache_ttl,
                     ended_at,
                 );
