@@ -214,6 +214,32 @@ fn stat_fields(pid: u32) -> Option<Vec<String>> {
     Some(rest.split_whitespace().map(str::to_owned).collect())
 }
 
+/// This process's stdin and stdout as non-blocking pipes read and written through the event
+/// loop, when both are pipes (as when an MCP client starts a stdio server). tokio's own stdin
+/// and stdout hand every read and write to a blocking thread: a thread switch per message.
+///
+/// Both or neither: making a pipe non-blocking changes the open file itself, not only our
+/// descriptor, and the fallback (tokio's stdin and stdout) reads and writes blocking. A
+/// non-blocking stdin read that way fails with `EAGAIN` as soon as the client pauses, which
+/// rmcp takes for the end of the connection.
+pub fn stdio_pipes() -> Option<(
+    tokio::net::unix::pipe::Receiver,
+    tokio::net::unix::pipe::Sender,
+)> {
+    use std::os::fd::{AsFd as _, OwnedFd};
+    use std::os::unix::fs::FileTypeExt as _;
+    let pipe = |fd: OwnedFd| {
+        let file = std::fs::File::from(fd);
+        let is_fifo = file.metadata().is_ok_and(|m| m.file_type().is_fifo());
+        is_fifo.then(|| OwnedFd::from(file))
+    };
+    let stdin = pipe(std::io::stdin().as_fd().try_clone_to_owned().ok()?)?;
+    let stdout = pipe(std::io::stdout().as_fd().try_clone_to_owned().ok()?)?;
+    let read = tokio::net::unix::pipe::Receiver::from_owned_fd(stdin).ok()?;
+    let write = tokio::net::unix::pipe::Sender::from_owned_fd(stdout).ok()?;
+    Some((read, write))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -60,30 +60,6 @@ pub const STATUS_TOOL: &str = "toolwarden__status";
 /// The name of the elicitation interactor the gateway attaches to the engine.
 pub const ELICITATION_INTERACTOR: &str = "mcp-elicitation";
 
-/// stdin and stdout as non-blocking pipes, when both are pipes.
-///
-/// Both or neither: making a pipe non-blocking changes the open file itself, not only our
-/// descriptor, and the fallback (tokio's stdin and stdout) reads and writes blocking. A
-/// non-blocking stdin read that way fails with `EAGAIN` as soon as the client pauses, which
-/// rmcp takes for the end of the connection.
-fn stdio_pipes() -> Option<(
-    tokio::net::unix::pipe::Receiver,
-    tokio::net::unix::pipe::Sender,
-)> {
-    use std::os::fd::{AsFd as _, OwnedFd};
-    use std::os::unix::fs::FileTypeExt as _;
-    let pipe = |fd: OwnedFd| {
-        let file = std::fs::File::from(fd);
-        let is_fifo = file.metadata().is_ok_and(|m| m.file_type().is_fifo());
-        is_fifo.then(|| OwnedFd::from(file))
-    };
-    let stdin = pipe(std::io::stdin().as_fd().try_clone_to_owned().ok()?)?;
-    let stdout = pipe(std::io::stdout().as_fd().try_clone_to_owned().ok()?)?;
-    let read = tokio::net::unix::pipe::Receiver::from_owned_fd(stdin).ok()?;
-    let write = tokio::net::unix::pipe::Sender::from_owned_fd(stdout).ok()?;
-    Some((read, write))
-}
-
 /// How the gateway exposes what it governs.
 #[derive(Clone, Debug)]
 pub struct GatewayOptions {
@@ -261,7 +237,7 @@ impl Gateway {
         // Pipes (how MCP clients start their servers) are read and written through the event
         // loop; tokio's stdin/stdout hand every read and write to a blocking thread, which costs
         // a thread switch per message each way. Anything else (a file, a terminal) falls back.
-        match stdio_pipes() {
+        match toolwarden_process::stdio_pipes() {
             Some((read, write)) => self.serve_io(read, write, shutdown).await,
             None => {
                 self.serve_io(tokio::io::stdin(), tokio::io::stdout(), shutdown)

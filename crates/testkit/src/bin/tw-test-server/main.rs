@@ -82,12 +82,19 @@ fn main() -> anyhow::Result<()> {
 async fn serve_stdio(startup_delay: Duration) -> anyhow::Result<()> {
     let (to_pump, from_rmcp) = tokio::io::duplex(64 * 1024);
     let (inject_tx, inject_rx) = mpsc::channel(16);
-    let pump = tokio::spawn(pump(from_rmcp, inject_rx));
     let server = TestServer::new(startup_delay, Some(Injector::new(inject_tx)));
-    let running = server
-        .serve((tokio::io::stdin(), to_pump))
-        .await
-        .context("initialize failed")?;
+    // Pipes through the event loop (as toolwarden's own stdio), else tokio's blocking stdio.
+    let (pump, running) = match toolwarden_process::stdio_pipes() {
+        Some((stdin, stdout)) => (
+            tokio::spawn(pump(from_rmcp, stdout, inject_rx)),
+            server.serve((stdin, to_pump)).await,
+        ),
+        None => (
+            tokio::spawn(pump(from_rmcp, tokio::io::stdout(), inject_rx)),
+            server.serve((tokio::io::stdin(), to_pump)).await,
+        ),
+    };
+    let running = running.context("initialize failed")?;
     running.waiting().await?;
     // The client closed stdin: let the pump write what is left, then leave.
     let _ = tokio::time::timeout(Duration::from_secs(1), pump).await;
@@ -98,10 +105,10 @@ async fn serve_stdio(startup_delay: Duration) -> anyhow::Result<()> {
 /// whole lines so that they never split a message.
 async fn pump(
     from_rmcp: tokio::io::DuplexStream,
+    mut stdout: impl tokio::io::AsyncWrite + Unpin,
     mut inject: mpsc::Receiver<(Vec<u8>, oneshot::Sender<()>)>,
 ) {
     let mut reader = BufReader::new(from_rmcp);
-    let mut stdout = tokio::io::stdout();
     let mut line = Vec::new();
     loop {
         tokio::select! {
@@ -120,6 +127,12 @@ async fn pump(
                 }
             }
             Some((raw, done)) = inject.recv() => {
+                if raw.is_empty() {
+                    // Asked to close stdout: the writer goes with this task.
+                    drop(stdout);
+                    let _ = done.send(());
+                    return;
+                }
                 if stdout.write_all(&raw).await.is_err() || stdout.flush().await.is_err() {
                     break;
                 }

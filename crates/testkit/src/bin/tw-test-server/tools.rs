@@ -71,7 +71,12 @@ impl Injector {
         Self { tx }
     }
 
-    /// Writes `raw` and waits until it is on stdout.
+    /// Closes the pump's stdout (its own descriptor of the pipe) and waits until it is closed.
+    async fn close(&self) {
+        self.write(Vec::new()).await;
+    }
+
+    /// Writes `raw` (nothing: closes stdout) and waits until it is on stdout.
     async fn write(&self, raw: Vec<u8>) {
         let (done, written) = oneshot::channel();
         if self.tx.send((raw, done)).await.is_ok() {
@@ -476,6 +481,10 @@ impl TestServer {
                     .map_err(|e| McpError::internal_error(format!("open /dev/null: {e}"), None))?;
                 nix::unistd::dup2_stdout(&null)
                     .map_err(|e| McpError::internal_error(format!("dup2: {e}"), None))?;
+                // The pump may write through a descriptor of its own: close that too.
+                if let Some(injector) = &self.state.injector {
+                    injector.close().await;
+                }
                 std::future::pending().await
             }
             "sample" => {
