@@ -22,6 +22,44 @@ pub const DEFAULT_CAPACITY: usize = 8192;
 pub trait EventSink: Send + Sync + 'static {
     /// One event, in order.
     fn record(&self, event: &Arc<Event>);
+
+    /// Whether the sink still wants events; a sink that does not is dropped from the bus.
+    fn alive(&self) -> bool {
+        true
+    }
+}
+
+/// The events a filter accepts, in `seq` order, none lost (see [`EventBus::subscribe_matching`]).
+#[derive(Debug)]
+pub struct Matching {
+    rx: tokio::sync::mpsc::UnboundedReceiver<Arc<Event>>,
+}
+
+impl Matching {
+    /// The next accepted event; `None` once the bus is gone.
+    pub async fn recv(&mut self) -> Option<Arc<Event>> {
+        self.rx.recv().await
+    }
+}
+
+struct MatchingSink<F> {
+    filter: F,
+    tx: tokio::sync::mpsc::UnboundedSender<Arc<Event>>,
+}
+
+impl<F> EventSink for MatchingSink<F>
+where
+    F: Fn(&Event) -> bool + Send + Sync + 'static,
+{
+    fn record(&self, event: &Arc<Event>) {
+        if (self.filter)(event) {
+            let _ = self.tx.send(event.clone());
+        }
+    }
+
+    fn alive(&self) -> bool {
+        !self.tx.is_closed()
+    }
 }
 
 /// Who an event is about.
@@ -87,8 +125,23 @@ impl EventBus {
 
     /// Adds a durable sink.
     pub fn add_sink(&self, sink: Arc<dyn EventSink>) {
-        self.sinks.write().push(sink);
+        let mut sinks = self.sinks.write();
+        sinks.retain(|s| s.alive());
+        sinks.push(sink);
         self.has_sinks.store(true, Ordering::Release);
+    }
+
+    /// The events `filter` accepts, handed over as they are emitted. For a watcher that cares
+    /// about a few kinds of events: unlike a [`Subscription`], it is not woken for the others,
+    /// and it never lags. `filter` runs on the engine's path, in `emit`: it must be quick and
+    /// must not block. Dropping the returned [`Matching`] ends it.
+    pub fn subscribe_matching(
+        &self,
+        filter: impl Fn(&Event) -> bool + Send + Sync + 'static,
+    ) -> Matching {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        self.add_sink(Arc::new(MatchingSink { filter, tx }));
+        Matching { rx }
     }
 
     /// Keeps the last `capacity` events for [`EventBus::subscribe_since`] (0 turns it off).
@@ -258,6 +311,29 @@ mod tests {
         EventKind::TurnAbort {
             reason: CancelReason::User,
         }
+    }
+
+    #[tokio::test]
+    async fn a_matching_subscription_gets_only_what_it_asked_for_in_order_and_ends_when_dropped() {
+        let bus = EventBus::new(16);
+        let mut aborts = bus.subscribe_matching(|e| matches!(e.kind, EventKind::TurnAbort { .. }));
+        let other = || EventKind::ToolLateResult {
+            is_error: false,
+            after_ms: 1,
+        };
+        // Far more than the broadcast ring holds: a matching subscription never lags.
+        for _ in 0..100 {
+            bus.emit(&EventScope::default(), other());
+            bus.emit(&EventScope::default(), abort());
+        }
+        let mut seqs = Vec::new();
+        for _ in 0..100 {
+            seqs.push(aborts.recv().await.map(|e| e.seq));
+        }
+        assert_eq!(seqs, (1..=100).map(|n| Some(2 * n)).collect::<Vec<_>>());
+        drop(aborts);
+        let _next = bus.subscribe_matching(|_| true);
+        assert_eq!(bus.sinks.read().len(), 1, "the dropped one is gone");
     }
 
     #[tokio::test]

@@ -66,7 +66,7 @@ pub use config::{
     Config, ConfigDiagnostic, ConfigError, ConfigErrorKind, ConfigOrigin, apply_hints,
 };
 pub use engine::{Engine, EngineBuilder, NotFound, PREFIX_SEPARATOR, ServerStatus};
-pub use events::{EventBus, EventScope, EventSink, Received, Subscription};
+pub use events::{EventBus, EventScope, EventSink, Matching, Received, Subscription};
 pub use inproc::{INPROCESS, InProcessTool, IntoToolOutput, ToolContext, ToolError};
 pub use interaction::{
     AnswerError, AnswerSender, InteractionEnd, InteractionRequest, Interactions, Interactor,

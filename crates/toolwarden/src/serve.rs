@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use toolwarden_core::{Engine, Received};
+use toolwarden_core::Engine;
 use toolwarden_http::{HttpOptions, listen_allowed};
 use toolwarden_mcp::{Gateway, GatewayOptions};
 use toolwarden_protocol::{EventKind, ServerStateKind};
@@ -53,7 +53,10 @@ pub(crate) async fn run(config_path: Option<&Path>, args: ServeArgs) -> anyhow::
     // Subscribed before the servers start, so that every state they report is printed.
     let reporter = tokio::spawn(report_servers(
         stack.engine.clone(),
-        stack.engine.subscribe(),
+        stack
+            .engine
+            .events()
+            .subscribe_matching(|e| matches!(e.kind, EventKind::ServerState { .. })),
     ));
     stack.start_servers(|_| true);
     // The MCP gateway's Streamable HTTP endpoint, behind the API's bearer check and always
@@ -194,11 +197,8 @@ fn announce(stack: &Stack, bound: SocketAddr, headless: bool, authenticated: boo
 }
 
 /// Prints every server state change, with the tool count once a server is up.
-async fn report_servers(engine: Engine, mut events: toolwarden_core::Subscription) {
-    while let Some(received) = events.recv().await {
-        let Received::Event(event) = received else {
-            continue;
-        };
+async fn report_servers(engine: Engine, mut events: toolwarden_core::Matching) {
+    while let Some(event) = events.recv().await {
         let EventKind::ServerState {
             server,
             state,

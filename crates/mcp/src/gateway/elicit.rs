@@ -14,6 +14,7 @@
 //! in form mode), nor are device codes.
 
 use std::sync::Weak;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use rmcp::model::{ClientResult, ElicitRequest, ElicitResult, ElicitationAction, ServerRequest};
@@ -69,14 +70,18 @@ impl Interactor for ElicitationInteractor {
             return;
         };
         let cancel = CancellationToken::new();
-        gw.elicitations.lock().insert(
-            interaction.id.to_string(),
-            Pending {
-                session: interaction.session_id.clone(),
-                call: interaction.call_id.as_ref().map(|c| c.to_string()),
-                cancel: cancel.clone(),
-            },
-        );
+        {
+            let mut pending = gw.elicitations.lock();
+            pending.insert(
+                interaction.id.to_string(),
+                Pending {
+                    session: interaction.session_id.clone(),
+                    call: interaction.call_id.as_ref().map(|c| c.to_string()),
+                    cancel: cancel.clone(),
+                },
+            );
+            gw.eliciting.store(true, Ordering::Release);
+        }
         let task = ask(self.gateway.clone(), interaction.clone(), answers, cancel);
         gw.tasks.spawn(task);
     }
@@ -135,7 +140,9 @@ async fn ask(
 
 fn forget(gateway: &Weak<Gateway>, interaction: &Interaction) {
     if let Some(gw) = gateway.upgrade() {
-        gw.elicitations.lock().remove(interaction.id.as_str());
+        let mut pending = gw.elicitations.lock();
+        pending.remove(interaction.id.as_str());
+        gw.eliciting.store(!pending.is_empty(), Ordering::Release);
     }
 }
 
@@ -211,9 +218,11 @@ fn decide(result: &ElicitResult) -> InteractionAnswer {
 impl Gateway {
     /// The interaction ended elsewhere: withdraw its elicitation.
     pub(crate) fn withdraw_elicitation(&self, interaction: &str) {
-        if let Some(p) = self.elicitations.lock().remove(interaction) {
+        let mut pending = self.elicitations.lock();
+        if let Some(p) = pending.remove(interaction) {
             p.cancel.cancel();
         }
+        self.eliciting.store(!pending.is_empty(), Ordering::Release);
     }
 
     /// A call ended: withdraw the elicitations of its approvals.
@@ -226,6 +235,7 @@ impl Gateway {
             }
             !of_call
         });
+        self.eliciting.store(!pending.is_empty(), Ordering::Release);
     }
 }
 

@@ -30,7 +30,7 @@ mod status;
 mod upstream;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -42,7 +42,6 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use toolwarden_core::Engine;
-use toolwarden_core::events::Received;
 use toolwarden_core::protocol::{CancelReason, EventKind, ServerStateKind, SessionId};
 
 use crate::McpServer;
@@ -131,6 +130,9 @@ pub struct Gateway {
     last_client: Mutex<HashMap<Arc<str>, Weak<ClientSession>>>,
     /// Elicitations in flight for approvals, by interaction id, with their call.
     elicitations: Mutex<HashMap<String, elicit::Pending>>,
+    /// Whether `elicitations` has any (kept with it, under its lock): the event watcher only
+    /// needs to hear of finished calls while there are.
+    eliciting: Arc<AtomicBool>,
     /// Orders calls and sessions by recency.
     seq: AtomicU64,
     closed: CancellationToken,
@@ -176,6 +178,7 @@ impl Gateway {
             routes: routes::Routes::default(),
             last_client: Mutex::default(),
             elicitations: Mutex::default(),
+            eliciting: Arc::default(),
             seq: AtomicU64::new(1),
             closed: CancellationToken::new(),
             tasks: TaskTracker::new(),
@@ -196,9 +199,20 @@ impl Gateway {
             gateway.engine.tools_changed(),
             gateway.closed.clone(),
         ));
+        let eliciting = gateway.eliciting.clone();
         gateway.tasks.spawn(watch_events(
             Arc::downgrade(&gateway),
-            gateway.engine.subscribe(),
+            // Only the events it acts on wake it (not four per call).
+            gateway
+                .engine
+                .events()
+                .subscribe_matching(move |event| match &event.kind {
+                    EventKind::InteractionAnswered { .. }
+                    | EventKind::InteractionTimedOut { .. } => true,
+                    EventKind::ToolResult { .. } => eliciting.load(Ordering::Acquire),
+                    EventKind::ServerState { state, .. } => *state == ServerStateKind::Restarted,
+                    _ => false,
+                }),
             gateway.closed.clone(),
         ));
         gateway
@@ -446,16 +460,13 @@ async fn watch_tools(
 /// resources may have changed, and subscriptions are renewed).
 async fn watch_events(
     gateway: Weak<Gateway>,
-    mut events: toolwarden_core::Subscription,
+    mut events: toolwarden_core::Matching,
     closed: CancellationToken,
 ) {
     loop {
-        let received = tokio::select! {
+        let event = tokio::select! {
             _ = closed.cancelled() => return,
-            r = events.recv() => match r { Some(r) => r, None => return },
-        };
-        let Received::Event(event) = received else {
-            continue;
+            r = events.recv() => match r { Some(event) => event, None => return },
         };
         let Some(gw) = gateway.upgrade() else { return };
         match &event.kind {
