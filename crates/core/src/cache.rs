@@ -16,12 +16,10 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use toolwarden_protocol::{CallId, CallResult, Content};
 
-/// The identity of a cacheable call.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct CacheKey {
-    pub(crate) tool: Arc<str>,
-    pub(crate) input_digest: [u8; 32],
-}
+/// The identity of a cacheable call: the digest of its tool's name and canonical input
+/// ([`crate::canonical::measure_call`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct CacheKey(pub(crate) [u8; 32]);
 
 /// A stored `ok` result: the producing call's own result, shared, and how many of its content
 /// blocks came from the tool (the engine may have appended notes). Cheap to clone.
@@ -134,9 +132,9 @@ impl Cache {
             let tx = flight.get_or_insert_with(|| watch::channel(None).0);
             return Lookup::Follow(tx.subscribe());
         }
-        inner.flights.insert(key.clone(), None);
+        inner.flights.insert(*key, None);
         Lookup::Lead(FlightGuard {
-            key: Some(key.clone()),
+            key: Some(*key),
             inner: self.inner.clone(),
             max_entries: self.max_entries,
         })
@@ -176,9 +174,9 @@ impl FlightGuard {
         let mut inner = self.inner.lock();
         inner.make_room(self.max_entries, now);
         let expires = now + ttl;
-        inner.order.push_back((expires, key.clone()));
+        inner.order.push_back((expires, key));
         inner.entries.insert(
-            key.clone(),
+            key,
             Entry {
                 result: result.clone(),
                 expires,
@@ -205,10 +203,7 @@ mod tests {
     use super::*;
 
     fn key(n: u8) -> CacheKey {
-        CacheKey {
-            tool: "t".into(),
-            input_digest: [n; 32],
-        }
+        CacheKey([n; 32])
     }
 
     fn result(origin: &str) -> CachedResult {

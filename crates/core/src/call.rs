@@ -309,7 +309,7 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
         Value::Null => Value::Object(Default::default()),
         other => other,
     };
-    let (input_len, input_digest) = canonical::measure(&input);
+    let (input_len, call_digest) = canonical::measure_call(&entry.name, &input);
     if input_len as u64 > policy.max_input {
         let detail = format!(
             "It is {}; the limit is {}.",
@@ -349,11 +349,7 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
     }
 
     // Loop detector.
-    match turn
-        .session
-        .loops
-        .observe(&policy.loop_, &entry.name, &input_digest)
-    {
+    match turn.session.loops.observe(&policy.loop_, &call_digest) {
         LoopVerdict::Block { count } => {
             return fin.deny(
                 Decider::LoopDetector,
@@ -378,10 +374,8 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
     }
 
     // Cache lookup (a hit is served even when the breaker is open).
-    let cache_key = (policy.idempotent && !policy.cache_ttl.is_zero()).then(|| CacheKey {
-        tool: entry.name.clone(),
-        input_digest,
-    });
+    let cache_key =
+        (policy.idempotent && !policy.cache_ttl.is_zero()).then_some(CacheKey(call_digest));
     if let Some(key) = &cache_key
         && let Some(hit) = engine.cache.hit(key, fin.arrived)
     {

@@ -47,6 +47,18 @@ impl Sink for Counted {
     }
 }
 
+/// The length of the canonical JSON of a call's input, and the digest that identifies the call:
+/// the SHA-256 of the tool's name, a NUL byte and that JSON (the cache's and the loop
+/// detector's key: same tool, same canonical input).
+pub fn measure_call(tool: &str, input: &Value) -> (usize, [u8; 32]) {
+    let mut hasher = Sha256::new();
+    hasher.update(tool.as_bytes());
+    hasher.update([0u8]);
+    let mut sink = Counted { hasher, len: 0 };
+    write_value(&mut sink, input);
+    (sink.len, sink.hasher.finalize().into())
+}
+
 /// The length and SHA-256 of the canonical JSON of `value`, without materializing it.
 pub fn measure(value: &Value) -> (usize, [u8; 32]) {
     let mut sink = Counted {
@@ -317,6 +329,10 @@ mod tests {
         let v = json!({"b": [1, "two", {"\u{E000}": 2, "\u{1F600}": 1}], "a": null});
         let bytes = to_canonical(&v);
         assert_eq!(measure(&v), (bytes.len(), sha256(&bytes)));
+        let mut named = b"search\0".to_vec();
+        named.extend_from_slice(&bytes);
+        assert_eq!(measure_call("search", &v), (bytes.len(), sha256(&named)));
+        assert_ne!(measure_call("search", &v).1, measure_call("fetch", &v).1);
     }
 
     #[test]

@@ -2,7 +2,6 @@
 //! annotated from `warn_after` on and denied from `block_after` on.
 
 use crate::FastMap;
-use std::sync::Arc;
 
 use parking_lot::Mutex;
 use toolwarden_protocol::LoopPolicy;
@@ -22,8 +21,8 @@ pub(crate) enum LoopVerdict {
 /// is not looping.
 const MAX_REMEMBERED: usize = 10_000;
 
-/// A call's identity: its tool and the digest of its canonical input.
-type CallKey = (Arc<str>, [u8; 32]);
+/// A call's identity: the digest of its tool's name and canonical input.
+type CallKey = [u8; 32];
 
 /// One session's memory of its calls.
 #[derive(Default)]
@@ -33,12 +32,7 @@ pub(crate) struct LoopDetector {
 
 impl LoopDetector {
     /// Counts one call and judges it.
-    pub(crate) fn observe(
-        &self,
-        policy: &LoopPolicy,
-        tool: &Arc<str>,
-        input_digest: &[u8; 32],
-    ) -> LoopVerdict {
+    pub(crate) fn observe(&self, policy: &LoopPolicy, call_digest: &[u8; 32]) -> LoopVerdict {
         if policy.warn_after == 0 && policy.block_after == 0 {
             return LoopVerdict::Fine;
         }
@@ -46,7 +40,7 @@ impl LoopDetector {
         if seen.len() >= MAX_REMEMBERED {
             seen.clear();
         }
-        let count = seen.entry((tool.clone(), *input_digest)).or_insert(0);
+        let count = seen.entry(*call_digest).or_insert(0);
         *count = count.saturating_add(1);
         let count = *count;
         if policy.block_after > 0 && count >= policy.block_after {
@@ -67,8 +61,7 @@ mod tests {
     fn annotates_from_the_third_and_denies_from_the_fifth() {
         let d = LoopDetector::default();
         let p = LoopPolicy::default();
-        let tool: Arc<str> = "search".into();
-        let verdicts: Vec<LoopVerdict> = (0..6).map(|_| d.observe(&p, &tool, &[1; 32])).collect();
+        let verdicts: Vec<LoopVerdict> = (0..6).map(|_| d.observe(&p, &[1; 32])).collect();
         assert_eq!(
             verdicts,
             vec![
@@ -81,7 +74,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            d.observe(&p, &tool, &[2; 32]),
+            d.observe(&p, &[2; 32]),
             LoopVerdict::Fine,
             "another input is another call"
         );
@@ -94,9 +87,8 @@ mod tests {
             warn_after: 0,
             block_after: 0,
         };
-        let tool: Arc<str> = "search".into();
         for _ in 0..10 {
-            assert_eq!(d.observe(&p, &tool, &[1; 32]), LoopVerdict::Fine);
+            assert_eq!(d.observe(&p, &[1; 32]), LoopVerdict::Fine);
         }
     }
 }
