@@ -80,16 +80,15 @@ pub struct EventBus {
     tx: broadcast::Sender<Arc<Event>>,
     /// The last `seq` handed out.
     seq: AtomicU64,
-    /// Held while an observed event is numbered and sent, so that channel order is `seq` order.
-    sending: Mutex<()>,
+    /// Held while an observed event is numbered, kept and sent, so that channel order is `seq`
+    /// order; it guards the most recent events, kept for subscribers that resume
+    /// (`Last-Event-ID`), off until [`EventBus::keep_recent`] turns it on.
+    sending: Mutex<Recent>,
     sinks: RwLock<Vec<Arc<dyn EventSink>>>,
     /// Live subscriptions; with the two flags below, tells without a lock whether anything
     /// would see an event.
     observers: Arc<AtomicUsize>,
     has_sinks: AtomicBool,
-    /// The most recent events, for subscribers that resume (`Last-Event-ID`); off until
-    /// [`EventBus::keep_recent`] turns it on.
-    recent: Mutex<Recent>,
     keeping: AtomicBool,
 }
 
@@ -114,11 +113,10 @@ impl EventBus {
         Self {
             tx,
             seq: AtomicU64::new(0),
-            sending: Mutex::new(()),
+            sending: Mutex::new(Recent::default()),
             sinks: RwLock::new(Vec::new()),
             observers: Arc::new(AtomicUsize::new(0)),
             has_sinks: AtomicBool::new(false),
-            recent: Mutex::new(Recent::default()),
             keeping: AtomicBool::new(false),
         }
     }
@@ -146,7 +144,7 @@ impl EventBus {
 
     /// Keeps the last `capacity` events for [`EventBus::subscribe_since`] (0 turns it off).
     pub fn keep_recent(&self, capacity: usize) {
-        let mut recent = self.recent.lock();
+        let mut recent = self.sending.lock();
         recent.capacity = capacity;
         self.keeping.store(capacity > 0, Ordering::Release);
         while recent.events.len() > capacity {
@@ -157,13 +155,12 @@ impl EventBus {
     /// The kept events with `seq` above `after`, oldest first, and whether they are complete
     /// (no event after `after` has already been dropped from the ring).
     pub fn since(&self, after: u64) -> (Vec<Arc<Event>>, bool) {
-        let _sending = self.sending.lock();
-        self.replay_after(after)
+        let recent = self.sending.lock();
+        self.replay_after(&recent, after)
     }
 
-    fn replay_after(&self, after: u64) -> (Vec<Arc<Event>>, bool) {
+    fn replay_after(&self, recent: &Recent, after: u64) -> (Vec<Arc<Event>>, bool) {
         let last = self.last_seq();
-        let recent = self.recent.lock();
         let complete = recent.events.front().is_none_or(|e| e.seq <= after + 1) || after >= last;
         (
             recent
@@ -180,8 +177,8 @@ impl EventBus {
     /// them.
     pub fn subscribe_since(&self, after: u64) -> (Vec<Arc<Event>>, bool, Subscription) {
         // No event is sent between the snapshot and the subscription.
-        let _sending = self.sending.lock();
-        let (replay, complete) = self.replay_after(after);
+        let recent = self.sending.lock();
+        let (replay, complete) = self.replay_after(&recent, after);
         (replay, complete, self.subscribe())
     }
 
@@ -210,7 +207,7 @@ impl EventBus {
             // Nobody would see it: a number, no event, no lock.
             return self.seq.fetch_add(1, Ordering::AcqRel) + 1;
         }
-        let _sending = self.sending.lock();
+        let mut recent = self.sending.lock();
         let n = self.seq.fetch_add(1, Ordering::AcqRel) + 1;
         let event = Arc::new(Event {
             seq: n,
@@ -226,18 +223,20 @@ impl EventBus {
                 sink.record(&event);
             }
         }
-        if self.keeping.load(Ordering::Acquire) {
-            let mut recent = self.recent.lock();
-            if recent.capacity > 0 {
-                if recent.events.len() >= recent.capacity {
-                    recent.events.pop_front();
-                }
-                recent.events.push_back(event.clone());
+        // The oldest kept event is dropped once the lock is released: freeing it (and what it
+        // was the last to hold) is nobody else's wait.
+        let mut oldest = None;
+        if self.keeping.load(Ordering::Acquire) && recent.capacity > 0 {
+            if recent.events.len() >= recent.capacity {
+                oldest = recent.events.pop_front();
             }
+            recent.events.push_back(event.clone());
         }
         if self.observers.load(Ordering::Acquire) > 0 {
             let _ = self.tx.send(event);
         }
+        drop(recent);
+        drop(oldest);
         n
     }
 
