@@ -139,7 +139,54 @@ pub enum AttemptError {
 /// The two stop requests of one attempt. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct StopSignals {
-    inner: Arc<StopInner>,
+    inner: Arc<AttemptShared>,
+}
+
+/// What an attempt's stop signals and heartbeat share: one allocation for both.
+struct AttemptShared {
+    stop: StopInner,
+    beat: HeartbeatShared,
+}
+
+impl std::fmt::Debug for AttemptShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AttemptShared")
+            .field("stop", &self.stop)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AttemptShared {
+    fn new(relay: Option<ProgressRelay>, epoch: Instant) -> Arc<Self> {
+        Arc::new(Self {
+            stop: StopInner {
+                cancelled: AtomicBool::new(false),
+                cancel_notify: Notify::new(),
+                forced: AtomicBool::new(false),
+                force_notify: Notify::new(),
+                reason: Mutex::new(None),
+            },
+            beat: HeartbeatShared {
+                epoch,
+                last_beat: AtomicU64::new(0),
+                latest: Mutex::new(None),
+                notify: Notify::new(),
+                closed: AtomicBool::new(false),
+                relay,
+            },
+        })
+    }
+}
+
+/// The stop signals and the heartbeat of one attempt that starts at `epoch` (one allocation).
+pub fn attempt_signals(relay: Option<ProgressRelay>, epoch: Instant) -> (StopSignals, Heartbeat) {
+    let shared = AttemptShared::new(relay, epoch);
+    (
+        StopSignals {
+            inner: shared.clone(),
+        },
+        Heartbeat { shared },
+    )
 }
 
 #[derive(Debug)]
@@ -174,52 +221,46 @@ impl StopSignals {
     /// Signals for one attempt: nothing requested yet.
     pub fn new() -> Self {
         Self {
-            inner: Arc::new(StopInner {
-                cancelled: AtomicBool::new(false),
-                cancel_notify: Notify::new(),
-                forced: AtomicBool::new(false),
-                force_notify: Notify::new(),
-                reason: Mutex::new(None),
-            }),
+            inner: AttemptShared::new(None, Instant::now()),
         }
     }
 
     /// Resolves when the work should stop (cooperatively).
     pub async fn cancelled(&self) {
-        wait_flag(&self.inner.cancelled, &self.inner.cancel_notify).await
+        wait_flag(&self.inner.stop.cancelled, &self.inner.stop.cancel_notify).await
     }
 
     /// Whether a cooperative stop was requested.
     pub fn is_cancelled(&self) -> bool {
-        self.inner.cancelled.load(Ordering::Acquire)
+        self.inner.stop.cancelled.load(Ordering::Acquire)
     }
 
     /// Resolves when the work must stop now.
     pub async fn forced(&self) {
-        wait_flag(&self.inner.forced, &self.inner.force_notify).await
+        wait_flag(&self.inner.stop.forced, &self.inner.stop.force_notify).await
     }
 
     /// Whether the stop is being forced.
     pub fn is_forced(&self) -> bool {
-        self.inner.forced.load(Ordering::Acquire)
+        self.inner.stop.forced.load(Ordering::Acquire)
     }
 
     /// Why the stop was requested, once known (`timeout`, `user`, ...).
     pub fn reason(&self) -> Option<CancelReason> {
-        *self.inner.reason.lock()
+        *self.inner.stop.reason.lock()
     }
 
     /// Requests a cooperative stop (engine side). The first reason given is kept.
     pub fn request_stop(&self, reason: CancelReason) {
-        self.inner.reason.lock().get_or_insert(reason);
-        self.inner.cancelled.store(true, Ordering::Release);
-        self.inner.cancel_notify.notify_waiters();
+        self.inner.stop.reason.lock().get_or_insert(reason);
+        self.inner.stop.cancelled.store(true, Ordering::Release);
+        self.inner.stop.cancel_notify.notify_waiters();
     }
 
     /// Forces the stop (engine side).
     pub fn force(&self) {
-        self.inner.forced.store(true, Ordering::Release);
-        self.inner.force_notify.notify_waiters();
+        self.inner.stop.forced.store(true, Ordering::Release);
+        self.inner.stop.force_notify.notify_waiters();
     }
 }
 
@@ -242,7 +283,7 @@ pub type ProgressRelay = Arc<dyn Fn(&ProgressInfo) + Send + Sync>;
 /// has its outcome the heartbeat is closed and late reports are dropped.
 #[derive(Clone)]
 pub struct Heartbeat {
-    shared: Arc<HeartbeatShared>,
+    shared: Arc<AttemptShared>,
 }
 
 impl std::fmt::Debug for Heartbeat {
@@ -257,62 +298,65 @@ impl Heartbeat {
     /// A heartbeat whose clock starts now.
     pub fn new(relay: Option<ProgressRelay>) -> Self {
         Self {
-            shared: Arc::new(HeartbeatShared {
-                epoch: Instant::now(),
-                last_beat: AtomicU64::new(0),
-                latest: Mutex::new(None),
-                notify: Notify::new(),
-                closed: AtomicBool::new(false),
-                relay,
-            }),
+            shared: AttemptShared::new(relay, Instant::now()),
         }
     }
 
     /// The work is alive (e.g. a command wrote output).
     pub fn beat(&self) {
-        if self.shared.closed.load(Ordering::Relaxed) {
+        if self.shared.beat.closed.load(Ordering::Relaxed) {
             return;
         }
-        let nanos = self.shared.epoch.elapsed().as_nanos().min(u64::MAX as u128) as u64;
-        self.shared.last_beat.fetch_max(nanos, Ordering::Relaxed);
+        let nanos = self
+            .shared
+            .beat
+            .epoch
+            .elapsed()
+            .as_nanos()
+            .min(u64::MAX as u128) as u64;
+        self.shared
+            .beat
+            .last_beat
+            .fetch_max(nanos, Ordering::Relaxed);
     }
 
     /// The work reported progress: a beat, relayed, and turned into a `tool_progress` event.
     pub fn progress(&self, info: ProgressInfo) {
-        if self.shared.closed.load(Ordering::Relaxed) {
+        if self.shared.beat.closed.load(Ordering::Relaxed) {
             return;
         }
         self.beat();
-        if let Some(relay) = &self.shared.relay {
+        if let Some(relay) = &self.shared.beat.relay {
             relay(&info);
         }
-        *self.shared.latest.lock() = Some(info);
-        self.shared.notify.notify_one();
+        *self.shared.beat.latest.lock() = Some(info);
+        self.shared.beat.notify.notify_one();
     }
 
     /// When the last beat happened (the start, if none yet).
     pub fn last_beat(&self) -> Instant {
-        self.shared.epoch + Duration::from_nanos(self.shared.last_beat.load(Ordering::Relaxed))
+        self.shared.beat.epoch
+            + Duration::from_nanos(self.shared.beat.last_beat.load(Ordering::Relaxed))
     }
 
     /// Takes the latest progress report not yet taken.
     pub fn take_progress(&self) -> Option<ProgressInfo> {
-        self.shared.latest.lock().take()
+        self.shared.beat.latest.lock().take()
     }
 
     /// Resolves when a progress report arrives.
     pub async fn progressed(&self) {
-        self.shared.notify.notified().await
+        self.shared.beat.notify.notified().await
     }
 
     /// Drops every later report: the call has its outcome.
     pub fn close(&self) {
-        self.shared.closed.store(true, Ordering::Relaxed);
+        self.shared.beat.closed.store(true, Ordering::Relaxed);
     }
 
     /// Whether the call has its outcome.
     pub fn is_closed(&self) -> bool {
-        self.shared.closed.load(Ordering::Relaxed)
+        self.shared.beat.closed.load(Ordering::Relaxed)
     }
 }
 

@@ -919,9 +919,9 @@ async fn one_attempt(
     total_deadline: Option<Instant>,
     scope: &EventScope,
 ) -> Final {
-    let signals = StopSignals::new();
-    let heartbeat = Heartbeat::new(turn.relay_for(&slot.call_id));
     let attempt_start = if n == 1 { started } else { Instant::now() };
+    let (signals, heartbeat) =
+        crate::backend::attempt_signals(turn.relay_for(&slot.call_id), attempt_start);
     let attempt_deadline =
         (!policy.attempt_timeout.is_zero()).then(|| attempt_start + policy.attempt_timeout);
     let fut = entry.backend.start(Attempt {
