@@ -75,6 +75,8 @@ struct Inner {
     /// eviction order when the cache is full (oldest first). An item whose entry was since
     /// replaced or removed is stale and skipped.
     order: VecDeque<(Instant, CacheKey)>,
+    /// Results out of the cache, waiting to be freed in one batch on the reaper thread.
+    evicted: Vec<CachedResult>,
 }
 
 impl Inner {
@@ -84,8 +86,10 @@ impl Inner {
             let Some((expires, key)) = self.order.pop_front() else {
                 break;
             };
-            if self.entries.get(&key).is_some_and(|e| e.expires == expires) {
-                self.entries.remove(&key);
+            if let std::collections::hash_map::Entry::Occupied(entry) = self.entries.entry(key)
+                && entry.get().expires == expires
+            {
+                self.evicted.push(entry.remove().result);
             }
         }
         // Stale items (entries replaced or expired and dropped) must not pile up.
@@ -185,6 +189,13 @@ impl FlightGuard {
         if let Some(Some(tx)) = inner.flights.remove(&key) {
             tx.send_replace(Some(Some(result)));
         }
+        let batch = if inner.evicted.len() >= crate::reaper::BATCH {
+            std::mem::take(&mut inner.evicted)
+        } else {
+            Vec::new()
+        };
+        drop(inner);
+        crate::reaper::bury(batch);
     }
 }
 

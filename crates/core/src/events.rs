@@ -96,6 +96,8 @@ pub struct EventBus {
 struct Recent {
     capacity: usize,
     events: std::collections::VecDeque<Arc<Event>>,
+    /// Events out of the ring, waiting to be freed in one batch.
+    evicted: Vec<Arc<Event>>,
 }
 
 impl std::fmt::Debug for EventBus {
@@ -223,12 +225,17 @@ impl EventBus {
                 sink.record(&event);
             }
         }
-        // The oldest kept event is dropped once the lock is released: freeing it (and what it
-        // was the last to hold) is nobody else's wait.
-        let mut oldest = None;
+        // The oldest kept events are freed in batches on the reaper thread: freeing them (and
+        // what they were the last to hold) is not the emitting call's work.
+        let mut batch = Vec::new();
         if self.keeping.load(Ordering::Acquire) && recent.capacity > 0 {
-            if recent.events.len() >= recent.capacity {
-                oldest = recent.events.pop_front();
+            if recent.events.len() >= recent.capacity
+                && let Some(oldest) = recent.events.pop_front()
+            {
+                recent.evicted.push(oldest);
+                if recent.evicted.len() >= crate::reaper::BATCH {
+                    batch = std::mem::take(&mut recent.evicted);
+                }
             }
             recent.events.push_back(event.clone());
         }
@@ -236,7 +243,7 @@ impl EventBus {
             let _ = self.tx.send(event);
         }
         drop(recent);
-        drop(oldest);
+        crate::reaper::bury(batch);
         n
     }
 

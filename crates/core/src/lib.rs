@@ -48,6 +48,7 @@ pub mod interaction;
 mod loop_detect;
 pub mod metrics;
 pub mod policy;
+mod reaper;
 mod registry;
 mod retry;
 mod session;
