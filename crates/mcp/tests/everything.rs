@@ -7,7 +7,6 @@
 //! the server exits.
 #![allow(clippy::expect_used, clippy::unwrap_used, reason = "test helpers")]
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use pretty_assertions::assert_eq;
@@ -15,19 +14,7 @@ use serde_json::json;
 use toolwarden_core::protocol::{CancelReason, OnStuck, ServerConfig, ServerStateKind, StopHow};
 use toolwarden_core::{AttemptEnd, Backend};
 use toolwarden_mcp::McpServer;
-use toolwarden_testkit::{AttemptKit, RecordingHost, group_members, wait_until};
-
-fn everything_bin() -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let bin = root.join("node_modules/.bin/mcp-server-everything");
-    assert!(
-        bin.exists(),
-        "{} is missing: run scripts/setup-test-deps.sh (it installs the pinned \
-         @modelcontextprotocol/server-everything into ./node_modules with npm)",
-        bin.display()
-    );
-    bin
-}
+use toolwarden_testkit::{AttemptKit, RecordingHost, everything_bin, group_members, wait_until};
 
 #[tokio::test]
 async fn server_everything_long_running_operation_is_abandoned_after_its_ignored_cancel() {

@@ -6,7 +6,6 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,18 +19,7 @@ use support::{TestClient, call, connect, outcome, start_call, text};
 use toolwarden_core::protocol::ServerConfig;
 use toolwarden_core::{Config, Engine};
 use toolwarden_mcp::{Gateway, GatewayOptions, McpServer};
-
-fn everything_bin() -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let bin = root.join("node_modules/.bin/mcp-server-everything");
-    assert!(
-        bin.exists(),
-        "{} is missing: run scripts/setup-test-deps.sh (it installs the pinned \
-         @modelcontextprotocol/server-everything into ./node_modules with npm)",
-        bin.display()
-    );
-    bin
-}
+use toolwarden_testkit::everything_bin;
 
 #[tokio::test]
 async fn server_everything_through_the_gateway_looks_like_itself_with_governed_calls() {

@@ -56,6 +56,22 @@ pub fn test_server_path() -> PathBuf {
     .clone()
 }
 
+/// The official `@modelcontextprotocol/server-everything`, as `scripts/setup-test-deps.sh`
+/// installs it (pinned, into the workspace's `node_modules`).
+///
+/// Panics with a clear message when it is missing (this is test code: nothing is skipped).
+pub fn everything_bin() -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let bin = root.join("node_modules/.bin/mcp-server-everything");
+    assert!(
+        bin.exists(),
+        "{} is missing: run scripts/setup-test-deps.sh (it installs the pinned \
+         @modelcontextprotocol/server-everything into ./node_modules with npm)",
+        bin.display()
+    );
+    bin
+}
+
 /// `target/<profile>` of the running test executable (`target/<profile>/deps/test-HASH`).
 fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");

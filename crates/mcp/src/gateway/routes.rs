@@ -211,28 +211,19 @@ impl Gateway {
     }
 
     async fn all_prompts(&self, server: &McpServer) -> Result<Vec<Prompt>, ErrorData> {
-        let mut all = Vec::new();
-        let mut cursor = None;
-        loop {
-            let mut params = PaginatedRequestParams::default();
-            params.cursor = cursor;
-            let request = ClientRequest::ListPromptsRequest(ListPromptsRequest {
-                method: Default::default(),
-                params: Some(params),
-                extensions: Default::default(),
-            });
-            let result: ListPromptsResult = as_list(
-                server
-                    .request(request, RequestMetaObject::new(), &CancellationToken::new())
-                    .await?,
-                "prompts/list",
-            )?;
-            all.extend(result.prompts);
-            cursor = result.next_cursor;
-            if cursor.is_none() {
-                return Ok(all);
-            }
-        }
+        all_pages(
+            server,
+            "prompts/list",
+            |params| {
+                ClientRequest::ListPromptsRequest(ListPromptsRequest {
+                    method: Default::default(),
+                    params: Some(params),
+                    extensions: Default::default(),
+                })
+            },
+            |page: ListPromptsResult| (page.prompts, page.next_cursor),
+        )
+        .await
     }
 
     fn expose_prompts(&self, server: &McpServer, prompts: Vec<Prompt>) -> Vec<Prompt> {
@@ -339,28 +330,19 @@ impl Gateway {
     }
 
     async fn all_resources(&self, server: &McpServer) -> Result<Vec<Resource>, ErrorData> {
-        let mut all = Vec::new();
-        let mut cursor = None;
-        loop {
-            let mut params = PaginatedRequestParams::default();
-            params.cursor = cursor;
-            let request = ClientRequest::ListResourcesRequest(ListResourcesRequest {
-                method: Default::default(),
-                params: Some(params),
-                extensions: Default::default(),
-            });
-            let result: ListResourcesResult = as_list(
-                server
-                    .request(request, RequestMetaObject::new(), &CancellationToken::new())
-                    .await?,
-                "resources/list",
-            )?;
-            all.extend(result.resources);
-            cursor = result.next_cursor;
-            if cursor.is_none() {
-                return Ok(all);
-            }
-        }
+        all_pages(
+            server,
+            "resources/list",
+            |params| {
+                ClientRequest::ListResourcesRequest(ListResourcesRequest {
+                    method: Default::default(),
+                    params: Some(params),
+                    extensions: Default::default(),
+                })
+            },
+            |page: ListResourcesResult| (page.resources, page.next_cursor),
+        )
+        .await
     }
 
     fn remember_resources(&self, server: &McpServer, resources: &[Resource]) {
@@ -407,28 +389,19 @@ impl Gateway {
     }
 
     async fn all_templates(&self, server: &McpServer) -> Result<Vec<ResourceTemplate>, ErrorData> {
-        let mut all = Vec::new();
-        let mut cursor = None;
-        loop {
-            let mut params = PaginatedRequestParams::default();
-            params.cursor = cursor;
-            let request = ClientRequest::ListResourceTemplatesRequest(RequestOptionalParam {
-                method: Default::default(),
-                params: Some(params),
-                extensions: Default::default(),
-            });
-            let result: ListResourceTemplatesResult = as_list(
-                server
-                    .request(request, RequestMetaObject::new(), &CancellationToken::new())
-                    .await?,
-                "resources/templates/list",
-            )?;
-            all.extend(result.resource_templates);
-            cursor = result.next_cursor;
-            if cursor.is_none() {
-                return Ok(all);
-            }
-        }
+        all_pages(
+            server,
+            "resources/templates/list",
+            |params| {
+                ClientRequest::ListResourceTemplatesRequest(RequestOptionalParam {
+                    method: Default::default(),
+                    params: Some(params),
+                    extensions: Default::default(),
+                })
+            },
+            |page: ListResourceTemplatesResult| (page.resource_templates, page.next_cursor),
+        )
+        .await
     }
 
     fn remember_templates(&self, server: &McpServer, templates: &[ResourceTemplate]) {
@@ -709,6 +682,41 @@ impl Gateway {
 }
 
 /// A list answer as its type (rmcp may have parsed it as a structurally similar variant).
+/// Every item of a paginated `*/list` request to one server, page after page: `request` makes
+/// the request for a page, `split` takes a page apart into its items and the next cursor.
+async fn all_pages<P, T>(
+    server: &McpServer,
+    what: &str,
+    request: impl Fn(PaginatedRequestParams) -> ClientRequest,
+    split: impl Fn(P) -> (Vec<T>, Option<String>),
+) -> Result<Vec<T>, ErrorData>
+where
+    P: serde::de::DeserializeOwned,
+{
+    let mut all = Vec::new();
+    let mut cursor = None;
+    loop {
+        let mut params = PaginatedRequestParams::default();
+        params.cursor = cursor;
+        let page: P = as_list(
+            server
+                .request(
+                    request(params),
+                    RequestMetaObject::new(),
+                    &CancellationToken::new(),
+                )
+                .await?,
+            what,
+        )?;
+        let (items, next) = split(page);
+        all.extend(items);
+        cursor = next;
+        if cursor.is_none() {
+            return Ok(all);
+        }
+    }
+}
+
 fn as_list<T: serde::de::DeserializeOwned>(
     result: ServerResult,
     what: &str,
