@@ -80,7 +80,7 @@ struct Inner {
 }
 
 impl Inner {
-    /// Makes room for one more entry: expired entries go first, then the oldest stored.
+    /// Makes room for one more entry by evicting the oldest stored ones (expired or not).
     fn make_room(&mut self, max_entries: usize, now: Instant) {
         while self.entries.len() >= max_entries {
             let Some((expires, key)) = self.order.pop_front() else {

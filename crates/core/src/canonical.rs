@@ -54,17 +54,18 @@ pub fn measure_call(tool: &str, input: &Value) -> (usize, [u8; 32]) {
     let mut hasher = Sha256::new();
     hasher.update(tool.as_bytes());
     hasher.update([0u8]);
-    let mut sink = Counted { hasher, len: 0 };
-    write_value(&mut sink, input);
-    (sink.len, sink.hasher.finalize().into())
+    measure_after(hasher, input)
 }
 
 /// The length and SHA-256 of the canonical JSON of `value`, without materializing it.
 pub fn measure(value: &Value) -> (usize, [u8; 32]) {
-    let mut sink = Counted {
-        hasher: Sha256::new(),
-        len: 0,
-    };
+    measure_after(Sha256::new(), value)
+}
+
+/// Feeds the canonical JSON of `value` to `hasher` (which may hold a prefix already): its length
+/// and the final digest.
+fn measure_after(hasher: Sha256, value: &Value) -> (usize, [u8; 32]) {
+    let mut sink = Counted { hasher, len: 0 };
     write_value(&mut sink, value);
     (sink.len, sink.hasher.finalize().into())
 }
@@ -132,11 +133,6 @@ pub enum ValueRef<'a> {
 /// SHA-256 of some bytes.
 pub fn sha256(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
-}
-
-/// `sha256:` followed by the lowercase hex of a digest.
-pub fn digest_string(d: &[u8; 32]) -> String {
-    toolwarden_protocol::ContentDigest(*d).to_string()
 }
 
 fn write_value<S: Sink>(out: &mut S, value: &Value) {
@@ -336,9 +332,9 @@ mod tests {
     }
 
     #[test]
-    fn digest_string_format() {
+    fn digests_are_written_sha256_and_hex() {
         let d = digest(&json!({}));
-        let s = digest_string(&d);
+        let s = toolwarden_protocol::ContentDigest(d).to_string();
         assert!(s.starts_with("sha256:"));
         assert_eq!(s.len(), 7 + 64);
         // sha256("{}")

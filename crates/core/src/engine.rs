@@ -271,12 +271,12 @@ impl Engine {
     pub async fn run_turn(&self, req: TurnRequest) -> Result<TurnOutput, TurnError> {
         let (turn, jobs) = self.inner.prepare(req)?;
         let (turn_id, session_id) = (turn.id.clone(), turn.session.id.clone());
-        let results = drive_turn(self.inner.clone(), turn.clone(), jobs).await;
+        let (results, rendered) = drive_turn(self.inner.clone(), turn, jobs).await;
         Ok(TurnOutput {
             turn_id,
             session_id,
             results,
-            rendered: turn.rendered.get().cloned(),
+            rendered,
         })
     }
 
@@ -295,8 +295,7 @@ impl Engine {
         );
         let engine = self.inner.clone();
         self.inner.tracker.spawn(async move {
-            let results = drive_turn(engine, turn.clone(), jobs).await;
-            let _ = tx.send((results, turn.rendered.get().cloned()));
+            let _ = tx.send(drive_turn(engine, turn, jobs).await);
         });
         Ok(handle)
     }
@@ -624,7 +623,6 @@ impl EngineInner {
             slots,
             calls: kept_calls,
             finalized: std::sync::atomic::AtomicBool::new(false),
-            rendered: std::sync::OnceLock::new(),
             render: req.render,
             progress: req.progress,
             stream: Mutex::new(None),

@@ -103,7 +103,7 @@ pub struct TurnOutput {
     pub rendered: Option<Arc<Vec<Value>>>,
 }
 
-/// What a turn running on its own task hands its handle: the results, and their rendering.
+/// How a turn ended: its results, and their rendering when it has a renderer.
 pub(crate) type Finished = (Vec<Arc<CallResult>>, Option<Arc<Vec<Value>>>);
 
 /// A call that completed: its index in the turn and its result.
@@ -145,8 +145,6 @@ pub(crate) struct TurnState {
     pub(crate) slots: Vec<Arc<CallSlot>>,
     pub(crate) calls: Vec<ToolCall>,
     pub(crate) finalized: AtomicBool,
-    /// The rendered results, once `finalize` made them.
-    pub(crate) rendered: std::sync::OnceLock<Arc<Vec<Value>>>,
     pub(crate) render: Option<ResultRenderer>,
     pub(crate) progress: Option<CallProgress>,
     pub(crate) stream: Mutex<Option<mpsc::UnboundedSender<Completion>>>,
@@ -232,7 +230,7 @@ pub(crate) async fn drive_turn(
     engine: Arc<EngineInner>,
     turn: Arc<TurnState>,
     jobs: Vec<CallJob>,
-) -> Vec<Arc<CallResult>> {
+) -> Finished {
     let guard = TurnGuard {
         engine: engine.clone(),
         turn: turn.clone(),
@@ -248,9 +246,9 @@ pub(crate) async fn drive_turn(
             .collect();
         while running.next().await.is_some() {}
     }
-    let results = finalize(&engine, &turn);
+    let finished = finalize(&engine, &turn);
     drop(guard);
-    results
+    finished
 }
 
 /// Aborts and finalizes a turn whose driver was dropped mid-way.
@@ -276,9 +274,9 @@ impl Drop for TurnGuard {
 }
 
 /// Ends a turn exactly once: unregisters it, emits `turn_end` with one result per call in order.
-pub(crate) fn finalize(engine: &EngineInner, turn: &TurnState) -> Vec<Arc<CallResult>> {
+pub(crate) fn finalize(engine: &EngineInner, turn: &TurnState) -> Finished {
     if turn.finalized.swap(true, Ordering::AcqRel) {
-        return Vec::new();
+        return (Vec::new(), None);
     }
     let results: Vec<Arc<CallResult>> = turn
         .slots
@@ -300,28 +298,26 @@ pub(crate) fn finalize(engine: &EngineInner, turn: &TurnState) -> Vec<Arc<CallRe
         "partial"
     };
     // Rendered once, for `turn_end` and the front door's answer alike.
-    let rendered = turn.render.as_ref().map(|render| {
-        let list: Arc<Vec<Value>> = Arc::new(
+    let rendered: Option<Arc<Vec<Value>>> = turn.render.as_ref().map(|render| {
+        Arc::new(
             results
                 .iter()
                 .zip(&turn.calls)
                 .map(|(r, c)| render(c, r))
                 .collect(),
-        );
-        let _ = turn.rendered.set(list.clone());
-        list
+        )
     });
     engine
         .bus
         .emit_with(&turn.event_scope(), || EventKind::TurnEnd {
             outcome: outcome.to_owned(),
-            results: match rendered {
-                Some(list) => TurnResults::Rendered(list),
+            results: match &rendered {
+                Some(list) => TurnResults::Rendered(list.clone()),
                 None => TurnResults::Results(results.clone()),
             },
         });
     engine.metrics.turn(outcome);
-    results
+    (results, rendered)
 }
 
 /// A turn running on its own task.

@@ -119,17 +119,8 @@ pub(crate) async fn create(
     // If the client goes away, this future — and the handle it owns — is dropped, which aborts
     // the turn as a client disconnect.
     let output = handle.finish().await;
-    // The list `turn_end` carried, rendered once.
-    let results = output.rendered.unwrap_or_else(|| {
-        std::sync::Arc::new(
-            output
-                .results
-                .iter()
-                .zip(&calls)
-                .map(|(result, call)| render(call, result))
-                .collect(),
-        )
-    });
+    // The list `turn_end` carried, rendered once (none only when the turn had no results).
+    let results = output.rendered.unwrap_or_default();
     // Serialized straight from the shared list, not copied into a new JSON value first.
     #[derive(serde::Serialize)]
     struct Answer<'a> {
