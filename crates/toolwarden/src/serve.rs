@@ -68,6 +68,13 @@ pub(crate) async fn run(config_path: Option<&Path>, args: ServeArgs) -> anyhow::
     );
     let mcp = axum::Router::new().route_service("/mcp", gateway.http_service(shutdown.clone()));
     let app = toolwarden_http::router_with(stack.engine.clone(), opts, Some(mcp));
+    // Events and progress go out as small writes on long-lived responses: without
+    // `TCP_NODELAY` each could wait for the client's delayed acknowledgement (40 ms on Linux).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!("cannot set TCP_NODELAY on a connection: {e}");
+        }
+    });
     let mut server = tokio::spawn(
         axum::serve(listener, app)
             .with_graceful_shutdown(shutdown.clone().cancelled_owned())

@@ -159,6 +159,11 @@ async fn serve_http(addr: SocketAddr, startup_delay: Duration) -> anyhow::Result
         StreamableHttpServerConfig::default().with_sse_keep_alive(None),
     );
     let app = axum::Router::new().nest_service("/mcp", service);
+    // Without `TCP_NODELAY` an event written after the response's head waits for the client's
+    // delayed acknowledgement (40 ms) whenever a client reuses its connection.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, app).await?;
     Ok(())
 }
