@@ -112,9 +112,13 @@ struct Raw {
 
 impl Raw {
     async fn open(url: &str) -> Raw {
+        Raw::open_with(url, json!({})).await
+    }
+
+    async fn open_with(url: &str, capabilities: Value) -> Raw {
         let http = reqwest::Client::new();
         let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
+            "protocolVersion": "2025-06-18", "capabilities": capabilities,
             "clientInfo": {"name": "raw", "version": "0"}}});
         let resp = http
             .post(url)
@@ -296,6 +300,163 @@ async fn an_idle_session_is_closed_but_not_while_a_call_runs() {
     support::wait_for(|| async { gateway.clients() == 0 }).await;
     let gone = raw.call(2, "t__echo", json!({"text": "x"})).await;
     assert_eq!(gone.status(), reqwest::StatusCode::NOT_FOUND);
+    shutdown.cancel();
+    s.shutdown().await;
+}
+
+fn content_type(resp: &reqwest::Response) -> String {
+    resp.headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
+/// Reads an event stream to its end: the JSON-RPC messages of its `data:` lines, in order.
+async fn all_events(resp: reqwest::Response) -> Vec<Value> {
+    let text = tokio::time::timeout(WAIT, resp.text())
+        .await
+        .expect("the stream ends in time")
+        .unwrap();
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_quick_call_is_answered_in_json_and_one_with_progress_as_an_event_stream() {
+    let s = setup(&["t"], true, "").await;
+    let (url, shutdown) = serve(&s.gateway).await;
+    let raw = Raw::open(&url).await;
+    // Nothing comes before the answer: one JSON body.
+    let resp = raw.call(1, "t__echo", json!({"text": "plain"})).await;
+    assert_eq!(content_type(&resp), "application/json");
+    let answer: Value = resp.json().await.unwrap();
+    assert_eq!(answer["id"], json!(1));
+    assert_eq!(answer["result"]["content"][0]["text"], json!("plain"));
+    assert_eq!(
+        answer["result"]["_meta"]["toolwarden/outcome"]["status"],
+        json!("ok")
+    );
+    // Progress under the client's token comes first, then the answer, on one event stream.
+    let resp = raw
+        .post(
+            &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "t__progress", "arguments": {"every_ms": 10, "count": 3},
+            "_meta": {"progressToken": "p-2"}}}),
+        )
+        .await;
+    assert_eq!(content_type(&resp), "text/event-stream");
+    let events = all_events(resp).await;
+    let (answer, progress) = events.split_last().expect("events");
+    assert_eq!(answer["id"], json!(2));
+    assert_eq!(answer["result"]["isError"], json!(false));
+    assert_eq!(progress.len(), 3, "{events:?}");
+    for (i, p) in progress.iter().enumerate() {
+        assert_eq!(p["method"], json!("notifications/progress"));
+        assert_eq!(p["params"]["progressToken"], json!("p-2"));
+        assert_eq!(p["params"]["progress"], json!(i as f64 + 1.0));
+    }
+    // A request the gateway leaves to rmcp (here: it carries an `Origin`) is answered as
+    // before, on rmcp's event stream.
+    let resp = raw
+        .http
+        .post(&raw.url)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &raw.session)
+        .header("origin", "http://localhost:5173")
+        .json(&json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+            "params": {"name": "t__echo", "arguments": {"text": "via rmcp"}}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(content_type(&resp), "text/event-stream");
+    let answer = first_message(resp).await;
+    assert_eq!(answer["result"]["content"][0]["text"], json!("via rmcp"));
+    shutdown.cancel();
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_servers_sampling_request_rides_the_calls_response_and_is_answered_by_post() {
+    let s = setup(&["t"], true, "").await;
+    let (url, shutdown) = serve(&s.gateway).await;
+    let raw = Raw::open_with(&url, json!({"sampling": {}})).await;
+    let resp = raw.call(1, "t__sample", json!({"prompt": "raw?"})).await;
+    assert_eq!(content_type(&resp), "text/event-stream");
+    let mut body = resp.bytes_stream();
+    let mut buf = String::new();
+    let mut messages: Vec<Value> = Vec::new();
+    let mut answered = false;
+    let read = async {
+        while let Some(chunk) = body.next().await {
+            buf.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+            while let Some(end) = buf.find("\n\n") {
+                let event: String = buf.drain(..end + 2).collect();
+                if let Some(data) = event.lines().find_map(|l| l.strip_prefix("data:")) {
+                    messages.push(serde_json::from_str(data.trim()).unwrap());
+                }
+            }
+            if let Some(request) = messages
+                .iter()
+                .find(|m| m["method"] == "sampling/createMessage")
+                && !answered
+            {
+                answered = true;
+                assert_eq!(
+                    request["params"]["messages"][0]["content"]["text"],
+                    json!("raw?")
+                );
+                let id = request["id"].clone();
+                assert!(
+                    id.as_str().is_some_and(|id| id.starts_with("toolwarden-")),
+                    "{id}"
+                );
+                let ack = raw
+                    .post(&json!({"jsonrpc": "2.0", "id": id, "result": {
+                        "role": "assistant", "model": "m",
+                        "content": {"type": "text", "text": "answered by post"}}}))
+                    .await;
+                assert_eq!(ack.status(), reqwest::StatusCode::ACCEPTED);
+            }
+        }
+    };
+    tokio::time::timeout(WAIT, read)
+        .await
+        .expect("the call ends");
+    let answer = messages.last().expect("an answer");
+    assert_eq!(answer["id"], json!(1));
+    assert_eq!(
+        answer["result"]["content"][0]["text"],
+        json!("answered by post")
+    );
+    shutdown.cancel();
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_client_gone_before_its_answer_started_disconnects_the_call() {
+    let s = setup(&["t"], true, "").await;
+    let (url, shutdown) = serve(&s.gateway).await;
+    let raw = Raw::open(&url).await;
+    // The answer is held back (it may yet go out as JSON) when the client gives up.
+    let gone = raw
+        .http
+        .post(&raw.url)
+        .timeout(Duration::from_millis(300))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &raw.session)
+        .header("mcp-protocol-version", "2025-06-18")
+        .json(&json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+            "params": {"name": "t__sleep", "arguments": {"ms": 30_000}}}))
+        .send()
+        .await;
+    assert!(gone.is_err(), "the request timed out on the client");
+    let o = s.outcome_of("t__sleep").await;
+    assert_eq!(
+        (o["status"].clone(), o["reason"].clone()),
+        (json!("cancelled"), json!("client_disconnect"))
+    );
     shutdown.cancel();
     s.shutdown().await;
 }

@@ -15,24 +15,46 @@ use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
 use rmcp::ErrorData;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ProgressNotificationParam, ProgressToken,
+    CallToolRequestParams, CallToolResult, ProgressNotificationParam, ProgressToken, RequestId,
     RequestMetaObject,
 };
-use rmcp::service::{RequestContext, RoleServer};
 use serde_json::Value;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 use toolwarden_core::protocol::{CallId, CancelReason, ProgressInfo, ToolCall};
 use toolwarden_core::{CallProgress, Engine, TurnRequest};
 
-use super::session::{CallSlot, ClientSession, Job};
+use super::session::{CallSlot, ClientLink, ClientSession, Job};
 use super::{Gateway, STATUS_TOOL, convert, status};
+
+/// The request a `tools/call` came in, and the way back to its client.
+pub(crate) struct CallContext {
+    /// The JSON-RPC id of the request (the call's id).
+    pub(crate) id: RequestId,
+    /// The request's `_meta`.
+    pub(crate) meta: RequestMetaObject,
+    /// Where progress and the call's own requests to the client go.
+    pub(crate) link: ClientLink,
+    /// rmcp's cancellation of the request's handler (its client's `notifications/cancelled`,
+    /// or the connection's end); the gateway's own calls are stopped through the session.
+    pub(crate) ct: CancellationToken,
+}
+
+impl ClientLink {
+    async fn notify_progress(&self, param: ProgressNotificationParam) -> Result<(), String> {
+        match self {
+            ClientLink::Peer(peer) => peer.notify_progress(param).await.map_err(|e| e.to_string()),
+            ClientLink::Response(response) => response.notify_progress(param),
+        }
+    }
+}
 
 /// Runs one `tools/call` to its result.
 pub(crate) async fn call_tool(
     gw: &Arc<Gateway>,
     session: &Arc<ClientSession>,
     params: CallToolRequestParams,
-    ctx: RequestContext<RoleServer>,
+    ctx: CallContext,
 ) -> Result<CallToolResult, ErrorData> {
     if params.name == STATUS_TOOL {
         return Ok(status::result(gw, session));
@@ -96,7 +118,7 @@ pub(crate) async fn call_tool(
                 // Reports that came before the result still go out, before it.
                 while let Ok(info) = progress_rx.try_recv() {
                     if let Some(relay) = relay.as_mut() {
-                        let _ = ctx.peer.notify_progress(relay.next(&info)).await;
+                        let _ = ctx.link.notify_progress(relay.next(&info)).await;
                     }
                 }
                 break output;
@@ -104,12 +126,12 @@ pub(crate) async fn call_tool(
             Some(info) = progress_rx.recv() => {
                 if let Some(relay) = relay.as_mut() {
                     let param = relay.next(&info);
-                    if let Err(e) = ctx.peer.notify_progress(param).await {
+                    if let Err(e) = ctx.link.notify_progress(param).await {
                         tracing::debug!(session = %session.id, error = %e, "relaying progress failed");
                     }
                 }
             }
-            Some(job) = jobs_rx.recv() => outbound.push(job(ctx.peer.clone())),
+            Some(job) = jobs_rx.recv() => outbound.push(job(ctx.link.clone())),
             Some(()) = outbound.next(), if !outbound.is_empty() => {}
             _ = ctx.ct.cancelled(), if !aborted => {
                 aborted = true;

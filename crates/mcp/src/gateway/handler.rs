@@ -60,7 +60,7 @@ impl std::fmt::Debug for GatewayConnection {
 /// The protocol revisions the gateway speaks: those with an `initialize` handshake. The
 /// 2026-07-28 revision has no sessions (every request stands alone), and the gateway governs
 /// per session, so its per-request lifecycle is refused as an unsupported version.
-fn versions() -> &'static [ProtocolVersion] {
+pub(crate) fn versions() -> &'static [ProtocolVersion] {
     ProtocolVersion::known_up_to(&ProtocolVersion::LATEST_WITH_INITIALIZE)
 }
 
@@ -106,6 +106,12 @@ impl ServerHandler for GatewayConnection {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         self.session.touch();
+        let context = super::call::CallContext {
+            id: context.id,
+            meta: context.meta,
+            link: super::session::ClientLink::Peer(context.peer),
+            ct: context.ct,
+        };
         super::call::call_tool(&self.gateway, &self.session, request, context)
             .await
             .map(CallToolResponse::Complete)

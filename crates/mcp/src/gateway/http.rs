@@ -14,6 +14,7 @@ use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures::Stream;
 use parking_lot::Mutex;
 use rmcp::model::ServerJsonRpcMessage;
@@ -30,16 +31,26 @@ use tokio_util::sync::CancellationToken;
 use toolwarden_core::protocol::CancelReason;
 
 use super::Gateway;
+use super::fast::{self, FastPath};
 use super::handler::GatewayConnection;
 
 type Inner = StreamableHttpService<GatewayConnection, HttpSessions>;
 
 /// The gateway's Streamable HTTP service: mount it at `/mcp`.
 ///
-/// rmcp's service clones itself, configuration included, for every request (and axum clones
-/// it once more); shared behind an `Arc`, a request costs a reference count instead.
+/// A plain `tools/call` is served by the gateway itself (`super::fast`); everything else by
+/// rmcp's service. rmcp's service clones itself, configuration included, for every
+/// request (and axum clones it once more); shared behind an `Arc`, a request costs a
+/// reference count instead.
 #[derive(Clone)]
-pub struct GatewayHttpService(Arc<Inner>);
+pub struct GatewayHttpService(Arc<Shared>);
+
+struct Shared {
+    inner: Inner,
+    gateway: Arc<Gateway>,
+    sessions: Arc<HttpSessions>,
+    fast: FastPath,
+}
 
 impl std::fmt::Debug for GatewayHttpService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -53,9 +64,7 @@ where
     B::Error: std::fmt::Display,
     B::Data: Send + 'static,
 {
-    type Response = http::Response<
-        http_body_util::combinators::BoxBody<bytes::Bytes, std::convert::Infallible>,
-    >;
+    type Response = http::Response<BoxBody>;
     type Error = std::convert::Infallible;
     type Future =
         Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
@@ -65,10 +74,48 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let inner = self.0.clone();
-        Box::pin(async move { Ok(inner.handle(req).await) })
+        let this = self.0.clone();
+        Box::pin(async move {
+            if req.method() != http::Method::POST {
+                return Ok(this.inner.handle(req).await);
+            }
+            if !fast::candidate(req.headers()) {
+                return Ok(this.inner.handle(req).await);
+            }
+            let (parts, body) = req.into_parts();
+            let body = match http_body_util::BodyExt::collect(body).await {
+                Ok(body) => body.to_bytes(),
+                Err(e) => {
+                    let mut response =
+                        http::Response::new(BoxBody::new(http_body_util::Full::new(Bytes::from(
+                            format!("Bad Request: cannot read the request body: {e}"),
+                        ))));
+                    *response.status_mut() = http::StatusCode::BAD_REQUEST;
+                    return Ok(response);
+                }
+            };
+            if let Some(response) = fast::serve(
+                &this.gateway,
+                &this.sessions,
+                &this.fast,
+                &parts.headers,
+                &body,
+            )
+            .await
+            {
+                return Ok(response);
+            }
+            let req = http::Request::from_parts(parts, http_body_util::Full::new(body));
+            Ok(this.inner.handle(req).await)
+        })
     }
 }
+
+pub(crate) type BoxBody = http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>;
+
+/// How long the fast path waits for a call's answer before its response starts as an event
+/// stream anyway (see `super::fast`).
+pub(crate) const JSON_WINDOW: Duration = Duration::from_secs(1);
 
 /// Tells a connection's `initialize` which `Mcp-Session-Id` it belongs to.
 #[derive(Clone, Debug)]
@@ -102,7 +149,7 @@ pub(crate) fn service(gateway: &Arc<Gateway>, shutdown: CancellationToken) -> Ga
     let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
     hosts.extend(gateway.opts.allowed_hosts.iter().cloned());
     let config = StreamableHttpServerConfig::default()
-        .with_allowed_hosts(hosts)
+        .with_allowed_hosts(hosts.clone())
         .with_sse_keep_alive(Some(gateway.opts.sse_keep_alive))
         .with_cancellation_token(shutdown.clone());
     gateway.tasks.spawn(sweep(
@@ -116,9 +163,17 @@ pub(crate) fn service(gateway: &Arc<Gateway>, shutdown: CancellationToken) -> Ga
         let shutdown = shutdown.clone();
         move || Ok(GatewayConnection::new(gateway.clone(), shutdown.clone()))
     };
-    GatewayHttpService(Arc::new(StreamableHttpService::new(
-        factory, sessions, config,
-    )))
+    let fast = FastPath {
+        hosts,
+        json_window: JSON_WINDOW,
+        keep_alive: gateway.opts.sse_keep_alive,
+    };
+    GatewayHttpService(Arc::new(Shared {
+        inner: StreamableHttpService::new(factory, sessions.clone(), config),
+        gateway: gateway.clone(),
+        sessions,
+        fast,
+    }))
 }
 
 /// Closes sessions idle for `idle` with no call running; at shutdown, ends them all.
@@ -170,7 +225,7 @@ async fn sweep(
 }
 
 impl HttpSessions {
-    fn touch(&self, id: &SessionId) {
+    pub(crate) fn touch(&self, id: &SessionId) {
         self.activity.lock().insert(id.clone(), Instant::now());
     }
 

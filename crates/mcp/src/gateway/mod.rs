@@ -22,6 +22,7 @@
 mod call;
 mod convert;
 mod elicit;
+mod fast;
 mod handler;
 mod http;
 mod routes;

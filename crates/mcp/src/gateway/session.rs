@@ -25,7 +25,18 @@ use toolwarden_core::protocol::{CancelReason, SessionId};
 use super::Gateway;
 
 /// Something to send to the client from a call's handler task (see [`ClientSession::request`]).
-pub(crate) type Job = Box<dyn FnOnce(Peer<RoleServer>) -> BoxFuture<'static, ()> + Send>;
+pub(crate) type Job = Box<dyn FnOnce(ClientLink) -> BoxFuture<'static, ()> + Send>;
+
+/// How a request in flight reaches its client.
+#[derive(Clone)]
+pub(crate) enum ClientLink {
+    /// rmcp's peer of the request's handler: over Streamable HTTP what it sends rides the
+    /// request's own response stream.
+    Peer(Peer<RoleServer>),
+    /// A `tools/call` the gateway serves itself over Streamable HTTP (`super::fast`): what
+    /// it sends goes on that call's own response.
+    Response(super::fast::CallResponse),
+}
 
 /// A call in flight.
 pub(crate) struct CallSlot {
@@ -105,7 +116,15 @@ pub(crate) struct ClientSession {
     ended: CancellationToken,
     end_reason: Mutex<Option<CancelReason>>,
     last_active: AtomicU64,
+    /// Requests the gateway sent on the responses of the calls it serves itself, waiting for
+    /// the client's answer, by JSON-RPC id (see [`ClientSession::expect_answer`]).
+    answers: Mutex<HashMap<String, oneshot::Sender<Result<ClientResult, ErrorData>>>>,
+    next_answer: AtomicU64,
 }
+
+/// The prefix of the JSON-RPC ids of the requests the gateway sends on the responses of the
+/// calls it serves itself; rmcp numbers its own requests, so the two never meet.
+pub(crate) const ANSWER_ID_PREFIX: &str = "toolwarden-";
 
 impl ClientSession {
     pub(crate) fn new(gateway: &Arc<Gateway>, shutdown: CancellationToken) -> Arc<Self> {
@@ -123,7 +142,33 @@ impl ClientSession {
             ended: CancellationToken::new(),
             end_reason: Mutex::new(None),
             last_active: AtomicU64::new(gateway.next_seq()),
+            answers: Mutex::default(),
+            next_answer: AtomicU64::new(1),
         })
+    }
+
+    /// A fresh id for a request to the client, and where its answer will arrive.
+    pub(crate) fn expect_answer(
+        &self,
+    ) -> (String, oneshot::Receiver<Result<ClientResult, ErrorData>>) {
+        let n = self.next_answer.fetch_add(1, Ordering::Relaxed);
+        let id = format!("{ANSWER_ID_PREFIX}{n}");
+        let (tx, rx) = oneshot::channel();
+        self.answers.lock().insert(id.clone(), tx);
+        (id, rx)
+    }
+
+    /// The client answered request `id`; false if nothing waits for it (any more).
+    pub(crate) fn answer(&self, id: &str, answer: Result<ClientResult, ErrorData>) -> bool {
+        match self.answers.lock().remove(id) {
+            Some(tx) => tx.send(answer).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Nothing waits for request `id` any more.
+    pub(crate) fn forget_answer(&self, id: &str) {
+        self.answers.lock().remove(id);
     }
 
     /// The client finished `initialize`.
@@ -361,7 +406,7 @@ impl ClientSession {
             None => Some(job),
         };
         if let Some(job) = job {
-            let fut = job(peer);
+            let fut = job(ClientLink::Peer(peer));
             match self.gateway.upgrade() {
                 Some(gw) => {
                     gw.tasks.spawn(fut);
@@ -383,11 +428,15 @@ impl ClientSession {
 /// Sends a request to the client; the client is told `notifications/cancelled` if we stop
 /// waiting for any reason but its answer.
 async fn send_request(
-    peer: Peer<RoleServer>,
+    link: ClientLink,
     request: ServerRequest,
     timeout: Option<Duration>,
     cancel: CancellationToken,
 ) -> Result<ClientResult, ErrorData> {
+    let peer = match link {
+        ClientLink::Peer(peer) => peer,
+        ClientLink::Response(response) => return response.request(request, timeout, cancel).await,
+    };
     let handle = peer
         .send_request_with_option(request, PeerRequestOptions::no_options())
         .await
