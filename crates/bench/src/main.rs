@@ -97,6 +97,12 @@ async fn main() -> Result<()> {
             let direct = http_client(&format!("http://{addr}/mcp")).await?;
             rows.push(measure_mcp("HTTP: direct", &direct, concurrency, n).await?);
             direct.cancel().await?;
+            let plain = PlainMcp::open(&format!("http://{addr}/mcp")).await?;
+            let one = move || {
+                let plain = plain.clone();
+                async move { plain.call().await }
+            };
+            rows.push(run("HTTP: direct, plain client", concurrency, n, one).await?);
             stop(&mut child).await;
         }
         let through_mcp = wanted("HTTP: through toolwarden /mcp");
@@ -117,6 +123,20 @@ async fn main() -> Result<()> {
                     measure_mcp("HTTP: through toolwarden /mcp", &gateway, concurrency, n).await?,
                 );
                 gateway.cancel().await?;
+                let plain = PlainMcp::open(&format!("http://{addr}/mcp")).await?;
+                let one = move || {
+                    let plain = plain.clone();
+                    async move { plain.call().await }
+                };
+                rows.push(
+                    run(
+                        "HTTP: through toolwarden /mcp, plain client",
+                        concurrency,
+                        n,
+                        one,
+                    )
+                    .await?,
+                );
             }
             if through_api {
                 rows.push(
@@ -132,6 +152,16 @@ async fn main() -> Result<()> {
             stop(&mut serve).await;
         }
     }
+    // Direct and through toolwarden side by side, one call each in turn: both see the same
+    // machine, which on a shared one drifts by tens of percent within minutes.
+    let mut added = Vec::new();
+    if wanted("paired") {
+        let pairs = paired_rows(&toolwarden, &server, &config, calls / 4).await?;
+        for pair in pairs.chunks(2) {
+            added.push((pair[1].path, pair[1].p50.saturating_sub(pair[0].p50)));
+        }
+        rows.extend(pairs);
+    }
     let _ = std::fs::remove_dir_all(&tmp);
 
     println!("| path | concurrency | p50 | p99 | calls/s |");
@@ -146,7 +176,155 @@ async fn main() -> Result<()> {
             r.per_second
         );
     }
+    for (path, by) in added {
+        println!("\nadded at p50 ({path}): {:.0} µs", by.as_secs_f64() * 1e6);
+    }
     Ok(())
+}
+
+/// One `echo` call through an rmcp client.
+fn echo_call(
+    client: &Client,
+) -> impl Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + Send>>
++ Clone
++ Send
++ Sync
++ 'static {
+    let peer = client.peer().clone();
+    move || {
+        let peer = peer.clone();
+        Box::pin(async move {
+            let r = peer
+                .call_tool(CallToolRequestParams::new("echo").with_arguments(echo_args()))
+                .await?;
+            if r.is_error == Some(true) {
+                bail!("echo failed: {r:?}");
+            }
+            Ok(())
+        })
+    }
+}
+
+/// The paired rows: stdio, HTTP with rmcp's client, HTTP with a plain client; each pair
+/// `[direct, through toolwarden]` at concurrency 1.
+async fn paired_rows(
+    toolwarden: &Path,
+    server: &Path,
+    config: &Path,
+    n: usize,
+) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    let direct = stdio_client(Command::new(server)).await?;
+    let mut cmd = Command::new(toolwarden);
+    cmd.arg("mcp")
+        .arg("--config")
+        .arg(config)
+        .env("RUST_LOG", "warn");
+    let gateway = stdio_client(cmd).await?;
+    rows.extend(
+        paired(
+            [
+                "stdio paired: direct",
+                "stdio paired: through toolwarden mcp",
+            ],
+            n,
+            echo_call(&direct),
+            echo_call(&gateway),
+        )
+        .await?,
+    );
+    direct.cancel().await?;
+    gateway.cancel().await?;
+
+    let (mut child, addr) =
+        spawn_printing_addr(Command::new(server).arg("--http").arg("127.0.0.1:0"), false).await?;
+    let mut cmd = Command::new(toolwarden);
+    cmd.arg("serve")
+        .arg("--config")
+        .arg(config)
+        .arg("--listen")
+        .arg("127.0.0.1:0")
+        .env("RUST_LOG", "warn");
+    let (mut serve, gw_addr) = spawn_printing_addr(&mut cmd, true).await?;
+    wait_for_tools(&gw_addr).await?;
+    let direct = http_client(&format!("http://{addr}/mcp")).await?;
+    let gateway = http_client(&format!("http://{gw_addr}/mcp")).await?;
+    rows.extend(
+        paired(
+            [
+                "HTTP paired: direct",
+                "HTTP paired: through toolwarden /mcp",
+            ],
+            n,
+            echo_call(&direct),
+            echo_call(&gateway),
+        )
+        .await?,
+    );
+    direct.cancel().await?;
+    gateway.cancel().await?;
+    let direct = PlainMcp::open(&format!("http://{addr}/mcp")).await?;
+    let gateway = PlainMcp::open(&format!("http://{gw_addr}/mcp")).await?;
+    rows.extend(
+        paired(
+            [
+                "HTTP paired: direct, plain client",
+                "HTTP paired: through toolwarden /mcp, plain client",
+            ],
+            n,
+            || direct.call(),
+            || gateway.call(),
+        )
+        .await?,
+    );
+    stop(&mut serve).await;
+    stop(&mut child).await;
+    Ok(rows)
+}
+
+/// Calls `a` and `b` one after the other (`a` first on even rounds, `b` on odd ones), `n`
+/// times each after a warm-up; one row each.
+async fn paired<A, FA, B, FB>(paths: [&'static str; 2], n: usize, a: A, b: B) -> Result<Vec<Row>>
+where
+    A: Fn() -> FA,
+    FA: std::future::Future<Output = Result<()>>,
+    B: Fn() -> FB,
+    FB: std::future::Future<Output = Result<()>>,
+{
+    for _ in 0..(n / 10).max(200) {
+        a().await?;
+        b().await?;
+    }
+    let (mut la, mut lb) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for i in 0..n {
+        for first in [i % 2 == 0, i % 2 != 0] {
+            let t = Instant::now();
+            if first {
+                a().await?;
+                la.push(t.elapsed());
+            } else {
+                b().await?;
+                lb.push(t.elapsed());
+            }
+        }
+    }
+    Ok([(paths[0], la), (paths[1], lb)]
+        .into_iter()
+        .map(|(path, mut lat)| {
+            let total: Duration = lat.iter().sum();
+            lat.sort();
+            let at = |p: f64| lat[((lat.len() - 1) as f64 * p) as usize];
+            let row = Row {
+                path,
+                concurrency: 1,
+                p50: at(0.5),
+                p99: at(0.99),
+                per_second: lat.len() as f64 / total.as_secs_f64(),
+            };
+            eprintln!("{path}: p50 {:?} p99 {:?}", row.p50, row.p99);
+            row
+        })
+        .collect())
 }
 
 fn sibling(dir: &Path, name: &str) -> Result<PathBuf> {
@@ -273,20 +451,79 @@ async fn measure_mcp(
     concurrency: usize,
     n: usize,
 ) -> Result<Row> {
-    let peer = client.peer().clone();
-    let one = move || {
-        let peer = peer.clone();
-        async move {
-            let r = peer
-                .call_tool(CallToolRequestParams::new("echo").with_arguments(echo_args()))
-                .await?;
-            if r.is_error == Some(true) {
-                bail!("echo failed: {r:?}");
-            }
-            Ok(())
+    run(path, concurrency, n, echo_call(client)).await
+}
+
+/// A Streamable HTTP session from a plain HTTP client (reqwest with its connection pool, no MCP
+/// SDK): one POST per call, the whole response read (JSON or an event stream). What it measures
+/// is the server's side without an SDK client's own machinery.
+#[derive(Clone)]
+struct PlainMcp {
+    http: reqwest::Client,
+    url: String,
+    session: String,
+    next: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl PlainMcp {
+    async fn open(url: &str) -> Result<PlainMcp> {
+        let http = reqwest::Client::new();
+        let init = http
+            .post(url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .body(
+                json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                    "protocolVersion": "2025-06-18", "capabilities": {},
+                    "clientInfo": {"name": "gateway-bench", "version": "1"}}})
+                .to_string(),
+            )
+            .send()
+            .await?;
+        let session = init
+            .headers()
+            .get("mcp-session-id")
+            .context("no mcp-session-id on the initialize response")?
+            .to_str()?
+            .to_owned();
+        init.bytes().await?;
+        let plain = PlainMcp {
+            http,
+            url: url.to_owned(),
+            session,
+            next: std::sync::Arc::default(),
+        };
+        plain
+            .post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await?;
+        Ok(plain)
+    }
+
+    async fn post(&self, body: Value) -> Result<String> {
+        let r = self
+            .http
+            .post(&self.url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .header("mcp-session-id", &self.session)
+            .header("mcp-protocol-version", "2025-06-18")
+            .body(body.to_string())
+            .send()
+            .await?;
+        Ok(r.text().await?)
+    }
+
+    async fn call(&self) -> Result<()> {
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let text = self
+            .post(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"text": "hello"}}}))
+            .await?;
+        if !text.contains("\"isError\":false") {
+            bail!("echo failed: {text}");
         }
-    };
-    run(path, concurrency, n, one).await
+        Ok(())
+    }
 }
 
 async fn measure_api(path: &'static str, addr: &str, concurrency: usize, n: usize) -> Result<Row> {
