@@ -26,9 +26,9 @@ use http::header::{ACCEPT, CACHE_CONTROL, CONTENT_TYPE, HOST, ORIGIN};
 use http::{HeaderMap, Response, StatusCode};
 use rmcp::ErrorData;
 use rmcp::model::{
-    CallToolRequestParams, ClientResult, JsonObject, JsonRpcError, JsonRpcRequest, JsonRpcResponse,
-    JsonRpcVersion2_0, ProgressNotificationParam, RequestId, RequestMetaObject, ServerRequest,
-    ServerResult,
+    CallToolRequestParams, CancelledNotificationParam, ClientResult, JsonObject, JsonRpcError,
+    JsonRpcRequest, JsonRpcResponse, JsonRpcVersion2_0, ProgressNotificationParam, RequestId,
+    RequestMetaObject, ServerRequest, ServerResult,
 };
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -39,7 +39,7 @@ use toolwarden_core::protocol::CancelReason;
 use super::Gateway;
 use super::call::{CallContext, call_tool};
 use super::http::{BoxBody, HttpSessions};
-use super::session::{ANSWER_ID_PREFIX, ClientLink, ClientSession};
+use super::session::{ANSWER_ID_PREFIX, ClientLink, ClientSession, Withdrawal, await_answer};
 
 /// The largest request body the fast path reads (rmcp's own limit; larger ones go to rmcp,
 /// which refuses them).
@@ -88,60 +88,35 @@ impl CallResponse {
         cancel: CancellationToken,
     ) -> Result<ClientResult, ErrorData> {
         let (id, answer) = self.session.expect_answer();
-        let message = JsonRpcRequest::new(RequestId::String(id.clone().into()), request);
-        let mut withdraw = Withdraw {
-            response: Some(self.clone()),
-            id,
-            reason: "the request was withdrawn",
-        };
-        if let Err(e) = self.send_json(&message) {
-            withdraw.response = None;
-            self.session.forget_answer(&withdraw.id);
+        let id = RequestId::String(id.into());
+        if let Err(e) = self.send_json(&JsonRpcRequest::new(id.clone(), request)) {
+            self.session.forget_answer(&id.to_string());
             return Err(ErrorData::internal_error(
                 format!("the MCP client is gone: {e}"),
                 None,
             ));
         }
-        let limit = async {
-            match timeout {
-                Some(t) => tokio::time::sleep(t).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            answer = answer => {
-                withdraw.response = None;
-                answer.unwrap_or_else(|_| Err(ErrorData::internal_error(
+        let withdrawal = Withdrawal::new(ClientLink::Response(self.clone()), id);
+        let answer = async {
+            answer.await.unwrap_or_else(|_| {
+                Err(ErrorData::internal_error(
                     "the MCP client connection closed",
                     None,
-                )))
-            }
-            () = cancel.cancelled() => Err(ErrorData::internal_error("the request was cancelled", None)),
-            () = limit => {
-                withdraw.reason = "timed out";
-                Err(ErrorData::internal_error("the MCP client did not answer in time", None))
-            }
-        }
-    }
-}
-
-/// Withdraws an unanswered request: forgets it and tells the client.
-struct Withdraw {
-    response: Option<CallResponse>,
-    id: String,
-    reason: &'static str,
-}
-
-impl Drop for Withdraw {
-    fn drop(&mut self) {
-        let Some(response) = self.response.take() else {
-            return;
+                ))
+            })
         };
-        response.session.forget_answer(&self.id);
-        let _ = response.send_json(&serde_json::json!({
+        await_answer(answer, withdrawal, timeout, cancel).await
+    }
+
+    /// Forgets an unanswered request and tells the client it is withdrawn.
+    pub(crate) fn withdraw(&self, param: CancelledNotificationParam) {
+        if let Some(id) = &param.request_id {
+            self.session.forget_answer(&id.to_string());
+        }
+        let _ = self.send_json(&serde_json::json!({
             "jsonrpc": "2.0",
             "method": "notifications/cancelled",
-            "params": { "requestId": self.id, "reason": self.reason },
+            "params": param,
         }));
     }
 }

@@ -441,11 +441,7 @@ async fn send_request(
         .send_request_with_option(request, PeerRequestOptions::no_options())
         .await
         .map_err(|e| ErrorData::internal_error(format!("the MCP client is gone: {e}"), None))?;
-    let mut guard = CancelOnDrop {
-        peer: Some(peer),
-        id: handle.id.clone(),
-        reason: "the request was withdrawn",
-    };
+    let withdrawal = Withdrawal::new(ClientLink::Peer(peer), handle.id.clone());
     let answer = async {
         match handle.rx.await {
             Ok(Ok(result)) => Ok(result),
@@ -460,6 +456,17 @@ async fn send_request(
             )),
         }
     };
+    await_answer(answer, withdrawal, timeout, cancel).await
+}
+
+/// Waits for the answer to a request sent to the client, at most `timeout`, or until `cancel`
+/// fires; unless the answer came, `withdrawal` tells the client.
+pub(crate) async fn await_answer(
+    answer: impl std::future::Future<Output = Result<ClientResult, ErrorData>>,
+    mut withdrawal: Withdrawal,
+    timeout: Option<Duration>,
+    cancel: CancellationToken,
+) -> Result<ClientResult, ErrorData> {
     let limit = async {
         match timeout {
             Some(t) => tokio::time::sleep(t).await,
@@ -468,7 +475,7 @@ async fn send_request(
     };
     tokio::select! {
         answer = answer => {
-            guard.peer = None;
+            withdrawal.link = None;
             answer
         }
         _ = cancel.cancelled() => Err(ErrorData::new(
@@ -477,30 +484,44 @@ async fn send_request(
             None,
         )),
         _ = limit => {
-            guard.reason = "timed out";
+            withdrawal.reason = "timed out";
             Err(ErrorData::internal_error("the MCP client did not answer in time", None))
         }
     }
 }
 
-/// Tells the client a request of ours is withdrawn, unless it was answered.
-struct CancelOnDrop {
-    peer: Option<Peer<RoleServer>>,
+/// Tells the client a request of ours is withdrawn (`notifications/cancelled`), unless it was
+/// answered: on the call's own response if the request went there, else through rmcp.
+pub(crate) struct Withdrawal {
+    link: Option<ClientLink>,
     id: RequestId,
     reason: &'static str,
 }
 
-impl Drop for CancelOnDrop {
+impl Withdrawal {
+    pub(crate) fn new(link: ClientLink, id: RequestId) -> Self {
+        Self {
+            link: Some(link),
+            id,
+            reason: "the request was withdrawn",
+        }
+    }
+}
+
+impl Drop for Withdrawal {
     fn drop(&mut self) {
-        let Some(peer) = self.peer.take() else {
-            return;
-        };
         let param =
             CancelledNotificationParam::new(Some(self.id.clone()), Some(self.reason.into()));
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                let _ = peer.notify_cancelled(param).await;
-            });
+        match self.link.take() {
+            None => {}
+            Some(ClientLink::Response(response)) => response.withdraw(param),
+            Some(ClientLink::Peer(peer)) => {
+                if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                    rt.spawn(async move {
+                        let _ = peer.notify_cancelled(param).await;
+                    });
+                }
+            }
         }
     }
 }
