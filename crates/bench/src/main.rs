@@ -76,12 +76,7 @@ async fn main() -> Result<()> {
             direct.cancel().await?;
         }
         if wanted("stdio: through toolwarden mcp") {
-            let mut cmd = Command::new(&toolwarden);
-            cmd.arg("mcp")
-                .arg("--config")
-                .arg(&config)
-                .env("RUST_LOG", "warn");
-            let gateway = stdio_client(cmd).await?;
+            let gateway = gateway_stdio(&toolwarden, &config).await?;
             rows.push(
                 measure_mcp("stdio: through toolwarden mcp", &gateway, concurrency, n).await?,
             );
@@ -89,34 +84,18 @@ async fn main() -> Result<()> {
         }
         // Streamable HTTP, direct and through `toolwarden serve` at /mcp.
         if wanted("HTTP: direct") {
-            let (mut child, addr) = spawn_printing_addr(
-                Command::new(&server).arg("--http").arg("127.0.0.1:0"),
-                false,
-            )
-            .await?;
+            let (mut child, addr) = start_http_server(&server).await?;
             let direct = http_client(&format!("http://{addr}/mcp")).await?;
             rows.push(measure_mcp("HTTP: direct", &direct, concurrency, n).await?);
             direct.cancel().await?;
             let plain = PlainMcp::open(&format!("http://{addr}/mcp")).await?;
-            let one = move || {
-                let plain = plain.clone();
-                async move { plain.call().await }
-            };
-            rows.push(run("HTTP: direct, plain client", concurrency, n, one).await?);
+            rows.push(run("HTTP: direct, plain client", concurrency, n, plain.caller()).await?);
             stop(&mut child).await;
         }
         let through_mcp = wanted("HTTP: through toolwarden /mcp");
         let through_api = wanted("HTTP: through toolwarden POST /v1/turns");
         if through_mcp || through_api {
-            let mut cmd = Command::new(&toolwarden);
-            cmd.arg("serve")
-                .arg("--config")
-                .arg(&config)
-                .arg("--listen")
-                .arg("127.0.0.1:0")
-                .env("RUST_LOG", "warn");
-            let (mut serve, addr) = spawn_printing_addr(&mut cmd, true).await?;
-            wait_for_tools(&addr).await?;
+            let (mut serve, addr) = start_serve(&toolwarden, &config).await?;
             if through_mcp {
                 let gateway = http_client(&format!("http://{addr}/mcp")).await?;
                 rows.push(
@@ -124,16 +103,12 @@ async fn main() -> Result<()> {
                 );
                 gateway.cancel().await?;
                 let plain = PlainMcp::open(&format!("http://{addr}/mcp")).await?;
-                let one = move || {
-                    let plain = plain.clone();
-                    async move { plain.call().await }
-                };
                 rows.push(
                     run(
                         "HTTP: through toolwarden /mcp, plain client",
                         concurrency,
                         n,
-                        one,
+                        plain.caller(),
                     )
                     .await?,
                 );
@@ -215,12 +190,7 @@ async fn paired_rows(
 ) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     let direct = stdio_client(Command::new(server)).await?;
-    let mut cmd = Command::new(toolwarden);
-    cmd.arg("mcp")
-        .arg("--config")
-        .arg(config)
-        .env("RUST_LOG", "warn");
-    let gateway = stdio_client(cmd).await?;
+    let gateway = gateway_stdio(toolwarden, config).await?;
     rows.extend(
         paired(
             [
@@ -236,17 +206,8 @@ async fn paired_rows(
     direct.cancel().await?;
     gateway.cancel().await?;
 
-    let (mut child, addr) =
-        spawn_printing_addr(Command::new(server).arg("--http").arg("127.0.0.1:0"), false).await?;
-    let mut cmd = Command::new(toolwarden);
-    cmd.arg("serve")
-        .arg("--config")
-        .arg(config)
-        .arg("--listen")
-        .arg("127.0.0.1:0")
-        .env("RUST_LOG", "warn");
-    let (mut serve, gw_addr) = spawn_printing_addr(&mut cmd, true).await?;
-    wait_for_tools(&gw_addr).await?;
+    let (mut child, addr) = start_http_server(server).await?;
+    let (mut serve, gw_addr) = start_serve(toolwarden, config).await?;
     let direct = http_client(&format!("http://{addr}/mcp")).await?;
     let gateway = http_client(&format!("http://{gw_addr}/mcp")).await?;
     rows.extend(
@@ -343,6 +304,35 @@ async fn stdio_client(mut cmd: Command) -> Result<Client> {
     // Dies with the benchmark, even when the benchmark is killed.
     toolwarden_process::isolate(&mut cmd);
     ready(().serve(TokioChildProcess::new(cmd)?).await?).await
+}
+
+/// An rmcp client of `toolwarden mcp` (over stdio) with `config`.
+async fn gateway_stdio(toolwarden: &Path, config: &Path) -> Result<Client> {
+    let mut cmd = Command::new(toolwarden);
+    cmd.arg("mcp")
+        .arg("--config")
+        .arg(config)
+        .env("RUST_LOG", "warn");
+    stdio_client(cmd).await
+}
+
+/// `tw-test-server --http` on a free port, and its address.
+async fn start_http_server(server: &Path) -> Result<(Child, String)> {
+    spawn_printing_addr(Command::new(server).arg("--http").arg("127.0.0.1:0"), false).await
+}
+
+/// `toolwarden serve` with `config` on a free port, once it lists the echo tool; its address.
+async fn start_serve(toolwarden: &Path, config: &Path) -> Result<(Child, String)> {
+    let mut cmd = Command::new(toolwarden);
+    cmd.arg("serve")
+        .arg("--config")
+        .arg(config)
+        .arg("--listen")
+        .arg("127.0.0.1:0")
+        .env("RUST_LOG", "warn");
+    let (serve, addr) = spawn_printing_addr(&mut cmd, true).await?;
+    wait_for_tools(&addr).await?;
+    Ok((serve, addr))
 }
 
 async fn http_client(url: &str) -> Result<Client> {
@@ -511,6 +501,20 @@ impl PlainMcp {
             .send()
             .await?;
         Ok(r.text().await?)
+    }
+
+    /// [`call`](Self::call) as a closure for [`run`].
+    fn caller(
+        self,
+    ) -> impl Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + Send>>
+    + Clone
+    + Send
+    + Sync
+    + 'static {
+        move || {
+            let plain = self.clone();
+            Box::pin(async move { plain.call().await })
+        }
     }
 
     async fn call(&self) -> Result<()> {
