@@ -344,11 +344,10 @@ async fn headless_serve_denies_approvals_at_once() {
         "[exec]\nenabled = true\n[tools.exec]\napproval = \"ask\"\n",
     );
     let (mut server, url) = serve(&dir, &["--headless"]).await;
-    assert!(
-        server.stderr().contains("approvals: headless"),
-        "{}",
-        server.stderr()
-    );
+    // The start-up lines after "listening on" reach the reader a moment later.
+    server
+        .wait_stderr("approvals: headless", Duration::from_secs(10))
+        .await;
     let answer = turn(
         &url,
         json!([{"id": "c1", "name": "exec", "input": {"command": "true"}}]),
