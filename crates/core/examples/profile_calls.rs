@@ -17,10 +17,10 @@ static ALLOCS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(
 unsafe impl std::alloc::GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
         ALLOCS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        unsafe { std::alloc::System.alloc(l) }
+        unsafe { mimalloc::MiMalloc.alloc(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
-        unsafe { std::alloc::System.dealloc(p, l) }
+        unsafe { mimalloc::MiMalloc.dealloc(p, l) }
     }
 }
 #[global_allocator]
@@ -55,6 +55,10 @@ fn main() {
             Duration::from_secs(60)
         }),
     );
+    if std::env::var_os("RING").is_some() {
+        // Every event built and kept in the replay ring, as `toolwarden serve` does.
+        engine.events().keep_recent(4096);
+    }
     if std::env::var_os("NO_SUBSCRIBER").is_none() {
         let mut events = engine.subscribe();
         rt.spawn(async move { while events.recv().await.is_some() {} });

@@ -16,7 +16,7 @@ use tokio::time::{Instant, sleep, sleep_until};
 use toolwarden_protocol::{
     Approval, CallId, CallResult, CallState, CancelReason, Content, Decider, DenyReason,
     ErrorReason, EventKind, InteractionAction, InteractionKind, InvalidReason, Outcome, Policy,
-    ProgressInfo, Provenance, ProvenanceSource, Status, StopHow, TimeoutKind, Timestamp, ToolCall,
+    ProgressInfo, Provenance, ProvenanceSource, Status, StopHow, TimeoutKind, ToolCall,
     format_duration,
 };
 
@@ -84,7 +84,10 @@ struct Finisher {
     turn: Arc<TurnState>,
     slot: Arc<CallSlot>,
     scope: EventScope,
+    /// When the call arrived (its turn's start).
     arrived: Instant,
+    /// When its attempts ended, once they have: the moment its result is stamped with.
+    ended: Option<Instant>,
     attempts: u32,
     invoked: bool,
     running: bool,
@@ -129,7 +132,8 @@ impl Finisher {
         if let Some((count, block_after)) = self.repeat {
             content.push(Content::text(loop_note(self.tool(), count, block_after)));
         }
-        let elapsed = self.arrived.elapsed();
+        let end = self.ended.unwrap_or_else(Instant::now);
+        let elapsed = end.saturating_duration_since(self.arrived);
         let outcome = Outcome {
             status,
             attempts: self.attempts,
@@ -162,8 +166,9 @@ impl Finisher {
             view.status = Some(result.outcome.status.name());
         }
         self.turn.session.record(&result.outcome);
-        self.engine.bus.emit(
+        self.engine.bus.emit_at(
             &self.scope,
+            end,
             EventKind::ToolResult {
                 result: result.clone(),
                 duration_ms: result.outcome.duration_ms,
@@ -281,7 +286,8 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
         turn: turn.clone(),
         slot: slot.clone(),
         scope,
-        arrived: Instant::now(),
+        arrived: turn.started,
+        ended: None,
         attempts: 0,
         invoked: false,
         running: false,
@@ -361,6 +367,8 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
         LoopVerdict::Fine => {}
     }
     let input = Arc::new(input);
+    // The time now: the arrival until a step below waits, read again after each wait.
+    let mut now = fin.arrived;
 
     // Approval gate.
     match policy.approval {
@@ -370,6 +378,7 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
             if !Box::pin(approve(&engine, &mut fin, &entry, &policy, &input)).await {
                 return;
             }
+            now = Instant::now();
         }
     }
 
@@ -377,7 +386,7 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
     let cache_key =
         (policy.idempotent && !policy.cache_ttl.is_zero()).then_some(CacheKey(call_digest));
     if let Some(key) = &cache_key
-        && let Some(hit) = engine.cache.hit(key, fin.arrived)
+        && let Some(hit) = engine.cache.hit(key, now)
     {
         return fin.cache_hit(&hit);
     }
@@ -385,7 +394,7 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
     // Breaker.
     let runtime = entry.runtime.clone();
     // Microseconds after arrival: the arrival instant is good enough for the breaker's clock.
-    let (admission, change) = runtime.breaker.admit(&policy.breaker, fin.arrived);
+    let (admission, change) = runtime.breaker.admit(&policy.breaker, now);
     if let Some(state) = change {
         engine.breaker_changed(&runtime, &fin.scope, state);
     }
@@ -410,6 +419,7 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
             () = slot.scope.cancelled() => return fin.cancelled(),
             () = ticket.acquire() => {}
         }
+        now = Instant::now();
     }
 
     // Single flight: share the execution of an identical call that is running, or lead one.
@@ -418,7 +428,7 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
     let mut flight = None;
     if let Some(key) = cache_key {
         loop {
-            match engine.cache.lookup(&key, Instant::now()) {
+            match engine.cache.lookup(&key, now) {
                 Lookup::Hit(hit) => return fin.cache_hit(&hit),
                 Lookup::Lead(guard) => {
                     flight = Some(guard);
@@ -433,6 +443,7 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
                             return fin.cache_hit(&hit);
                         },
                     }
+                    now = Instant::now();
                 }
             }
         }
@@ -445,11 +456,12 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
     }
 
     // Attempts.
-    let last = run_attempts(&engine, &turn, &slot, &entry, &policy, input, &mut fin).await;
+    let last = run_attempts(&engine, &turn, &slot, &entry, &policy, input, now, &mut fin).await;
     drop(ticket);
 
     // Classify and record the breaker.
     let ended_at = Instant::now();
+    fin.ended = Some(ended_at);
     let verdict = match &last {
         Final::Ok(_) | Final::Rejected(_) => Verdict::Success,
         Final::ToolError(_) if policy.breaker_counts_tool_errors => Verdict::Failure,
@@ -471,7 +483,7 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
         Final::Ok(output) => {
             let provenance = Provenance {
                 source: ProvenanceSource::Tool,
-                fetched_at: Timestamp::now(),
+                fetched_at: engine.bus.stamp(ended_at),
                 cache_hit: false,
                 digest: toolwarden_protocol::ContentDigest(result_digest(&output)),
                 origin_call_id: None,
@@ -587,7 +599,8 @@ async fn approve(
 }
 
 /// Runs attempts until one ends the call: success, a non-retryable failure, retries exhausted,
-/// cancellation, or a deadline.
+/// cancellation, or a deadline. The attempts start at `started`.
+#[allow(clippy::too_many_arguments)]
 async fn run_attempts(
     engine: &Arc<EngineInner>,
     turn: &Arc<TurnState>,
@@ -595,9 +608,9 @@ async fn run_attempts(
     entry: &Arc<ToolEntry>,
     policy: &Policy,
     input: Arc<Value>,
+    started: Instant,
     fin: &mut Finisher,
 ) -> Final {
-    let started = Instant::now();
     let total_deadline = (!policy.timeout.is_zero()).then(|| started + policy.timeout);
     fin.invoked = true;
     fin.running = true;
@@ -607,8 +620,9 @@ async fn run_attempts(
         view.state = CallState::Running;
         view.started = Some(started);
     }
-    engine.bus.emit(
+    engine.bus.emit_at(
         &fin.scope,
+        started,
         EventKind::ToolStart {
             input: input.clone(),
             timeout_ms: policy.timeout.as_millis() as u64,

@@ -1,11 +1,14 @@
 //! The cancellation tree: process → session → turn → call (→ attempt, in the backend's signals).
 //!
-//! Every node is a [`Scope`]: a `CancellationToken` plus the reason it was cancelled with. Aborting
+//! Every node is a [`Scope`]: a flag, the reason it was cancelled with, and — made only when
+//! something first waits on the scope — a `CancellationToken` under its parent's. Most calls end
+//! without anything ever waiting on their turn's scope (an in-process tool answers at once), so a
+//! one-call turn costs one allocation here instead of three and never locks its parent. Aborting
 //! a turn, a call, a client disconnect and shutdown all go through the same tree; a call reads the
 //! reason from the nearest cancelled scope above it. A reason found on an *ancestor* turn (a
 //! sub-agent's turn whose parent was aborted) reads as `parent`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering, fence};
 use std::sync::{Arc, OnceLock};
 
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
@@ -22,7 +25,8 @@ pub(crate) enum ScopeKind {
 
 #[derive(Debug)]
 struct ScopeInner {
-    token: CancellationToken,
+    /// Made on the first wait (see [`Scope::token`]).
+    token: OnceLock<CancellationToken>,
     /// Set when this scope itself is cancelled: `is_cancelled` reads these flags up the tree
     /// (a few atomic loads) instead of the token's mutex.
     cancelled: AtomicBool,
@@ -39,7 +43,7 @@ impl Scope {
     /// The root of a process.
     pub(crate) fn root() -> Self {
         Self(Arc::new(ScopeInner {
-            token: CancellationToken::new(),
+            token: OnceLock::new(),
             cancelled: AtomicBool::new(false),
             reason: OnceLock::new(),
             kind: ScopeKind::Process,
@@ -50,7 +54,7 @@ impl Scope {
     /// A child that is cancelled whenever this scope is.
     pub(crate) fn child(&self, kind: ScopeKind) -> Self {
         Self(Arc::new(ScopeInner {
-            token: self.0.token.child_token(),
+            token: OnceLock::new(),
             cancelled: AtomicBool::new(false),
             reason: OnceLock::new(),
             kind,
@@ -62,8 +66,13 @@ impl Scope {
     /// is harmless. Returns whether this call did the cancelling.
     pub(crate) fn cancel(&self, reason: CancelReason) -> bool {
         let first = self.0.reason.set(reason).is_ok();
-        self.0.cancelled.store(true, Ordering::Release);
-        self.0.token.cancel();
+        self.0.cancelled.store(true, Ordering::SeqCst);
+        // Pairs with the fence in `token`: either the token made there is seen here, or the
+        // flag set above is seen there; a token is never left uncancelled below a cancel.
+        fence(Ordering::SeqCst);
+        if let Some(token) = self.0.token.get() {
+            token.cancel();
+        }
         first
     }
 
@@ -80,8 +89,24 @@ impl Scope {
         false
     }
 
+    /// Resolves when this scope or one above it is cancelled.
     pub(crate) fn cancelled(&self) -> WaitForCancellationFuture<'_> {
-        self.0.token.cancelled()
+        self.token().cancelled()
+    }
+
+    /// This scope's token, made now if nothing waited on the scope before: a child of the
+    /// parent's token (made too if need be), cancelled at once if the scope already is.
+    fn token(&self) -> &CancellationToken {
+        let token = self.0.token.get_or_init(|| match &self.0.parent {
+            Some(parent) => parent.token().child_token(),
+            None => CancellationToken::new(),
+        });
+        // Pairs with the fence in `cancel` (see there).
+        fence(Ordering::SeqCst);
+        if self.0.cancelled.load(Ordering::SeqCst) {
+            token.cancel();
+        }
+        token
     }
 
     /// Why this scope is cancelled, as seen from it: the reason of the nearest cancelled scope at
@@ -142,6 +167,38 @@ mod tests {
         assert_eq!(parent_call.reason(), Some(CancelReason::User));
         assert_eq!(child_call.reason(), Some(CancelReason::Parent));
         assert_eq!(child_turn.reason(), Some(CancelReason::Parent));
+    }
+
+    #[tokio::test]
+    async fn a_wait_begun_after_the_cancel_ends_at_once() {
+        let root = Scope::root();
+        let turn = root.child(ScopeKind::Session).child(ScopeKind::Turn);
+        let call = turn.child(ScopeKind::Call);
+        turn.cancel(CancelReason::User);
+        // Neither scope had a token when the turn was cancelled.
+        call.cancelled().await;
+        turn.cancelled().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cancel_reaches_waits_begun_before_it_and_racing_it() {
+        for _ in 0..200 {
+            let root = Scope::root();
+            let session = root.child(ScopeKind::Session);
+            let turn = session.child(ScopeKind::Turn);
+            let waiter = turn.child(ScopeKind::Call);
+            let racer = turn.child(ScopeKind::Call);
+            let waiting = tokio::spawn(async move { waiter.cancelled().await });
+            let racing = tokio::spawn(async move { racer.cancelled().await });
+            tokio::task::yield_now().await;
+            session.cancel(CancelReason::Shutdown);
+            tokio::time::timeout(std::time::Duration::from_secs(10), async {
+                waiting.await.expect("waiter");
+                racing.await.expect("racer");
+            })
+            .await
+            .expect("every wait ends once an ancestor is cancelled");
+        }
     }
 
     #[test]

@@ -567,7 +567,13 @@ impl EngineInner {
             Some(p) => p.scope.child(ScopeKind::Turn),
             None => session.scope.child(ScopeKind::Turn),
         };
-        let turn_id = req.turn_id.unwrap_or_else(|| TurnId::new(new_id("t_")));
+        // The turn's start: its monotonic instant (its calls' arrival) and the wall-clock time
+        // of it, which also dates the turn's id.
+        let started = Instant::now();
+        let started_at = self.bus.stamp(started);
+        let turn_id = req
+            .turn_id
+            .unwrap_or_else(|| TurnId::new(new_id_at("t_", started_at)));
         // Kept only for a renderer, which reads each call beside its result.
         let kept_calls = if req.render.is_some() {
             req.calls.clone()
@@ -619,7 +625,8 @@ impl EngineInner {
             session: session.clone(),
             parent: req.parent_turn_id,
             scope,
-            started_at: toolwarden_protocol::Timestamp::now(),
+            started_at,
+            started,
             slots,
             calls: kept_calls,
             finalized: std::sync::atomic::AtomicBool::new(false),
@@ -639,9 +646,9 @@ impl EngineInner {
         Ok((turn, jobs))
     }
 
-    pub(crate) fn unregister_turn(&self, turn: &TurnState) {
+    pub(crate) fn unregister_turn(&self, turn: &TurnState, now: Instant) {
         if self.turns.lock().remove(&turn.id).is_some() {
-            turn.session.turn_ended();
+            turn.session.turn_ended(now);
             let session = &turn.session;
             if session.ephemeral.load(std::sync::atomic::Ordering::Relaxed)
                 && session
@@ -740,11 +747,17 @@ impl EngineInner {
 
 /// `PREFIX` followed by a fresh ULID, built in place (ids are made on every turn).
 fn new_id(prefix: &str) -> Arc<str> {
+    new_id_at(prefix, toolwarden_protocol::Timestamp::now())
+}
+
+/// `PREFIX` followed by a fresh ULID of time `at`.
+fn new_id_at(prefix: &str, at: toolwarden_protocol::Timestamp) -> Arc<str> {
     let mut buf = [0u8; 32];
     let n = prefix.len().min(6);
     buf[..n].copy_from_slice(&prefix.as_bytes()[..n]);
     let mut ulid = [0u8; ulid::ULID_LEN];
-    let text = ulid::Ulid::new().array_to_str(&mut ulid);
+    let ms = u64::try_from(at.unix_millis()).unwrap_or(0);
+    let text = ulid::Ulid::from_parts(ms, rand::random::<u128>()).array_to_str(&mut ulid);
     buf[n..n + ulid::ULID_LEN].copy_from_slice(text.as_bytes());
     // Both parts are ASCII.
     Arc::from(std::str::from_utf8(&buf[..n + ulid::ULID_LEN]).unwrap_or("t_"))

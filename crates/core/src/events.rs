@@ -12,7 +12,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::broadcast;
+use tokio::time::Instant;
 use toolwarden_protocol::{CallId, Event, EventKind, SessionId, Timestamp, TurnId};
+
+use crate::clock::WallClock;
 
 /// The default number of events a subscriber may fall behind before it loses some.
 pub const DEFAULT_CAPACITY: usize = 8192;
@@ -90,6 +93,8 @@ pub struct EventBus {
     observers: Arc<AtomicUsize>,
     has_sinks: AtomicBool,
     keeping: AtomicBool,
+    /// Stamps events (and the engine's other wall-clock times) from monotonic instants.
+    clock: WallClock,
 }
 
 #[derive(Default)]
@@ -120,6 +125,7 @@ impl EventBus {
             observers: Arc::new(AtomicUsize::new(0)),
             has_sinks: AtomicBool::new(false),
             keeping: AtomicBool::new(false),
+            clock: WallClock::new(),
         }
     }
 
@@ -203,17 +209,50 @@ impl EventBus {
         }
     }
 
+    /// [`EventBus::emit_with`] for something that happened at `at` (an instant the caller read
+    /// anyway: the event is stamped from it instead of reading the clock again).
+    pub(crate) fn emit_with_at(
+        &self,
+        scope: &EventScope,
+        at: Instant,
+        kind: impl FnOnce() -> EventKind,
+    ) -> u64 {
+        if self.is_observed() {
+            self.publish(scope, Some(at), kind())
+        } else {
+            self.seq.fetch_add(1, Ordering::AcqRel) + 1
+        }
+    }
+
     /// Publishes an event about `scope` and returns its `seq`.
     pub fn emit(&self, scope: &EventScope, kind: EventKind) -> u64 {
+        self.publish(scope, None, kind)
+    }
+
+    /// [`EventBus::emit`] for something that happened at `at`.
+    pub(crate) fn emit_at(&self, scope: &EventScope, at: Instant, kind: EventKind) -> u64 {
+        self.publish(scope, Some(at), kind)
+    }
+
+    /// The wall-clock time of `at` (see [`crate::clock`]).
+    pub(crate) fn stamp(&self, at: Instant) -> Timestamp {
+        self.clock.stamp(at)
+    }
+
+    fn publish(&self, scope: &EventScope, at: Option<Instant>, kind: EventKind) -> u64 {
         if !self.is_observed() {
             // Nobody would see it: a number, no event, no lock.
             return self.seq.fetch_add(1, Ordering::AcqRel) + 1;
         }
+        let ts = match at {
+            Some(at) => self.clock.stamp(at),
+            None => self.clock.now(),
+        };
         let mut recent = self.sending.lock();
         let n = self.seq.fetch_add(1, Ordering::AcqRel) + 1;
         let event = Arc::new(Event {
             seq: n,
-            ts: Timestamp::now(),
+            ts,
             session_id: scope.session_id.clone(),
             turn_id: scope.turn_id.clone(),
             call_id: scope.call_id.clone(),

@@ -117,13 +117,19 @@ impl IntoToolOutput for Value {
         match self {
             Value::String(s) => ToolOutput::text(s),
             Value::Object(_) => ToolOutput {
-                content: vec![Content::text(self.to_string())],
+                content: vec![Content::text(json_text(&self))],
                 structured_content: Some(self),
                 is_error: false,
             },
-            other => ToolOutput::text(other.to_string()),
+            other => ToolOutput::text(json_text(&other)),
         }
     }
+}
+
+/// A value's compact JSON text, written into one buffer sized up front (`Display` grows a string
+/// from nothing, reallocating as it goes).
+fn json_text(value: &Value) -> String {
+    serde_json::to_string(value).unwrap_or_else(|_| value.to_string())
 }
 
 /// What a running in-process tool can see and do.

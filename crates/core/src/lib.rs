@@ -39,6 +39,7 @@ mod cache;
 mod call;
 mod cancel;
 pub mod canonical;
+pub(crate) mod clock;
 pub mod config;
 mod engine;
 pub mod events;

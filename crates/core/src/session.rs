@@ -75,9 +75,9 @@ impl Session {
         self.active_turns.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn turn_ended(&self) {
+    pub(crate) fn turn_ended(&self, now: Instant) {
         self.active_turns.fetch_sub(1, Ordering::Relaxed);
-        *self.last_used.lock() = Instant::now();
+        *self.last_used.lock() = now;
     }
 
     pub(crate) fn is_idle_since(&self, cutoff: Instant) -> bool {

@@ -142,6 +142,8 @@ pub(crate) struct TurnState {
     pub(crate) parent: Option<TurnId>,
     pub(crate) scope: Scope,
     pub(crate) started_at: Timestamp,
+    /// The monotonic instant of `started_at`: when the turn's calls arrived.
+    pub(crate) started: Instant,
     pub(crate) slots: Vec<Arc<CallSlot>>,
     pub(crate) calls: Vec<ToolCall>,
     pub(crate) finalized: AtomicBool,
@@ -182,7 +184,7 @@ impl TurnState {
     pub(crate) fn emit_start(&self, engine: &EngineInner) {
         engine
             .bus
-            .emit_with(&self.event_scope(), || EventKind::TurnStart {
+            .emit_with_at(&self.event_scope(), self.started, || EventKind::TurnStart {
                 parent_turn_id: self.parent.clone(),
                 calls: self
                     .slots
@@ -289,7 +291,8 @@ pub(crate) fn finalize(engine: &EngineInner, turn: &TurnState) -> Finished {
         })
         .collect();
     *turn.stream.lock() = None;
-    engine.unregister_turn(turn);
+    let now = Instant::now();
+    engine.unregister_turn(turn, now);
     let outcome = if turn.scope.is_cancelled() {
         "aborted"
     } else if results.iter().all(|r| r.outcome.status == Status::Ok) {
@@ -309,8 +312,8 @@ pub(crate) fn finalize(engine: &EngineInner, turn: &TurnState) -> Finished {
     });
     engine
         .bus
-        .emit_with(&turn.event_scope(), || EventKind::TurnEnd {
-            outcome: outcome.to_owned(),
+        .emit_with_at(&turn.event_scope(), now, || EventKind::TurnEnd {
+            outcome: outcome.into(),
             results: match &rendered {
                 Some(list) => TurnResults::Rendered(list.clone()),
                 None => TurnResults::Results(results.clone()),

@@ -92,7 +92,7 @@ pub enum EventKind {
     /// A turn ended; `results` is the list a front door answers with, in call order.
     TurnEnd {
         /// `completed` (every call ok), `partial` (some call did not end ok) or `aborted`.
-        outcome: String,
+        outcome: std::borrow::Cow<'static, str>,
         /// One result per call, in call order.
         results: TurnResults,
     },

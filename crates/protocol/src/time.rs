@@ -1,7 +1,8 @@
 //! Wall-clock timestamps, RFC 3339 in UTC with milliseconds (`2026-11-22T10:00:00.000Z`).
 //!
 //! Timing rules never use this clock (they use tokio's, which tests can pause); it only stamps
-//! events and provenance. `Timestamp::now` is the one place toolwarden reads the wall clock.
+//! events and provenance. `Timestamp::now` and `Timestamp::now_unix_micros` are the places
+//! toolwarden reads the wall clock.
 
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -20,6 +21,21 @@ impl Timestamp {
             Ok(d) => Self(d.as_millis() as i64),
             Err(e) => Self(-(e.duration().as_millis() as i64)),
         }
+    }
+
+    /// The current wall-clock time in microseconds since the Unix epoch (for a clock that derives
+    /// many stamps from one reading and a monotonic clock).
+    #[allow(clippy::disallowed_methods)] // the one clock function of toolwarden
+    pub fn now_unix_micros() -> i64 {
+        match SystemTime::now().duration_since(UNIX_EPOCH) {
+            Ok(d) => d.as_micros() as i64,
+            Err(e) => -(e.duration().as_micros() as i64),
+        }
+    }
+
+    /// From microseconds since the Unix epoch (rounded down to the millisecond).
+    pub const fn from_unix_micros(us: i64) -> Self {
+        Self(us.div_euclid(1000))
     }
 
     /// From milliseconds since the Unix epoch.
