@@ -6,7 +6,7 @@
 //! If the leader does not end `ok` (or goes away), the waiters try again — one of them becomes the
 //! next leader — so one cancelled caller never fails the others.
 
-use crate::FastMap;
+use crate::DigestMap;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,8 +69,8 @@ type FlightSender = Option<watch::Sender<Option<Option<CachedResult>>>>;
 
 #[derive(Default)]
 struct Inner {
-    entries: FastMap<CacheKey, Entry>,
-    flights: FastMap<CacheKey, FlightSender>,
+    entries: DigestMap<CacheKey, Entry>,
+    flights: DigestMap<CacheKey, FlightSender>,
     /// Stored keys in the order they were stored, with the expiry they were stored with: the
     /// eviction order when the cache is full (oldest first). An item whose entry was since
     /// replaced or removed is stale and skipped.

@@ -1,7 +1,7 @@
 //! The loop detector: identical calls (same tool, same canonical input) in one session are
 //! annotated from `warn_after` on and denied from `block_after` on.
 
-use crate::FastMap;
+use crate::DigestMap;
 
 use parking_lot::Mutex;
 use toolwarden_protocol::LoopPolicy;
@@ -27,7 +27,7 @@ type CallKey = [u8; 32];
 /// One session's memory of its calls.
 #[derive(Default)]
 pub(crate) struct LoopDetector {
-    seen: Mutex<FastMap<CallKey, u32>>,
+    seen: Mutex<DigestMap<CallKey, u32>>,
 }
 
 impl LoopDetector {
