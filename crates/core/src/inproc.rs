@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
-use futures::FutureExt;
 use parking_lot::RwLock;
 use serde_json::Value;
 use tokio::sync::Semaphore;
@@ -384,17 +383,21 @@ impl Backend for InProcessBackend {
     }
 
     fn start(&self, attempt: Attempt) -> BoxFuture<AttemptEnd> {
-        let handler = self.handlers.read().get(&*attempt.tool).cloned();
+        let f = match self.handlers.read().get(&*attempt.tool).cloned() {
+            Some(Handler::Async(f)) => return start_async(&f, attempt),
+            Some(Handler::Blocking(f)) => f,
+            None => {
+                let end = AttemptEnd::Done(Err(AttemptError::Rejected(format!(
+                    "no in-process tool named {:?}",
+                    attempt.tool
+                ))));
+                return Box::pin(std::future::ready(end));
+            }
+        };
         let pool = self.pool.clone();
         let abandoned = self.abandoned.clone();
         let metrics = self.metrics.clone();
         Box::pin(async move {
-            let Some(handler) = handler else {
-                return AttemptEnd::Done(Err(AttemptError::Rejected(format!(
-                    "no in-process tool named {:?}",
-                    attempt.tool
-                ))));
-            };
             let stop = attempt.stop.clone();
             let ctx = ToolContext {
                 heartbeat: attempt.heartbeat,
@@ -402,67 +405,112 @@ impl Backend for InProcessBackend {
                 meta: attempt.meta,
             };
             let input = (*attempt.input).clone();
-            match handler {
-                Handler::Async(f) => {
-                    let work = AssertUnwindSafe(f(input, ctx)).catch_unwind();
-                    tokio::select! {
-                        biased;
-                        result = work => finished(&stop, result.map_err(|p| panic_message(&*p))),
-                        () = stop.forced() => AttemptEnd::Stopped(StopHow::Killed),
-                    }
+            let permit = tokio::select! {
+                biased;
+                () = stop.cancelled() => return AttemptEnd::Stopped(StopHow::Cooperative),
+                permit = pool.acquire_owned() => match permit {
+                    Ok(p) => p,
+                    Err(_) => return AttemptEnd::Done(Err(AttemptError::Transport("the blocking pool is closed".into()))),
+                },
+            };
+            let fate = Arc::new(AtomicU8::new(RUNNING));
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let thread_fate = fate.clone();
+            let thread_abandoned = abandoned.clone();
+            let thread_metrics = metrics.clone();
+            tokio::task::spawn_blocking(move || {
+                let result = std::panic::catch_unwind(AssertUnwindSafe(|| f(input, ctx)));
+                drop(permit);
+                if thread_fate
+                    .compare_exchange(RUNNING, FINISHED, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+                {
+                    let left = thread_abandoned
+                        .fetch_sub(1, Ordering::AcqRel)
+                        .saturating_sub(1);
+                    thread_metrics.set_abandoned(INPROCESS, left);
                 }
-                Handler::Blocking(f) => {
-                    let permit = tokio::select! {
-                        biased;
-                        () = stop.cancelled() => return AttemptEnd::Stopped(StopHow::Cooperative),
-                        permit = pool.acquire_owned() => match permit {
-                            Ok(p) => p,
-                            Err(_) => return AttemptEnd::Done(Err(AttemptError::Transport("the blocking pool is closed".into()))),
-                        },
-                    };
-                    let fate = Arc::new(AtomicU8::new(RUNNING));
-                    let (tx, rx) = tokio::sync::oneshot::channel();
-                    let thread_fate = fate.clone();
-                    let thread_abandoned = abandoned.clone();
-                    let thread_metrics = metrics.clone();
-                    tokio::task::spawn_blocking(move || {
-                        let result = std::panic::catch_unwind(AssertUnwindSafe(|| f(input, ctx)));
-                        drop(permit);
-                        if thread_fate
-                            .compare_exchange(
-                                RUNNING,
-                                FINISHED,
-                                Ordering::AcqRel,
-                                Ordering::Acquire,
-                            )
-                            .is_err()
-                        {
-                            let left = thread_abandoned
-                                .fetch_sub(1, Ordering::AcqRel)
-                                .saturating_sub(1);
-                            thread_metrics.set_abandoned(INPROCESS, left);
-                        }
-                        let _ = tx.send(result.map_err(|p| panic_message(&*p)));
-                    });
-                    tokio::select! {
-                        biased;
-                        result = rx => match result {
-                            Ok(result) => finished(&stop, result),
-                            Err(_) => AttemptEnd::Done(Err(AttemptError::Crashed("the tool's thread went away".into()))),
-                        },
-                        () = stop.forced() => {
-                            if fate.compare_exchange(RUNNING, ABANDONED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                                let now = abandoned.fetch_add(1, Ordering::AcqRel) + 1;
-                                metrics.set_abandoned(INPROCESS, now);
-                                AttemptEnd::Stopped(StopHow::Abandoned)
-                            } else {
-                                AttemptEnd::Stopped(StopHow::Cooperative)
-                            }
-                        }
+                let _ = tx.send(result.map_err(|p| panic_message(&*p)));
+            });
+            tokio::select! {
+                biased;
+                result = rx => match result {
+                    Ok(result) => finished(&stop, result),
+                    Err(_) => AttemptEnd::Done(Err(AttemptError::Crashed("the tool's thread went away".into()))),
+                },
+                () = stop.forced() => {
+                    if fate.compare_exchange(RUNNING, ABANDONED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                        let now = abandoned.fetch_add(1, Ordering::AcqRel) + 1;
+                        metrics.set_abandoned(INPROCESS, now);
+                        AttemptEnd::Stopped(StopHow::Abandoned)
+                    } else {
+                        AttemptEnd::Stopped(StopHow::Cooperative)
                     }
                 }
             }
         })
+    }
+}
+
+/// Starts an async tool: its own future, polled first, and a forced stop, waited on only once
+/// the tool has not answered at once. Written out by hand rather than as an `async` block so
+/// that a call costs one small allocation beside the tool's own future.
+fn start_async(f: &AsyncFn, attempt: Attempt) -> BoxFuture<AttemptEnd> {
+    let stop = attempt.stop.clone();
+    let ctx = ToolContext {
+        heartbeat: attempt.heartbeat,
+        stop: attempt.stop,
+        meta: attempt.meta,
+    };
+    let input = (*attempt.input).clone();
+    // The function runs here, before its future does: a panic in either is the tool's crash.
+    match std::panic::catch_unwind(AssertUnwindSafe(|| f(input, ctx))) {
+        Ok(work) => Box::pin(AsyncAttempt {
+            work,
+            stop,
+            forced: None,
+        }),
+        Err(panic) => {
+            let end = finished(&stop, Err(panic_message(&*panic)));
+            Box::pin(std::future::ready(end))
+        }
+    }
+}
+
+/// A running async tool (see [`start_async`]).
+struct AsyncAttempt {
+    work: BoxFuture<Result<ToolOutput, ToolError>>,
+    stop: StopSignals,
+    /// Made on the first poll the tool does not answer.
+    forced: Option<BoxFuture<()>>,
+}
+
+impl Future for AsyncAttempt {
+    type Output = AttemptEnd;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<AttemptEnd> {
+        use std::task::Poll;
+        let this = &mut *self;
+        let work = &mut this.work;
+        match std::panic::catch_unwind(AssertUnwindSafe(|| work.as_mut().poll(cx))) {
+            Ok(Poll::Ready(result)) => return Poll::Ready(finished(&this.stop, Ok(result))),
+            Err(panic) => {
+                return Poll::Ready(finished(&this.stop, Err(panic_message(&*panic))));
+            }
+            Ok(Poll::Pending) => {}
+        }
+        let stop = &this.stop;
+        let forced = this.forced.get_or_insert_with(|| {
+            let stop = stop.clone();
+            Box::pin(async move { stop.forced().await })
+        });
+        match forced.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(AttemptEnd::Stopped(StopHow::Killed)),
+            Poll::Pending => Poll::Pending,
+        }
     }
 }
 
