@@ -202,3 +202,54 @@ async fn a_backend_deaf_to_the_forced_stop_is_abandoned_after_waiting_for_it() {
     // Forced at 7s; the engine waits 5s more for the backend to say how it stopped.
     assert_eq!(late_answer(60_000).await, (None, json!("abandoned"), 7000));
 }
+
+/// A tool that panics — in its function, in its future, or on its blocking thread — has crashed:
+/// the call ends `error{crashed}` saying so, and the engine goes on.
+#[tokio::test(start_paused = true)]
+async fn a_panicking_tool_has_crashed_and_the_engine_goes_on() {
+    use toolwarden_core::{InProcessTool, ToolError};
+    let mut h = Harness::new("");
+    let schema = || json!({"type": "object"});
+    h.engine.register(InProcessTool::new(
+        "panics_at_once",
+        "Panics before returning its future",
+        schema(),
+        |_input, _ctx| -> std::future::Ready<Result<Value, ToolError>> {
+            panic!("no future for you")
+        },
+    ));
+    h.engine.register(InProcessTool::new(
+        "panics_later",
+        "Panics while it runs",
+        schema(),
+        |_input, _ctx| async move {
+            sleep(ms(5)).await;
+            if true {
+                panic!("mid-way");
+            }
+            Ok::<Value, ToolError>(json!({}))
+        },
+    ));
+    h.engine.register(InProcessTool::blocking(
+        "panics_blocking",
+        "Panics on its thread",
+        schema(),
+        |_input, _ctx| -> Result<Value, ToolError> { panic!("on the pool") },
+    ));
+    for (tool, message) in [
+        ("panics_at_once", "no future for you"),
+        ("panics_later", "mid-way"),
+        ("panics_blocking", "on the pool"),
+    ] {
+        let result = h.call("c1", tool, json!({})).await;
+        assert_eq!(
+            status(&result),
+            json!({"status": "error", "reason": "crashed", "call_id": "c1"}),
+            "{tool}"
+        );
+        let text = serde_json::to_string(&result.content).unwrap();
+        assert!(text.contains(message), "{tool}: {text}");
+    }
+    let after = h.call("c2", "sleep", json!({"ms": 1})).await;
+    assert_eq!(status(&after)["status"], "ok");
+}
