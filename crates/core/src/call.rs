@@ -689,16 +689,17 @@ enum Ended {
 /// A running attempt's future. If the call stops waiting for it (cancel, timeout, or the whole
 /// pipeline is dropped), the future is handed to a tracked task that asks the backend to stop,
 /// forces it after `cancel_grace`, and emits `tool_stopped`.
-struct InFlight {
+/// It borrows what only a stop needs; the stop task gets its own copies.
+struct InFlight<'a> {
     fut: Option<BoxFuture<AttemptEnd>>,
     signals: StopSignals,
     grace: Duration,
-    engine: Arc<EngineInner>,
-    scope: EventScope,
-    call_scope: crate::cancel::Scope,
+    engine: &'a Arc<EngineInner>,
+    scope: &'a EventScope,
+    call_scope: &'a crate::cancel::Scope,
 }
 
-impl InFlight {
+impl InFlight<'_> {
     async fn wait(&mut self) -> AttemptEnd {
         match self.fut.as_mut() {
             Some(f) => f.await,
@@ -744,7 +745,7 @@ impl InFlight {
     }
 }
 
-impl Drop for InFlight {
+impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         let reason = self
             .call_scope
@@ -856,7 +857,7 @@ struct Waiting<'a> {
 impl Waiting<'_> {
     /// Waits for the attempt under the call's deadlines and cancellation, turning its progress
     /// into `tool_progress` events.
-    async fn wait(self, inflight: &mut InFlight, heartbeat: &Heartbeat) -> Ended {
+    async fn wait(self, inflight: &mut InFlight<'_>, heartbeat: &Heartbeat) -> Ended {
         let Waiting {
             engine,
             slot,
@@ -956,9 +957,9 @@ async fn one_attempt(
         fut: Some(fut),
         signals,
         grace: policy.cancel_grace,
-        engine: engine.clone(),
-        scope: scope.clone(),
-        call_scope: slot.scope.clone(),
+        engine,
+        scope,
+        call_scope: &slot.scope,
     };
     let first = if slot.scope.is_cancelled() {
         None

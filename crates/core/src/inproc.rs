@@ -170,8 +170,8 @@ impl ToolContext {
     }
 }
 
-type AsyncFn =
-    Arc<dyn Fn(Value, ToolContext) -> BoxFuture<Result<ToolOutput, ToolError>> + Send + Sync>;
+/// Starts an async tool's attempt: its future wrapped in an [`AsyncAttempt`], in one allocation.
+type AsyncFn = Arc<dyn Fn(Value, ToolContext) -> BoxFuture<AttemptEnd> + Send + Sync>;
 type BlockingFn = Arc<dyn Fn(Value, ToolContext) -> Result<ToolOutput, ToolError> + Send + Sync>;
 
 #[derive(Clone)]
@@ -214,9 +214,13 @@ impl InProcessTool {
         T: IntoToolOutput,
     {
         let f = Arc::new(f);
-        let handler: AsyncFn = Arc::new(move |input, ctx| {
-            let fut = f(input, ctx);
-            Box::pin(async move { fut.await.map(IntoToolOutput::into_tool_output) })
+        let handler: AsyncFn = Arc::new(move |input, ctx: ToolContext| {
+            let stop = ctx.stop.clone();
+            Box::pin(AsyncAttempt {
+                work: f(input, ctx),
+                stop,
+                forced: None,
+            })
         });
         Self {
             spec: ToolSpec::new(name, description, input_schema),
@@ -452,9 +456,7 @@ impl Backend for InProcessBackend {
     }
 }
 
-/// Starts an async tool: its own future, polled first, and a forced stop, waited on only once
-/// the tool has not answered at once. Written out by hand rather than as an `async` block so
-/// that a call costs one small allocation beside the tool's own future.
+/// Starts an async tool (see [`AsyncAttempt`]).
 fn start_async(f: &AsyncFn, attempt: Attempt) -> BoxFuture<AttemptEnd> {
     let stop = attempt.stop.clone();
     let ctx = ToolContext {
@@ -465,11 +467,7 @@ fn start_async(f: &AsyncFn, attempt: Attempt) -> BoxFuture<AttemptEnd> {
     let input = (*attempt.input).clone();
     // The function runs here, before its future does: a panic in either is the tool's crash.
     match std::panic::catch_unwind(AssertUnwindSafe(|| f(input, ctx))) {
-        Ok(work) => Box::pin(AsyncAttempt {
-            work,
-            stop,
-            forced: None,
-        }),
+        Ok(attempt) => attempt,
         Err(panic) => {
             let end = finished(&stop, Err(panic_message(&*panic)));
             Box::pin(std::future::ready(end))
@@ -477,32 +475,46 @@ fn start_async(f: &AsyncFn, attempt: Attempt) -> BoxFuture<AttemptEnd> {
     }
 }
 
-/// A running async tool (see [`start_async`]).
-struct AsyncAttempt {
-    work: BoxFuture<Result<ToolOutput, ToolError>>,
-    stop: StopSignals,
-    /// Made on the first poll the tool does not answer.
-    forced: Option<BoxFuture<()>>,
+pin_project_lite::pin_project! {
+    /// A running async tool: its own future, polled first, and a forced stop, waited on only
+    /// once the tool has not answered at once. Written out by hand rather than as an `async`
+    /// block, so that the tool's future sits inside it and the attempt is one small allocation.
+    struct AsyncAttempt<F> {
+        #[pin]
+        work: F,
+        stop: StopSignals,
+        // Made on the first poll the tool does not answer.
+        forced: Option<BoxFuture<()>>,
+    }
 }
 
-impl Future for AsyncAttempt {
+impl<F, T> Future for AsyncAttempt<F>
+where
+    F: Future<Output = Result<T, ToolError>>,
+    T: IntoToolOutput,
+{
     type Output = AttemptEnd;
 
     fn poll(
-        mut self: std::pin::Pin<&mut Self>,
+        self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<AttemptEnd> {
         use std::task::Poll;
-        let this = &mut *self;
-        let work = &mut this.work;
-        match std::panic::catch_unwind(AssertUnwindSafe(|| work.as_mut().poll(cx))) {
-            Ok(Poll::Ready(result)) => return Poll::Ready(finished(&this.stop, Ok(result))),
+        let this = self.project();
+        let mut work = this.work;
+        let polled = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            work.as_mut()
+                .poll(cx)
+                .map(|result| result.map(IntoToolOutput::into_tool_output))
+        }));
+        match polled {
+            Ok(Poll::Ready(result)) => return Poll::Ready(finished(this.stop, Ok(result))),
             Err(panic) => {
-                return Poll::Ready(finished(&this.stop, Err(panic_message(&*panic))));
+                return Poll::Ready(finished(this.stop, Err(panic_message(&*panic))));
             }
             Ok(Poll::Pending) => {}
         }
-        let stop = &this.stop;
+        let stop = this.stop;
         let forced = this.forced.get_or_insert_with(|| {
             let stop = stop.clone();
             Box::pin(async move { stop.forced().await })
