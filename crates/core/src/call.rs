@@ -78,11 +78,12 @@ impl Final {
     }
 }
 
-/// Records a call's single outcome — also when the pipeline is dropped before it got there.
-struct Finisher {
-    engine: Arc<EngineInner>,
-    turn: Arc<TurnState>,
-    slot: Arc<CallSlot>,
+/// Records a call's single outcome — also when the pipeline is dropped before it got there. It
+/// borrows the call's engine, turn and slot from the pipeline, which outlives it.
+struct Finisher<'a> {
+    engine: &'a Arc<EngineInner>,
+    turn: &'a Arc<TurnState>,
+    slot: &'a Arc<CallSlot>,
     scope: EventScope,
     /// When the call arrived (its turn's start).
     arrived: Instant,
@@ -92,11 +93,11 @@ struct Finisher {
     invoked: bool,
     running: bool,
     repeat: Option<(u32, u32)>,
-    runtime: Option<Arc<ToolRuntime>>,
+    runtime: Option<&'a Arc<ToolRuntime>>,
     done: bool,
 }
 
-impl Finisher {
+impl Finisher<'_> {
     fn tool(&self) -> &str {
         self.slot.tool.as_ref()
     }
@@ -174,7 +175,7 @@ impl Finisher {
                 duration_ms: result.outcome.duration_ms,
             },
         );
-        self.turn.complete(&self.slot, result.clone());
+        self.turn.complete(self.slot, result.clone());
         result
     }
 
@@ -238,7 +239,7 @@ impl Finisher {
     }
 }
 
-impl Drop for Finisher {
+impl Drop for Finisher<'_> {
     fn drop(&mut self) {
         if !self.done {
             self.cancelled();
@@ -247,18 +248,18 @@ impl Drop for Finisher {
 }
 
 /// A half-open probe hands its slot back if the call ends without a verdict.
-struct ProbeGuard {
-    runtime: Arc<ToolRuntime>,
-    policy: toolwarden_protocol::Breaker,
+struct ProbeGuard<'a> {
+    runtime: &'a ToolRuntime,
+    policy: &'a toolwarden_protocol::Breaker,
     admission: Admission,
     armed: bool,
 }
 
-impl Drop for ProbeGuard {
+impl Drop for ProbeGuard<'_> {
     fn drop(&mut self) {
         if self.armed {
             self.runtime.breaker.record(
-                &self.policy,
+                self.policy,
                 self.admission,
                 Verdict::Neutral,
                 Instant::now(),
@@ -282,9 +283,9 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
         tool: Some(slot.tool.clone()),
     };
     let mut fin = Finisher {
-        engine: engine.clone(),
-        turn: turn.clone(),
-        slot: slot.clone(),
+        engine: &engine,
+        turn: &turn,
+        slot: &slot,
         scope,
         arrived: turn.started,
         ended: None,
@@ -292,12 +293,12 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
         invoked: false,
         running: false,
         repeat: None,
-        runtime: entry.as_ref().map(|e| e.runtime.clone()),
+        runtime: entry.as_ref().map(|e| &e.runtime),
         done: false,
     };
 
     // Validate: a known tool, an input within size that matches its schema.
-    let Some(entry) = entry else {
+    let Some(entry) = entry.as_ref() else {
         let detail = engine.registry.suggest(&call.name);
         return fin.fail(
             Status::Invalid {
@@ -375,7 +376,7 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
         Approval::Auto => {}
         Approval::Deny => return fin.deny(Decider::Policy, DenyReason::Rule, None),
         Approval::Ask | Approval::Confirm => {
-            if !Box::pin(approve(&engine, &mut fin, &entry, &policy, &input)).await {
+            if !Box::pin(approve(&engine, &mut fin, entry, &policy, &input)).await {
                 return;
             }
             now = Instant::now();
@@ -392,19 +393,19 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
     }
 
     // Breaker.
-    let runtime = entry.runtime.clone();
+    let runtime = &entry.runtime;
     // Microseconds after arrival: the arrival instant is good enough for the breaker's clock.
     let (admission, change) = runtime.breaker.admit(&policy.breaker, now);
     if let Some(state) = change {
-        engine.breaker_changed(&runtime, &fin.scope, state);
+        engine.breaker_changed(runtime, &fin.scope, state);
     }
     if let Admission::Rejected { retry_after } = admission {
         let retry_after_ms = retry_after.as_millis().max(1) as u64;
         return fin.fail(Status::CircuitOpen { retry_after_ms }, None);
     }
     let mut probe = ProbeGuard {
-        runtime: runtime.clone(),
-        policy: policy.breaker.clone(),
+        runtime,
+        policy: &policy.breaker,
         admission,
         armed: admission == Admission::Probe,
     };
@@ -456,7 +457,7 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
     }
 
     // Attempts.
-    let last = run_attempts(&engine, &turn, &slot, &entry, &policy, input, now, &mut fin).await;
+    let last = run_attempts(&engine, &turn, &slot, entry, &policy, input, now, &mut fin).await;
     drop(ticket);
 
     // Classify and record the breaker.
@@ -475,7 +476,7 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
         .breaker
         .record(&policy.breaker, admission, verdict, ended_at)
     {
-        engine.breaker_changed(&runtime, &fin.scope, state);
+        engine.breaker_changed(runtime, &fin.scope, state);
     }
 
     // Cache store and outcome.
@@ -543,7 +544,7 @@ fn result_digest(output: &ToolOutput) -> [u8; 32] {
 /// Asks for approval; `false` when the call ended here (denied or cancelled).
 async fn approve(
     engine: &Arc<EngineInner>,
-    fin: &mut Finisher,
+    fin: &mut Finisher<'_>,
     entry: &ToolEntry,
     policy: &Policy,
     input: &Arc<Value>,
@@ -609,7 +610,7 @@ async fn run_attempts(
     policy: &Policy,
     input: Arc<Value>,
     started: Instant,
-    fin: &mut Finisher,
+    fin: &mut Finisher<'_>,
 ) -> Final {
     let total_deadline = (!policy.timeout.is_zero()).then(|| started + policy.timeout);
     fin.invoked = true;
