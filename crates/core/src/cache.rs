@@ -190,7 +190,7 @@ impl FlightGuard {
             tx.send_replace(Some(Some(result)));
         }
         let batch = if inner.evicted.len() >= crate::reaper::BATCH {
-            std::mem::take(&mut inner.evicted)
+            std::mem::replace(&mut inner.evicted, Vec::with_capacity(crate::reaper::BATCH))
         } else {
             Vec::new()
         };

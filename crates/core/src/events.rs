@@ -273,7 +273,10 @@ impl EventBus {
             {
                 recent.evicted.push(oldest);
                 if recent.evicted.len() >= crate::reaper::BATCH {
-                    batch = std::mem::take(&mut recent.evicted);
+                    batch = std::mem::replace(
+                        &mut recent.evicted,
+                        Vec::with_capacity(crate::reaper::BATCH),
+                    );
                 }
             }
             recent.events.push_back(event.clone());
