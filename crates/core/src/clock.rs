@@ -39,7 +39,9 @@ impl WallClock {
     pub(crate) fn stamp(&self, at: Instant) -> Timestamp {
         let since = at.saturating_duration_since(self.base).as_micros() as u64;
         let measured = self.measured_us.load(Ordering::Relaxed);
-        let offset = if since.abs_diff(measured) > REFRESH.as_micros() as u64 {
+        // Only a later instant measures the offset again: an earlier one (an event stamped with
+        // the moment it happened, a little before) is not "now" and takes the offset as it is.
+        let offset = if since > measured.saturating_add(REFRESH.as_micros() as u64) {
             // Racing refreshes store near-identical values; any of them will do.
             let offset = Timestamp::now_unix_micros() - since as i64;
             self.offset_us.store(offset, Ordering::Relaxed);
@@ -85,5 +87,8 @@ mod tests {
         let late = clock.now().unix_millis();
         let wall = Timestamp::now().unix_millis();
         assert!((late - wall).abs() <= 2, "{late} vs {wall}");
+        // An instant from before the last measurement keeps its distance to it.
+        let earlier = clock.stamp(Instant::now() - Duration::from_secs(5)).unix_millis();
+        assert_eq!(late - earlier, 5000);
     }
 }
