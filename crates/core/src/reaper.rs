@@ -3,11 +3,11 @@
 //! thousands of calls earlier allocated (long out of the CPU's caches).
 //!
 //! Evicted items are gathered in batches by their owner (under the lock it already holds) and a
-//! full batch is queued here. Queuing never blocks and, while the engine is busy, never wakes the
-//! thread either: waking a thread is a system call, dearer than the frees it saves. The thread
-//! drains the queue, sleeps [`PAUSE`], and drains again; only when it finds the queue empty does it
-//! park, and the next batch wakes it. If the thread cannot be started, batches are freed where
-//! they are.
+//! full batch is queued here. Queuing never blocks and rarely wakes the thread: waking a thread
+//! is a system call, dearer than the frees it saves, so the thread is woken only once
+//! [`WAKE_AT`] batches wait (and looks on its own every [`IDLE_LOOK`] for fewer). What waits is
+//! memory the engine cannot reuse yet, so it is kept small rather than gathered for long. If the
+//! thread cannot be started, batches are freed where they are.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,15 +19,19 @@ use parking_lot::Mutex;
 /// How many evicted items a batch gathers before it is handed over.
 pub(crate) const BATCH: usize = 64;
 
-/// How long the thread rests between drains while batches keep coming. What is queued meanwhile
-/// is bounded by the engine's rate: at 250,000 calls/s and five evictions each, 100 batches.
-const PAUSE: Duration = Duration::from_millis(5);
+/// How many batches wait before the thread is woken: 512 items, a wake-up every hundred or so
+/// calls at full load.
+const WAKE_AT: usize = 8;
+
+/// How often a parked thread looks for batches fewer than [`WAKE_AT`] (left when the engine
+/// went quiet).
+const IDLE_LOOK: Duration = Duration::from_millis(100);
 
 type Batch = Box<dyn Send>;
 
 struct Reaper {
     queue: Mutex<Vec<Batch>>,
-    /// Set by the thread before it parks; whoever queues a batch then wakes it.
+    /// Set by the thread before it parks; whoever queues the [`WAKE_AT`]th batch then wakes it.
     parked: AtomicBool,
     thread: Thread,
 }
@@ -46,7 +50,7 @@ fn reaper() -> Option<&'static Reaper> {
             })
             .ok()?;
         let reaper: &'static Reaper = Box::leak(Box::new(Reaper {
-            queue: Mutex::new(Vec::new()),
+            queue: Mutex::new(Vec::with_capacity(WAKE_AT * 2)),
             parked: AtomicBool::new(false),
             thread: handle.thread().clone(),
         }));
@@ -58,22 +62,17 @@ fn reaper() -> Option<&'static Reaper> {
 fn run(reaper: &'static Reaper) {
     loop {
         let batches = std::mem::take(&mut *reaper.queue.lock());
-        if batches.is_empty() {
-            reaper.parked.store(true, Ordering::SeqCst);
-            // A batch queued between the drain and `parked` would find the flag unset and not
-            // wake the thread: look once more before parking.
-            if reaper.queue.lock().is_empty() {
-                std::thread::park();
-            }
-            reaper.parked.store(false, Ordering::SeqCst);
+        if !batches.is_empty() {
+            drop(batches);
             continue;
         }
-        drop(batches);
-        #[allow(
-            clippy::disallowed_methods,
-            reason = "the reaper's own thread rests between drains; no timing rule depends on it"
-        )]
-        std::thread::sleep(PAUSE);
+        reaper.parked.store(true, Ordering::SeqCst);
+        // Batches queued between the drain and `parked` found the flag unset and woke nobody:
+        // look once more before parking.
+        if reaper.queue.lock().len() < WAKE_AT {
+            std::thread::park_timeout(IDLE_LOOK);
+        }
+        reaper.parked.store(false, Ordering::SeqCst);
     }
 }
 
@@ -84,8 +83,12 @@ pub(crate) fn bury<T: Send + 'static>(batch: Vec<T>) {
     }
     match reaper() {
         Some(reaper) => {
-            reaper.queue.lock().push(Box::new(batch));
-            if reaper.parked.swap(false, Ordering::SeqCst) {
+            let waiting = {
+                let mut queue = reaper.queue.lock();
+                queue.push(Box::new(batch));
+                queue.len()
+            };
+            if waiting >= WAKE_AT && reaper.parked.swap(false, Ordering::SeqCst) {
                 reaper.thread.unpark();
             }
         }
