@@ -107,6 +107,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 continue;
             };
             let who = e
+                .scope
                 .call_id
                 .as_ref()
                 .map(|c| format!(" {c}"))

@@ -84,7 +84,7 @@ struct Finisher<'a> {
     engine: &'a Arc<EngineInner>,
     turn: &'a Arc<TurnState>,
     slot: &'a Arc<CallSlot>,
-    scope: EventScope,
+    scope: Arc<EventScope>,
     /// When the call arrived (its turn's start).
     arrived: Instant,
     /// When its attempts ended, once they have: the moment its result is stamped with.
@@ -276,12 +276,12 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
         entry,
         ticket,
     } = job;
-    let scope = EventScope {
+    let scope = Arc::new(EventScope {
         session_id: Some(turn.session.id.clone()),
         turn_id: Some(turn.id.clone()),
         call_id: Some(slot.call_id.clone()),
         tool: Some(slot.tool.clone()),
-    };
+    });
     let mut fin = Finisher {
         engine: &engine,
         turn: &turn,
@@ -696,7 +696,7 @@ struct InFlight<'a> {
     signals: StopSignals,
     grace: Duration,
     engine: &'a Arc<EngineInner>,
-    scope: &'a EventScope,
+    scope: &'a Arc<EventScope>,
     call_scope: &'a crate::cancel::Scope,
 }
 
@@ -762,7 +762,7 @@ async fn track_stop(
     signals: StopSignals,
     grace: Duration,
     engine: Arc<EngineInner>,
-    scope: EventScope,
+    scope: Arc<EventScope>,
     requested: Instant,
 ) {
     // An answer instead of a stop is late and discarded. Within the grace it counts as the
@@ -847,7 +847,7 @@ impl Pacer {
 struct Waiting<'a> {
     engine: &'a Arc<EngineInner>,
     slot: &'a Arc<CallSlot>,
-    scope: &'a EventScope,
+    scope: &'a Arc<EventScope>,
     policy: &'a Policy,
     started: Instant,
     total_deadline: Option<Instant>,
@@ -933,7 +933,7 @@ async fn one_attempt(
     n: u32,
     started: Instant,
     total_deadline: Option<Instant>,
-    scope: &EventScope,
+    scope: &Arc<EventScope>,
 ) -> Final {
     let attempt_start = if n == 1 { started } else { Instant::now() };
     let (signals, heartbeat) =

@@ -88,7 +88,9 @@ mod tests {
         let wall = Timestamp::now().unix_millis();
         assert!((late - wall).abs() <= 2, "{late} vs {wall}");
         // An instant from before the last measurement keeps its distance to it.
-        let earlier = clock.stamp(Instant::now() - Duration::from_secs(5)).unix_millis();
+        let earlier = clock
+            .stamp(Instant::now() - Duration::from_secs(5))
+            .unix_millis();
         assert_eq!(late - earlier, 5000);
     }
 }

@@ -627,6 +627,12 @@ impl EngineInner {
             scope,
             started_at,
             started,
+            scope_ids: Arc::new(crate::events::EventScope {
+                session_id: Some(session.id.clone()),
+                turn_id: Some(turn_id.clone()),
+                call_id: None,
+                tool: None,
+            }),
             slots,
             calls: kept_calls,
             finalized: std::sync::atomic::AtomicBool::new(false),
@@ -674,7 +680,7 @@ impl EngineInner {
             .ok_or_else(|| NotFound(format!("turn {turn_id}")))?;
         if turn.scope.cancel(reason) {
             self.bus
-                .emit(&turn.event_scope(), EventKind::TurnAbort { reason });
+                .emit(turn.event_scope(), EventKind::TurnAbort { reason });
         }
         Ok(())
     }
@@ -682,7 +688,7 @@ impl EngineInner {
     pub(crate) fn breaker_changed(
         &self,
         runtime: &ToolRuntime,
-        scope: &EventScope,
+        scope: &Arc<EventScope>,
         state: BreakerStateKind,
     ) {
         runtime.metrics.breaker(state);
@@ -804,7 +810,7 @@ impl BackendHost for Host {
             },
         );
         engine.bus.emit(
-            &EventScope::default(),
+            &Arc::new(EventScope::default()),
             EventKind::ServerState {
                 server: server.to_owned(),
                 state,
@@ -823,12 +829,12 @@ impl BackendHost for Host {
         let Some(engine) = self.engine.upgrade() else {
             return;
         };
-        let scope = EventScope {
+        let scope = Arc::new(EventScope {
             session_id: Some(meta.session_id.clone()),
             turn_id: Some(meta.turn_id.clone()),
             call_id: Some(meta.call_id.clone()),
             tool: Some(tool.into()),
-        };
+        });
         engine.bus.emit(
             &scope,
             EventKind::ToolLateResult {

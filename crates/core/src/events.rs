@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
-use toolwarden_protocol::{CallId, Event, EventKind, SessionId, Timestamp, TurnId};
+use toolwarden_protocol::{Event, EventKind, Timestamp};
 
 use crate::clock::WallClock;
 
@@ -65,18 +65,7 @@ where
     }
 }
 
-/// Who an event is about.
-#[derive(Clone, Debug, Default)]
-pub struct EventScope {
-    /// The session.
-    pub session_id: Option<SessionId>,
-    /// The turn.
-    pub turn_id: Option<TurnId>,
-    /// The call.
-    pub call_id: Option<CallId>,
-    /// The tool.
-    pub tool: Option<Arc<str>>,
-}
+pub use toolwarden_protocol::EventScope;
 
 /// The bus. Cheap to share (`Arc`).
 pub struct EventBus {
@@ -201,7 +190,7 @@ impl EventBus {
 
     /// Publishes the event `kind()` builds, building it only when something observes events;
     /// returns its `seq` either way.
-    pub fn emit_with(&self, scope: &EventScope, kind: impl FnOnce() -> EventKind) -> u64 {
+    pub fn emit_with(&self, scope: &Arc<EventScope>, kind: impl FnOnce() -> EventKind) -> u64 {
         if self.is_observed() {
             self.emit(scope, kind())
         } else {
@@ -213,7 +202,7 @@ impl EventBus {
     /// anyway: the event is stamped from it instead of reading the clock again).
     pub(crate) fn emit_with_at(
         &self,
-        scope: &EventScope,
+        scope: &Arc<EventScope>,
         at: Instant,
         kind: impl FnOnce() -> EventKind,
     ) -> u64 {
@@ -225,12 +214,12 @@ impl EventBus {
     }
 
     /// Publishes an event about `scope` and returns its `seq`.
-    pub fn emit(&self, scope: &EventScope, kind: EventKind) -> u64 {
+    pub fn emit(&self, scope: &Arc<EventScope>, kind: EventKind) -> u64 {
         self.publish(scope, None, kind)
     }
 
     /// [`EventBus::emit`] for something that happened at `at`.
-    pub(crate) fn emit_at(&self, scope: &EventScope, at: Instant, kind: EventKind) -> u64 {
+    pub(crate) fn emit_at(&self, scope: &Arc<EventScope>, at: Instant, kind: EventKind) -> u64 {
         self.publish(scope, Some(at), kind)
     }
 
@@ -239,7 +228,7 @@ impl EventBus {
         self.clock.stamp(at)
     }
 
-    fn publish(&self, scope: &EventScope, at: Option<Instant>, kind: EventKind) -> u64 {
+    fn publish(&self, scope: &Arc<EventScope>, at: Option<Instant>, kind: EventKind) -> u64 {
         if !self.is_observed() {
             // Nobody would see it: a number, no event, no lock.
             return self.seq.fetch_add(1, Ordering::AcqRel) + 1;
@@ -253,10 +242,7 @@ impl EventBus {
         let event = Arc::new(Event {
             seq: n,
             ts,
-            session_id: scope.session_id.clone(),
-            turn_id: scope.turn_id.clone(),
-            call_id: scope.call_id.clone(),
-            tool: scope.tool.clone(),
+            scope: scope.clone(),
             kind,
         });
         if self.has_sinks.load(Ordering::Acquire) {
@@ -371,8 +357,8 @@ mod tests {
         };
         // Far more than the broadcast ring holds: a matching subscription never lags.
         for _ in 0..100 {
-            bus.emit(&EventScope::default(), other());
-            bus.emit(&EventScope::default(), abort());
+            bus.emit(&Arc::default(), other());
+            bus.emit(&Arc::default(), abort());
         }
         let mut seqs = Vec::new();
         for _ in 0..100 {
@@ -389,7 +375,7 @@ mod tests {
         let bus = EventBus::new(64);
         let mut sub = bus.subscribe();
         for _ in 0..5 {
-            bus.emit(&EventScope::default(), abort());
+            bus.emit(&Arc::default(), abort());
         }
         let mut seqs = Vec::new();
         for _ in 0..5 {
@@ -406,7 +392,7 @@ mod tests {
         let bus = EventBus::new(16);
         let mut slow = bus.subscribe();
         for _ in 0..100 {
-            bus.emit(&EventScope::default(), abort());
+            bus.emit(&Arc::default(), abort());
         }
         match slow.recv().await {
             Some(Received::Lagged(n)) => assert_eq!(n, 84),
@@ -423,7 +409,7 @@ mod tests {
         let bus = EventBus::new(64);
         bus.keep_recent(5);
         for _ in 0..8 {
-            bus.emit(&EventScope::default(), abort());
+            bus.emit(&Arc::default(), abort());
         }
         let (replay, complete, mut sub) = bus.subscribe_since(5);
         assert!(complete);
@@ -433,7 +419,7 @@ mod tests {
         );
         let (_, complete, _) = bus.subscribe_since(1);
         assert!(!complete, "events 2 and 3 were dropped from the ring");
-        bus.emit(&EventScope::default(), abort());
+        bus.emit(&Arc::default(), abort());
         match sub.recv().await {
             Some(Received::Event(e)) => assert_eq!(e.seq, 9),
             other => panic!("unexpected {other:?}"),
@@ -452,7 +438,7 @@ mod tests {
         let sink = Arc::new(Count(Mutex::new(Vec::new())));
         bus.add_sink(sink.clone());
         for _ in 0..40 {
-            bus.emit(&EventScope::default(), abort());
+            bus.emit(&Arc::default(), abort());
         }
         assert_eq!(*sink.0.lock(), (1..=40).collect::<Vec<_>>());
     }

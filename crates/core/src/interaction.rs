@@ -88,7 +88,7 @@ pub struct InteractionRequest {
     /// The question, for a person.
     pub message: String,
     /// Who asks.
-    pub scope: EventScope,
+    pub scope: Arc<EventScope>,
     /// The call's input, for approvals and confirms.
     pub input: Option<Value>,
     /// Kind-specific details.
@@ -419,7 +419,7 @@ mod tests {
         InteractionRequest {
             kind: InteractionKind::Approval,
             message: "May I?".into(),
-            scope: EventScope::default(),
+            scope: Arc::new(EventScope::default()),
             input: None,
             details: None,
             timeout,

@@ -144,6 +144,8 @@ pub(crate) struct TurnState {
     pub(crate) started_at: Timestamp,
     /// The monotonic instant of `started_at`: when the turn's calls arrived.
     pub(crate) started: Instant,
+    /// The session and turn, as the turn's own events name them.
+    pub(crate) scope_ids: Arc<EventScope>,
     pub(crate) slots: Vec<Arc<CallSlot>>,
     pub(crate) calls: Vec<ToolCall>,
     pub(crate) finalized: AtomicBool,
@@ -153,13 +155,9 @@ pub(crate) struct TurnState {
 }
 
 impl TurnState {
-    pub(crate) fn event_scope(&self) -> EventScope {
-        EventScope {
-            session_id: Some(self.session.id.clone()),
-            turn_id: Some(self.id.clone()),
-            call_id: None,
-            tool: None,
-        }
+    /// Who the turn's own events are about (made once, shared by them).
+    pub(crate) fn event_scope(&self) -> &Arc<EventScope> {
+        &self.scope_ids
     }
 
     /// The progress relay of one call, if the turn has a listener.
@@ -184,7 +182,7 @@ impl TurnState {
     pub(crate) fn emit_start(&self, engine: &EngineInner) {
         engine
             .bus
-            .emit_with_at(&self.event_scope(), self.started, || EventKind::TurnStart {
+            .emit_with_at(self.event_scope(), self.started, || EventKind::TurnStart {
                 parent_turn_id: self.parent.clone(),
                 calls: self
                     .slots
@@ -264,7 +262,7 @@ impl Drop for TurnGuard {
         if !self.turn.finalized.load(Ordering::Acquire) {
             if self.turn.scope.cancel(CancelReason::ClientDisconnect) {
                 self.engine.bus.emit(
-                    &self.turn.event_scope(),
+                    self.turn.event_scope(),
                     EventKind::TurnAbort {
                         reason: CancelReason::ClientDisconnect,
                     },
@@ -312,7 +310,7 @@ pub(crate) fn finalize(engine: &EngineInner, turn: &TurnState) -> Finished {
     });
     engine
         .bus
-        .emit_with_at(&turn.event_scope(), now, || EventKind::TurnEnd {
+        .emit_with_at(turn.event_scope(), now, || EventKind::TurnEnd {
             outcome: outcome.into(),
             results: match &rendered {
                 Some(list) => TurnResults::Rendered(list.clone()),

@@ -118,7 +118,7 @@ async fn aborting_a_turn_mid_way_gives_one_result_per_call_in_order() {
     let events = h.drain();
     let ended: Vec<Value> = of_type(&events, "tool_result")
         .iter()
-        .map(|e| json!(e.call_id))
+        .map(|e| json!(e.scope.call_id))
         .collect();
     assert_eq!(ended.len(), 5, "one tool_result per call: {ended:?}");
     assert!(

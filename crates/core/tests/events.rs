@@ -15,9 +15,11 @@ fn check_sequenced(events: &[Arc<Event>]) {
     let first = seqs.first().copied().unwrap_or(0);
     assert_eq!(seqs, (first..first + seqs.len() as u64).collect::<Vec<_>>());
     assert!(
-        events
-            .iter()
-            .all(|e| e.session_id.as_ref().is_some_and(|s| s.as_str() == SESSION)),
+        events.iter().all(|e| e
+            .scope
+            .session_id
+            .as_ref()
+            .is_some_and(|s| s.as_str() == SESSION)),
         "every event names its session"
     );
 }
@@ -115,7 +117,7 @@ async fn a_turn_ends_with_its_results_in_call_order() {
     assert_eq!(
         of_type(&events, "tool_result")
             .iter()
-            .map(|e| e.call_id.clone().unwrap().to_string())
+            .map(|e| e.scope.call_id.clone().unwrap().to_string())
             .collect::<Vec<_>>(),
         vec!["c3", "c2", "c1"],
         "tool_result as they complete"

@@ -119,7 +119,7 @@ async fn invalid_calls_run_nothing_and_the_rest_of_the_turn_runs() {
     assert_eq!(
         of_type(&events, "tool_start")
             .iter()
-            .map(|e| e.call_id.as_ref().map(|c| c.to_string()))
+            .map(|e| e.scope.call_id.as_ref().map(|c| c.to_string()))
             .collect::<Vec<_>>(),
         vec![Some("c3".into()), Some("c4".into())],
         "invalid calls never start"

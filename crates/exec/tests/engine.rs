@@ -43,7 +43,10 @@ async fn stopped(sub: &mut toolwarden_core::Subscription, call_id: &str) -> Stop
     tokio::time::timeout(Duration::from_secs(10), async {
         loop {
             if let Some(Received::Event(e)) = sub.recv().await
-                && e.call_id.as_ref().is_some_and(|c| c.as_str() == call_id)
+                && e.scope
+                    .call_id
+                    .as_ref()
+                    .is_some_and(|c| c.as_str() == call_id)
                 && let EventKind::ToolStopped { how, .. } = e.kind
             {
                 return how;

@@ -96,7 +96,7 @@ pub(crate) fn all_events(
     let keep = move |e: &Event| {
         session
             .as_ref()
-            .is_none_or(|s| e.session_id.as_ref() == Some(s))
+            .is_none_or(|s| e.scope.session_id.as_ref() == Some(s))
     };
     let first: Vec<SseEvent> = notice
         .map(lost_frame)
@@ -148,7 +148,7 @@ impl TurnStream {
     /// Frames one received item; `None` when it is another turn's event.
     fn take(&mut self, received: Received) -> Option<SseEvent> {
         match received {
-            Received::Event(e) if e.turn_id.as_ref() == Some(&self.turn_id) => {
+            Received::Event(e) if e.scope.turn_id.as_ref() == Some(&self.turn_id) => {
                 if matches!(e.kind, EventKind::TurnEnd { .. }) {
                     self.done = true;
                 }

@@ -347,12 +347,12 @@ async fn aborting_one_call_leaves_the_turn_running() {
 fn ends_of(events: &mut toolwarden_core::Subscription, turn_id: &str) -> Vec<Value> {
     let mut ends = Vec::new();
     while let Some(Received::Event(e)) = events.try_recv() {
-        if e.turn_id.as_ref().map(|t| t.as_str()) != Some(turn_id) {
+        if e.scope.turn_id.as_ref().map(|t| t.as_str()) != Some(turn_id) {
             continue;
         }
         match &e.kind {
             EventKind::ToolResult { result, .. } => ends.push(json!({
-                "tool_result": e.call_id, "status": result.outcome.status.name(),
+                "tool_result": e.scope.call_id, "status": result.outcome.status.name(),
                 "reason": serde_json::to_value(&result.outcome).unwrap()["reason"],
             })),
             EventKind::TurnAbort { reason } => ends.push(json!({"turn_abort": reason})),

@@ -51,7 +51,7 @@ async fn events_until(
     let _ = tokio::time::timeout(timeout, async {
         while let Some(r) = sub.recv().await {
             let Received::Event(e) = r else { continue };
-            if e.call_id.as_ref().map(|c| c.as_str()) != Some(call_id) {
+            if e.scope.call_id.as_ref().map(|c| c.as_str()) != Some(call_id) {
                 continue;
             }
             let done = until(&e.kind);

@@ -249,7 +249,7 @@ async fn a_client_cancel_reaches_the_backend_server_for_that_request_only() {
         .unwrap();
     let o = s
         .event("the cancelled call's result", |e| {
-            e.call_id.as_ref().map(|c| c.as_str()) == Some(stop.id.to_string().as_str())
+            e.scope.call_id.as_ref().map(|c| c.as_str()) == Some(stop.id.to_string().as_str())
                 && matches!(e.kind, EventKind::ToolResult { .. })
         })
         .await;

@@ -273,16 +273,9 @@ pub struct TurnCall {
     pub tool: Arc<str>,
 }
 
-/// A typed, sequenced record of something that happened.
-///
-/// `seq` increases by one per event in a process. Process-level events (`server_state`) have no
-/// session; every other event names the session it happened in.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Event {
-    /// Sequence number, +1 per event in a process.
-    pub seq: u64,
-    /// When it happened.
-    pub ts: Timestamp,
+/// Who an event is about. Every event of one call (or of one turn) shares one, by `Arc`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventScope {
     /// The session.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<SessionId>,
@@ -295,6 +288,22 @@ pub struct Event {
     /// The tool.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool: Option<Arc<str>>,
+}
+
+/// A typed, sequenced record of something that happened.
+///
+/// `seq` increases by one per event in a process. Process-level events (`server_state`) have no
+/// session; every other event names the session it happened in. On the wire the scope's fields
+/// and the kind's sit flat beside `seq` and `ts`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// Sequence number, +1 per event in a process.
+    pub seq: u64,
+    /// When it happened.
+    pub ts: Timestamp,
+    /// Who it is about.
+    #[serde(flatten)]
+    pub scope: Arc<EventScope>,
     /// What happened.
     #[serde(flatten)]
     pub kind: EventKind,
@@ -311,10 +320,12 @@ mod tests {
         let e = Event {
             seq: 7,
             ts: Timestamp::from_unix_millis(0),
-            session_id: Some("s1".into()),
-            turn_id: Some("t_1".into()),
-            call_id: Some("c1".into()),
-            tool: Some("build".into()),
+            scope: Arc::new(EventScope {
+                session_id: Some("s1".into()),
+                turn_id: Some("t_1".into()),
+                call_id: Some("c1".into()),
+                tool: Some("build".into()),
+            }),
             kind: EventKind::ToolProgress {
                 elapsed_ms: 1500,
                 progress: ProgressInfo {

@@ -29,8 +29,8 @@ pub use duration::{
     DurationValue, ParseError, SizeValue, format_duration, parse_duration, parse_size,
 };
 pub use event::{
-    BreakerStateKind, Event, EventKind, ProgressInfo, ServerStateKind, StopHow, TurnCall,
-    TurnResults,
+    BreakerStateKind, Event, EventKind, EventScope, ProgressInfo, ServerStateKind, StopHow,
+    TurnCall, TurnResults,
 };
 pub use ids::{CallId, InteractionId, SessionId, TurnId};
 pub use interaction::{

@@ -302,7 +302,7 @@ async fn remote(
                     None => break,
                 };
                 if turn_id.is_none() {
-                    turn_id = event.turn_id.clone();
+                    turn_id = event.scope.turn_id.clone();
                 }
                 match event.kind {
                     EventKind::ToolProgress { progress: info, .. } => {

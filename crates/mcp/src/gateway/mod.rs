@@ -476,8 +476,11 @@ async fn watch_events(
                 gw.withdraw_elicitation(interaction_id.as_str());
             }
             EventKind::ToolResult { .. } => {
-                if let Some(call) = &event.call_id {
-                    gw.withdraw_elicitations_of_call(event.session_id.as_ref(), call.as_str());
+                if let Some(call) = &event.scope.call_id {
+                    gw.withdraw_elicitations_of_call(
+                        event.scope.session_id.as_ref(),
+                        call.as_str(),
+                    );
                 }
             }
             EventKind::ServerState {

@@ -174,7 +174,8 @@ impl Setup {
     pub async fn outcome_of(&self, tool: &str) -> Value {
         let e = self
             .event(&format!("the tool_result of {tool}"), |e| {
-                e.tool.as_deref() == Some(tool) && matches!(e.kind, EventKind::ToolResult { .. })
+                e.scope.tool.as_deref() == Some(tool)
+                    && matches!(e.kind, EventKind::ToolResult { .. })
             })
             .await;
         match &e.kind {
