@@ -175,7 +175,7 @@ impl Finisher<'_> {
                 duration_ms: result.outcome.duration_ms,
             },
         );
-        self.turn.complete(self.slot, result.clone());
+        self.turn.complete(self.slot, result.clone(), end);
         result
     }
 

@@ -125,8 +125,8 @@ pub(crate) struct CallSlot {
     pub(crate) tool: Arc<str>,
     pub(crate) scope: Scope,
     pub(crate) view: Mutex<SlotView>,
-    /// The call's result, once it has one.
-    pub(crate) result: Mutex<Option<Arc<CallResult>>>,
+    /// The call's result, once it has one, and when it ended.
+    pub(crate) result: Mutex<Option<(Arc<CallResult>, Instant)>>,
 }
 
 impl CallSlot {
@@ -170,11 +170,12 @@ impl TurnState {
     }
 
     /// A call's result: kept in order and streamed.
-    pub(crate) fn complete(&self, slot: &CallSlot, result: Arc<CallResult>) {
+    /// A call's result (the call ended at `end`): kept in order and streamed.
+    pub(crate) fn complete(&self, slot: &CallSlot, result: Arc<CallResult>, end: Instant) {
         if let Some(tx) = &*self.stream.lock() {
             let _ = tx.send((slot.index, result.clone()));
         }
-        *slot.result.lock() = Some(result);
+        *slot.result.lock() = Some((result, end));
     }
 
     /// `turn_start`: emitted when the turn is registered (and so can be aborted), before anything
@@ -278,18 +279,25 @@ pub(crate) fn finalize(engine: &EngineInner, turn: &TurnState) -> Finished {
     if turn.finalized.swap(true, Ordering::AcqRel) {
         return (Vec::new(), None);
     }
+    // The turn ends when its last call did; a call that never ended (the turn was dropped) ends
+    // it now.
+    let mut last_end = Some(turn.started);
     let results: Vec<Arc<CallResult>> = turn
         .slots
         .iter()
-        .map(|slot| {
-            slot.result
-                .lock()
-                .clone()
-                .unwrap_or_else(|| Arc::new(engine.synthetic_result(turn, slot.index)))
+        .map(|slot| match &*slot.result.lock() {
+            Some((result, end)) => {
+                last_end = last_end.map(|last| last.max(*end));
+                result.clone()
+            }
+            None => {
+                last_end = None;
+                Arc::new(engine.synthetic_result(turn, slot.index))
+            }
         })
         .collect();
     *turn.stream.lock() = None;
-    let now = Instant::now();
+    let now = last_end.unwrap_or_else(Instant::now);
     engine.unregister_turn(turn, now);
     let outcome = if turn.scope.is_cancelled() {
         "aborted"
