@@ -269,13 +269,31 @@ impl Drop for ProbeGuard<'_> {
 }
 
 /// Runs one call through the whole pipeline. Always returns (and records) exactly one result.
-pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job: CallJob) {
+///
+/// The job is taken apart here, before the pipeline's future is made: taken apart inside it, the
+/// future would keep the job and its parts side by side.
+pub(crate) fn run_call(
+    engine: Arc<EngineInner>,
+    turn: Arc<TurnState>,
+    job: CallJob,
+) -> impl Future<Output = ()> {
     let CallJob {
         slot,
         call,
         entry,
         ticket,
     } = job;
+    pipeline(engine, turn, slot, call, entry, ticket)
+}
+
+async fn pipeline(
+    engine: Arc<EngineInner>,
+    turn: Arc<TurnState>,
+    slot: Arc<CallSlot>,
+    call: ToolCall,
+    entry: Option<Arc<ToolEntry>>,
+    ticket: Option<Ticket>,
+) {
     let scope = Arc::new(EventScope {
         session_id: Some(turn.session.id.clone()),
         turn_id: Some(turn.id.clone()),
@@ -307,11 +325,11 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
             detail,
         );
     };
-    let policy = if call.timeout_ms.is_some() || call.idle_timeout_ms.is_some() {
-        apply_hints(&entry.policy, call.timeout_ms, call.idle_timeout_ms)
-    } else {
-        entry.policy.clone()
-    };
+    // The tool's policy, borrowed; one with the call's own deadline hints applied is made (and
+    // boxed, to keep it out of every call's future) only for a call that gives hints.
+    let hinted = (call.timeout_ms.is_some() || call.idle_timeout_ms.is_some())
+        .then(|| Box::new(apply_hints(&entry.policy, call.timeout_ms, call.idle_timeout_ms)));
+    let policy: &Policy = hinted.as_deref().unwrap_or(&entry.policy);
     let input = match call.input {
         Value::Null => Value::Object(Default::default()),
         other => other,
@@ -376,7 +394,7 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
         Approval::Auto => {}
         Approval::Deny => return fin.deny(Decider::Policy, DenyReason::Rule, None),
         Approval::Ask | Approval::Confirm => {
-            if !Box::pin(approve(&engine, &mut fin, entry, &policy, &input)).await {
+            if !Box::pin(approve(&engine, &mut fin, entry, policy, &input)).await {
                 return;
             }
             now = Instant::now();
@@ -415,10 +433,18 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
         && !ticket.ready()
     {
         slot.set_state(CallState::Waiting);
-        tokio::select! {
-            biased;
-            () = slot.scope.cancelled() => return fin.cancelled(),
-            () = ticket.acquire() => {}
+        // The waits below are boxed: only calls that wait pay for their state, not every call's
+        // future.
+        let acquired = Box::pin(async {
+            tokio::select! {
+                biased;
+                () = slot.scope.cancelled() => false,
+                () = ticket.acquire() => true,
+            }
+        })
+        .await;
+        if !acquired {
+            return fin.cancelled();
         }
         now = Instant::now();
     }
@@ -437,12 +463,18 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
                 }
                 Lookup::Follow(f) => {
                     slot.set_state(CallState::Waiting);
-                    tokio::select! {
-                        biased;
-                        () = slot.scope.cancelled() => return fin.cancelled(),
-                        shared = cache::follow(f) => if let Some(hit) = shared {
-                            return fin.cache_hit(&hit);
-                        },
+                    let shared = Box::pin(async {
+                        tokio::select! {
+                            biased;
+                            () = slot.scope.cancelled() => None,
+                            shared = cache::follow(f) => Some(shared),
+                        }
+                    })
+                    .await;
+                    match shared {
+                        None => return fin.cancelled(),
+                        Some(Some(hit)) => return fin.cache_hit(&hit),
+                        Some(None) => {}
                     }
                     now = Instant::now();
                 }
@@ -457,7 +489,7 @@ pub(crate) async fn run_call(engine: Arc<EngineInner>, turn: Arc<TurnState>, job
     }
 
     // Attempts.
-    let last = run_attempts(&engine, &turn, &slot, entry, &policy, input, now, &mut fin).await;
+    let last = run_attempts(&engine, &turn, &slot, entry, policy, input, now, &mut fin).await;
     drop(ticket);
 
     // Classify and record the breaker.
@@ -669,12 +701,16 @@ async fn run_attempts(
             },
         );
         slot.set_state(CallState::Backoff);
-        tokio::select! {
-            biased;
-            () = slot.scope.cancelled() => {
-                return Final::Cancelled(slot.scope.reason().unwrap_or(CancelReason::User));
+        let cancelled = Box::pin(async {
+            tokio::select! {
+                biased;
+                () = slot.scope.cancelled() => true,
+                () = sleep(delay) => false,
             }
-            () = sleep(delay) => {}
+        })
+        .await;
+        if cancelled {
+            return Final::Cancelled(slot.scope.reason().unwrap_or(CancelReason::User));
         }
         slot.set_state(CallState::Running);
     }
