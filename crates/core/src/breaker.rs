@@ -9,6 +9,7 @@
 //! are never failures (unless `breaker_counts_tool_errors`).
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -46,6 +47,10 @@ enum State {
 #[derive(Debug)]
 pub(crate) struct CircuitBreaker {
     state: Mutex<State>,
+    /// Whether `state` is anything but closed, kept beside it so that a closed breaker admits a
+    /// call without its lock. A call admitted as the breaker opens is admitted as it would have
+    /// been a moment earlier.
+    tripped: AtomicBool,
 }
 
 /// How long a call turned away while the probe runs should wait before trying again.
@@ -57,6 +62,7 @@ impl Default for CircuitBreaker {
             state: Mutex::new(State::Closed {
                 failures: VecDeque::new(),
             }),
+            tripped: AtomicBool::new(false),
         }
     }
 }
@@ -68,11 +74,11 @@ impl CircuitBreaker {
         policy: &BreakerPolicy,
         now: Instant,
     ) -> (Admission, Option<BreakerStateKind>) {
-        if policy.failures == 0 {
+        if policy.failures == 0 || !self.tripped.load(Ordering::Acquire) {
             return (Admission::Pass, None);
         }
         let mut state = self.state.lock();
-        match &mut *state {
+        let admitted = match &mut *state {
             State::Closed { .. } => (Admission::Pass, None),
             State::Open { until } => {
                 if now >= *until {
@@ -100,7 +106,15 @@ impl CircuitBreaker {
                     (Admission::Probe, None)
                 }
             }
-        }
+        };
+        self.note(&state);
+        admitted
+    }
+
+    /// Keeps `tripped` in step with `state` (called under the lock after every change).
+    fn note(&self, state: &State) {
+        self.tripped
+            .store(!matches!(state, State::Closed { .. }), Ordering::Release);
     }
 
     /// Records how an admitted call ended. Returns the new state when it changed.
@@ -111,11 +125,12 @@ impl CircuitBreaker {
         verdict: Verdict,
         now: Instant,
     ) -> Option<BreakerStateKind> {
-        if policy.failures == 0 {
+        // A call admitted closed that did not fail changes nothing, whatever the state now.
+        if policy.failures == 0 || (admission == Admission::Pass && verdict != Verdict::Failure) {
             return None;
         }
         let mut state = self.state.lock();
-        match (&mut *state, admission) {
+        let change = match (&mut *state, admission) {
             (State::HalfOpen { .. }, Admission::Probe) => match verdict {
                 Verdict::Success => {
                     *state = State::Closed {
@@ -152,7 +167,9 @@ impl CircuitBreaker {
                 }
             }
             _ => None,
-        }
+        };
+        self.note(&state);
+        change
     }
 
     /// The current state (open past its time reads as half-open) and, when open, the time left.

@@ -1,7 +1,9 @@
 //! The pipeline of one call (SPEC §3.1), in this order: validate → loop detector → approval gate →
-//! cache lookup → breaker → concurrency gate → single flight (share an identical running call) →
-//! attempts (each under deadlines and cancellation) → classify → record breaker → cache store →
-//! outcome. Every step that ends the call produces its outcome; nothing after it runs.
+//! cache lookup with single flight (a stored result, or an identical running call's, is shared) →
+//! breaker → concurrency gate → attempts (each under deadlines and cancellation) → classify →
+//! record breaker → cache store → outcome. A call that must wait at the session's gate looks only
+//! for a stored result before the breaker and joins single flight past the gate (a leader never
+//! waits there). Every step that ends the call produces its outcome; nothing after it runs.
 //!
 //! Two guards make the pipeline safe to drop at any await (a client that disconnects drops it):
 //! [`Finisher`] records the call's single outcome exactly once, and [`InFlight`] hands a running
@@ -327,8 +329,13 @@ async fn pipeline(
     };
     // The tool's policy, borrowed; one with the call's own deadline hints applied is made (and
     // boxed, to keep it out of every call's future) only for a call that gives hints.
-    let hinted = (call.timeout_ms.is_some() || call.idle_timeout_ms.is_some())
-        .then(|| Box::new(apply_hints(&entry.policy, call.timeout_ms, call.idle_timeout_ms)));
+    let hinted = (call.timeout_ms.is_some() || call.idle_timeout_ms.is_some()).then(|| {
+        Box::new(apply_hints(
+            &entry.policy,
+            call.timeout_ms,
+            call.idle_timeout_ms,
+        ))
+    });
     let policy: &Policy = hinted.as_deref().unwrap_or(&entry.policy);
     let input = match call.input {
         Value::Null => Value::Object(Default::default()),
@@ -401,16 +408,27 @@ async fn pipeline(
         }
     }
 
-    // Cache lookup (a hit is served even when the breaker is open).
+    // Cache lookup (a hit is served even when the breaker is open), and single flight: share the
+    // execution of an identical call that is running, or lead one. A leader must never wait for
+    // its place in the session, because the calls holding earlier places may be its followers,
+    // waiting for it: a call that has to wait at the gate only looks for a hit here and takes its
+    // part in single flight past the gate. Any other call does both now, in one step.
     let cache_key =
         (policy.idempotent && !policy.cache_ttl.is_zero()).then_some(CacheKey(call_digest));
-    if let Some(key) = &cache_key
-        && let Some(hit) = engine.cache.hit(key, now)
-    {
-        return fin.cache_hit(&hit);
+    let gate_free = ticket.as_ref().is_none_or(Ticket::ready);
+    let mut flight = None;
+    if let Some(key) = &cache_key {
+        if gate_free {
+            match lead_or_follow(&engine, &mut fin, key, &mut now).await {
+                Some(guard) => flight = Some(guard),
+                None => return,
+            }
+        } else if let Some(hit) = engine.cache.hit(key, now) {
+            return fin.cache_hit(&hit);
+        }
     }
 
-    // Breaker.
+    // Breaker. (A leader turned away here drops its guard: its followers look again.)
     let runtime = &entry.runtime;
     // Microseconds after arrival: the arrival instant is good enough for the breaker's clock.
     let (admission, change) = runtime.breaker.admit(&policy.breaker, now);
@@ -430,7 +448,7 @@ async fn pipeline(
 
     // Concurrency gate.
     if let Some(ticket) = &ticket
-        && !ticket.ready()
+        && !gate_free
     {
         slot.set_state(CallState::Waiting);
         // The waits below are boxed: only calls that wait pay for their state, not every call's
@@ -447,37 +465,10 @@ async fn pipeline(
             return fin.cancelled();
         }
         now = Instant::now();
-    }
-
-    // Single flight: share the execution of an identical call that is running, or lead one.
-    // Only past the gate: a leader must never wait for its place in the session, because the
-    // calls holding earlier places may be its followers, waiting for it.
-    let mut flight = None;
-    if let Some(key) = cache_key {
-        loop {
-            match engine.cache.lookup(&key, now) {
-                Lookup::Hit(hit) => return fin.cache_hit(&hit),
-                Lookup::Lead(guard) => {
-                    flight = Some(guard);
-                    break;
-                }
-                Lookup::Follow(f) => {
-                    slot.set_state(CallState::Waiting);
-                    let shared = Box::pin(async {
-                        tokio::select! {
-                            biased;
-                            () = slot.scope.cancelled() => None,
-                            shared = cache::follow(f) => Some(shared),
-                        }
-                    })
-                    .await;
-                    match shared {
-                        None => return fin.cancelled(),
-                        Some(Some(hit)) => return fin.cache_hit(&hit),
-                        Some(None) => {}
-                    }
-                    now = Instant::now();
-                }
+        if let Some(key) = &cache_key {
+            match lead_or_follow(&engine, &mut fin, key, &mut now).await {
+                Some(guard) => flight = Some(guard),
+                None => return,
             }
         }
     }
@@ -573,6 +564,51 @@ fn result_digest(output: &ToolOutput) -> [u8; 32] {
     }
 }
 
+/// Single flight: a fresh stored result is served; else the call leads the execution of `key`
+/// (the guard returned) or waits for an identical running call and shares its result, looking
+/// again if that one ends without a result to share. `None` when the call ended here (served
+/// from the cache, or cancelled while waiting). `now` moves on with any wait.
+async fn lead_or_follow(
+    engine: &EngineInner,
+    fin: &mut Finisher<'_>,
+    key: &CacheKey,
+    now: &mut Instant,
+) -> Option<cache::FlightGuard> {
+    loop {
+        match engine.cache.lookup(key, *now) {
+            Lookup::Hit(hit) => {
+                fin.cache_hit(&hit);
+                return None;
+            }
+            Lookup::Lead(guard) => return Some(guard),
+            Lookup::Follow(f) => {
+                let slot = fin.slot;
+                slot.set_state(CallState::Waiting);
+                let shared = Box::pin(async {
+                    tokio::select! {
+                        biased;
+                        () = slot.scope.cancelled() => None,
+                        shared = cache::follow(f) => Some(shared),
+                    }
+                })
+                .await;
+                match shared {
+                    None => {
+                        fin.cancelled();
+                        return None;
+                    }
+                    Some(Some(hit)) => {
+                        fin.cache_hit(&hit);
+                        return None;
+                    }
+                    Some(None) => {}
+                }
+                *now = Instant::now();
+            }
+        }
+    }
+}
+
 /// Asks for approval; `false` when the call ended here (denied or cancelled).
 async fn approve(
     engine: &Arc<EngineInner>,
@@ -652,6 +688,7 @@ async fn run_attempts(
         let mut view = slot.view.lock();
         view.state = CallState::Running;
         view.started = Some(started);
+        view.attempt = 1;
     }
     engine.bus.emit_at(
         &fin.scope,
@@ -666,7 +703,9 @@ async fn run_attempts(
     loop {
         n += 1;
         fin.attempts = n;
-        slot.view.lock().attempt = n;
+        if n > 1 {
+            slot.view.lock().attempt = n;
+        }
         let end = one_attempt(
             engine,
             turn,

@@ -639,6 +639,7 @@ impl EngineInner {
             render: req.render,
             progress: req.progress,
             stream: Mutex::new(None),
+            streaming: std::sync::atomic::AtomicBool::new(false),
         });
         {
             let mut turns = self.turns.lock();

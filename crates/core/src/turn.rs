@@ -152,6 +152,8 @@ pub(crate) struct TurnState {
     pub(crate) render: Option<ResultRenderer>,
     pub(crate) progress: Option<CallProgress>,
     pub(crate) stream: Mutex<Option<mpsc::UnboundedSender<Completion>>>,
+    /// Whether `stream` was ever set: a turn nobody streams never locks it.
+    pub(crate) streaming: AtomicBool,
 }
 
 impl TurnState {
@@ -172,7 +174,9 @@ impl TurnState {
     /// A call's result: kept in order and streamed.
     /// A call's result (the call ended at `end`): kept in order and streamed.
     pub(crate) fn complete(&self, slot: &CallSlot, result: Arc<CallResult>, end: Instant) {
-        if let Some(tx) = &*self.stream.lock() {
+        if self.streaming.load(Ordering::Acquire)
+            && let Some(tx) = &*self.stream.lock()
+        {
             let _ = tx.send((slot.index, result.clone()));
         }
         *slot.result.lock() = Some((result, end));
@@ -296,7 +300,9 @@ pub(crate) fn finalize(engine: &EngineInner, turn: &TurnState) -> Finished {
             }
         })
         .collect();
-    *turn.stream.lock() = None;
+    if turn.streaming.load(Ordering::Acquire) {
+        *turn.stream.lock() = None;
+    }
     let now = last_end.unwrap_or_else(Instant::now);
     engine.unregister_turn(turn, now);
     let outcome = if turn.scope.is_cancelled() {
@@ -414,5 +420,6 @@ pub(crate) fn stream_completions(
 ) -> mpsc::UnboundedReceiver<(usize, Arc<CallResult>)> {
     let (tx, rx) = mpsc::unbounded_channel();
     *turn.stream.lock() = Some(tx);
+    turn.streaming.store(true, Ordering::Release);
     rx
 }

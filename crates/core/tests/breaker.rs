@@ -243,3 +243,77 @@ async fn a_probe_that_is_cancelled_hands_its_place_to_the_next_call() {
         vec![json!("open"), json!("half_open"), json!("closed")]
     );
 }
+
+/// Identical calls share the probe's execution: joining a running call is part of the cache
+/// lookup, before the breaker, so the calls that arrive while the probe runs get its result
+/// (as a hit) instead of `circuit_open`; different calls are still turned away.
+#[tokio::test(start_paused = true)]
+async fn identical_calls_share_the_half_open_probe() {
+    let mut h = Harness::new(
+        r#"
+        [tools."srv__flaky"]
+        idempotent = true
+        cache_ttl = "5m"
+        retries = 0
+        breaker = { failures = 1, window = "60s", open_for = "30s" }
+        "#,
+    );
+    fail_calls(&mut h, 1).await;
+    sleep(secs(30)).await;
+    let runs_before = h.log.runs("srv__flaky");
+    let req = h.turn(vec![
+        call("probe", "srv__flaky", json!({"ms": 1000})),
+        call("same", "srv__flaky", json!({"ms": 1000})),
+        call("other", "srv__flaky", json!({"ms": 1000, "n": 2})),
+    ]);
+    let out = h.engine.run_turn(req).await.unwrap();
+    assert_eq!(
+        out.results.iter().map(|r| status(r)).collect::<Vec<_>>(),
+        vec![
+            json!({"status": "ok", "call_id": "probe"}),
+            json!({"status": "ok", "call_id": "same"}),
+            json!({"status": "circuit_open", "retry_after_ms": 1000, "call_id": "other"}),
+        ]
+    );
+    assert_eq!(
+        out.results[1]
+            .outcome
+            .provenance
+            .as_ref()
+            .map(|p| p.cache_hit),
+        Some(true),
+        "shared, not run"
+    );
+    assert_eq!(h.log.runs("srv__flaky") - runs_before, 1, "one execution");
+}
+
+/// A call that leads an execution and is then turned away by the open breaker lets the
+/// identical calls waiting on it look again: each ends `circuit_open` on its own, none waits
+/// forever, nothing runs.
+#[tokio::test(start_paused = true)]
+async fn a_leader_turned_away_by_the_breaker_releases_its_followers() {
+    let mut h = Harness::new(
+        r#"
+        [tools."srv__flaky"]
+        idempotent = true
+        cache_ttl = "5m"
+        retries = 0
+        breaker = { failures = 1, window = "60s", open_for = "30s" }
+        "#,
+    );
+    fail_calls(&mut h, 1).await;
+    let runs_before = h.log.runs("srv__flaky");
+    let req = h.turn(vec![
+        call("c1", "srv__flaky", json!({"q": 1})),
+        call("c2", "srv__flaky", json!({"q": 1})),
+    ]);
+    let out = h.engine.run_turn(req).await.unwrap();
+    assert_eq!(
+        out.results
+            .iter()
+            .map(|r| status(r)["status"].clone())
+            .collect::<Vec<_>>(),
+        vec![json!("circuit_open"), json!("circuit_open")]
+    );
+    assert_eq!(h.log.runs("srv__flaky"), runs_before);
+}
