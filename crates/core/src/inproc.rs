@@ -402,13 +402,7 @@ impl Backend for InProcessBackend {
         let abandoned = self.abandoned.clone();
         let metrics = self.metrics.clone();
         Box::pin(async move {
-            let stop = attempt.stop.clone();
-            let ctx = ToolContext {
-                heartbeat: attempt.heartbeat,
-                stop: attempt.stop,
-                meta: attempt.meta,
-            };
-            let input = (*attempt.input).clone();
+            let (stop, ctx, input) = tool_side(attempt);
             let permit = tokio::select! {
                 biased;
                 () = stop.cancelled() => return AttemptEnd::Stopped(StopHow::Cooperative),
@@ -456,15 +450,20 @@ impl Backend for InProcessBackend {
     }
 }
 
-/// Starts an async tool (see [`AsyncAttempt`]).
-fn start_async(f: &AsyncFn, attempt: Attempt) -> BoxFuture<AttemptEnd> {
-    let stop = attempt.stop.clone();
+/// What a tool function gets of an attempt — its context and its own copy of the input — and the
+/// stop signals the engine keeps watching beside it.
+fn tool_side(attempt: Attempt) -> (StopSignals, ToolContext, Value) {
     let ctx = ToolContext {
         heartbeat: attempt.heartbeat,
-        stop: attempt.stop,
+        stop: attempt.stop.clone(),
         meta: attempt.meta,
     };
-    let input = (*attempt.input).clone();
+    (attempt.stop, ctx, (*attempt.input).clone())
+}
+
+/// Starts an async tool (see [`AsyncAttempt`]).
+fn start_async(f: &AsyncFn, attempt: Attempt) -> BoxFuture<AttemptEnd> {
+    let (stop, ctx, input) = tool_side(attempt);
     // The function runs here, before its future does: a panic in either is the tool's crash.
     match std::panic::catch_unwind(AssertUnwindSafe(|| f(input, ctx))) {
         Ok(attempt) => attempt,
