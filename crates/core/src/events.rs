@@ -191,11 +191,7 @@ impl EventBus {
     /// Publishes the event `kind()` builds, building it only when something observes events;
     /// returns its `seq` either way.
     pub fn emit_with(&self, scope: &Arc<EventScope>, kind: impl FnOnce() -> EventKind) -> u64 {
-        if self.is_observed() {
-            self.emit(scope, kind())
-        } else {
-            self.seq.fetch_add(1, Ordering::AcqRel) + 1
-        }
+        self.publish(scope, None, kind)
     }
 
     /// [`EventBus::emit_with`] for something that happened at `at` (an instant the caller read
@@ -206,21 +202,17 @@ impl EventBus {
         at: Instant,
         kind: impl FnOnce() -> EventKind,
     ) -> u64 {
-        if self.is_observed() {
-            self.publish(scope, Some(at), kind())
-        } else {
-            self.seq.fetch_add(1, Ordering::AcqRel) + 1
-        }
+        self.publish(scope, Some(at), kind)
     }
 
     /// Publishes an event about `scope` and returns its `seq`.
     pub fn emit(&self, scope: &Arc<EventScope>, kind: EventKind) -> u64 {
-        self.publish(scope, None, kind)
+        self.publish(scope, None, || kind)
     }
 
     /// [`EventBus::emit`] for something that happened at `at`.
     pub(crate) fn emit_at(&self, scope: &Arc<EventScope>, at: Instant, kind: EventKind) -> u64 {
-        self.publish(scope, Some(at), kind)
+        self.publish(scope, Some(at), || kind)
     }
 
     /// The wall-clock time of `at` (see [`crate::clock`]).
@@ -228,7 +220,14 @@ impl EventBus {
         self.clock.stamp(at)
     }
 
-    fn publish(&self, scope: &Arc<EventScope>, at: Option<Instant>, kind: EventKind) -> u64 {
+    /// Numbers the event and, when something observes events, builds it (stamped at `at`, or
+    /// now) and hands it out.
+    fn publish(
+        &self,
+        scope: &Arc<EventScope>,
+        at: Option<Instant>,
+        kind: impl FnOnce() -> EventKind,
+    ) -> u64 {
         if !self.is_observed() {
             // Nobody would see it: a number, no event, no lock.
             return self.seq.fetch_add(1, Ordering::AcqRel) + 1;
@@ -237,6 +236,7 @@ impl EventBus {
             Some(at) => self.clock.stamp(at),
             None => self.clock.now(),
         };
+        let kind = kind();
         let mut recent = self.sending.lock();
         let n = self.seq.fetch_add(1, Ordering::AcqRel) + 1;
         let event = Arc::new(Event {
