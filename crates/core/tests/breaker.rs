@@ -13,6 +13,16 @@ const BREAKER: &str = r#"
 breaker = { failures = 3, window = "60s", open_for = "30s" }
 "#;
 
+/// A cached tool whose breaker opens at the first failure, retries off: for single flight around
+/// the breaker.
+const CACHED_BREAKER: &str = r#"
+[tools."srv__flaky"]
+idempotent = true
+cache_ttl = "5m"
+retries = 0
+breaker = { failures = 1, window = "60s", open_for = "30s" }
+"#;
+
 /// The states of the `breaker_state` events so far.
 fn breaker_states(h: &mut Harness) -> Vec<Value> {
     shapes(&h.drain(), "breaker_state")
@@ -249,15 +259,7 @@ async fn a_probe_that_is_cancelled_hands_its_place_to_the_next_call() {
 /// (as a hit) instead of `circuit_open`; different calls are still turned away.
 #[tokio::test(start_paused = true)]
 async fn identical_calls_share_the_half_open_probe() {
-    let mut h = Harness::new(
-        r#"
-        [tools."srv__flaky"]
-        idempotent = true
-        cache_ttl = "5m"
-        retries = 0
-        breaker = { failures = 1, window = "60s", open_for = "30s" }
-        "#,
-    );
+    let mut h = Harness::new(CACHED_BREAKER);
     fail_calls(&mut h, 1).await;
     sleep(secs(30)).await;
     let runs_before = h.log.runs("srv__flaky");
@@ -292,15 +294,7 @@ async fn identical_calls_share_the_half_open_probe() {
 /// forever, nothing runs.
 #[tokio::test(start_paused = true)]
 async fn a_leader_turned_away_by_the_breaker_releases_its_followers() {
-    let mut h = Harness::new(
-        r#"
-        [tools."srv__flaky"]
-        idempotent = true
-        cache_ttl = "5m"
-        retries = 0
-        breaker = { failures = 1, window = "60s", open_for = "30s" }
-        "#,
-    );
+    let mut h = Harness::new(CACHED_BREAKER);
     fail_calls(&mut h, 1).await;
     let runs_before = h.log.runs("srv__flaky");
     let req = h.turn(vec![
