@@ -171,7 +171,6 @@ impl TurnState {
         }))
     }
 
-    /// A call's result: kept in order and streamed.
     /// A call's result (the call ended at `end`): kept in order and streamed.
     pub(crate) fn complete(&self, slot: &CallSlot, result: Arc<CallResult>, end: Instant) {
         if self.streaming.load(Ordering::Acquire)
