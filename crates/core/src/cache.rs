@@ -189,11 +189,7 @@ impl FlightGuard {
         if let Some(Some(tx)) = inner.flights.remove(&key) {
             tx.send_replace(Some(Some(result)));
         }
-        let batch = if inner.evicted.len() >= crate::reaper::BATCH {
-            std::mem::replace(&mut inner.evicted, Vec::with_capacity(crate::reaper::BATCH))
-        } else {
-            Vec::new()
-        };
+        let batch = crate::reaper::full_batch(&mut inner.evicted);
         drop(inner);
         crate::reaper::bury(batch);
     }

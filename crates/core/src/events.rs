@@ -258,12 +258,7 @@ impl EventBus {
                 && let Some(oldest) = recent.events.pop_front()
             {
                 recent.evicted.push(oldest);
-                if recent.evicted.len() >= crate::reaper::BATCH {
-                    batch = std::mem::replace(
-                        &mut recent.evicted,
-                        Vec::with_capacity(crate::reaper::BATCH),
-                    );
-                }
+                batch = crate::reaper::full_batch(&mut recent.evicted);
             }
             recent.events.push_back(event.clone());
         }

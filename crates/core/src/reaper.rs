@@ -76,6 +76,16 @@ fn run(reaper: &'static Reaper) {
     }
 }
 
+/// The batch `evicted` has gathered, once it is full (empty before): the caller hands it to
+/// [`bury`] after letting go of its lock.
+pub(crate) fn full_batch<T>(evicted: &mut Vec<T>) -> Vec<T> {
+    if evicted.len() >= BATCH {
+        std::mem::replace(evicted, Vec::with_capacity(BATCH))
+    } else {
+        Vec::new()
+    }
+}
+
 /// Frees `batch` on the reaper thread.
 pub(crate) fn bury<T: Send + 'static>(batch: Vec<T>) {
     if batch.is_empty() {
