@@ -7,7 +7,7 @@ use axum::response::Response;
 use serde::Deserialize;
 use toolwarden_protocol::SessionId;
 
-use crate::App;
+use crate::app::App;
 use crate::error::ApiError;
 use crate::sse::{self, Lost};
 

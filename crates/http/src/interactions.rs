@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use toolwarden_core::{AnswerError, AnswerSender, Interactor};
 use toolwarden_protocol::{Interaction, InteractionAction, InteractionAnswer, InteractionId};
 
-use crate::App;
+use crate::app::App;
 use crate::error::ApiError;
 use crate::turns::{body_bytes, path, require_json};
 

@@ -25,6 +25,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod app;
 mod auth;
 mod error;
 mod events;
@@ -124,13 +125,6 @@ impl HttpOptions {
     }
 }
 
-/// What every handler shares.
-#[derive(Clone)]
-pub(crate) struct App {
-    pub(crate) engine: Engine,
-    pub(crate) keep_alive: Duration,
-}
-
 /// The API's routes (`/v1/*`, `/metrics`, `/healthz`) over `engine`, with authentication, the
 /// body limit, and JSON errors for everything (unknown paths, wrong methods, panics).
 ///
@@ -150,7 +144,7 @@ pub fn router_with(engine: Engine, opts: HttpOptions, mcp: Option<Router>) -> Ro
     if !opts.headless {
         interactions.attach(Arc::new(interactions::HttpInteractor));
     }
-    let app = App {
+    let app = app::App {
         engine,
         keep_alive: opts.keep_alive,
     };

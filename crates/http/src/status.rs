@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use toolwarden_protocol::{ServerStateKind, SessionId};
 
-use crate::App;
+use crate::app::App;
 use crate::error::ApiError;
 use crate::turns::path;
 

@@ -11,7 +11,8 @@ use toolwarden_core::{TurnError, TurnRequest};
 use toolwarden_protocol::{CallId, CancelReason, SessionId, TurnId};
 
 use crate::error::{ApiError, ErrorCode};
-use crate::{App, format, sse};
+use crate::app::App;
+use crate::{format, sse};
 
 /// The body's bytes, or the fitting error (413 past the limit).
 pub(crate) fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
