@@ -3,7 +3,9 @@
 # nothing is skipped for a missing prerequisite — a test whose prerequisite is missing fails.
 #
 #   1. the Rust tests (nextest) and doc tests;
-#   2. tests/e2e with pytest: the real binaries driven by the official Python MCP SDK, and the
+#   2. the model checks: every crate's module graph is one-way (scripts/check-module-cycles.py),
+#      and loom explores the cancellation tree's races (scripts/loom.sh);
+#   3. tests/e2e with pytest: the real binaries driven by the official Python MCP SDK, and the
 #      official MCP conformance suite run directly and through the gateway.
 # Every step runs even when an earlier one failed; the exit code is non-zero if any failed.
 set -euo pipefail
@@ -23,6 +25,9 @@ cargo build --workspace --all-targets --locked
 failed=()
 cargo nextest run --workspace --locked --no-fail-fast || failed+=("cargo nextest")
 cargo test --workspace --doc --locked || failed+=("doc tests")
+python3 scripts/check-module-cycles.py crates/{bench,core,exec,http,process,protocol,testkit,toolwarden}/src ||
+  failed+=("module graphs")
+bash scripts/loom.sh || failed+=("loom")
 
 # The binaries the end-to-end tests drive: the ones just built.
 target_dir=$(cargo metadata --format-version 1 --no-deps --locked |

@@ -6,7 +6,7 @@
 //! If the leader does not end `ok` (or goes away), the waiters try again — one of them becomes the
 //! next leader — so one cancelled caller never fails the others.
 
-use crate::DigestMap;
+use crate::maps::{CallDigest, DigestMap};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,11 +15,6 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use toolwarden_protocol::{CallId, CallResult, Content};
-
-/// The identity of a cacheable call: the digest of its tool's name and canonical input
-/// ([`crate::canonical::measure_call`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct CacheKey(pub(crate) [u8; 32]);
 
 /// A stored `ok` result: the producing call's own result, shared, and how many of its content
 /// blocks came from the tool (the engine may have appended notes). Cheap to clone.
@@ -69,12 +64,12 @@ type FlightSender = Option<watch::Sender<Option<Option<CachedResult>>>>;
 
 #[derive(Default)]
 struct Inner {
-    entries: DigestMap<CacheKey, Entry>,
-    flights: DigestMap<CacheKey, FlightSender>,
+    entries: DigestMap<Entry>,
+    flights: DigestMap<FlightSender>,
     /// Stored keys in the order they were stored, with the expiry they were stored with: the
     /// eviction order when the cache is full (oldest first). An item whose entry was since
     /// replaced or removed is stale and skipped.
-    order: VecDeque<(Instant, CacheKey)>,
+    order: VecDeque<(Instant, CallDigest)>,
     /// Results out of the cache, waiting to be freed in one batch on the reaper thread.
     evicted: Vec<CachedResult>,
 }
@@ -114,7 +109,7 @@ impl Cache {
     }
 
     /// A fresh stored result for `key`, without joining or leading an execution.
-    pub(crate) fn hit(&self, key: &CacheKey, now: Instant) -> Option<CachedResult> {
+    pub(crate) fn hit(&self, key: &CallDigest, now: Instant) -> Option<CachedResult> {
         let inner = self.inner.lock();
         inner
             .entries
@@ -124,7 +119,7 @@ impl Cache {
     }
 
     /// Looks `key` up at `now`: a hit, or the duty to lead its execution, or one to follow.
-    pub(crate) fn lookup(&self, key: &CacheKey, now: Instant) -> Lookup {
+    pub(crate) fn lookup(&self, key: &CallDigest, now: Instant) -> Lookup {
         let mut inner = self.inner.lock();
         if let Some(entry) = inner.entries.get(key) {
             if entry.expires > now {
@@ -166,7 +161,7 @@ pub(crate) async fn follow(mut flight: Flight) -> Option<CachedResult> {
 
 /// The leader's duty: publish how its execution ended. Dropping it publishes "no result".
 pub(crate) struct FlightGuard {
-    key: Option<CacheKey>,
+    key: Option<CallDigest>,
     inner: Arc<Mutex<Inner>>,
     max_entries: usize,
 }
@@ -209,8 +204,8 @@ impl Drop for FlightGuard {
 mod tests {
     use super::*;
 
-    fn key(n: u8) -> CacheKey {
-        CacheKey([n; 32])
+    fn key(n: u8) -> CallDigest {
+        CallDigest([n; 32])
     }
 
     fn result(origin: &str) -> CachedResult {

@@ -8,8 +8,14 @@
 //! reason from the nearest cancelled scope above it. A reason found on an *ancestor* turn (a
 //! sub-agent's turn whose parent was aborted) reads as `parent`.
 
-use std::sync::atomic::{AtomicBool, Ordering, fence};
 use std::sync::{Arc, OnceLock};
+
+// Under `--cfg loom` the flag and the fences are loom's, so that the model checker explores every
+// interleaving (and memory ordering) of a cancel racing the first wait (see `loom_tests`).
+#[cfg(loom)]
+use loom::sync::atomic::{AtomicBool, Ordering, fence};
+#[cfg(not(loom))]
+use std::sync::atomic::{AtomicBool, Ordering, fence};
 
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use toolwarden_protocol::CancelReason;
@@ -210,5 +216,57 @@ mod tests {
             .child(ScopeKind::Call);
         root.cancel(CancelReason::Shutdown);
         assert_eq!(call.reason(), Some(CancelReason::Shutdown));
+    }
+}
+
+/// The fence pairing of `cancel` and `token`, checked by the loom model checker over every
+/// interleaving: `scripts/loom.sh` builds this crate's unit tests with `--cfg loom` and runs
+/// these.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+
+    /// Runs `cancel` and `wait` on two threads, in every order loom can make of them, and
+    /// returns the token `wait` made.
+    fn race(
+        cancel: impl FnOnce() + Send + 'static,
+        wait: impl FnOnce() -> CancellationToken + Send + 'static,
+    ) -> CancellationToken {
+        let cancel = loom::thread::spawn(cancel);
+        let wait = loom::thread::spawn(wait);
+        cancel.join().unwrap();
+        wait.join().unwrap()
+    }
+
+    #[test]
+    fn a_token_made_while_its_scope_is_cancelled_ends_up_cancelled() {
+        loom::model(|| {
+            let scope = Scope::root();
+            let (canceller, waiter) = (scope.clone(), scope.clone());
+            let token = race(
+                move || {
+                    canceller.cancel(CancelReason::User);
+                },
+                move || waiter.token().clone(),
+            );
+            assert!(token.is_cancelled(), "a token was left uncancelled below a cancel");
+        });
+    }
+
+    #[test]
+    fn a_child_token_made_while_an_ancestor_is_cancelled_ends_up_cancelled() {
+        loom::model(|| {
+            let turn = Scope::root().child(ScopeKind::Turn);
+            let call = turn.child(ScopeKind::Call);
+            let (canceller, waiter) = (turn.clone(), call.clone());
+            let token = race(
+                move || {
+                    canceller.cancel(CancelReason::User);
+                },
+                move || waiter.token().clone(),
+            );
+            assert!(token.is_cancelled(), "a child token missed its ancestor's cancel");
+            assert_eq!(call.reason(), Some(CancelReason::User));
+        });
     }
 }

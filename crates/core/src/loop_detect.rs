@@ -1,7 +1,7 @@
 //! The loop detector: identical calls (same tool, same canonical input) in one session are
 //! annotated from `warn_after` on and denied from `block_after` on.
 
-use crate::DigestMap;
+use crate::maps::{CallDigest, DigestMap};
 
 use parking_lot::Mutex;
 use toolwarden_protocol::LoopPolicy;
@@ -21,18 +21,15 @@ pub(crate) enum LoopVerdict {
 /// is not looping.
 const MAX_REMEMBERED: usize = 10_000;
 
-/// A call's identity: the digest of its tool's name and canonical input.
-type CallKey = [u8; 32];
-
 /// One session's memory of its calls.
 #[derive(Default)]
 pub(crate) struct LoopDetector {
-    seen: Mutex<DigestMap<CallKey, u32>>,
+    seen: Mutex<DigestMap<u32>>,
 }
 
 impl LoopDetector {
     /// Counts one call and judges it.
-    pub(crate) fn observe(&self, policy: &LoopPolicy, call_digest: &[u8; 32]) -> LoopVerdict {
+    pub(crate) fn observe(&self, policy: &LoopPolicy, call_digest: &CallDigest) -> LoopVerdict {
         if policy.warn_after == 0 && policy.block_after == 0 {
             return LoopVerdict::Fine;
         }
@@ -61,7 +58,7 @@ mod tests {
     fn annotates_from_the_third_and_denies_from_the_fifth() {
         let d = LoopDetector::default();
         let p = LoopPolicy::default();
-        let verdicts: Vec<LoopVerdict> = (0..6).map(|_| d.observe(&p, &[1; 32])).collect();
+        let verdicts: Vec<LoopVerdict> = (0..6).map(|_| d.observe(&p, &CallDigest([1; 32]))).collect();
         assert_eq!(
             verdicts,
             vec![
@@ -74,7 +71,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            d.observe(&p, &[2; 32]),
+            d.observe(&p, &CallDigest([2; 32])),
             LoopVerdict::Fine,
             "another input is another call"
         );
@@ -88,7 +85,7 @@ mod tests {
             block_after: 0,
         };
         for _ in 0..10 {
-            assert_eq!(d.observe(&p, &[1; 32]), LoopVerdict::Fine);
+            assert_eq!(d.observe(&p, &CallDigest([1; 32])), LoopVerdict::Fine);
         }
     }
 }

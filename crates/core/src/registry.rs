@@ -1,6 +1,8 @@
-//! The registry of tools: what each exposed name runs on, under which policy.
+//! The registry of tools: what each exposed name runs on, under which policy. Registering a
+//! tool resolves its policy (from the engine's policy source) and compiles its input schema once;
+//! its breaker and metric handles outlive re-registration.
 
-use crate::FastMap;
+use crate::maps::FastMap;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -9,7 +11,7 @@ use toolwarden_protocol::{Policy, ToolSpec};
 use crate::backend::Backend;
 use crate::breaker::CircuitBreaker;
 use crate::metrics::{Metrics, ToolMetrics};
-use crate::policy::ToolOrigin;
+use crate::policy::{PolicySource, ToolOrigin};
 
 /// What outlives a tool's re-registration (a server's `tools/list_changed`): its breaker and
 /// metric handles.
@@ -35,30 +37,81 @@ pub(crate) struct Registry {
     runtimes: Mutex<FastMap<Arc<str>, Arc<ToolRuntime>>>,
     /// Bumped on every change of the tool set, so front doors can tell their clients.
     generation: tokio::sync::watch::Sender<u64>,
+    /// Where tools' policies come from.
+    policies: RwLock<Arc<dyn PolicySource>>,
+    metrics: Arc<Metrics>,
 }
 
-impl Default for Registry {
-    fn default() -> Self {
+impl Registry {
+    pub(crate) fn new(policies: Arc<dyn PolicySource>, metrics: Arc<Metrics>) -> Self {
         Self {
             tools: RwLock::default(),
             runtimes: Mutex::default(),
             generation: tokio::sync::watch::Sender::new(0),
+            policies: RwLock::new(policies),
+            metrics,
         }
     }
-}
 
-impl Registry {
-    pub(crate) fn runtime(&self, name: &Arc<str>, metrics: &Arc<Metrics>) -> Arc<ToolRuntime> {
+    fn runtime(&self, name: &Arc<str>) -> Arc<ToolRuntime> {
         self.runtimes
             .lock()
             .entry(name.clone())
             .or_insert_with(|| {
                 Arc::new(ToolRuntime {
                     breaker: CircuitBreaker::default(),
-                    metrics: metrics.tool(name),
+                    metrics: self.metrics.tool(name),
                 })
             })
             .clone()
+    }
+
+    /// Builds the entry of tool `name`: resolves its policy, compiles its input schema.
+    pub(crate) fn entry(
+        &self,
+        name: String,
+        spec: ToolSpec,
+        backend: Arc<dyn Backend>,
+        origin: ToolOrigin,
+    ) -> ToolEntry {
+        let policy = self
+            .policies
+            .read()
+            .policy(&name, &spec.name, &origin, &spec.annotations);
+        let validator = match jsonschema::validator_for(&spec.input_schema) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::warn!(tool = %name, error = %e, "input schema does not compile; inputs will not be validated");
+                None
+            }
+        };
+        let name: Arc<str> = name.into();
+        let runtime = self.runtime(&name);
+        let backend_tool: Arc<str> = spec.name.as_str().into();
+        ToolEntry {
+            name,
+            spec,
+            backend,
+            backend_tool,
+            origin,
+            policy,
+            validator,
+            runtime,
+        }
+    }
+
+    /// Replaces where policies come from and re-resolves every registered tool.
+    pub(crate) fn set_policies(&self, policies: Arc<dyn PolicySource>) {
+        *self.policies.write() = policies;
+        for e in self.list() {
+            let entry = self.entry(
+                e.name.to_string(),
+                e.spec.clone(),
+                e.backend.clone(),
+                e.origin.clone(),
+            );
+            self.insert(entry);
+        }
     }
 
     pub(crate) fn get(&self, name: &str) -> Option<Arc<ToolEntry>> {

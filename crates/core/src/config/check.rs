@@ -12,7 +12,7 @@ use toolwarden_protocol::{
 use super::diag::{
     ConfigDiagnostic, ConfigError, ConfigErrorKind, Seg, SourceMap, closest, format_path, path,
 };
-use super::{ENV_FILE, EXEC_TOOL, RESERVED_SERVER, TOOL_TIMEOUT_ENV};
+use super::names::{ENV_FILE, EXEC_TOOL, RESERVED_SERVER, TOOL_TIMEOUT_ENV, ceiling};
 
 /// Collects warnings and errors for one file.
 pub(crate) struct Checker<'a> {
@@ -234,7 +234,7 @@ impl<'a> Checker<'a> {
     }
 
     fn policies(&mut self, file: &ConfigFile, timeout_from_env: bool) {
-        let ceiling = super::ceiling(file);
+        let ceiling = ceiling(file);
         let builtin = Inherited {
             timeout: Policy::default().timeout,
             from: "the built-in default",

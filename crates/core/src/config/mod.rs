@@ -16,6 +16,7 @@
 mod check;
 mod diag;
 mod expand;
+mod names;
 mod resolve;
 #[cfg(test)]
 mod tests;
@@ -29,27 +30,13 @@ use toolwarden_protocol::{
 };
 
 pub use diag::{ConfigDiagnostic, ConfigError, ConfigErrorKind};
+pub use names::{CONFIG_ENV, DEFAULT_FILE, DEFAULT_INTERACTION_CEILING, EXEC_TOOL, TOOL_TIMEOUT_ENV};
 pub use resolve::apply_hints;
 
 use check::Checker;
 use diag::{Seg, SourceMap, closest, format_path, guess_key_at_line, path, reword};
 use expand::expand;
-
-/// The environment variable that names the config file when `--config` is not given.
-pub const CONFIG_ENV: &str = "TOOLWARDEN_CONFIG";
-/// The file looked for in the working directory when neither `--config` nor
-/// `$TOOLWARDEN_CONFIG` names one.
-pub const DEFAULT_FILE: &str = "toolwarden.toml";
-/// The environment variable that overrides `[defaults].timeout`.
-pub const TOOL_TIMEOUT_ENV: &str = "TOOLWARDEN_TOOL_TIMEOUT";
-/// The `file` of diagnostics about environment variables.
-pub(crate) const ENV_FILE: &str = "environment";
-/// The server name of toolwarden's own tools (`toolwarden__status`).
-pub(crate) const RESERVED_SERVER: &str = "toolwarden";
-/// The name of the built-in shell tool, and of its `[exec]` table.
-pub const EXEC_TOOL: &str = "exec";
-/// The default of `interaction_ceiling`.
-pub const DEFAULT_INTERACTION_CEILING: Duration = Duration::from_secs(15 * 60);
+use names::{ENV_FILE, RESERVED_SERVER, ceiling};
 
 /// Where a [`Config`] came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -287,12 +274,6 @@ impl Config {
     pub fn interaction_ceiling(&self) -> Duration {
         ceiling(&self.file)
     }
-}
-
-/// `interaction_ceiling` of a file, defaulted.
-pub(crate) fn ceiling(file: &ConfigFile) -> Duration {
-    file.interaction_ceiling
-        .map_or(DEFAULT_INTERACTION_CEILING, DurationValue::duration)
 }
 
 fn short_list(names: &[&str], max: usize) -> String {

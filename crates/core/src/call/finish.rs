@@ -1,0 +1,221 @@
+//! Recording a call's one outcome: its result goes into its slot, its turn's completion stream,
+//! the session's memory, the tool's metrics and the `tool_result` event — exactly once, also
+//! when the pipeline is dropped before it got there (a client that went away).
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use toolwarden_protocol::{
+    CallId, CallResult, CallState, CancelReason, Content, Decider, DenyReason, ErrorReason,
+    EventKind, Outcome, Provenance, ProvenanceSource, Status,
+};
+
+use crate::backend::ToolOutput;
+use crate::cache::CachedResult;
+use crate::events::EventScope;
+use crate::registry::ToolRuntime;
+use crate::text::{loop_note, outcome_text};
+
+use super::env::CallEnv;
+use super::slot::{CallSlot, CallTurn};
+
+/// Records a call's single outcome — also when the pipeline is dropped before it got there. It
+/// borrows the call's environment, turn and slot from the pipeline, which outlives it.
+pub(super) struct Finisher<'a> {
+    pub(super) env: &'a CallEnv,
+    pub(super) turn: &'a CallTurn,
+    pub(super) slot: &'a CallSlot,
+    pub(super) scope: Arc<EventScope>,
+    /// When the call arrived (its turn's start).
+    pub(super) arrived: Instant,
+    /// When its attempts ended, once they have: the moment its result is stamped with.
+    pub(super) ended: Option<Instant>,
+    pub(super) attempts: u32,
+    /// Whether the backend was invoked (a cancel before reads `not_started`).
+    pub(super) invoked: bool,
+    /// Whether the call counts in the tool's in-flight gauge.
+    pub(super) running: bool,
+    /// `(count, block_after)` when the loop detector saw this call repeat.
+    pub(super) repeat: Option<(u32, u32)>,
+    pub(super) runtime: Option<&'a Arc<ToolRuntime>>,
+    done: bool,
+}
+
+impl<'a> Finisher<'a> {
+    /// The finisher of a call that arrived with its turn.
+    pub(super) fn new(
+        env: &'a CallEnv,
+        turn: &'a CallTurn,
+        slot: &'a CallSlot,
+        runtime: Option<&'a Arc<ToolRuntime>>,
+    ) -> Self {
+        let scope = Arc::new(EventScope {
+            session_id: Some(turn.session.id.clone()),
+            turn_id: Some(turn.id.clone()),
+            call_id: Some(slot.call_id.clone()),
+            tool: Some(slot.tool.clone()),
+        });
+        Self {
+            env,
+            turn,
+            slot,
+            scope,
+            arrived: turn.started,
+            ended: None,
+            attempts: 0,
+            invoked: false,
+            running: false,
+            repeat: None,
+            runtime,
+            done: false,
+        }
+    }
+
+    fn tool(&self) -> &str {
+        self.slot.tool.as_ref()
+    }
+
+    fn call_id(&self) -> &CallId {
+        &self.slot.call_id
+    }
+
+    /// Records the outcome: the call's result goes to its turn (and to the `tool_result` event,
+    /// sharing one allocation).
+    pub(super) fn finish(
+        &mut self,
+        status: Status,
+        detail: Option<String>,
+        output: Option<ToolOutput>,
+        provenance: Option<Provenance>,
+    ) -> Arc<CallResult> {
+        self.done = true;
+        let is_error = status.is_error();
+        let (mut content, structured_content) = match output {
+            Some(out) if !out.content.is_empty() || out.structured_content.is_some() => {
+                (out.content, out.structured_content)
+            }
+            _ => (
+                vec![Content::text(outcome_text(
+                    self.tool(),
+                    &status,
+                    detail.as_deref(),
+                ))],
+                None,
+            ),
+        };
+        if let Some((count, block_after)) = self.repeat {
+            content.push(Content::text(loop_note(self.tool(), count, block_after)));
+        }
+        let end = self.ended.unwrap_or_else(Instant::now);
+        let elapsed = end.saturating_duration_since(self.arrived);
+        let outcome = Outcome {
+            status,
+            attempts: self.attempts,
+            call_id: self.call_id().clone(),
+            turn_id: self.turn.id.clone(),
+            tool: self.slot.tool.clone(),
+            duration_ms: elapsed.as_millis() as u64,
+            provenance,
+            detail,
+            repeat_count: self.repeat.map(|(c, _)| c),
+        };
+        let result = Arc::new(CallResult {
+            outcome,
+            content,
+            structured_content,
+            is_error,
+        });
+        if let Some(runtime) = &self.runtime {
+            if self.running {
+                runtime.metrics.in_flight(-1);
+                self.running = false;
+            }
+            runtime
+                .metrics
+                .outcome(&result.outcome.status, elapsed.as_secs_f64());
+        }
+        {
+            let mut view = self.slot.view.lock();
+            view.state = CallState::Done;
+            view.status = Some(result.outcome.status.name());
+        }
+        self.turn.session.record(&result.outcome);
+        self.env.bus.emit_at(
+            &self.scope,
+            end,
+            EventKind::ToolResult {
+                result: result.clone(),
+                duration_ms: result.outcome.duration_ms,
+            },
+        );
+        self.turn.complete(self.slot, result.clone(), end);
+        result
+    }
+
+    pub(super) fn fail(&mut self, status: Status, detail: Option<String>) {
+        self.finish(status, detail, None, None);
+    }
+
+    pub(super) fn deny(&mut self, decider: Decider, reason: DenyReason, detail: Option<String>) {
+        self.env
+            .bus
+            .emit(&self.scope, EventKind::ToolCallDenied { decider, reason });
+        self.fail(Status::Denied { decider, reason }, detail)
+    }
+
+    /// Cancelled: `not_started` if the backend was never invoked, else the scope's reason.
+    pub(super) fn cancelled(&mut self) {
+        let reason = if self.invoked {
+            self.slot
+                .scope
+                .reason()
+                .unwrap_or(CancelReason::ClientDisconnect)
+        } else {
+            CancelReason::NotStarted
+        };
+        self.fail(Status::Cancelled { reason }, None);
+    }
+
+    pub(super) fn cache_hit(&mut self, hit: &CachedResult) {
+        if let Some(runtime) = &self.runtime {
+            runtime.metrics.cache_hit();
+        }
+        let Some(original) = hit.result.outcome.provenance.as_ref() else {
+            // Only results with provenance are stored; be total anyway.
+            return self.fail(
+                Status::Error {
+                    reason: ErrorReason::Transport,
+                },
+                Some("cache entry without provenance".into()),
+            );
+        };
+        self.env.bus.emit(
+            &self.scope,
+            EventKind::CacheHit {
+                origin_call_id: hit.origin_call_id().clone(),
+                fetched_at: original.fetched_at,
+            },
+        );
+        let provenance = Provenance {
+            source: ProvenanceSource::Cache,
+            fetched_at: original.fetched_at,
+            cache_hit: true,
+            digest: original.digest,
+            origin_call_id: Some(hit.origin_call_id().clone()),
+        };
+        let output = ToolOutput {
+            content: hit.content().to_vec(),
+            structured_content: hit.result.structured_content.clone(),
+            is_error: false,
+        };
+        self.finish(Status::Ok, None, Some(output), Some(provenance));
+    }
+}
+
+impl Drop for Finisher<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.cancelled();
+        }
+    }
+}

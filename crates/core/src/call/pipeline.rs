@@ -1,0 +1,350 @@
+//! The pipeline of one call, step by step in the order `call`'s module doc gives. Each step that
+//! ends the call records its outcome through the [`Finisher`] and returns; nothing after it runs.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::time::Instant;
+use toolwarden_protocol::{
+    Approval, CallState, Decider, DenyReason, ErrorReason, InvalidReason, Policy, Provenance,
+    ProvenanceSource, Status, ToolCall,
+};
+
+use crate::backend::ToolOutput;
+use crate::breaker::{Admission, Verdict};
+use crate::cache::CachedResult;
+use crate::canonical::{self, ValueRef};
+use crate::config::apply_hints;
+use crate::gate::Ticket;
+use crate::loop_detect::LoopVerdict;
+use crate::maps::CallDigest;
+use crate::registry::{ToolEntry, ToolRuntime};
+use crate::text::human_size;
+
+use super::approve::approve;
+use super::attempts::{Final, run_attempts};
+use super::env::CallEnv;
+use super::finish::Finisher;
+use super::flight::lead_or_follow;
+use super::slot::{CallSlot, CallTurn};
+
+/// What a call's name stands for when its turn is prepared.
+pub(crate) enum Target {
+    /// A registered tool.
+    Known(Arc<ToolEntry>),
+    /// No tool of that name; the suggestion names close ones.
+    Unknown { suggestion: Option<String> },
+}
+
+/// One call of a turn, ready to run.
+pub(crate) struct CallJob {
+    pub(crate) slot: Arc<CallSlot>,
+    pub(crate) call: ToolCall,
+    pub(crate) target: Target,
+    /// Its place in its session's line, reserved in call order when the turn was prepared.
+    pub(crate) ticket: Option<Ticket>,
+}
+
+/// A half-open probe hands its slot back if the call ends without a verdict.
+struct ProbeGuard<'a> {
+    runtime: &'a ToolRuntime,
+    policy: &'a toolwarden_protocol::Breaker,
+    admission: Admission,
+    armed: bool,
+}
+
+impl Drop for ProbeGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.runtime.breaker.record(
+                self.policy,
+                self.admission,
+                Verdict::Neutral,
+                Instant::now(),
+            );
+        }
+    }
+}
+
+/// Runs one call through the whole pipeline. Always returns (and records) exactly one result,
+/// into the call's slot.
+///
+/// The job is taken apart here, before the pipeline's future is made: taken apart inside it, the
+/// future would keep the job and its parts side by side.
+pub(crate) fn run_call<'a>(
+    env: &'a CallEnv,
+    turn: &'a CallTurn,
+    job: CallJob,
+) -> impl Future<Output = ()> + 'a {
+    let CallJob {
+        slot,
+        call,
+        target,
+        ticket,
+    } = job;
+    pipeline(env, turn, slot, call, target, ticket)
+}
+
+async fn pipeline(
+    env: &CallEnv,
+    turn: &CallTurn,
+    slot: Arc<CallSlot>,
+    call: ToolCall,
+    target: Target,
+    ticket: Option<Ticket>,
+) {
+    let entry = match &target {
+        Target::Known(entry) => Some(entry),
+        Target::Unknown { .. } => None,
+    };
+    let mut fin = Finisher::new(env, turn, &slot, entry.map(|e| &e.runtime));
+
+    // Validate: a known tool, an input within size that matches its schema.
+    let entry = match &target {
+        Target::Known(entry) => entry,
+        Target::Unknown { suggestion } => {
+            return fin.fail(
+                Status::Invalid {
+                    reason: InvalidReason::UnknownTool,
+                },
+                suggestion.clone(),
+            );
+        }
+    };
+    // The tool's policy, borrowed; one with the call's own deadline hints applied is made (and
+    // boxed, to keep it out of every call's future) only for a call that gives hints.
+    let hinted = (call.timeout_ms.is_some() || call.idle_timeout_ms.is_some()).then(|| {
+        Box::new(apply_hints(
+            &entry.policy,
+            call.timeout_ms,
+            call.idle_timeout_ms,
+        ))
+    });
+    let policy: &Policy = hinted.as_deref().unwrap_or(&entry.policy);
+    let input = match call.input {
+        Value::Null => Value::Object(Default::default()),
+        other => other,
+    };
+    let (input_len, call_digest) = canonical::measure_call(&entry.name, &input);
+    let call_digest = CallDigest(call_digest);
+    if input_len as u64 > policy.max_input {
+        let detail = format!(
+            "It is {}; the limit is {}.",
+            human_size(input_len as u64),
+            human_size(policy.max_input)
+        );
+        return fin.fail(
+            Status::Invalid {
+                reason: InvalidReason::TooLarge,
+            },
+            Some(detail),
+        );
+    }
+    if let Some(validator) = &entry.validator
+        && !validator.is_valid(&input)
+    {
+        let errors: Vec<String> = validator
+            .iter_errors(&input)
+            .take(5)
+            .map(|e| {
+                let path = e.instance_path().as_str();
+                format!("{}: {e}", if path.is_empty() { "(input)" } else { path })
+            })
+            .collect();
+        return fin.fail(
+            Status::Invalid {
+                reason: InvalidReason::Schema,
+            },
+            Some(errors.join("; ")),
+        );
+    }
+
+    // A call whose turn was aborted (or whose engine shut down) before it got going goes no
+    // further: it does not count as a repeat and nobody is asked to approve it.
+    if slot.scope.is_cancelled() {
+        return fin.cancelled();
+    }
+
+    // Loop detector.
+    match turn.session.loops.observe(&policy.loop_, &call_digest) {
+        LoopVerdict::Block { count } => {
+            return fin.deny(
+                Decider::LoopDetector,
+                DenyReason::Loop,
+                Some(format!("{count} identical calls")),
+            );
+        }
+        LoopVerdict::Warn { count } => fin.repeat = Some((count, policy.loop_.block_after)),
+        LoopVerdict::Fine => {}
+    }
+    let input = Arc::new(input);
+    // The time now: the arrival until a step below waits, read again after each wait.
+    let mut now = fin.arrived;
+
+    // Approval gate.
+    match policy.approval {
+        Approval::Auto => {}
+        Approval::Deny => return fin.deny(Decider::Policy, DenyReason::Rule, None),
+        Approval::Ask | Approval::Confirm => {
+            if !Box::pin(approve(&mut fin, entry, policy, &input)).await {
+                return;
+            }
+            now = Instant::now();
+        }
+    }
+
+    // Cache lookup (a hit is served even when the breaker is open), and single flight: share the
+    // execution of an identical call that is running, or lead one. A leader must never wait for
+    // its place in the session, because the calls holding earlier places may be its followers,
+    // waiting for it: a call that has to wait at the gate only looks for a hit here and takes its
+    // part in single flight past the gate. Any other call does both now, in one step.
+    let cache_key =
+        (policy.idempotent && !policy.cache_ttl.is_zero()).then_some(call_digest);
+    let gate_free = ticket.as_ref().is_none_or(Ticket::ready);
+    let mut flight = None;
+    if let Some(key) = &cache_key {
+        if gate_free {
+            match lead_or_follow(&mut fin, key, &mut now).await {
+                Some(guard) => flight = Some(guard),
+                None => return,
+            }
+        } else if let Some(hit) = env.cache.hit(key, now) {
+            return fin.cache_hit(&hit);
+        }
+    }
+
+    // Breaker. (A leader turned away here drops its guard: its followers look again.)
+    let runtime = &entry.runtime;
+    // Microseconds after arrival: the arrival instant is good enough for the breaker's clock.
+    let (admission, change) = runtime.breaker.admit(&policy.breaker, now);
+    if let Some(state) = change {
+        env.breaker_changed(runtime, &fin.scope, state);
+    }
+    if let Admission::Rejected { retry_after } = admission {
+        let retry_after_ms = retry_after.as_millis().max(1) as u64;
+        return fin.fail(Status::CircuitOpen { retry_after_ms }, None);
+    }
+    let mut probe = ProbeGuard {
+        runtime,
+        policy: &policy.breaker,
+        admission,
+        armed: admission == Admission::Probe,
+    };
+
+    // Concurrency gate.
+    if let Some(ticket) = &ticket
+        && !gate_free
+    {
+        slot.set_state(CallState::Waiting);
+        // The waits below are boxed: only calls that wait pay for their state, not every call's
+        // future.
+        let acquired = Box::pin(async {
+            tokio::select! {
+                biased;
+                () = slot.scope.cancelled() => false,
+                () = ticket.acquire() => true,
+            }
+        })
+        .await;
+        if !acquired {
+            return fin.cancelled();
+        }
+        now = Instant::now();
+        if let Some(key) = &cache_key {
+            match lead_or_follow(&mut fin, key, &mut now).await {
+                Some(guard) => flight = Some(guard),
+                None => return,
+            }
+        }
+    }
+
+    // A call cancelled while it passed the steps above (an approval answered as its turn was
+    // aborted) never starts its backend either: the backend may act on the request at once.
+    if slot.scope.is_cancelled() {
+        return fin.cancelled();
+    }
+
+    // Attempts.
+    let last = run_attempts(&mut fin, entry, policy, input, now).await;
+    drop(ticket);
+
+    // Classify and record the breaker.
+    let ended_at = Instant::now();
+    fin.ended = Some(ended_at);
+    let verdict = match &last {
+        Final::Ok(_) | Final::Rejected(_) => Verdict::Success,
+        Final::ToolError(_) if policy.breaker_counts_tool_errors => Verdict::Failure,
+        Final::ToolError(_) => Verdict::Success,
+        Final::Failed(ErrorReason::ServerRestart, _) => Verdict::Neutral,
+        Final::Failed(..) | Final::Timeout(..) => Verdict::Failure,
+        Final::Cancelled(_) => Verdict::Neutral,
+    };
+    probe.armed = false;
+    if let Some(state) = runtime
+        .breaker
+        .record(&policy.breaker, admission, verdict, ended_at)
+    {
+        env.breaker_changed(runtime, &fin.scope, state);
+    }
+
+    // Cache store and outcome.
+    match last {
+        Final::Ok(output) => {
+            let provenance = Provenance {
+                source: ProvenanceSource::Tool,
+                fetched_at: env.bus.stamp(ended_at),
+                cache_hit: false,
+                digest: toolwarden_protocol::ContentDigest(result_digest(&output)),
+                origin_call_id: None,
+            };
+            let tool_blocks = output.content.len();
+            let result = fin.finish(Status::Ok, None, Some(output), Some(provenance));
+            if let Some(guard) = flight {
+                guard.complete(
+                    CachedResult {
+                        result,
+                        tool_blocks,
+                    },
+                    policy.cache_ttl,
+                    ended_at,
+                );
+            }
+        }
+        Final::ToolError(output) => {
+            fin.finish(
+                Status::Error {
+                    reason: ErrorReason::ToolError,
+                },
+                None,
+                Some(output),
+                None,
+            );
+        }
+        Final::Rejected(message) => fin.fail(
+            Status::Error {
+                reason: ErrorReason::ToolError,
+            },
+            Some(message),
+        ),
+        Final::Failed(reason, message) => fin.fail(Status::Error { reason }, Some(message)),
+        Final::Timeout(kind, limit) => fin.fail(
+            Status::Timeout {
+                kind,
+                after_ms: limit.as_millis() as u64,
+            },
+            None,
+        ),
+        Final::Cancelled(reason) => fin.fail(Status::Cancelled { reason }, None),
+    }
+}
+
+/// Digest of a result's content: canonical JSON of `{"content": [...], "structuredContent": ...}`.
+fn result_digest(output: &ToolOutput) -> [u8; 32] {
+    let items = ValueRef::Contents(&output.content);
+    match &output.structured_content {
+        Some(s) => {
+            canonical::digest_object(&[("content", items), ("structuredContent", ValueRef::One(s))])
+        }
+        None => canonical::digest_object(&[("content", items)]),
+    }
+}

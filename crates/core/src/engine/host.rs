@@ -1,0 +1,76 @@
+//! What MCP server backends report to: their tools (registered under `SERVER__TOOL`, or
+//! unprefixed), their states, their abandoned calls, and answers that came too late.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use toolwarden_protocol::{EventKind, ServerStateKind, ToolSpec};
+
+use crate::backend::{AttemptMeta, Backend, BackendHost};
+use crate::events::EventScope;
+use crate::policy::ToolOrigin;
+
+use super::inner::EngineInner;
+
+/// The separator of exposed MCP tool names: `SERVER__TOOL`.
+pub const PREFIX_SEPARATOR: &str = "__";
+
+/// A backend host over an engine that may be gone (then reports are dropped).
+pub(super) struct Host {
+    pub(super) engine: Weak<EngineInner>,
+    pub(super) prefix: bool,
+}
+
+impl BackendHost for Host {
+    fn set_tools(&self, server: &str, backend: Arc<dyn Backend>, tools: Vec<ToolSpec>) {
+        let Some(engine) = self.engine.upgrade() else {
+            return;
+        };
+        let origin = ToolOrigin::Server(server.to_owned());
+        let entries = tools
+            .into_iter()
+            .map(|spec| {
+                let name = if self.prefix {
+                    format!("{server}{PREFIX_SEPARATOR}{}", spec.name)
+                } else {
+                    spec.name.clone()
+                };
+                engine
+                    .registry
+                    .entry(name, spec, backend.clone(), origin.clone())
+            })
+            .collect();
+        engine.registry.replace(&origin, entries);
+    }
+
+    fn server_state(&self, server: &str, state: ServerStateKind, detail: Option<String>) {
+        if let Some(engine) = self.engine.upgrade() {
+            engine.servers.report(server, state, detail);
+        }
+    }
+
+    fn set_abandoned(&self, server: &str, count: u64) {
+        if let Some(engine) = self.engine.upgrade() {
+            engine.turns.metrics.set_abandoned(server, count);
+        }
+    }
+
+    fn late_result(&self, meta: &AttemptMeta, tool: &str, is_error: bool, after: Duration) {
+        let Some(engine) = self.engine.upgrade() else {
+            return;
+        };
+        let scope = Arc::new(EventScope {
+            session_id: Some(meta.session_id.clone()),
+            turn_id: Some(meta.turn_id.clone()),
+            call_id: Some(meta.call_id.clone()),
+            tool: Some(tool.into()),
+        });
+        engine.turns.env.bus.emit(
+            &scope,
+            EventKind::ToolLateResult {
+                is_error,
+                after_ms: after.as_millis() as u64,
+            },
+        );
+    }
+}

@@ -1,0 +1,17 @@
+//! What one engine is made of; every [`Engine`](super::Engine) clone and its backend host share it.
+
+use std::sync::Arc;
+
+use crate::inproc::InProcessBackend;
+use crate::registry::Registry;
+use crate::servers::Servers;
+use crate::turn::TurnRuntime;
+
+/// The parts of an engine: its tools, its turns (and what their calls borrow), its servers'
+/// states, and the in-process backend.
+pub(super) struct EngineInner {
+    pub(super) registry: Registry,
+    pub(super) turns: Arc<TurnRuntime>,
+    pub(super) servers: Servers,
+    pub(super) inproc: Arc<InProcessBackend>,
+}

@@ -1,0 +1,439 @@
+//! The engine: the public API that front doors and Rust programs use. It owns the registry of
+//! tools, the running turns and the servers' states, and hands turns to `turn`, which hands each
+//! call to `call`: the engine never reaches into a call.
+
+mod host;
+mod inner;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
+use toolwarden_protocol::{
+    ActiveTurn, BreakerInfo, BreakerStateKind, CallId, CallResult, CancelReason, Content,
+    Outcome, SessionId, SessionStatus, Status, ToolCall, ToolInfo, ToolSpec, TurnId,
+};
+
+use crate::backend::{Backend, BackendHost};
+use crate::cache::Cache;
+use crate::call::CallEnv;
+use crate::config::Config;
+use crate::events::{EventBus, Subscription};
+use crate::ids::new_id;
+use crate::inproc::{InProcessBackend, InProcessTool};
+use crate::interaction::Interactions;
+use crate::metrics::Metrics;
+use crate::policy::{PolicySource, ToolOrigin};
+use crate::registry::Registry;
+use crate::retry::Jitter;
+use crate::servers::{ServerStatus, Servers};
+use crate::turn::{
+    NotFound, TurnError, TurnHandle, TurnOutput, TurnRequest, TurnRuntime, drive_turn, prepare,
+};
+
+pub use host::PREFIX_SEPARATOR;
+
+use host::Host;
+use inner::EngineInner;
+
+/// Settings of an engine.
+pub struct EngineBuilder {
+    policies: Arc<dyn PolicySource>,
+    event_capacity: usize,
+    jitter_seed: Option<u64>,
+    interaction_ceiling: Duration,
+    headless: bool,
+    cache_entries: usize,
+    blocking_threads: usize,
+}
+
+impl Default for EngineBuilder {
+    fn default() -> Self {
+        Self {
+            policies: Arc::new(Config::builtin()),
+            event_capacity: crate::events::DEFAULT_CAPACITY,
+            jitter_seed: None,
+            interaction_ceiling: Duration::from_secs(15 * 60),
+            headless: false,
+            cache_entries: 10_000,
+            blocking_threads: 64,
+        }
+    }
+}
+
+impl EngineBuilder {
+    /// Where tools' policies come from (default: [`Config::builtin`]).
+    pub fn policies(mut self, policies: Arc<dyn PolicySource>) -> Self {
+        self.policies = policies;
+        self
+    }
+
+    /// How many events a subscriber may fall behind before it loses some.
+    pub fn event_capacity(mut self, capacity: usize) -> Self {
+        self.event_capacity = capacity;
+        self
+    }
+
+    /// Seeds retry jitter (for reproducible tests).
+    pub fn jitter_seed(mut self, seed: u64) -> Self {
+        self.jitter_seed = Some(seed);
+        self
+    }
+
+    /// The ceiling of every interaction's deadline (default 15 min).
+    pub fn interaction_ceiling(mut self, ceiling: Duration) -> Self {
+        self.interaction_ceiling = ceiling;
+        self
+    }
+
+    /// Headless: nothing can answer an interaction; calls needing approval are denied at once.
+    pub fn headless(mut self, headless: bool) -> Self {
+        self.headless = headless;
+        self
+    }
+
+    /// How many results the cache keeps at most.
+    pub fn cache_entries(mut self, entries: usize) -> Self {
+        self.cache_entries = entries;
+        self
+    }
+
+    /// How many blocking in-process tools may run at once.
+    pub fn blocking_threads(mut self, threads: usize) -> Self {
+        self.blocking_threads = threads.max(1);
+        self
+    }
+
+    /// The engine.
+    pub fn build(self) -> Engine {
+        let bus = Arc::new(EventBus::new(self.event_capacity));
+        let metrics = Arc::new(Metrics::new());
+        let interactions =
+            Interactions::new(bus.clone(), metrics.clone(), self.interaction_ceiling);
+        interactions.set_headless(self.headless);
+        let env = CallEnv {
+            bus: bus.clone(),
+            cache: Cache::new(self.cache_entries),
+            jitter: Jitter::new(self.jitter_seed),
+            tracker: TaskTracker::new(),
+            interactions,
+        };
+        let inner = Arc::new(EngineInner {
+            registry: Registry::new(self.policies, metrics.clone()),
+            servers: Servers::new(metrics.clone(), bus),
+            inproc: Arc::new(InProcessBackend::new(self.blocking_threads, metrics.clone())),
+            turns: Arc::new(TurnRuntime::new(env, metrics)),
+        });
+        Engine { inner }
+    }
+}
+
+/// The toolwarden engine. Cheap to clone; every clone is the same engine.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<EngineInner>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("tools", &self.inner.registry.list().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Engine {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Engine {
+    /// An engine on built-in defaults.
+    pub fn new() -> Self {
+        EngineBuilder::default().build()
+    }
+
+    /// Settings for an engine.
+    pub fn builder() -> EngineBuilder {
+        EngineBuilder::default()
+    }
+
+    /// Registers (or replaces) an in-process tool.
+    pub fn register(&self, tool: InProcessTool) {
+        let (spec, layer, handler) = tool.into_parts();
+        self.inner.inproc.insert(&spec.name, handler);
+        let origin = ToolOrigin::InProcess(Box::new(layer));
+        let backend: Arc<dyn Backend> = self.inner.inproc.clone();
+        let entry = self
+            .inner
+            .registry
+            .entry(spec.name.clone(), spec, backend, origin);
+        self.inner.registry.insert(entry);
+    }
+
+    /// Registers a backend's tools under their own names (e.g. `exec`), replacing earlier tools
+    /// of the same origin.
+    pub fn add_tools(&self, origin: ToolOrigin, backend: Arc<dyn Backend>, tools: Vec<ToolSpec>) {
+        let entries = tools
+            .into_iter()
+            .map(|spec| {
+                self.inner
+                    .registry
+                    .entry(spec.name.clone(), spec, backend.clone(), origin.clone())
+            })
+            .collect();
+        self.inner.registry.replace(&origin, entries);
+    }
+
+    /// Removes a tool; whether it existed.
+    pub fn remove_tool(&self, name: &str) -> bool {
+        self.inner.registry.remove(name)
+    }
+
+    /// Replaces where policies come from and re-resolves every registered tool.
+    pub fn set_policies(&self, policies: Arc<dyn PolicySource>) {
+        self.inner.registry.set_policies(policies);
+    }
+
+    /// The handle MCP server backends report to. `prefix = false` exposes tools unprefixed.
+    pub fn host(&self, prefix: bool) -> Arc<dyn BackendHost> {
+        Arc::new(Host {
+            engine: Arc::downgrade(&self.inner),
+            prefix,
+        })
+    }
+
+    /// Runs one call as a one-call turn in `session`, here on the caller's task. Dropping the
+    /// future cancels the call (as a client disconnect).
+    pub async fn call(&self, session_id: impl Into<SessionId>, call: ToolCall) -> Arc<CallResult> {
+        let req = TurnRequest::new(session_id, vec![call]);
+        match self.run_turn(req).await {
+            Ok(mut out) => out
+                .results
+                .pop()
+                .unwrap_or_else(|| Arc::new(refused_result(TurnError::Empty))),
+            // A single call with an id cannot be refused; an empty id can.
+            Err(e) => Arc::new(refused_result(e)),
+        }
+    }
+
+    /// A fresh turn id (`t_<ULID>`), for a caller that wants to know a turn's id before it runs
+    /// (to abort it from elsewhere while [`Engine::run_turn`] drives it).
+    pub fn new_turn_id() -> TurnId {
+        TurnId::new(new_id("t_"))
+    }
+
+    /// Runs a turn here on the caller's task and returns one result per call, in order.
+    /// Dropping the future aborts the turn (as a client disconnect).
+    pub async fn run_turn(&self, req: TurnRequest) -> Result<TurnOutput, TurnError> {
+        let (turn, jobs) = prepare(&self.inner.turns, &self.inner.registry, req)?;
+        let (turn_id, session_id) = (turn.id().clone(), turn.base.session.id.clone());
+        let (results, rendered) = drive_turn(self.inner.turns.clone(), turn, jobs).await;
+        Ok(TurnOutput {
+            turn_id,
+            session_id,
+            results,
+            rendered,
+        })
+    }
+
+    /// Starts a turn on its own task. The handle streams completions and gives the ordered results;
+    /// dropping it aborts the turn unless [`TurnHandle::detach`]ed.
+    pub fn start_turn(&self, req: TurnRequest) -> Result<TurnHandle, TurnError> {
+        let rt = &self.inner.turns;
+        let (turn, jobs) = prepare(rt, &self.inner.registry, req)?;
+        let handle = TurnHandle::new(
+            turn.id().clone(),
+            turn.base.session.id.clone(),
+            turn.base.stream_completions(),
+            {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                let driven = rt.clone();
+                rt.env.tracker.spawn(async move {
+                    let _ = tx.send(drive_turn(driven, turn, jobs).await);
+                });
+                rx
+            },
+            Arc::downgrade(rt),
+        );
+        Ok(handle)
+    }
+
+    /// Aborts a running turn and (through the tree) its calls and child turns. Idempotent while the
+    /// turn runs; `NotFound` once it finished or if it never existed.
+    pub fn abort_turn(&self, turn_id: &TurnId, reason: CancelReason) -> Result<(), NotFound> {
+        self.inner.turns.abort_turn(turn_id, reason)
+    }
+
+    /// Aborts one call of a running turn; the turn goes on.
+    pub fn abort_call(
+        &self,
+        turn_id: &TurnId,
+        call_id: &CallId,
+        reason: CancelReason,
+    ) -> Result<(), NotFound> {
+        self.inner.turns.abort_call(turn_id, call_id, reason)
+    }
+
+    /// Cancels every running call of a session (e.g. its MCP client went away).
+    pub fn end_session(&self, session_id: &SessionId, reason: CancelReason) {
+        self.inner.turns.end_session(session_id, reason);
+    }
+
+    /// Running turns, oldest first.
+    pub fn active_turns(&self) -> Vec<ActiveTurn> {
+        self.inner.turns.active()
+    }
+
+    /// How a session's calls are doing; `None` for an unknown session.
+    pub fn session_status(&self, session_id: &SessionId) -> Option<SessionStatus> {
+        self.inner
+            .turns
+            .session_status(session_id, self.open_breakers())
+    }
+
+    /// Breakers that are not closed.
+    pub fn open_breakers(&self) -> Vec<BreakerInfo> {
+        let now = Instant::now();
+        self.inner
+            .registry
+            .list()
+            .iter()
+            .filter_map(|e| {
+                let (state, left) = e.runtime.breaker.state(now);
+                (state != BreakerStateKind::Closed).then(|| BreakerInfo {
+                    tool: e.name.to_string(),
+                    state,
+                    retry_after_ms: left.map(|d| d.as_millis() as u64),
+                })
+            })
+            .collect()
+    }
+
+    /// Every tool with its effective policy and breaker state, by name.
+    pub fn tools(&self) -> Vec<ToolInfo> {
+        let now = Instant::now();
+        self.inner
+            .registry
+            .list()
+            .iter()
+            .map(|e| ToolInfo {
+                name: e.name.to_string(),
+                description: e.spec.description.clone(),
+                input_schema: e.spec.input_schema.clone(),
+                output_schema: e.spec.output_schema.clone(),
+                annotations: e.spec.annotations.clone(),
+                backend: e.origin.backend_name().to_owned(),
+                policy: e.policy.clone(),
+                breaker: e.runtime.breaker.state(now).0,
+            })
+            .collect()
+    }
+
+    /// Changes whenever the set of tools changes: a tool registered or removed, a server's
+    /// list published (at every start and after `tools/list_changed`), policies re-resolved.
+    /// The value is a generation counter; a change does not promise a different list, so a
+    /// front door that tells its clients compares what it would list.
+    pub fn tools_changed(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.registry.subscribe()
+    }
+
+    /// Every backend server's last reported state, by name.
+    pub fn servers(&self) -> std::collections::BTreeMap<String, ServerStatus> {
+        self.inner.servers.snapshot()
+    }
+
+    /// A live view of every event.
+    pub fn subscribe(&self) -> Subscription {
+        self.inner.turns.env.bus.subscribe()
+    }
+
+    /// The event bus (to add durable sinks).
+    pub fn events(&self) -> &Arc<EventBus> {
+        &self.inner.turns.env.bus
+    }
+
+    /// The Prometheus text of every metric, as of now: gauges that follow the clock (a breaker
+    /// whose `open_for` has passed reads half-open) are brought up to date first.
+    pub fn metrics_text(&self) -> String {
+        let now = Instant::now();
+        for e in self.inner.registry.list() {
+            e.runtime.metrics.breaker(e.runtime.breaker.state(now).0);
+        }
+        self.inner.turns.metrics.encode()
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.inner.turns.metrics
+    }
+
+    /// The interaction broker.
+    pub fn interactions(&self) -> &Interactions {
+        &self.inner.turns.env.interactions
+    }
+
+    /// Shuts down: every running call ends `cancelled{shutdown}` at once; then waits up to `wait`
+    /// for their backends to stop (cooperatively or by force). Returns whether everything stopped.
+    pub async fn shutdown(&self, wait: Duration) -> bool {
+        let rt = &self.inner.turns;
+        rt.root.cancel(CancelReason::Shutdown);
+        rt.env.tracker.close();
+        tokio::time::timeout(wait, rt.env.tracker.wait())
+            .await
+            .is_ok()
+    }
+}
+
+/// The result of a call that was refused with its turn (a one-call turn can only be refused
+/// for an empty id).
+fn refused_result(e: TurnError) -> CallResult {
+    let status = Status::Invalid {
+        reason: toolwarden_protocol::InvalidReason::Schema,
+    };
+    CallResult {
+        content: vec![Content::text(format!(
+            "[INVALID] The call was refused: {e}."
+        ))],
+        outcome: Outcome {
+            status,
+            attempts: 0,
+            call_id: CallId::from(""),
+            turn_id: TurnId::from(""),
+            tool: "".into(),
+            duration_ms: 0,
+            provenance: None,
+            detail: Some(e.to_string()),
+            repeat_count: None,
+        },
+        structured_content: None,
+        is_error: true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inproc::ToolError;
+
+    #[tokio::test(start_paused = true)]
+    async fn tool_set_changes_are_announced() {
+        let engine = Engine::new();
+        let mut changed = engine.tools_changed();
+        assert!(!changed.has_changed().unwrap_or(true));
+        engine.register(InProcessTool::new(
+            "noop",
+            "Does nothing",
+            serde_json::json!({"type": "object"}),
+            |_input, _ctx| async move { Ok::<_, ToolError>("ok") },
+        ));
+        assert!(changed.has_changed().unwrap_or(false));
+        changed.mark_unchanged();
+        assert!(!engine.remove_tool("missing"));
+        assert!(!changed.has_changed().unwrap_or(true));
+        assert!(engine.remove_tool("noop"));
+        assert!(changed.has_changed().unwrap_or(false));
+    }
+}
