@@ -1,52 +1,72 @@
-//! The loop detector: identical calls (same tool, same canonical input) in one session are
-//! annotated from `warn_after` on and denied from `block_after` on.
-
-use crate::maps::{CallDigest, DigestMap};
+//! The loop detector. A loop is the same call (same tool, same canonical input) giving the same
+//! result (same content digest) several times **in a row** within one session: its results are
+//! annotated from the `warn_after`th such call on, and from the `block_after`th on the call is
+//! denied before it runs. Another call of the session, or a different result, ends the run — a
+//! polling tool whose answer changes is no loop. Calls that never reached their tool (invalid,
+//! denied, not started, server unreachable) leave the run as it was.
 
 use parking_lot::Mutex;
 use toolwarden_protocol::LoopPolicy;
 
-/// The detector's verdict on one call.
+use crate::maps::CallDigest;
+
+/// The current run of one session: a call and the result it kept giving.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum LoopVerdict {
-    /// Not (yet) a loop.
-    Fine,
-    /// The `count`th identical call: run it, but say so in its result.
-    Warn { count: u32 },
-    /// The `count`th identical call: deny it.
-    Block { count: u32 },
+struct Run {
+    call: CallDigest,
+    result: [u8; 32],
+    /// How many calls in a row gave that result.
+    count: u32,
 }
 
-/// How many distinct calls a session remembers before it forgets them all; a session this varied
-/// is not looping.
-const MAX_REMEMBERED: usize = 10_000;
+/// What a call that reached its tool came back with, for the detector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// A result from the tool (or its cache): the digest of its content.
+    Result([u8; 32]),
+    /// No result the model could compare (a timeout, a cancel mid-way): the run ends.
+    Other,
+}
 
-/// One session's memory of its calls.
+/// One session's memory of its latest run.
 #[derive(Default)]
 pub(crate) struct LoopDetector {
-    seen: Mutex<DigestMap<u32>>,
+    run: Mutex<Option<Run>>,
 }
 
 impl LoopDetector {
-    /// Counts one call and judges it.
-    pub(crate) fn observe(&self, policy: &LoopPolicy, call_digest: &CallDigest) -> LoopVerdict {
+    /// Before a call runs: `Some(n)` when the last `n` calls of the session were this very call
+    /// giving one same result and this one would make `block_after` of them — deny it.
+    pub(crate) fn blocks(&self, policy: &LoopPolicy, call: &CallDigest) -> Option<u32> {
+        if policy.block_after == 0 {
+            return None;
+        }
+        let run = (*self.run.lock())?;
+        (run.call == *call && run.count.saturating_add(1) >= policy.block_after).then_some(run.count)
+    }
+
+    /// After a call reached its tool: counts it into the run (or starts a new one). `Some(n)`
+    /// when it is the `n`th call in a row giving the same result and `n` reached `warn_after`
+    /// — say so in its result.
+    pub(crate) fn record(&self, policy: &LoopPolicy, call: &CallDigest, answer: Answer) -> Option<u32> {
         if policy.warn_after == 0 && policy.block_after == 0 {
-            return LoopVerdict::Fine;
+            return None;
         }
-        let mut seen = self.seen.lock();
-        if seen.len() >= MAX_REMEMBERED {
-            seen.clear();
-        }
-        let count = seen.entry(*call_digest).or_insert(0);
-        *count = count.saturating_add(1);
-        let count = *count;
-        if policy.block_after > 0 && count >= policy.block_after {
-            LoopVerdict::Block { count }
-        } else if policy.warn_after > 0 && count >= policy.warn_after {
-            LoopVerdict::Warn { count }
-        } else {
-            LoopVerdict::Fine
-        }
+        let mut run = self.run.lock();
+        let Answer::Result(result) = answer else {
+            *run = None;
+            return None;
+        };
+        let count = match *run {
+            Some(r) if r.call == *call && r.result == result => r.count.saturating_add(1),
+            _ => 1,
+        };
+        *run = Some(Run {
+            call: *call,
+            result,
+            count,
+        });
+        (policy.warn_after > 0 && count >= policy.warn_after).then_some(count)
     }
 }
 
@@ -54,26 +74,65 @@ impl LoopDetector {
 mod tests {
     use super::*;
 
-    #[test]
-    fn annotates_from_the_third_and_denies_from_the_fifth() {
+    const CALL: CallDigest = CallDigest([1; 32]);
+    const OTHER_CALL: CallDigest = CallDigest([2; 32]);
+    const SAME: Answer = Answer::Result([7; 32]);
+
+    /// Runs `steps` (call, answer) through a detector with the default policy; for each, whether
+    /// it was blocked (`Err(n)`) or its warning count (`Ok(Some(n))`).
+    fn check(steps: &[(CallDigest, Answer)]) -> Vec<Result<Option<u32>, u32>> {
         let d = LoopDetector::default();
         let p = LoopPolicy::default();
-        let verdicts: Vec<LoopVerdict> = (0..6).map(|_| d.observe(&p, &CallDigest([1; 32]))).collect();
+        steps
+            .iter()
+            .map(|(call, answer)| match d.blocks(&p, call) {
+                Some(n) => Err(n),
+                None => Ok(d.record(&p, call, *answer)),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_same_result_in_a_row_is_annotated_from_the_third_and_denied_from_the_fifth() {
         assert_eq!(
-            verdicts,
-            vec![
-                LoopVerdict::Fine,
-                LoopVerdict::Fine,
-                LoopVerdict::Warn { count: 3 },
-                LoopVerdict::Warn { count: 4 },
-                LoopVerdict::Block { count: 5 },
-                LoopVerdict::Block { count: 6 },
-            ]
+            check(&[(CALL, SAME); 6]),
+            vec![Ok(None), Ok(None), Ok(Some(3)), Ok(Some(4)), Err(4), Err(4)]
         );
+    }
+
+    #[test]
+    fn a_changing_result_is_no_loop() {
+        let polls: Vec<(CallDigest, Answer)> =
+            (0..10u8).map(|i| (CALL, Answer::Result([i; 32]))).collect();
+        assert_eq!(check(&polls), vec![Ok(None); 10]);
+    }
+
+    #[test]
+    fn another_call_or_a_timeout_ends_the_run() {
+        let steps = [
+            (CALL, SAME),
+            (CALL, SAME),
+            (OTHER_CALL, SAME),
+            (CALL, SAME),
+            (CALL, SAME),
+            (CALL, Answer::Other),
+            (CALL, SAME),
+            (CALL, SAME),
+            (CALL, SAME),
+        ];
         assert_eq!(
-            d.observe(&p, &CallDigest([2; 32])),
-            LoopVerdict::Fine,
-            "another input is another call"
+            check(&steps),
+            vec![
+                Ok(None),
+                Ok(None),
+                Ok(None),
+                Ok(None),
+                Ok(None),
+                Ok(None),
+                Ok(None),
+                Ok(None),
+                Ok(Some(3))
+            ]
         );
     }
 
@@ -85,7 +144,8 @@ mod tests {
             block_after: 0,
         };
         for _ in 0..10 {
-            assert_eq!(d.observe(&p, &CallDigest([1; 32])), LoopVerdict::Fine);
+            assert_eq!(d.blocks(&p, &CALL), None);
+            assert_eq!(d.record(&p, &CALL, SAME), None);
         }
     }
 }

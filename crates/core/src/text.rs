@@ -79,7 +79,7 @@ pub(crate) fn outcome_text(tool: &str, status: &Status, detail: Option<&str>) ->
         },
         Status::Denied { decider, reason } => match (decider, reason) {
             (Decider::LoopDetector, _) => format!(
-                "[DENIED] Tool \"{tool}\" was called with identical input too many times in this session{}; this call was blocked to break a loop. Try a different approach or different input.",
+                "[DENIED] Tool \"{tool}\" was called with identical input too many times in a row in this session{}; this call was blocked to break a loop. Try a different approach or different input.",
                 detail.map(|d| format!(" ({d})")).unwrap_or_default()
             ),
             (Decider::Headless, _) | (_, DenyReason::NoInteractor) => format!(
@@ -146,14 +146,14 @@ pub(crate) fn outcome_text(tool: &str, status: &Status, detail: Option<&str>) ->
 pub(crate) fn loop_note(tool: &str, count: u32, block_after: u32) -> String {
     let block = if block_after > count {
         format!(
-            " From the {} identical call on, calls will be denied.",
+            " From the {} such call on, calls will be denied.",
             ordinal(block_after)
         )
     } else {
         String::new()
     };
     format!(
-        "[NOTE] This is the {} identical call to \"{tool}\" in this session. If it keeps giving the same result, try a different approach.{block}",
+        "[NOTE] This is the {} call in a row to \"{tool}\" with this input that gave the same result. If it keeps giving the same result, try a different approach.{block}",
         ordinal(count)
     )
 }

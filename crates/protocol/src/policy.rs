@@ -296,7 +296,7 @@ impl Default for Breaker {
 }
 
 /// Effective loop detector settings.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LoopPolicy {
     /// Annotate from this many identical calls on; `0` = off.
     pub warn_after: u32,

@@ -7,12 +7,15 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use toolwarden_protocol::{
     CallId, CallResult, CallState, CancelReason, Content, Decider, DenyReason, ErrorReason,
-    EventKind, Outcome, Provenance, ProvenanceSource, Status,
+    EventKind, LoopPolicy, Outcome, Provenance, ProvenanceSource, Status,
 };
 
 use crate::backend::ToolOutput;
 use crate::cache::CachedResult;
+use crate::canonical::{self, ValueRef};
 use crate::events::EventScope;
+use crate::loop_detect::Answer;
+use crate::maps::CallDigest;
 use crate::registry::ToolRuntime;
 use crate::text::{loop_note, outcome_text};
 
@@ -35,8 +38,11 @@ pub(super) struct Finisher<'a> {
     pub(super) invoked: bool,
     /// Whether the call counts in the tool's in-flight gauge.
     pub(super) running: bool,
+    /// The call's identity and loop policy, once it passed the loop detector: its answer
+    /// counts into its session's run.
+    pub(super) loop_key: Option<(CallDigest, LoopPolicy)>,
     /// `(count, block_after)` when the loop detector saw this call repeat.
-    pub(super) repeat: Option<(u32, u32)>,
+    repeat: Option<(u32, u32)>,
     pub(super) runtime: Option<&'a Arc<ToolRuntime>>,
     done: bool,
 }
@@ -65,6 +71,7 @@ impl<'a> Finisher<'a> {
             attempts: 0,
             invoked: false,
             running: false,
+            loop_key: None,
             repeat: None,
             runtime,
             done: false,
@@ -89,6 +96,7 @@ impl<'a> Finisher<'a> {
         provenance: Option<Provenance>,
     ) -> Arc<CallResult> {
         self.done = true;
+        self.count_repeat(&status, output.as_ref(), provenance.as_ref());
         let is_error = status.is_error();
         let (mut content, structured_content) = match output {
             Some(out) if !out.content.is_empty() || out.structured_content.is_some() => {
@@ -150,6 +158,42 @@ impl<'a> Finisher<'a> {
         );
         self.turn.complete(self.slot, result.clone(), end);
         result
+    }
+
+    /// Counts the call's answer into its session's loop run; a repeat past `warn_after` is
+    /// noted in its result. Only calls that reached their tool (or its cache) count: a result
+    /// by its content's digest, a timeout or a cancel mid-way as an answer that ends the run.
+    fn count_repeat(
+        &mut self,
+        status: &Status,
+        output: Option<&ToolOutput>,
+        provenance: Option<&Provenance>,
+    ) {
+        let Some((call, policy)) = &self.loop_key else {
+            return;
+        };
+        let answer = match (status, output, provenance) {
+            (Status::Ok, _, Some(p)) => Answer::Result(p.digest.0),
+            (
+                Status::Error {
+                    reason: ErrorReason::ToolError,
+                },
+                Some(out),
+                _,
+            ) => Answer::Result(result_digest(out)),
+            (Status::Error {
+                reason: ErrorReason::ToolError,
+            }, None, _)
+            | (Status::Timeout { .. } | Status::Cancelled { .. }, _, _)
+                if self.invoked =>
+            {
+                Answer::Other
+            }
+            _ => return,
+        };
+        if let Some(count) = self.turn.session.loops.record(policy, call, answer) {
+            self.repeat = Some((count, policy.block_after));
+        }
     }
 
     pub(super) fn fail(&mut self, status: Status, detail: Option<String>) {
@@ -217,5 +261,16 @@ impl Drop for Finisher<'_> {
         if !self.done {
             self.cancelled();
         }
+    }
+}
+
+/// Digest of a result's content: canonical JSON of `{"content": [...], "structuredContent": ...}`.
+pub(super) fn result_digest(output: &ToolOutput) -> [u8; 32] {
+    let items = ValueRef::Contents(&output.content);
+    match &output.structured_content {
+        Some(s) => {
+            canonical::digest_object(&[("content", items), ("structuredContent", ValueRef::One(s))])
+        }
+        None => canonical::digest_object(&[("content", items)]),
     }
 }

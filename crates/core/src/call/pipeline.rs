@@ -10,13 +10,11 @@ use toolwarden_protocol::{
     ProvenanceSource, Status, ToolCall,
 };
 
-use crate::backend::ToolOutput;
 use crate::breaker::{Admission, Verdict};
 use crate::cache::CachedResult;
-use crate::canonical::{self, ValueRef};
+use crate::canonical;
 use crate::config::apply_hints;
 use crate::gate::Ticket;
-use crate::loop_detect::LoopVerdict;
 use crate::maps::CallDigest;
 use crate::registry::{ToolEntry, ToolRuntime};
 use crate::text::human_size;
@@ -24,7 +22,7 @@ use crate::text::human_size;
 use super::approve::approve;
 use super::attempts::{Final, run_attempts};
 use super::env::CallEnv;
-use super::finish::Finisher;
+use super::finish::{Finisher, result_digest};
 use super::flight::lead_or_follow;
 use super::slot::{CallSlot, CallTurn};
 
@@ -165,18 +163,18 @@ async fn pipeline(
         return fin.cancelled();
     }
 
-    // Loop detector.
-    match turn.session.loops.observe(&policy.loop_, &call_digest) {
-        LoopVerdict::Block { count } => {
-            return fin.deny(
-                Decider::LoopDetector,
-                DenyReason::Loop,
-                Some(format!("{count} identical calls")),
-            );
-        }
-        LoopVerdict::Warn { count } => fin.repeat = Some((count, policy.loop_.block_after)),
-        LoopVerdict::Fine => {}
+    // Loop detector: the call is denied when it would make `block_after` identical calls in a
+    // row giving one result; otherwise its answer will count into the session's run.
+    if let Some(count) = turn.session.loops.blocks(&policy.loop_, &call_digest) {
+        return fin.deny(
+            Decider::LoopDetector,
+            DenyReason::Loop,
+            Some(format!(
+                "the last {count} identical calls in a row gave the same result"
+            )),
+        );
     }
+    fin.loop_key = Some((call_digest, policy.loop_));
     let input = Arc::new(input);
     // The time now: the arrival until a step below waits, read again after each wait.
     let mut now = fin.arrived;
@@ -335,16 +333,5 @@ async fn pipeline(
             None,
         ),
         Final::Cancelled(reason) => fin.fail(Status::Cancelled { reason }, None),
-    }
-}
-
-/// Digest of a result's content: canonical JSON of `{"content": [...], "structuredContent": ...}`.
-fn result_digest(output: &ToolOutput) -> [u8; 32] {
-    let items = ValueRef::Contents(&output.content);
-    match &output.structured_content {
-        Some(s) => {
-            canonical::digest_object(&[("content", items), ("structuredContent", ValueRef::One(s))])
-        }
-        None => canonical::digest_object(&[("content", items)]),
     }
 }

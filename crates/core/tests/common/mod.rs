@@ -139,6 +139,8 @@ pub struct Harness {
     pub log: Arc<Log>,
     latch: Arc<Latch>,
     turns: u32,
+    /// For tests that number their calls across turns.
+    pub calls: u32,
 }
 
 /// The config every harness starts from: the scripted server `srv`.
@@ -172,6 +174,7 @@ impl Harness {
             log,
             latch,
             turns: 0,
+            calls: 0,
         };
         h.register_tools();
         h
