@@ -362,6 +362,14 @@ impl Heartbeat {
 
 /// What backends that manage servers tell the engine: their tools and their state.
 pub trait BackendHost: Send + Sync + 'static {
+    /// A server that is about to start for the first time. Until it is up, a call for one of its
+    /// tools (`SERVER__TOOL`, or any name when tools are not prefixed) waits for it — at most
+    /// `startup_timeout` (`None`: no cap but the call's own deadline) — instead of failing
+    /// because the tool is not listed yet.
+    fn server_declared(&self, server: &str, startup_timeout: Option<Duration>) {
+        let _ = (server, startup_timeout);
+    }
+
     /// The server `server` now offers `tools` (at start and on `tools/list_changed`); calls to
     /// `SERVER__TOOL` go to `backend`. Replaces the server's earlier list.
     fn set_tools(&self, server: &str, backend: Arc<dyn Backend>, tools: Vec<ToolSpec>);

@@ -249,7 +249,10 @@ mod loom_tests {
                 },
                 move || waiter.token().clone(),
             );
-            assert!(token.is_cancelled(), "a token was left uncancelled below a cancel");
+            assert!(
+                token.is_cancelled(),
+                "a token was left uncancelled below a cancel"
+            );
         });
     }
 
@@ -265,7 +268,10 @@ mod loom_tests {
                 },
                 move || waiter.token().clone(),
             );
-            assert!(token.is_cancelled(), "a child token missed its ancestor's cancel");
+            assert!(
+                token.is_cancelled(),
+                "a child token missed its ancestor's cancel"
+            );
             assert_eq!(call.reason(), Some(CancelReason::User));
         });
     }

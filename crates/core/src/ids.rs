@@ -1,8 +1,11 @@
-//! Ids the engine mints: `t_<ULID>` for turns, `s_<ULID>` for sessions that were not named.
+//! Names and ids: the `SERVER__TOOL` separator, and the ids the engine mints: `t_<ULID>` for turns, `s_<ULID>` for sessions that were not named.
 //! A ULID's time part is the turn's start; its random part comes from a per-process random base
 //! plus a counter, so ids of one process never collide and sort in order.
 
 use std::sync::Arc;
+
+/// The separator of exposed MCP tool names: `SERVER__TOOL`.
+pub const PREFIX_SEPARATOR: &str = "__";
 
 /// `PREFIX` followed by a fresh ULID, built in place (ids are made on every turn).
 pub(crate) fn new_id(prefix: &str) -> Arc<str> {

@@ -33,6 +33,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod availability;
 pub mod backend;
 mod breaker;
 mod cache;
@@ -63,18 +64,19 @@ pub use backend::{
     Attempt, AttemptEnd, AttemptError, AttemptMeta, Backend, BackendHost, BoxFuture, Heartbeat,
     ProgressRelay, StopSignals, ToolOutput,
 };
+pub use call::CallProgress;
 pub use config::{
     Config, ConfigDiagnostic, ConfigError, ConfigErrorKind, ConfigOrigin, apply_hints,
 };
-pub use call::CallProgress;
-pub use engine::{Engine, EngineBuilder, PREFIX_SEPARATOR};
+pub use engine::{Engine, EngineBuilder};
 pub use events::{EventBus, EventScope, EventSink, Matching, Received, Subscription};
+pub use ids::PREFIX_SEPARATOR;
 pub use inproc::{INPROCESS, InProcessTool, IntoToolOutput, ToolContext, ToolError};
 pub use interaction::{
     AnswerError, AnswerSender, InteractionEnd, InteractionRequest, Interactions, Interactor,
 };
 pub use metrics::Metrics;
 pub use policy::{PolicySource, ToolOrigin};
-pub use toolwarden_protocol as protocol;
 pub use servers::ServerStatus;
+pub use toolwarden_protocol as protocol;
 pub use turn::{NotFound, ResultRenderer, TurnError, TurnHandle, TurnOutput, TurnRequest};

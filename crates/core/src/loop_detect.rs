@@ -42,13 +42,19 @@ impl LoopDetector {
             return None;
         }
         let run = (*self.run.lock())?;
-        (run.call == *call && run.count.saturating_add(1) >= policy.block_after).then_some(run.count)
+        (run.call == *call && run.count.saturating_add(1) >= policy.block_after)
+            .then_some(run.count)
     }
 
     /// After a call reached its tool: counts it into the run (or starts a new one). `Some(n)`
     /// when it is the `n`th call in a row giving the same result and `n` reached `warn_after`
     /// — say so in its result.
-    pub(crate) fn record(&self, policy: &LoopPolicy, call: &CallDigest, answer: Answer) -> Option<u32> {
+    pub(crate) fn record(
+        &self,
+        policy: &LoopPolicy,
+        call: &CallDigest,
+        answer: Answer,
+    ) -> Option<u32> {
         if policy.warn_after == 0 && policy.block_after == 0 {
             return None;
         }

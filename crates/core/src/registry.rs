@@ -100,6 +100,18 @@ impl Registry {
         }
     }
 
+    /// The policy of a tool its server has not listed yet: from the config alone.
+    pub(crate) fn provisional_policy(
+        &self,
+        name: &str,
+        backend_tool: &str,
+        origin: &ToolOrigin,
+    ) -> Policy {
+        self.policies
+            .read()
+            .policy(name, backend_tool, origin, &Default::default())
+    }
+
     /// Replaces where policies come from and re-resolves every registered tool.
     pub(crate) fn set_policies(&self, policies: Arc<dyn PolicySource>) {
         *self.policies.write() = policies;

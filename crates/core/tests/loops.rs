@@ -163,7 +163,9 @@ async fn denied_and_unreachable_calls_do_not_count() {
     let flaky = repeat(&mut h, SESSION, "srv__flaky", 8, json!({"fail": 3})).await;
     assert_eq!(
         statuses(&flaky),
-        vec!["error", "error", "error", "ok", "ok", "ok 3", "ok 4", "denied"],
+        vec![
+            "error", "error", "error", "ok", "ok", "ok 3", "ok 4", "denied"
+        ],
         "the transport errors neither counted nor ended the run"
     );
     // A denied call of another tool in between does not end a run either.

@@ -1,5 +1,5 @@
-//! Bearer-token authentication: with a token configured, every path but `/healthz` needs
-//! `Authorization: Bearer TOKEN`.
+//! Bearer-token authentication: with a token configured, every path but the probes
+//! (`/healthz`, `/readyz`) needs `Authorization: Bearer TOKEN`.
 //!
 //! Tokens are compared as SHA-256 digests in constant time, so neither the position of the first
 //! wrong byte nor the token's length shows in the response time.
@@ -14,8 +14,9 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{ApiError, ErrorCode};
 
-/// The one path open without a token (load balancers and supervisors probe it).
-pub(crate) const OPEN_PATH: &str = "/healthz";
+/// The paths open without a token: load balancers, supervisors and orchestrators probe them,
+/// and they say no more than which servers are up.
+pub(crate) const OPEN_PATHS: [&str; 2] = ["/healthz", "/readyz"];
 
 /// The expected token, kept as its digest.
 #[derive(Clone)]
@@ -53,7 +54,7 @@ fn bearer(request: &Request) -> Option<&str> {
 
 /// The middleware.
 pub(crate) async fn require(State(token): State<Token>, request: Request, next: Next) -> Response {
-    if request.uri().path() == OPEN_PATH {
+    if OPEN_PATHS.contains(&request.uri().path()) {
         return next.run(request).await;
     }
     match bearer(&request) {

@@ -163,6 +163,7 @@ pub fn router_with(engine: Engine, opts: HttpOptions, mcp: Option<Router>) -> Ro
         .route("/v1/tools", get(status::tools))
         .route("/metrics", get(status::metrics))
         .route("/healthz", get(status::healthz))
+        .route("/readyz", get(status::readyz))
         .method_not_allowed_fallback(error::method_not_allowed)
         .fallback(error::not_found)
         .layer(DefaultBodyLimit::max(opts.max_body))

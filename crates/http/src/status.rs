@@ -1,10 +1,10 @@
 //! Read-only views: `GET /v1/sessions/{id}/status`, `GET /v1/tools`, `GET /metrics`,
-//! `GET /healthz`.
+//! `GET /healthz`, `GET /readyz`.
 
 use axum::Json;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use toolwarden_protocol::{ServerStateKind, SessionId};
@@ -73,4 +73,17 @@ pub(crate) async fn healthz(State(app): State<App>) -> Json<Value> {
         "redis": "skipped",
         "servers": app.engine.servers(),
     }))
+}
+
+/// `GET /readyz`: 200 when every configured server is up, else 503 — both with every server's
+/// state, so a deployment can wait for readiness (and see which server holds it back).
+pub(crate) async fn readyz(State(app): State<App>) -> Response {
+    let servers = app.engine.servers();
+    let ready = servers.values().all(|s| s.state == ServerStateKind::Up);
+    let (code, status) = if ready {
+        (StatusCode::OK, "ready")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not_ready")
+    };
+    (code, Json(json!({"status": status, "servers": servers}))).into_response()
 }

@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use toolwarden_core::{TurnError, TurnRequest};
 use toolwarden_protocol::{CallId, CancelReason, SessionId, TurnId};
 
-use crate::error::{ApiError, ErrorCode};
 use crate::app::App;
+use crate::error::{ApiError, ErrorCode};
 use crate::{format, sse};
 
 /// The body's bytes, or the fitting error (413 past the limit).

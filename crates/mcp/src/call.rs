@@ -1,6 +1,7 @@
 //! One attempt of a `tools/call`, following the stop contract of `toolwarden_core::backend`.
 //!
-//! 1. Wait for the server to be up (a down server fails at once with a transport error).
+//! 1. Wait for the server to be up: while it starts or restarts, at most its `startup_timeout`
+//!    (a server down for good, or past that wait, fails with a transport error).
 //! 2. Send the request and register it (its progress token routes progress to the heartbeat).
 //! 3. Wait for the answer, a bad frame naming it, the connection's end — or the cancel.
 //! 4. On cancel: send `notifications/cancelled` for this request with the reason, and keep
@@ -154,12 +155,20 @@ pub(crate) async fn run(shared: Arc<Shared>, attempt: Attempt) -> AttemptEnd {
     AttemptEnd::Stopped(StopHow::Abandoned)
 }
 
-/// The live connection, waiting while the server is starting.
+/// The live connection, waiting while the server is starting or restarting — at most its
+/// `startup_timeout` (the call's own deadlines and stop apply too). A server that is down for
+/// good (a bad config) or shut down fails at once.
 pub(crate) async fn ready_conn(shared: &Shared) -> Result<Arc<Conn>, AttemptError> {
     let mut rx = shared.state.subscribe();
+    let deadline = shared.startup_timeout.map(|t| Instant::now() + t);
+    // Why it was down the last time it was, for the error when the wait ends.
+    let mut why: Option<String> = None;
     loop {
         {
             let snap = rx.borrow_and_update();
+            if snap.kind == ServerStateKind::Down && snap.detail.is_some() {
+                why.clone_from(&snap.detail);
+            }
             if snap.shut_down {
                 return Err(AttemptError::Transport(format!(
                     "MCP server {:?} is shut down",
@@ -170,7 +179,7 @@ pub(crate) async fn ready_conn(shared: &Shared) -> Result<Arc<Conn>, AttemptErro
                 (ServerStateKind::Up, Some(conn)) if conn.end().is_none() => {
                     return Ok(conn.clone());
                 }
-                (ServerStateKind::Down, _) => {
+                (ServerStateKind::Down, _) if snap.permanent => {
                     return Err(AttemptError::Transport(format!(
                         "MCP server {:?} is down: {}",
                         shared.name,
@@ -180,7 +189,25 @@ pub(crate) async fn ready_conn(shared: &Shared) -> Result<Arc<Conn>, AttemptErro
                 _ => {}
             }
         }
-        if rx.changed().await.is_err() {
+        let changed = tokio::select! {
+            changed = rx.changed() => changed.is_ok(),
+            () = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                return Err(AttemptError::Transport(format!(
+                    "MCP server {:?} was not up within {}{}",
+                    shared.name,
+                    toolwarden_core::protocol::format_duration(
+                        shared.startup_timeout.unwrap_or_default()
+                    ),
+                    why.map(|d| format!(": {d}")).unwrap_or_default()
+                )));
+            }
+        };
+        if !changed {
             return Err(AttemptError::Transport(format!(
                 "MCP server {:?} is gone",
                 shared.name

@@ -243,6 +243,9 @@ impl McpServer {
             Some(d) if d.duration().is_zero() => None,
             Some(d) => Some(d.duration()),
         };
+        if endpoint.is_ok() {
+            host.server_declared(&name, startup_timeout);
+        }
         let (restart_tx, restart_rx) = mpsc::unbounded_channel();
         let server = Arc::new_cyclic(|me| McpServer {
             shared: Arc::new(Shared {

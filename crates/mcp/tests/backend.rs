@@ -580,10 +580,11 @@ async fn a_start_over_the_startup_timeout_is_down_and_retried() {
         }
         other => panic!("expected Down, got {other:?}"),
     }
-    // Calls fail at once while it is down.
+    // A call waits for it to come back, at most its startup_timeout, then fails saying why.
     let down = error(call(&server, "echo", json!({"text": "x"})).await);
     assert!(
-        matches!(&down, AttemptError::Transport(m) if m.contains("is down")),
+        matches!(&down, AttemptError::Transport(m)
+            if m.contains("was not up within 300ms") && m.contains("did not start within 300ms")),
         "{down:?}"
     );
     // It is retried with backoff.

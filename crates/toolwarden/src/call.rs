@@ -125,22 +125,34 @@ fn hint(flag: &str, value: Option<&str>) -> anyhow::Result<Option<u64>> {
 }
 
 /// The servers a tool needs: `SERVER__TOOL`'s server, or with `prefix = false` the one server.
-fn needed_servers(stack: &Stack, tool: &str) -> Vec<String> {
+/// A name no server's prefix matches may still be a mistyped tool of any of them: then every
+/// server is started (`Needed::All`), so that the unknown-tool answer can list their tools.
+fn needed_servers(stack: &Stack, tool: &str) -> Needed {
     let enabled: Vec<String> = stack
         .enabled_servers()
         .into_iter()
         .map(|(name, _)| name)
         .collect();
     if tool == toolwarden_core::config::EXEC_TOOL {
-        return Vec::new();
+        return Needed::Named(Vec::new());
     }
     if !stack.config.prefixed() {
-        return enabled;
+        return Needed::Named(enabled);
     }
     match tool.split_once(toolwarden_core::PREFIX_SEPARATOR) {
-        Some((server, _)) if enabled.iter().any(|s| s == server) => vec![server.to_owned()],
-        _ => Vec::new(),
+        Some((server, _)) if enabled.iter().any(|s| s == server) => {
+            Needed::Named(vec![server.to_owned()])
+        }
+        _ => Needed::All(enabled),
     }
+}
+
+/// Which servers a local call starts.
+enum Needed {
+    /// The tool's own server(s): one that fails to start fails the call.
+    Named(Vec<String>),
+    /// Every server, only to know their tools: one that fails to start is a warning.
+    All(Vec<String>),
 }
 
 /// Runs the call in a local engine. Returns its result (if it arrived) and the signal that
@@ -154,7 +166,8 @@ async fn local(
 ) -> anyhow::Result<(Option<Arc<CallResult>>, Option<Stop>)> {
     let mut stack = Stack::build(config, !interactive)?;
     let needed = needed_servers(&stack, &call.name);
-    stack.start_servers(|name| needed.iter().any(|n| n == name));
+    let (Needed::Named(names) | Needed::All(names)) = &needed;
+    stack.start_servers(|name| names.iter().any(|n| n == name));
     let ready = tokio::select! {
         ready = stack.wait_ready() => ready,
         stop = signals.recv() => {
@@ -167,7 +180,11 @@ async fn local(
         .into_iter()
         .filter_map(|(_, r)| r.err().map(|e| e.to_string()))
         .collect();
-    if !failed.is_empty() {
+    if matches!(needed, Needed::All(_)) {
+        for failure in &failed {
+            eprintln!("warning: {failure}");
+        }
+    } else if !failed.is_empty() {
         stack.shutdown().await;
         anyhow::bail!("{}", failed.join("; "));
     }

@@ -142,10 +142,8 @@ async fn one_attempt(
     deadlines: Deadlines,
 ) -> Final {
     let (env, turn, slot, scope) = (fin.env, fin.turn, fin.slot, &fin.scope);
-    let (signals, heartbeat) = crate::backend::attempt_signals(
-        turn.relay_for(&slot.call_id),
-        deadlines.attempt_start,
-    );
+    let (signals, heartbeat) =
+        crate::backend::attempt_signals(turn.relay_for(&slot.call_id), deadlines.attempt_start);
     let fut = entry.backend.start(Attempt {
         tool: entry.backend_tool.clone(),
         input: input.clone(),
@@ -160,14 +158,8 @@ async fn one_attempt(
         on_stuck: policy.on_stuck,
         deadline: deadlines.total,
     });
-    let mut running = RunningAttempt::new(
-        fut,
-        signals,
-        policy.cancel_grace,
-        env,
-        scope,
-        &slot.scope,
-    );
+    let mut running =
+        RunningAttempt::new(fut, signals, policy.cancel_grace, env, scope, &slot.scope);
     let first = if slot.scope.is_cancelled() {
         None
     } else {
@@ -219,7 +211,9 @@ fn classify(end: AttemptEnd) -> Final {
     match end {
         AttemptEnd::Done(Ok(out)) if !out.is_error => Final::Ok(out),
         AttemptEnd::Done(Ok(out)) => Final::ToolError(out),
-        AttemptEnd::Done(Err(AttemptError::Transport(m))) => Final::Failed(ErrorReason::Transport, m),
+        AttemptEnd::Done(Err(AttemptError::Transport(m))) => {
+            Final::Failed(ErrorReason::Transport, m)
+        }
         AttemptEnd::Done(Err(AttemptError::Crashed(m))) => Final::Failed(ErrorReason::Crashed, m),
         AttemptEnd::Done(Err(AttemptError::ServerRestart(m))) => {
             Final::Failed(ErrorReason::ServerRestart, m)

@@ -48,7 +48,11 @@ pub(super) struct Waiting<'a> {
 impl Waiting<'_> {
     /// Waits for the attempt under the call's deadlines and cancellation, turning its progress
     /// into `tool_progress` events.
-    pub(super) async fn wait(self, running: &mut RunningAttempt<'_>, heartbeat: &Heartbeat) -> Ended {
+    pub(super) async fn wait(
+        self,
+        running: &mut RunningAttempt<'_>,
+        heartbeat: &Heartbeat,
+    ) -> Ended {
         let Waiting {
             env,
             slot,

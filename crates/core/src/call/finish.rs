@@ -181,9 +181,13 @@ impl<'a> Finisher<'a> {
                 Some(out),
                 _,
             ) => Answer::Result(result_digest(out)),
-            (Status::Error {
-                reason: ErrorReason::ToolError,
-            }, None, _)
+            (
+                Status::Error {
+                    reason: ErrorReason::ToolError,
+                },
+                None,
+                _,
+            )
             | (Status::Timeout { .. } | Status::Cancelled { .. }, _, _)
                 if self.invoked =>
             {

@@ -10,6 +10,7 @@ use toolwarden_protocol::{
     ProvenanceSource, Status, ToolCall,
 };
 
+use crate::availability::{PendingTool, Resolved};
 use crate::breaker::{Admission, Verdict};
 use crate::cache::CachedResult;
 use crate::canonical;
@@ -30,6 +31,8 @@ use super::slot::{CallSlot, CallTurn};
 pub(crate) enum Target {
     /// A registered tool.
     Known(Arc<ToolEntry>),
+    /// A tool of a server that is not up yet: the call waits for it.
+    Pending(Box<PendingTool>),
     /// No tool of that name; the suggestion names close ones.
     Unknown { suggestion: Option<String> },
 }
@@ -91,22 +94,55 @@ async fn pipeline(
     target: Target,
     ticket: Option<Ticket>,
 ) {
-    let entry = match &target {
+    // A pending tool's entry, once its server listed it (declared before the finisher, which
+    // borrows it).
+    let mut listed: Option<Arc<ToolEntry>> = None;
+    let known = match &target {
         Target::Known(entry) => Some(entry),
-        Target::Unknown { .. } => None,
+        Target::Pending(_) | Target::Unknown { .. } => None,
     };
-    let mut fin = Finisher::new(env, turn, &slot, entry.map(|e| &e.runtime));
+    let mut fin = Finisher::new(env, turn, &slot, known.map(|e| &e.runtime));
 
-    // Validate: a known tool, an input within size that matches its schema.
-    let entry = match &target {
+    // Validate: a known tool (waiting for its server if need be), an input within size that
+    // matches its schema.
+    let unknown = |suggestion: Option<String>| {
+        (
+            Status::Invalid {
+                reason: InvalidReason::UnknownTool,
+            },
+            suggestion,
+        )
+    };
+    let entry: &Arc<ToolEntry> = match &target {
         Target::Known(entry) => entry,
         Target::Unknown { suggestion } => {
-            return fin.fail(
-                Status::Invalid {
-                    reason: InvalidReason::UnknownTool,
-                },
-                suggestion.clone(),
-            );
+            let (status, detail) = unknown(suggestion.clone());
+            return fin.fail(status, detail);
+        }
+        Target::Pending(pending) => {
+            slot.set_state(CallState::Waiting);
+            let timeout = apply_hints(&pending.policy, call.timeout_ms, None).timeout;
+            match Box::pin(pending.resolve(&slot.scope, fin.arrived, timeout)).await {
+                Resolved::Tool(entry) => {
+                    slot.set_state(CallState::Queued);
+                    let entry = &*listed.insert(entry);
+                    fin.runtime = Some(&entry.runtime);
+                    entry
+                }
+                Resolved::Unknown(suggestion) => {
+                    let (status, detail) = unknown(suggestion);
+                    return fin.fail(status, detail);
+                }
+                Resolved::Down(detail) => {
+                    return fin.fail(
+                        Status::Error {
+                            reason: ErrorReason::Transport,
+                        },
+                        Some(detail),
+                    );
+                }
+                Resolved::Cancelled => return fin.cancelled(),
+            }
         }
     };
     // The tool's policy, borrowed; one with the call's own deadline hints applied is made (and
@@ -196,8 +232,7 @@ async fn pipeline(
     // its place in the session, because the calls holding earlier places may be its followers,
     // waiting for it: a call that has to wait at the gate only looks for a hit here and takes its
     // part in single flight past the gate. Any other call does both now, in one step.
-    let cache_key =
-        (policy.idempotent && !policy.cache_ttl.is_zero()).then_some(call_digest);
+    let cache_key = (policy.idempotent && !policy.cache_ttl.is_zero()).then_some(call_digest);
     let gate_free = ticket.as_ref().is_none_or(Ticket::ready);
     let mut flight = None;
     if let Some(key) = &cache_key {

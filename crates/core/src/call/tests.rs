@@ -96,7 +96,12 @@ impl Kit {
             }
         };
         CallJob {
-            slot: Arc::new(CallSlot::new(0, "c1".into(), name.into(), self.scope.clone())),
+            slot: Arc::new(CallSlot::new(
+                0,
+                "c1".into(),
+                name.into(),
+                self.scope.clone(),
+            )),
             call: ToolCall::new("c1", name, input),
             target,
             ticket: None,
@@ -132,7 +137,10 @@ async fn an_unknown_tool_ends_invalid_with_the_suggestion() {
     let slot = job.slot.clone();
     run_call(&kit.env, &kit.turn, job).await;
     let (result, _) = slot.result.lock().clone().expect("a result in the slot");
-    assert_eq!(result.outcome.detail.as_deref(), Some("Did you mean \"ping\"?"));
+    assert_eq!(
+        result.outcome.detail.as_deref(),
+        Some("Did you mean \"ping\"?")
+    );
     assert!(result.text().starts_with("[INVALID]"), "{}", result.text());
 }
 

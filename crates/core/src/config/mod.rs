@@ -30,7 +30,9 @@ use toolwarden_protocol::{
 };
 
 pub use diag::{ConfigDiagnostic, ConfigError, ConfigErrorKind};
-pub use names::{CONFIG_ENV, DEFAULT_FILE, DEFAULT_INTERACTION_CEILING, EXEC_TOOL, TOOL_TIMEOUT_ENV};
+pub use names::{
+    CONFIG_ENV, DEFAULT_FILE, DEFAULT_INTERACTION_CEILING, EXEC_TOOL, TOOL_TIMEOUT_ENV,
+};
 pub use resolve::apply_hints;
 
 use check::Checker;

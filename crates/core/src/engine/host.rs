@@ -8,12 +8,10 @@ use toolwarden_protocol::{EventKind, ServerStateKind, ToolSpec};
 
 use crate::backend::{AttemptMeta, Backend, BackendHost};
 use crate::events::EventScope;
+use crate::ids::PREFIX_SEPARATOR;
 use crate::policy::ToolOrigin;
 
 use super::inner::EngineInner;
-
-/// The separator of exposed MCP tool names: `SERVER__TOOL`.
-pub const PREFIX_SEPARATOR: &str = "__";
 
 /// A backend host over an engine that may be gone (then reports are dropped).
 pub(super) struct Host {
@@ -22,6 +20,12 @@ pub(super) struct Host {
 }
 
 impl BackendHost for Host {
+    fn server_declared(&self, server: &str, startup_timeout: Option<Duration>) {
+        if let Some(engine) = self.engine.upgrade() {
+            engine.servers.declare(server, startup_timeout, self.prefix);
+        }
+    }
+
     fn set_tools(&self, server: &str, backend: Arc<dyn Backend>, tools: Vec<ToolSpec>) {
         let Some(engine) = self.engine.upgrade() else {
             return;

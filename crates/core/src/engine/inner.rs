@@ -10,8 +10,8 @@ use crate::turn::TurnRuntime;
 /// The parts of an engine: its tools, its turns (and what their calls borrow), its servers'
 /// states, and the in-process backend.
 pub(super) struct EngineInner {
-    pub(super) registry: Registry,
+    pub(super) registry: Arc<Registry>,
     pub(super) turns: Arc<TurnRuntime>,
-    pub(super) servers: Servers,
+    pub(super) servers: Arc<Servers>,
     pub(super) inproc: Arc<InProcessBackend>,
 }

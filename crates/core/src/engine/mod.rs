@@ -11,8 +11,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use toolwarden_protocol::{
-    ActiveTurn, BreakerInfo, BreakerStateKind, CallId, CallResult, CancelReason, Content,
-    Outcome, SessionId, SessionStatus, Status, ToolCall, ToolInfo, ToolSpec, TurnId,
+    ActiveTurn, BreakerInfo, BreakerStateKind, CallId, CallResult, CancelReason, Content, Outcome,
+    SessionId, SessionStatus, Status, ToolCall, ToolInfo, ToolSpec, TurnId,
 };
 
 use crate::backend::{Backend, BackendHost};
@@ -31,8 +31,6 @@ use crate::servers::{ServerStatus, Servers};
 use crate::turn::{
     NotFound, TurnError, TurnHandle, TurnOutput, TurnRequest, TurnRuntime, drive_turn, prepare,
 };
-
-pub use host::PREFIX_SEPARATOR;
 
 use host::Host;
 use inner::EngineInner;
@@ -120,9 +118,12 @@ impl EngineBuilder {
             interactions,
         };
         let inner = Arc::new(EngineInner {
-            registry: Registry::new(self.policies, metrics.clone()),
-            servers: Servers::new(metrics.clone(), bus),
-            inproc: Arc::new(InProcessBackend::new(self.blocking_threads, metrics.clone())),
+            registry: Arc::new(Registry::new(self.policies, metrics.clone())),
+            servers: Arc::new(Servers::new(metrics.clone(), bus)),
+            inproc: Arc::new(InProcessBackend::new(
+                self.blocking_threads,
+                metrics.clone(),
+            )),
             turns: Arc::new(TurnRuntime::new(env, metrics)),
         });
         Engine { inner }
@@ -228,7 +229,12 @@ impl Engine {
     /// Runs a turn here on the caller's task and returns one result per call, in order.
     /// Dropping the future aborts the turn (as a client disconnect).
     pub async fn run_turn(&self, req: TurnRequest) -> Result<TurnOutput, TurnError> {
-        let (turn, jobs) = prepare(&self.inner.turns, &self.inner.registry, req)?;
+        let (turn, jobs) = prepare(
+            &self.inner.turns,
+            &self.inner.registry,
+            &self.inner.servers,
+            req,
+        )?;
         let (turn_id, session_id) = (turn.id().clone(), turn.base.session.id.clone());
         let (results, rendered) = drive_turn(self.inner.turns.clone(), turn, jobs).await;
         Ok(TurnOutput {
@@ -243,7 +249,7 @@ impl Engine {
     /// dropping it aborts the turn unless [`TurnHandle::detach`]ed.
     pub fn start_turn(&self, req: TurnRequest) -> Result<TurnHandle, TurnError> {
         let rt = &self.inner.turns;
-        let (turn, jobs) = prepare(rt, &self.inner.registry, req)?;
+        let (turn, jobs) = prepare(rt, &self.inner.registry, &self.inner.servers, req)?;
         let handle = TurnHandle::new(
             turn.id().clone(),
             turn.base.session.id.clone(),

@@ -38,8 +38,10 @@ pub(crate) async fn drive_turn(
             run_call(env, base, job).await;
         }
     } else {
-        let mut running: FuturesUnordered<_> =
-            jobs.into_iter().map(|job| run_call(env, base, job)).collect();
+        let mut running: FuturesUnordered<_> = jobs
+            .into_iter()
+            .map(|job| run_call(env, base, job))
+            .collect();
         while running.next().await.is_some() {}
     }
     let finished = finalize(&rt, &turn);

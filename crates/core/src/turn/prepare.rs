@@ -8,11 +8,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::time::Instant;
 use toolwarden_protocol::{Concurrency, SessionId, TurnId};
 
+use crate::availability::PendingTool;
 use crate::call::{CallJob, CallSlot, CallTurn, Target};
 use crate::cancel::ScopeKind;
 use crate::events::EventScope;
 use crate::ids::{new_id, new_id_at};
+use crate::policy::ToolOrigin;
 use crate::registry::Registry;
+use crate::servers::Servers;
 
 use super::request::{TurnError, TurnRequest};
 use super::runtime::TurnRuntime;
@@ -21,7 +24,8 @@ use super::state::TurnState;
 /// Validates a turn request and registers the turn; the calls are ready to run.
 pub(crate) fn prepare(
     rt: &TurnRuntime,
-    registry: &Registry,
+    registry: &Arc<Registry>,
+    servers: &Arc<Servers>,
     req: TurnRequest,
 ) -> Result<(Arc<TurnState>, Vec<CallJob>), TurnError> {
     if req.calls.is_empty() {
@@ -68,22 +72,30 @@ pub(crate) fn prepare(
     let mut slots = Vec::with_capacity(req.calls.len());
     let mut jobs = Vec::with_capacity(req.calls.len());
     for (index, call) in req.calls.into_iter().enumerate() {
-        let target = match registry.get(&call.name) {
-            Some(entry) => Target::Known(entry),
-            None => Target::Unknown {
+        let target = match (registry.get(&call.name), servers.awaited_for(&call.name)) {
+            (Some(entry), _) => Target::Known(entry),
+            (None, Some(server)) => Target::Pending(Box::new(PendingTool {
+                name: call.name.clone(),
+                policy: registry.provisional_policy(
+                    &call.name,
+                    &server.tool,
+                    &ToolOrigin::Server(server.name.clone()),
+                ),
+                server,
+                registry: registry.clone(),
+                servers: servers.clone(),
+            })),
+            (None, None) => Target::Unknown {
                 suggestion: registry.suggest(&call.name),
             },
         };
-        let entry = match &target {
-            Target::Known(entry) => Some(entry),
-            Target::Unknown { .. } => None,
+        let (entry, concurrency) = match &target {
+            Target::Known(entry) => (Some(entry), Some(entry.policy.concurrency)),
+            Target::Pending(p) => (None, Some(p.policy.concurrency)),
+            Target::Unknown { .. } => (None, None),
         };
         // Places in the session's line are taken in call order, before anything runs.
-        let ticket = entry.map(|e| {
-            session
-                .gate
-                .reserve(e.policy.concurrency == Concurrency::Exclusive)
-        });
+        let ticket = concurrency.map(|c| session.gate.reserve(c == Concurrency::Exclusive));
         let slot = Arc::new(CallSlot::new(
             index,
             call.id.clone(),

@@ -63,7 +63,10 @@ impl TurnRuntime {
                 sessions.retain(|_, s| !s.is_idle_since(cutoff));
             }
         }
-        let s = Arc::new(Session::new(id.clone(), self.root.child(ScopeKind::Session)));
+        let s = Arc::new(Session::new(
+            id.clone(),
+            self.root.child(ScopeKind::Session),
+        ));
         sessions.insert(id, s.clone());
         s
     }
@@ -97,7 +100,11 @@ impl TurnRuntime {
     }
 
     /// Aborts a running turn (and, through the tree, its calls and child turns).
-    pub(crate) fn abort_turn(&self, turn_id: &TurnId, reason: CancelReason) -> Result<(), NotFound> {
+    pub(crate) fn abort_turn(
+        &self,
+        turn_id: &TurnId,
+        reason: CancelReason,
+    ) -> Result<(), NotFound> {
         let turn = self
             .turn(turn_id)
             .ok_or_else(|| NotFound(format!("turn {turn_id}")))?;

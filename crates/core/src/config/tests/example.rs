@@ -6,7 +6,6 @@ use super::*;
 
 // The SPEC §2.3 example
 
-
 #[test]
 fn the_spec_example_loads_and_every_tool_gets_its_policy() {
     let config = parse_ok(EXAMPLE, &[("REMOTE_TOKEN", "s3cret")]);

@@ -147,9 +147,9 @@ fn check_policies(config: &Config, expected: Vec<(Tool, Policy)>) {
     assert_eq!(got, want);
 }
 
+mod environment;
+mod errors;
 mod example;
+mod hints;
 mod layering;
 mod numbers;
-mod errors;
-mod environment;
-mod hints;

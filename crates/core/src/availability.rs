@@ -1,0 +1,95 @@
+//! Calls for a server that is starting or restarting wait for it. Right after start, a server's
+//! tools are not listed yet: a call that names one (by its `SERVER__` prefix, or any call when
+//! tools are not prefixed) waits — within its own deadline and the server's `startup_timeout`
+//! — until the server lists the tool (the call runs), comes up without it (`invalid`, unknown
+//! tool), or stays down past the wait (`error{transport}`: nothing ran, it may be retried).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::{Instant, sleep_until};
+use toolwarden_protocol::{Policy, ServerStateKind, format_duration};
+
+use crate::cancel::Scope;
+use crate::registry::{Registry, ToolEntry};
+use crate::servers::{AwaitedServer, Servers};
+
+/// A call's tool whose server is not up yet.
+pub(crate) struct PendingTool {
+    pub(crate) name: String,
+    pub(crate) server: AwaitedServer,
+    /// The tool's policy from the config alone (the server has not described the tool yet).
+    pub(crate) policy: Policy,
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) servers: Arc<Servers>,
+}
+
+/// How the wait for a pending tool ended.
+pub(crate) enum Resolved {
+    /// The server listed it.
+    Tool(Arc<ToolEntry>),
+    /// The server is up and does not list it; the suggestion names close tools.
+    Unknown(Option<String>),
+    /// The server did not come up in time.
+    Down(String),
+    /// The call was cancelled while it waited.
+    Cancelled,
+}
+
+impl PendingTool {
+    /// Waits for the server, at most `timeout` (the call's own, `0` = none) and its
+    /// `startup_timeout`, from `arrived`.
+    pub(crate) async fn resolve(
+        &self,
+        scope: &Scope,
+        arrived: Instant,
+        timeout: Duration,
+    ) -> Resolved {
+        let limits = [
+            (!timeout.is_zero()).then_some(timeout),
+            self.server.startup_timeout,
+        ];
+        let wait = limits.into_iter().flatten().min();
+        let deadline = wait.map(|w| arrived + w);
+        let mut tools = self.registry.subscribe();
+        let mut servers = self.servers.watch();
+        loop {
+            tools.mark_unchanged();
+            servers.mark_unchanged();
+            if let Some(entry) = self.registry.get(&self.name) {
+                return Resolved::Tool(entry);
+            }
+            let status = self.servers.status(&self.server.name);
+            if status
+                .as_ref()
+                .is_some_and(|s| s.state == ServerStateKind::Up)
+            {
+                return Resolved::Unknown(self.registry.suggest(&self.name));
+            }
+            tokio::select! {
+                biased;
+                () = scope.cancelled() => return Resolved::Cancelled,
+                _ = tools.changed() => {}
+                _ = servers.changed() => {}
+                () = sleep_until_opt(deadline) => {
+                    let why = status
+                        .and_then(|s| s.detail)
+                        .map(|d| format!(": {d}"))
+                        .unwrap_or_default();
+                    return Resolved::Down(format!(
+                        "MCP server {:?} was not up within {}{why}",
+                        self.server.name,
+                        wait.map_or_else(|| "the call's deadline".to_owned(), format_duration),
+                    ));
+                }
+            }
+        }
+    }
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

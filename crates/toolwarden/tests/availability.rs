@@ -1,0 +1,132 @@
+//! Calls wait for their server, end to end: `toolwarden serve` with `tw-test-server` that starts
+//! slowly, crashes, or never comes up; `/readyz` follows the server.
+
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+
+use crate::serve::{config, serve, turn};
+use crate::util::{Dir, Running, assert_no_process, http, marker, toml_str};
+
+/// `serve` with the test server started with `server_args`, and `extra` config; answers at once
+/// (the server may still be starting).
+async fn start(
+    name: &str,
+    server_args: &[&str],
+    server_table: &str,
+    extra: &str,
+) -> (Dir, Running, String, String) {
+    let dir = Dir::new();
+    let mark = marker(name);
+    let args: Vec<String> = server_args.iter().map(|a| toml_str(a)).collect();
+    let conf = config(&mark, extra).replacen(
+        "args = [",
+        &format!(
+            "{server_table}args = [{}",
+            args.iter().map(|a| format!("{a}, ")).collect::<String>()
+        ),
+        1,
+    );
+    dir.create("toolwarden.toml", &conf);
+    let (server, url) = serve(&dir, &[]).await;
+    (dir, server, url, mark)
+}
+
+async fn stop(mut server: Running, mark: &str) {
+    server.signal(Signal::SIGTERM);
+    server.wait(Duration::from_secs(15)).await.expect_code(0);
+    assert_no_process(mark, Duration::from_secs(2)).await;
+}
+
+/// `GET /readyz`: its status code and body.
+async fn readyz(url: &str) -> (u16, Value) {
+    let resp = http().get(format!("{url}/readyz")).send().await.unwrap();
+    let code = resp.status().as_u16();
+    (code, resp.json().await.unwrap())
+}
+
+fn echo(id: &str, text: &str) -> Value {
+    json!([{"id": id, "name": "test__echo", "input": {"text": text}}])
+}
+
+#[tokio::test]
+async fn a_call_posted_the_moment_serve_listens_waits_for_a_slow_server() {
+    let (_dir, server, url, mark) =
+        start("avail-slow", &["--startup-delay-ms", "3000"], "", "").await;
+    let (code, body) = readyz(&url).await;
+    assert_eq!(code, 503, "{body}");
+    assert_eq!(body["status"], "not_ready");
+    assert_eq!(body["servers"]["test"]["state"], "starting");
+
+    let started = tokio::time::Instant::now();
+    let answer = turn(&url, echo("c1", "hello")).await;
+    let result = &answer["results"][0];
+    assert_eq!(result["toolwarden"]["status"], "ok", "{answer:#}");
+    assert_eq!(result["content"][0]["text"], "hello");
+    assert!(
+        started.elapsed() >= Duration::from_millis(2500),
+        "it waited for the server: {:?}",
+        started.elapsed()
+    );
+
+    let (code, body) = readyz(&url).await;
+    assert_eq!((code, &body["status"]), (200, &json!("ready")), "{body}");
+    assert_eq!(body["servers"]["test"]["state"], "up");
+    stop(server, &mark).await;
+}
+
+#[tokio::test]
+async fn a_call_right_after_a_crash_ends_ok() {
+    let (_dir, server, url, mark) = start("avail-crash", &[], "", "").await;
+    server
+        .wait_stderr("server \"test\" is up", Duration::from_secs(30))
+        .await;
+    let crashed = turn(
+        &url,
+        json!([{"id": "c1", "name": "test__crash", "input": {}}]),
+    )
+    .await;
+    assert_eq!(
+        crashed["results"][0]["toolwarden"]["status"], "error",
+        "{crashed:#}"
+    );
+    // At once, while the server restarts.
+    let answer = turn(&url, echo("c2", "after the crash")).await;
+    let result = &answer["results"][0];
+    assert_eq!(result["toolwarden"]["status"], "ok", "{answer:#}");
+    assert_eq!(result["content"][0]["text"], "after the crash");
+    stop(server, &mark).await;
+}
+
+#[tokio::test]
+async fn a_server_that_never_comes_up_ends_the_call_after_its_startup_timeout() {
+    let (_dir, server, url, mark) = start(
+        "avail-never",
+        &["--startup-delay-ms", "600000"],
+        "startup_timeout = \"2s\"\n",
+        "",
+    )
+    .await;
+    let started = tokio::time::Instant::now();
+    let answer = turn(&url, echo("c1", "anyone?")).await;
+    let waited = started.elapsed();
+    let outcome = &answer["results"][0]["toolwarden"];
+    assert_eq!(
+        (&outcome["status"], &outcome["reason"]),
+        (&json!("error"), &json!("transport")),
+        "{answer:#}"
+    );
+    let detail = outcome["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("MCP server \"test\" was not up within 2s"),
+        "{detail}"
+    );
+    assert!(
+        waited >= Duration::from_millis(1900) && waited < Duration::from_secs(10),
+        "not before startup_timeout: {waited:?}"
+    );
+    assert_eq!(readyz(&url).await.0, 503);
+    stop(server, &mark).await;
+}
