@@ -13,6 +13,9 @@ fn dur(ms: u64) -> String {
 }
 
 const MAY_HAVE_RUN: &str = "It may have partly run; check its effects before calling it again, or pass a larger timeout_ms.";
+/// An idle timeout is raised by its own hint: `idle_timeout_ms` (HTTP API, MCP `_meta`), or
+/// `--idle-timeout` on the command line.
+const MAY_HAVE_RUN_IDLE: &str = "It may have partly run; check its effects before calling it again, or pass a larger idle_timeout_ms (--idle-timeout on the command line).";
 
 /// The model-facing text of a status. `detail` adds what the engine knows (an error message, the
 /// schema violations, the names of similar tools).
@@ -43,7 +46,7 @@ pub(crate) fn outcome_text(tool: &str, status: &Status, detail: Option<&str>) ->
             kind: TimeoutKind::Idle,
             after_ms,
         } => format!(
-            "[TIMEOUT] Tool \"{tool}\" made no progress for {} (idle timeout) and was cancelled. {MAY_HAVE_RUN}",
+            "[TIMEOUT] Tool \"{tool}\" made no progress for {} (idle timeout) and was cancelled. {MAY_HAVE_RUN_IDLE}",
             dur(*after_ms)
         ),
         Status::Timeout {
@@ -200,7 +203,7 @@ mod tests {
                 },
                 None
             ),
-            "[TIMEOUT] Tool \"build\" made no progress for 10s (idle timeout) and was cancelled. It may have partly run; check its effects before calling it again, or pass a larger timeout_ms."
+            "[TIMEOUT] Tool \"build\" made no progress for 10s (idle timeout) and was cancelled. It may have partly run; check its effects before calling it again, or pass a larger idle_timeout_ms (--idle-timeout on the command line)."
         );
         assert!(
             outcome_text(

@@ -9,6 +9,7 @@ use serde_json::json;
 use tokio::time::Instant;
 
 const MAY_HAVE_RUN: &str = "It may have partly run; check its effects before calling it again, or pass a larger timeout_ms.";
+const MAY_HAVE_RUN_IDLE: &str = "It may have partly run; check its effects before calling it again, or pass a larger idle_timeout_ms (--idle-timeout on the command line).";
 
 #[tokio::test(start_paused = true)]
 async fn the_total_timeout_ends_the_call_at_its_deadline() {
@@ -90,7 +91,7 @@ async fn a_silent_call_times_out_idle() {
         json!({"status": "timeout", "kind": "idle", "after_ms": 3000, "attempts": 1,
                "call_id": "c2", "tool": "ticker", "duration_ms": 3000}),
         &format!(
-            "[TIMEOUT] Tool \"ticker\" made no progress for 3s (idle timeout) and was cancelled. {MAY_HAVE_RUN}"
+            "[TIMEOUT] Tool \"ticker\" made no progress for 3s (idle timeout) and was cancelled. {MAY_HAVE_RUN_IDLE}"
         ),
     );
 }

@@ -111,8 +111,10 @@ fn init_logging(cli: &Cli) -> Result<(), String> {
         Some(f) => EnvFilter::try_new(f).map_err(|e| format!("--log-level {f:?}: {e}"))?,
         None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default)),
     };
+    // Colours only for a person at a terminal: a file, a pipe or a journal gets plain text.
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(filter);
     let _ = match cli.global.log_format {
         LogFormat::Text => builder.try_init(),

@@ -35,6 +35,8 @@ async fn start(
 }
 
 async fn stop(mut server: Running, mark: &str) {
+    // Logs to a pipe are plain text: no terminal colours.
+    assert!(!server.stderr().contains('\u{1b}'), "{}", server.stderr());
     server.signal(Signal::SIGTERM);
     server.wait(Duration::from_secs(15)).await.expect_code(0);
     assert_no_process(mark, Duration::from_secs(2)).await;
