@@ -14,3 +14,4 @@ mod config;
 mod help;
 mod mcp;
 mod serve;
+mod soak;
