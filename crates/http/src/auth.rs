@@ -1,5 +1,5 @@
-//! Bearer-token authentication: with a token configured, every path but `/healthz` needs
-//! `Authorization: Bearer TOKEN`.
+//! Bearer-token authentication: with a token configured, every path but `/healthz` and the
+//! dashboard's page and files (which hold no data) needs `Authorization: Bearer TOKEN`.
 //!
 //! Tokens are compared as SHA-256 digests in constant time, so neither the position of the first
 //! wrong byte nor the token's length shows in the response time.
@@ -53,7 +53,8 @@ fn bearer(request: &Request) -> Option<&str> {
 
 /// The middleware.
 pub(crate) async fn require(State(token): State<Token>, request: Request, next: Next) -> Response {
-    if request.uri().path() == OPEN_PATH {
+    let path = request.uri().path();
+    if path == OPEN_PATH || crate::dashboard::is_asset(path) {
         return next.run(request).await;
     }
     match bearer(&request) {
