@@ -63,8 +63,9 @@ describe("the dashboard", { timeout: 240_000 }, () => {
   });
 
   after(async () => {
-    assert.deepEqual(browser?.problems ?? [], [], "the page logged no error and talked to 127.0.0.1 only");
+    const problems = browser?.problems ?? [];
     await cleanupAll();
+    assert.deepEqual(problems, [], "the page logged no error and talked to 127.0.0.1 only");
   });
 
   test("is served with a strict content security policy, and knows the test server", async () => {
