@@ -64,8 +64,9 @@ export async function cleanupAll() {
     }
   }
 }
-// A test process that dies some other way still takes its children with it.
+// A test process that dies some other way still takes its children and temp dirs with it.
 const children = new Set();
+const tempDirs = new Set();
 process.on("exit", () => {
   for (const child of children) {
     try {
@@ -74,7 +75,19 @@ process.on("exit", () => {
       // already gone
     }
   }
+  for (const dir of tempDirs) rmSync(dir, { recursive: true, force: true });
 });
+
+function tempDir(prefix) {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  tempDirs.add(dir);
+  return dir;
+}
+
+function removeDir(dir) {
+  rmSync(dir, { recursive: true, force: true });
+  tempDirs.delete(dir);
+}
 
 /** Waits until `check()` is truthy (it may be async); its value. */
 export async function waitFor(check, { timeout = 15_000, interval = 50, what = "a condition" } = {}) {
@@ -97,7 +110,7 @@ export async function waitFor(check, { timeout = 15_000, interval = 50, what = "
  * `extra` TOML appended; resolves once the test server is up. `env` adds variables (a token).
  */
 export async function startServe({ extra = "", env = {} } = {}) {
-  const dir = mkdtempSync(join(tmpdir(), "tw-browser-"));
+  const dir = tempDir("tw-browser-");
   const config = `[servers.test]\ncommand = ${tomlStr(testServerBin())}\n\n${extra}\n`;
   writeFileSync(join(dir, "toolwarden.toml"), config);
   const childEnv = { ...process.env, ...env };
@@ -123,7 +136,7 @@ export async function startServe({ extra = "", env = {} } = {}) {
       clearTimeout(timer);
     }
     children.delete(child);
-    rmSync(dir, { recursive: true, force: true });
+    removeDir(dir);
   };
   onCleanup(stop);
   const url = await waitFor(() => stderr.match(/listening on (http:\/\/127\.0\.0\.1:\d+)/)?.[1], {
@@ -142,7 +155,7 @@ export async function launchBrowser({ colorScheme = "light", viewport = { width:
     throw new Error(`${CHROMIUM} is missing: run scripts/setup-test-deps.sh (it installs Debian's chromium)`);
   }
   const { chromium } = await import("playwright-core");
-  const profile = mkdtempSync(join(tmpdir(), "tw-chromium-"));
+  const profile = tempDir("tw-chromium-");
   const context = await chromium.launchPersistentContext(profile, {
     executablePath: CHROMIUM,
     headless: true,
@@ -152,7 +165,7 @@ export async function launchBrowser({ colorScheme = "light", viewport = { width:
   });
   const close = async () => {
     await context.close().catch(() => {});
-    rmSync(profile, { recursive: true, force: true });
+    removeDir(profile);
   };
   onCleanup(close);
   const page = context.pages()[0] ?? (await context.newPage());
