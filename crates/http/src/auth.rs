@@ -1,5 +1,6 @@
 //! Bearer-token authentication: with a token configured, every path but the probes
-//! (`/healthz`, `/readyz`) needs `Authorization: Bearer TOKEN`.
+//! (`/healthz`, `/readyz`) and the dashboard's page and files (which hold no data) needs
+//! `Authorization: Bearer TOKEN`.
 //!
 //! Tokens are compared as SHA-256 digests in constant time, so neither the position of the first
 //! wrong byte nor the token's length shows in the response time.
@@ -54,7 +55,8 @@ fn bearer(request: &Request) -> Option<&str> {
 
 /// The middleware.
 pub(crate) async fn require(State(token): State<Token>, request: Request, next: Next) -> Response {
-    if OPEN_PATHS.contains(&request.uri().path()) {
+    let path = request.uri().path();
+    if OPEN_PATHS.contains(&path) || crate::dashboard::is_asset(path) {
         return next.run(request).await;
     }
     match bearer(&request) {

@@ -1,7 +1,8 @@
 //! The toolwarden HTTP turn API (SPEC §7.2): an agent posts the tool calls of one model turn —
 //! Anthropic `tool_use` blocks or OpenAI tool calls — and gets one result per call in the same
 //! family, as JSON or as a live SSE stream of the turn's events; a person lists running turns,
-//! aborts turns and calls, answers approvals, and watches every event.
+//! aborts turns and calls, answers approvals, and watches every event — with any client, or with
+//! the dashboard this crate serves at `/`, a page that reads the same API.
 //!
 //! The key design choice: **the HTTP request is the turn's owner.** A turn is started with
 //! [`Engine::start_turn`] and its [`toolwarden_core::TurnHandle`] lives inside the handler's
@@ -27,6 +28,7 @@
 
 mod app;
 mod auth;
+mod dashboard;
 mod error;
 mod events;
 mod format;
@@ -125,8 +127,9 @@ impl HttpOptions {
     }
 }
 
-/// The API's routes (`/v1/*`, `/metrics`, `/healthz`) over `engine`, with authentication, the
-/// body limit, and JSON errors for everything (unknown paths, wrong methods, panics).
+/// The API's routes (`/v1/*`, `/metrics`, `/healthz`) and the dashboard (`/`) over `engine`, with
+/// authentication, the body limit, and JSON errors for everything (unknown paths, wrong methods,
+/// panics).
 ///
 /// Building it turns on the engine's replay ring (`opts.replay_events`) and, unless
 /// `opts.headless`, attaches the passive `http` interactor (replacing an earlier one).
@@ -164,6 +167,7 @@ pub fn router_with(engine: Engine, opts: HttpOptions, mcp: Option<Router>) -> Ro
         .route("/metrics", get(status::metrics))
         .route("/healthz", get(status::healthz))
         .route("/readyz", get(status::readyz))
+        .merge(dashboard::routes())
         .method_not_allowed_fallback(error::method_not_allowed)
         .fallback(error::not_found)
         .layer(DefaultBodyLimit::max(opts.max_body))

@@ -152,6 +152,7 @@ fn announce(stack: &Stack, bound: SocketAddr, headless: bool, authenticated: boo
         stack::describe_origin(&stack.config)
     );
     eprintln!("toolwarden: listening on {base}");
+    eprintln!("toolwarden: dashboard at {base}/");
     eprintln!(
         "toolwarden: HTTP API at {base}/v1 (turns: POST {base}/v1/turns, events: {base}/v1/events, health: {base}/healthz, metrics: {base}/metrics){}",
         if authenticated {

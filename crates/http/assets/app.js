@@ -1,0 +1,265 @@
+// The dashboard's entry point: wires the event stream, the API's snapshots and the person's
+// buttons to the model, and renders at most once per animation frame.
+//
+// Where the data comes from:
+// - `GET /v1/events` (sse.js), from the first event the server still keeps, then live; after a
+//   dropped connection it resumes with Last-Event-ID, so what happened meanwhile is replayed;
+// - snapshots of what is true now (`/v1/turns/active`, `/v1/interactions`, `/v1/tools`,
+//   `/healthz`) when the page opens and whenever the stream says events were lost.
+
+import { Api, ApiError } from "./api.js";
+import { mountAudit } from "./audit.js";
+import { callKey, Model } from "./model.js";
+import { EventStream } from "./sse.js";
+import { outcomeText } from "./format.js";
+import { setBusy, View } from "./view.js";
+
+const model = new Model();
+
+// --- announcements for screen readers -------------------------------------------------------
+
+const announcer = document.getElementById("announcer");
+let pending = [];
+let announceTimer = null;
+/** Says `text` through the polite live region; messages within 300 ms are read together. */
+function announce(text) {
+  pending.push(text);
+  if (announceTimer) return;
+  announceTimer = setTimeout(() => {
+    const all = pending.length > 4 ? [...pending.slice(0, 3), `and ${pending.length - 3} more`] : pending;
+    announcer.textContent = all.join(". ");
+    pending = [];
+    announceTimer = null;
+  }, 300);
+}
+
+// --- the token ------------------------------------------------------------------------------
+
+const dialog = document.getElementById("token-dialog");
+const tokenForm = document.getElementById("token-form");
+const tokenInput = document.getElementById("token-input");
+let tokenResolve = null;
+
+function promptToken(refused) {
+  document.getElementById("token-refused").hidden = !refused;
+  tokenInput.value = "";
+  if (!dialog.open) dialog.showModal();
+  tokenInput.focus();
+  return new Promise((resolve) => {
+    tokenResolve = resolve;
+  });
+}
+
+tokenForm.addEventListener("submit", (event) => {
+  event.preventDefault();
+  const token = tokenInput.value.trim();
+  if (!token) return;
+  dialog.close();
+  tokenInput.value = "";
+  tokenResolve?.(token);
+  tokenResolve = null;
+});
+// Without a token nothing on the page can work: Escape does not dismiss the question.
+dialog.addEventListener("cancel", (event) => event.preventDefault());
+
+const api = new Api({ promptToken });
+
+// --- rendering, batched per frame -----------------------------------------------------------
+
+const view = new View({ model, announce });
+let frameRequested = false;
+function requestFrame() {
+  if (frameRequested) return;
+  frameRequested = true;
+  requestAnimationFrame(frame);
+}
+function frame() {
+  frameRequested = false;
+  view.render();
+  if (view.ticking()) requestFrame();
+}
+view.requestFrame = requestFrame;
+
+// --- snapshots ------------------------------------------------------------------------------
+
+let resyncRunning = null;
+let resyncAgain = false;
+
+/** Reads what is true now and merges it into the model (one at a time; one more if asked meanwhile). */
+function resync() {
+  if (resyncRunning) {
+    resyncAgain = true;
+    return resyncRunning;
+  }
+  resyncRunning = (async () => {
+    do {
+      resyncAgain = false;
+      const seq = model.lastSeq;
+      const results = await Promise.allSettled([
+        api.get("/v1/turns/active"),
+        api.get("/v1/interactions"),
+        api.get("/v1/tools"),
+        api.get("/healthz"),
+      ]);
+      const [active, interactions, tools, health] = results.map((r) => (r.status === "fulfilled" ? r.value : null));
+      if (active) model.applyActive(active.turns ?? [], seq);
+      if (interactions) model.applyInteractions(interactions.interactions ?? [], seq);
+      if (tools) model.applyTools(tools.tools ?? []);
+      if (health) model.applyServers(health.servers);
+      requestFrame();
+      if (results.some((r) => r.status === "rejected")) {
+        // Most likely the connection is down too; the stream's reconnect will ask again.
+        resyncAgain = false;
+        break;
+      }
+    } while (resyncAgain);
+  })().finally(() => {
+    resyncRunning = null;
+  });
+  return resyncRunning;
+}
+
+// --- the event stream -----------------------------------------------------------------------
+
+let wasLive = false;
+let opened = false;
+let toolsRefresh = null;
+
+const stream = new EventStream({
+  api,
+  startAfter: "0",
+  onEvent(ev) {
+    if (ev.type === "lost") {
+      onLost(ev);
+      return;
+    }
+    model.apply(ev);
+    afterEvent(ev);
+    requestFrame();
+  },
+  onStatus(status) {
+    view.setConnection(status);
+    if (status.state === "live" && !wasLive && opened) announce("Events: live again");
+    if (status.state === "reconnecting" && wasLive) announce("Events: connection lost, reconnecting");
+    if (status.state === "live") wasLive = true;
+    else if (status.state === "reconnecting" || status.state === "error") wasLive = false;
+  },
+  onOpen() {
+    // The first stream asks for every event the server still keeps, later ones resume where the
+    // last one stopped: the replay brings what happened meanwhile, outcomes included. A snapshot
+    // of what runs now goes with each, because the replay cannot tell everything: a server that
+    // restarted in between may number its events past the id the page resumes from.
+    resync();
+    opened = true;
+  },
+});
+
+function onLost(ev) {
+  if (ev.reason === "unknown_seq") {
+    // The server restarted: its sequence began again, and what the page knew of running work
+    // belongs to the previous process.
+    model.resetLive();
+    announce("The server restarted");
+  }
+  resync();
+}
+
+/** What an event means to the person beyond the model: their own actions' results. */
+function afterEvent(ev) {
+  if (ev.type === "tool_result" && ev.turn_id && ev.call_id) {
+    const call = model.recentByKey.get(callKey(ev.turn_id, ev.call_id));
+    if (call?.cancelRequested) announce(`Call ${call.callId} (${call.tool}) ended ${outcomeText(call.outcome)}`);
+  } else if (ev.type === "server_state") {
+    // A server that (re)started may list other tools.
+    clearTimeout(toolsRefresh);
+    toolsRefresh = setTimeout(() => {
+      api.get("/v1/tools").then((t) => {
+        model.applyTools(t.tools ?? []);
+        requestFrame();
+      }, () => {});
+    }, 500);
+  }
+}
+
+// --- buttons --------------------------------------------------------------------------------
+
+document.addEventListener("click", (event) => {
+  const button = event.target instanceof Element ? event.target.closest("button[data-action]") : null;
+  if (!button || button.getAttribute("aria-disabled") === "true") return;
+  const action = button.dataset.action;
+  if (action === "cancel-call") cancelCall(button.dataset.turn, button.dataset.call);
+  else if (action === "cancel-turn") cancelTurn(button.dataset.turn);
+  else if (action === "approve" || action === "deny") answer(button.dataset.id, action, button);
+});
+
+async function cancelCall(turnId, callId) {
+  const call = model.calls.get(callKey(turnId, callId));
+  if (call) {
+    call.cancelRequested = true;
+    model.touch(call);
+    requestFrame();
+  }
+  try {
+    await api.post(`/v1/turns/${encodeURIComponent(turnId)}/calls/${encodeURIComponent(callId)}/abort`);
+  } catch (e) {
+    if (call) {
+      call.cancelRequested = false;
+      model.touch(call);
+      requestFrame();
+    }
+    announce(e instanceof ApiError && e.status === 404 ? `Call ${callId} had already ended` : `Could not cancel call ${callId}: ${e.message}`);
+  }
+}
+
+async function cancelTurn(turnId) {
+  const turn = model.turns.get(turnId);
+  if (turn) {
+    turn.cancelRequested = true;
+    model.dirty.turns.add(turnId);
+    requestFrame();
+  }
+  try {
+    await api.post(`/v1/turns/${encodeURIComponent(turnId)}/abort`);
+    announce(`Turn ${turnId} cancelled`);
+  } catch (e) {
+    if (turn) {
+      turn.cancelRequested = false;
+      model.dirty.turns.add(turnId);
+      requestFrame();
+    }
+    announce(e instanceof ApiError && e.status === 404 ? `Turn ${turnId} had already ended` : `Could not cancel turn ${turnId}: ${e.message}`);
+  }
+}
+
+async function answer(id, action, button) {
+  const item = button.closest(".ask");
+  const buttons = item ? [...item.querySelectorAll("button")] : [button];
+  const interaction = model.interactions.get(id);
+  const body = { action };
+  if (action === "approve" && interaction?.kind === "password") {
+    const secret = item?.querySelector("input.secret")?.value ?? "";
+    if (!secret) {
+      item?.querySelector("input.secret")?.focus();
+      announce("Enter the secret first");
+      return;
+    }
+    body.value = secret;
+  }
+  for (const b of buttons) setBusy(b, true);
+  try {
+    await api.post(`/v1/interactions/${encodeURIComponent(id)}`, body);
+    announce(`${action === "approve" ? "Approved" : "Denied"}: ${interaction?.tool ?? interaction?.kind ?? id}`);
+  } catch (e) {
+    for (const b of buttons) setBusy(b, false);
+    announce(e instanceof ApiError && e.status === 404 ? "That question is no longer pending" : `Could not answer: ${e.message}`);
+  }
+}
+
+// --- start ----------------------------------------------------------------------------------
+
+// For a person debugging the page from the browser's console (and for the browser tests).
+window.toolwardenDashboard = { model, view, stream, resync };
+
+stream.start();
+mountAudit({ api, section: document.getElementById("audit-section") });
+requestFrame();

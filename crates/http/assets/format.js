@@ -1,0 +1,150 @@
+// Pure formatting: how times, outcomes and states read on the page. No DOM, so the tests run it
+// in Node as well as in the browser.
+
+/** The colour band of a running call's elapsed time: green under 10 s, yellow to 30 s, red beyond. */
+export function elapsedBand(ms) {
+  if (ms < 10_000) return "green";
+  if (ms <= 30_000) return "yellow";
+  return "red";
+}
+
+/**
+ * An elapsed time for a clock that ticks: tenths under 10 s ("3.4 s"), whole seconds under a
+ * minute ("12 s"), then minutes and seconds ("2 m 05 s") and hours ("1 h 02 m").
+ */
+export function formatElapsed(ms) {
+  if (!Number.isFinite(ms) || ms < 0) ms = 0;
+  if (ms < 10_000) return `${(Math.floor(ms / 100) / 10).toFixed(1)} s`;
+  const s = Math.floor(ms / 1000);
+  if (s < 60) return `${s} s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m} m ${String(s % 60).padStart(2, "0")} s`;
+  return `${Math.floor(m / 60)} h ${String(m % 60).padStart(2, "0")} m`;
+}
+
+/** How often (ms) the text of formatElapsed(ms) changes at this elapsed time. */
+export function elapsedResolution(ms) {
+  return ms < 10_000 ? 100 : 1000;
+}
+
+/** A countdown to a deadline: "1 m 20 s left", "9 s left", "due". */
+export function formatCountdown(ms) {
+  if (ms <= 0) return "due";
+  const s = Math.ceil(ms / 1000);
+  if (s < 60) return `${s} s left`;
+  return `${Math.floor(s / 60)} m ${String(s % 60).padStart(2, "0")} s left`;
+}
+
+/** A duration already over: "12 ms", "1.4 s", "2 m 05 s". */
+export function formatDuration(ms) {
+  if (!Number.isFinite(ms)) return "";
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  if (ms < 60_000) return `${(ms / 1000).toFixed(1)} s`;
+  return formatElapsed(ms);
+}
+
+/** The tag a model reads at the start of a result's text, by status. */
+const TAGS = {
+  ok: "OK",
+  error: "[ERROR]",
+  timeout: "[TIMEOUT]",
+  cancelled: "[CANCELLED]",
+  denied: "[DENIED]",
+  circuit_open: "[CIRCUIT OPEN]",
+  invalid: "[INVALID]",
+};
+
+export function outcomeTag(status) {
+  return TAGS[status] ?? `[${String(status).toUpperCase()}]`;
+}
+
+/**
+ * An outcome as one short word with its detail, the way the docs write them:
+ * `cancelled{user}`, `timeout{idle}`, `denied{user}`, `error{transport}`, `ok`.
+ */
+export function outcomeText(outcome) {
+  if (!outcome) return "";
+  const s = outcome.status;
+  const detail = {
+    error: outcome.reason,
+    timeout: outcome.kind,
+    cancelled: outcome.reason,
+    denied: outcome.reason,
+    invalid: outcome.reason,
+    circuit_open: outcome.retry_after_ms != null ? `retry in ${formatDuration(outcome.retry_after_ms)}` : null,
+  }[s];
+  return detail ? `${s}{${detail}}` : String(s);
+}
+
+/** Whether a call that ended this way had work that must still be stopped behind its outcome. */
+export function outcomeStopsWork(outcome) {
+  if (!outcome) return false;
+  if (outcome.status === "timeout") return true;
+  return outcome.status === "cancelled" && outcome.reason !== "not_started";
+}
+
+/** The words a person reads for a call's state. */
+const STATES = {
+  queued: "queued",
+  awaiting_approval: "waiting for approval",
+  approved: "approved",
+  waiting: "waiting",
+  running: "running",
+  backoff: "retrying",
+  retrying: "retrying",
+  stopping: "stopping",
+  abandoned: "abandoned",
+  done: "done",
+};
+
+export function stateText(state, attempt) {
+  const words = STATES[state] ?? String(state);
+  if ((state === "retrying" || state === "backoff") && attempt > 1) return `${words} (attempt ${attempt})`;
+  if (state === "running" && attempt > 1) return `running (attempt ${attempt})`;
+  return words;
+}
+
+/** The first line of a result's text, cut to `max` characters. */
+export function firstLine(content, max = 160) {
+  let text = "";
+  if (typeof content === "string") text = content;
+  else if (Array.isArray(content)) {
+    const block = content.find((b) => b && b.type === "text" && typeof b.text === "string");
+    text = block ? block.text : "";
+  }
+  const line = text.split("\n", 1)[0];
+  return line.length > max ? `${line.slice(0, max - 1)}…` : line;
+}
+
+/** Progress as a person reads it: "3 / 10", "42 %", or the bare number. */
+export function progressText(p) {
+  if (!p) return "";
+  const parts = [];
+  if (p.progress != null && p.total != null && p.total > 0) {
+    parts.push(`${trimNumber(p.progress)} / ${trimNumber(p.total)}`);
+  } else if (p.progress != null) {
+    parts.push(trimNumber(p.progress));
+  }
+  if (p.message) parts.push(p.message);
+  return parts.join(" · ");
+}
+
+function trimNumber(n) {
+  return Number.isInteger(n) ? String(n) : n.toFixed(1);
+}
+
+/** A wall-clock time of day, HH:MM:SS, in the browser's zone. */
+export function clockTime(epochMs) {
+  if (!Number.isFinite(epochMs)) return "";
+  const d = new Date(epochMs);
+  return [d.getHours(), d.getMinutes(), d.getSeconds()].map((n) => String(n).padStart(2, "0")).join(":");
+}
+
+/** A long id shortened for a column, keeping its end (ULIDs differ at the end within a run). */
+export function shortId(id, keep = 8) {
+  const s = String(id ?? "");
+  // Only generated ids (a prefix and a ULID) are long enough to need it; names people chose stay whole.
+  if (s.length <= Math.max(keep + 3, 20)) return s;
+  const prefix = s.match(/^[a-z]+_/)?.[0] ?? "";
+  return `${prefix}…${s.slice(-keep)}`;
+}

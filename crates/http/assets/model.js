@@ -1,0 +1,618 @@
+// What the page knows, built from the event stream and the API's snapshots. No DOM: the view
+// reads this model and the `dirty` sets it leaves, once per animation frame, so a burst of events
+// costs one render, not one per event. The tests run it in Node.
+
+import { outcomeStopsWork } from "./format.js";
+
+/** The key of a call (call ids are unique within their turn only); turn ids hold no "/". */
+export function callKey(turnId, callId) {
+  return `${turnId}/${callId}`;
+}
+
+/** How long a call may stay "stopping" without its `tool_stopped` before the page gives up on it. */
+const STOP_UNCONFIRMED_MS = 120_000;
+/** How many ended turn ids are remembered, so that an older snapshot cannot bring one back. */
+const ENDED_MEMORY = 5000;
+
+export class Model {
+  constructor({ now = () => Date.now(), recentLimit = 100 } = {}) {
+    this.now = now;
+    this.recentLimit = recentLimit;
+    /** turn_id → turn; a turn is here from its turn_start until its turn_end. */
+    this.turns = new Map();
+    /** callKey → call, for calls of running turns and calls still being stopped. */
+    this.calls = new Map();
+    /** callKey → call whose work is being stopped (or was abandoned) behind its outcome. */
+    this.stopping = new Map();
+    /** Ended calls, newest last (at most recentLimit). */
+    this.recent = [];
+    this.recentByKey = new Map();
+    /** interaction id → interaction, pending ones. */
+    this.interactions = new Map();
+    /** server name → {state, detail}. */
+    this.servers = new Map();
+    /** tool name → {backend, breaker, ...} from /v1/tools and breaker_state events. */
+    this.tools = new Map();
+    this.ended = new Set();
+    this.endedOrder = [];
+    this.answered = new Set();
+    this.answeredOrder = [];
+    /** The highest event seq applied. */
+    this.lastSeq = 0;
+    /** Local clock minus the server's, estimated from events (+Infinity until one arrives). */
+    this.offset = Number.POSITIVE_INFINITY;
+    this.dirty = newDirty();
+  }
+
+  // --- clocks -------------------------------------------------------------------------------
+
+  /** Learns the clock offset from an event stamped `ts` that arrived now. */
+  observeClock(ts) {
+    const at = Date.parse(ts);
+    if (!Number.isFinite(at)) return;
+    // An event is never received before it was sent: the smallest difference seen is the offset
+    // plus the shortest delivery time. Replayed (old) events give larger ones and do not count.
+    const sample = this.now() - at;
+    if (sample < this.offset) this.offset = sample;
+  }
+
+  /** A server timestamp as local epoch milliseconds. */
+  toLocal(ts) {
+    const at = typeof ts === "number" ? ts : Date.parse(ts);
+    if (!Number.isFinite(at)) return null;
+    return at + (Number.isFinite(this.offset) ? this.offset : 0);
+  }
+
+  // --- events -------------------------------------------------------------------------------
+
+  /** Applies one event as /v1/events sends it. */
+  apply(ev) {
+    if (typeof ev.seq === "number") {
+      if (ev.seq <= this.lastSeq) return; // a replayed event already applied
+      this.lastSeq = ev.seq;
+    }
+    if (ev.ts) this.observeClock(ev.ts);
+    const handler = HANDLERS[ev.type];
+    if (handler) handler(this, ev);
+  }
+
+  turnOf(ev) {
+    if (!ev.turn_id) return null;
+    let turn = this.turns.get(ev.turn_id);
+    if (!turn && !this.ended.has(ev.turn_id)) {
+      // The stream began after this turn's turn_start (a replay from the middle): learn it here.
+      turn = this.addTurn({
+        turn_id: ev.turn_id,
+        session_id: ev.session_id,
+        started_at: ev.ts,
+      });
+    }
+    if (turn && typeof ev.seq === "number") turn.lastSeq = ev.seq;
+    return turn ?? null;
+  }
+
+  addTurn({ turn_id, session_id, parent_turn_id, started_at }) {
+    const turn = {
+      turnId: turn_id,
+      sessionId: session_id ?? null,
+      parentTurnId: parent_turn_id ?? null,
+      startedAt: started_at ? this.toLocal(started_at) : this.now(),
+      callKeys: [],
+      aborting: null,
+      cancelRequested: false,
+      lastSeq: this.lastSeq,
+    };
+    this.turns.set(turn_id, turn);
+    this.dirty.turnsAdded.add(turn_id);
+    this.dirty.summary = true;
+    return turn;
+  }
+
+  /** The call an event is about, made when it is new (null for events of ended turns). */
+  callOf(ev) {
+    if (!ev.call_id || !ev.turn_id) return null;
+    const key = callKey(ev.turn_id, ev.call_id);
+    const known = this.calls.get(key) ?? this.recentByKey.get(key);
+    if (known) return known;
+    const turn = this.turnOf(ev);
+    if (!turn) return null;
+    return this.addCall(turn, ev.call_id, ev.tool);
+  }
+
+  addCall(turn, callId, tool) {
+    const key = callKey(turn.turnId, callId);
+    const call = {
+      key,
+      turnId: turn.turnId,
+      callId,
+      sessionId: turn.sessionId,
+      tool: tool ?? "",
+      state: "queued",
+      attempt: 0,
+      startedAt: null,
+      retryUntil: null,
+      progress: null,
+      outcome: null,
+      durationMs: null,
+      endedAt: null,
+      stopping: false,
+      abandoned: false,
+      stopHow: null,
+      stopAfterMs: null,
+      pendingStop: null,
+      stopDeadline: null,
+      interactionId: null,
+      cancelRequested: false,
+      text: "",
+      timeline: [],
+      progressCount: 0,
+      turnEnded: false,
+    };
+    turn.callKeys.push(key);
+    this.calls.set(key, call);
+    this.dirty.calls.add(key);
+    this.dirty.turns.add(turn.turnId);
+    this.dirty.summary = true;
+    return call;
+  }
+
+  touch(call) {
+    this.dirty.calls.add(call.key);
+    if (this.turns.has(call.turnId)) this.dirty.turns.add(call.turnId);
+    this.dirty.summary = true;
+    if (this.stopping.has(call.key)) this.dirty.stopping = true;
+    if (this.recentByKey.has(call.key)) this.dirty.recent = true;
+  }
+
+  mark(call, ev, kind, text) {
+    call.timeline.push({ at: ev.ts ? this.toLocal(ev.ts) : this.now(), kind, text });
+    if (call.timeline.length > 40) call.timeline.splice(1, call.timeline.length - 40);
+  }
+
+  /** Records a call's outcome (once). */
+  finish(call, outcome, ev, extra = {}) {
+    if (call.outcome) return;
+    call.outcome = outcome;
+    call.durationMs = extra.durationMs ?? outcome.duration_ms ?? null;
+    call.endedAt = ev?.ts ? this.toLocal(ev.ts) : this.now();
+    call.text = extra.text ?? call.text;
+    // Between attempts (a retry's backoff) nothing runs, so nothing is left to stop.
+    const inBackoff = call.state === "retrying" && call.retryUntil !== null && this.now() < call.retryUntil;
+    const ranAttempt = call.startedAt !== null && !inBackoff;
+    call.state = "done";
+    call.interactionId = null;
+    // A question whose call ended unanswered (cancelled while it waited) is gone without an
+    // event of its own.
+    for (const [id, i] of this.interactions) {
+      if (i.call_id === call.callId && i.turn_id === call.turnId) this.forgetInteraction(id);
+    }
+    if (call.pendingStop) {
+      // Its tool_stopped came first (the stop can win the race with the outcome's event).
+      call.stopHow = call.pendingStop.how;
+      call.stopAfterMs = call.pendingStop.afterMs;
+      if (call.stopHow === "abandoned") {
+        call.abandoned = true;
+        this.stopping.set(call.key, call);
+        this.dirty.stopping = true;
+      }
+    } else if (outcomeStopsWork(outcome) && ranAttempt) {
+      call.stopping = true;
+      call.stopDeadline = this.now() + STOP_UNCONFIRMED_MS;
+      this.stopping.set(call.key, call);
+      this.dirty.stopping = true;
+    }
+    this.addRecent(call);
+    this.touch(call);
+  }
+
+  addRecent(call) {
+    if (this.recentByKey.has(call.key)) return;
+    this.recent.push(call);
+    this.recentByKey.set(call.key, call);
+    while (this.recent.length > this.recentLimit) {
+      const old = this.recent.shift();
+      this.recentByKey.delete(old.key);
+    }
+    this.dirty.recent = true;
+    this.dirty.recentAdded += 1;
+  }
+
+  endStop(call) {
+    call.stopping = false;
+    call.stopDeadline = null;
+    if (!call.abandoned) {
+      this.stopping.delete(call.key);
+      if (call.turnEnded) this.calls.delete(call.key);
+    }
+    this.dirty.stopping = true;
+    this.touch(call);
+  }
+
+  endTurn(turnId) {
+    const turn = this.turns.get(turnId);
+    this.ended.add(turnId);
+    this.endedOrder.push(turnId);
+    if (this.endedOrder.length > ENDED_MEMORY) this.ended.delete(this.endedOrder.shift());
+    if (!turn) return;
+    this.turns.delete(turnId);
+    for (const key of turn.callKeys) {
+      const call = this.calls.get(key);
+      if (!call) continue;
+      call.turnEnded = true;
+      if (!this.stopping.has(key)) this.calls.delete(key);
+    }
+    this.dirty.turnsRemoved.add(turnId);
+    this.dirty.turnsAdded.delete(turnId);
+    this.dirty.turns.delete(turnId);
+    this.dirty.summary = true;
+    this.dirty.stopping = true;
+  }
+
+  // --- snapshots ----------------------------------------------------------------------------
+
+  /**
+   * Merges `GET /v1/turns/active`, requested when `seqAtRequest` was the last event applied and
+   * answered now. Events win over the snapshot where both know something; turns the snapshot no
+   * longer lists and no event since the request touched have ended unseen.
+   */
+  applyActive(turns, seqAtRequest) {
+    const listed = new Set();
+    const receivedAt = this.now();
+    for (const t of turns) {
+      listed.add(t.turn_id);
+      if (this.ended.has(t.turn_id)) continue;
+      let turn = this.turns.get(t.turn_id);
+      if (!turn) turn = this.addTurn(t);
+      if (t.parent_turn_id) turn.parentTurnId = t.parent_turn_id;
+      if (t.started_at) turn.startedAt = this.toLocal(t.started_at);
+      this.dirty.turns.add(t.turn_id);
+      for (const c of t.calls ?? []) {
+        const key = callKey(t.turn_id, c.call_id);
+        const call = this.calls.get(key) ?? this.recentByKey.get(key) ?? this.addCall(turn, c.call_id, c.tool);
+        if (call.outcome) continue;
+        if (c.tool) call.tool = c.tool;
+        call.attempt = Math.max(call.attempt, c.attempt ?? 0);
+        if (c.progress) call.progress = c.progress;
+        if (c.state === "done") {
+          this.finish(call, { status: c.status ?? "done" }, null);
+          continue;
+        }
+        call.state = c.state === "backoff" ? "retrying" : c.state;
+        if (c.elapsed_ms > 0 || c.state === "running" || c.state === "backoff") {
+          call.startedAt = receivedAt - (c.elapsed_ms ?? 0);
+        }
+        this.touch(call);
+      }
+    }
+    for (const turn of [...this.turns.values()]) {
+      if (!listed.has(turn.turnId) && turn.lastSeq <= seqAtRequest) this.endTurn(turn.turnId);
+    }
+  }
+
+  /** Merges `GET /v1/interactions` (see applyActive). */
+  applyInteractions(list, seqAtRequest) {
+    const listed = new Set();
+    for (const i of list) {
+      listed.add(i.id);
+      if (this.answered.has(i.id) || this.interactions.has(i.id)) continue;
+      this.addInteraction(i, seqAtRequest);
+    }
+    for (const [id, i] of this.interactions) {
+      if (!listed.has(id) && i.seq <= seqAtRequest) this.removeInteraction(id);
+    }
+  }
+
+  /** Replaces what `GET /v1/tools` lists (backends and breakers). */
+  applyTools(list) {
+    this.tools = new Map(list.map((t) => [t.name, { backend: t.backend, breaker: t.breaker ?? "closed", state: t.backend_state }]));
+    this.dirty.servers = true;
+  }
+
+  /** Replaces the servers `GET /healthz` lists. */
+  applyServers(servers) {
+    this.servers = new Map(Object.entries(servers ?? {}).map(([name, s]) => [name, { state: s.state, detail: s.detail ?? null }]));
+    this.dirty.servers = true;
+  }
+
+  /**
+   * Forgets what may no longer be true: the server restarted (its sequence began again), so every
+   * running turn, pending question and stop in progress is gone. Recent outcomes stay: they happened.
+   */
+  resetLive() {
+    for (const id of [...this.turns.keys()]) this.endTurn(id);
+    for (const call of [...this.stopping.values()]) {
+      call.abandoned = false;
+      this.endStop(call);
+    }
+    for (const id of [...this.interactions.keys()]) this.removeInteraction(id);
+    this.lastSeq = 0;
+  }
+
+  addInteraction(i, seq) {
+    const interaction = {
+      ...i,
+      seq,
+      deadlineAt: this.toLocal(i.deadline),
+      createdAt: this.toLocal(i.created_at),
+    };
+    this.interactions.set(i.id, interaction);
+    this.dirty.interactions = true;
+    this.dirty.summary = true;
+    this.dirty.interactionsAdded.push(interaction);
+    return interaction;
+  }
+
+  /** An interaction that was answered, timed out or dropped: gone, and never brought back. */
+  forgetInteraction(id) {
+    this.answered.add(id);
+    this.answeredOrder.push(id);
+    if (this.answeredOrder.length > ENDED_MEMORY) this.answered.delete(this.answeredOrder.shift());
+    this.removeInteraction(id);
+  }
+
+  removeInteraction(id) {
+    if (this.interactions.delete(id)) {
+      this.dirty.interactions = true;
+      this.dirty.summary = true;
+    }
+  }
+
+  // --- time ---------------------------------------------------------------------------------
+
+  /** Drops stops never confirmed within STOP_UNCONFIRMED_MS (their event was lost). */
+  expire() {
+    const now = this.now();
+    for (const call of [...this.stopping.values()]) {
+      if (call.stopping && call.stopDeadline !== null && now > call.stopDeadline) {
+        call.stopHow = "unconfirmed";
+        this.endStop(call);
+      }
+    }
+  }
+
+  /** The state a person should read for a call now. */
+  displayState(call) {
+    if (call.abandoned) return "abandoned";
+    if (call.stopping) return "stopping";
+    if (call.outcome) return "done";
+    if (call.state === "retrying" && call.retryUntil !== null && this.now() >= call.retryUntil) return "running";
+    return call.state;
+  }
+
+  /** How long a call has run (since its first attempt), or null before it started. */
+  elapsed(call) {
+    if (call.startedAt === null) return null;
+    if (call.outcome && call.durationMs !== null) return call.durationMs;
+    return Math.max(0, this.now() - call.startedAt);
+  }
+
+  counts() {
+    let running = 0;
+    let waiting = 0;
+    for (const turn of this.turns.values()) {
+      for (const key of turn.callKeys) {
+        const call = this.calls.get(key);
+        if (!call || call.outcome) continue;
+        if (call.state === "awaiting_approval") waiting += 1;
+        else running += 1;
+      }
+    }
+    return { running, waitingApproval: waiting, stopping: this.stopping.size, interactions: this.interactions.size };
+  }
+
+  takeDirty() {
+    const d = this.dirty;
+    this.dirty = newDirty();
+    return d;
+  }
+}
+
+function newDirty() {
+  return {
+    turnsAdded: new Set(),
+    turnsRemoved: new Set(),
+    turns: new Set(),
+    calls: new Set(),
+    interactions: false,
+    interactionsAdded: [],
+    servers: false,
+    recent: false,
+    recentAdded: 0,
+    stopping: false,
+    summary: false,
+  };
+}
+
+/** An outcome from a turn_end result, in either family or the engine's own form. */
+function outcomeOfResult(result) {
+  return result?.toolwarden ?? result?.outcome ?? null;
+}
+
+const HANDLERS = {
+  turn_start(m, ev) {
+    if (m.ended.has(ev.turn_id)) return;
+    let turn = m.turns.get(ev.turn_id);
+    if (!turn) turn = m.addTurn({ ...ev, started_at: ev.ts });
+    turn.lastSeq = ev.seq ?? turn.lastSeq;
+    if (ev.parent_turn_id) turn.parentTurnId = ev.parent_turn_id;
+    for (const c of ev.calls ?? []) {
+      const key = callKey(ev.turn_id, c.call_id);
+      if (!m.calls.has(key)) m.addCall(turn, c.call_id, c.tool);
+    }
+  },
+
+  turn_abort(m, ev) {
+    const turn = m.turnOf(ev);
+    if (!turn) return;
+    turn.aborting = ev.reason ?? "user";
+    m.dirty.turns.add(turn.turnId);
+  },
+
+  turn_end(m, ev) {
+    const turn = m.turns.get(ev.turn_id);
+    if (turn && Array.isArray(ev.results)) {
+      // Calls whose tool_result this page missed still get their outcome from the turn's list.
+      for (const result of ev.results) {
+        const outcome = outcomeOfResult(result);
+        if (!outcome?.call_id) continue;
+        const call = m.calls.get(callKey(ev.turn_id, outcome.call_id));
+        if (call && !call.outcome) m.finish(call, outcome, ev, { text: result.content });
+      }
+    }
+    m.endTurn(ev.turn_id);
+  },
+
+  tool_start(m, ev) {
+    const call = m.callOf(ev);
+    if (!call || call.outcome) return;
+    call.state = "running";
+    call.attempt = Math.max(call.attempt, 1);
+    call.startedAt = m.toLocal(ev.ts);
+    call.timeoutMs = ev.timeout_ms ?? null;
+    call.pendingStop = null;
+    m.mark(call, ev, "start", "start");
+    m.touch(call);
+  },
+
+  tool_progress(m, ev) {
+    const call = m.callOf(ev);
+    if (!call || call.outcome) return;
+    if (call.state === "queued" || call.state === "approved" || call.state === "waiting") call.state = "running";
+    if (typeof ev.elapsed_ms === "number" && ev.ts) call.startedAt = m.toLocal(ev.ts) - ev.elapsed_ms;
+    if (ev.progress != null || ev.total != null || ev.message != null) {
+      call.progress = { progress: ev.progress ?? null, total: ev.total ?? null, message: ev.message ?? null };
+      call.progressCount += 1;
+    }
+    m.touch(call);
+  },
+
+  tool_retry(m, ev) {
+    const call = m.callOf(ev);
+    if (!call || call.outcome) return;
+    call.state = "retrying";
+    call.attempt = ev.attempt ?? call.attempt + 1;
+    call.retryUntil = (m.toLocal(ev.ts) ?? m.now()) + (ev.delay_ms ?? 0);
+    call.pendingStop = null;
+    m.mark(call, ev, "retry", `retry #${call.attempt} in ${ev.delay_ms ?? 0} ms (${ev.cause ?? "failed"})`);
+    m.touch(call);
+  },
+
+  tool_timeout(m, ev) {
+    const call = m.callOf(ev);
+    if (!call) return;
+    m.mark(call, ev, "timeout", `timeout ${ev.kind ?? ""} ${ev.after_ms ?? ""} ms`.replace(/\s+/g, " ").trim());
+    m.touch(call);
+  },
+
+  tool_call_denied(m, ev) {
+    const call = m.callOf(ev);
+    if (!call) return;
+    m.mark(call, ev, "denied", `denied by ${ev.decider ?? "?"} (${ev.reason ?? "?"})`);
+  },
+
+  cache_hit(m, ev) {
+    const call = m.callOf(ev);
+    if (!call) return;
+    m.mark(call, ev, "cache", "cache hit");
+  },
+
+  tool_result(m, ev) {
+    const call = m.callOf(ev);
+    if (!call) return;
+    if (ev.tool && !call.tool) call.tool = ev.tool;
+    const outcome = ev.outcome ?? { status: "unknown" };
+    m.finish(call, outcome, ev, { durationMs: ev.duration_ms ?? outcome.duration_ms, text: ev.content });
+    m.mark(call, ev, "result", "result");
+  },
+
+  tool_stopped(m, ev) {
+    const key = callKey(ev.turn_id, ev.call_id);
+    const call = m.calls.get(key) ?? m.recentByKey.get(key);
+    if (!call) return;
+    m.mark(call, ev, "stopped", `stopped ${ev.how} after ${ev.after_ms ?? 0} ms`);
+    if (!call.outcome) {
+      // Either an attempt that timed out and will be retried (a tool_retry follows and forgets
+      // this), or the stop of the last attempt winning the race with the call's outcome.
+      call.pendingStop = { how: ev.how, afterMs: ev.after_ms ?? null };
+      m.touch(call);
+      return;
+    }
+    call.stopHow = ev.how;
+    call.stopAfterMs = ev.after_ms ?? null;
+    if (ev.how === "abandoned") {
+      call.abandoned = true;
+      m.stopping.set(call.key, call);
+    }
+    m.endStop(call);
+  },
+
+  tool_late_result(m, ev) {
+    const key = callKey(ev.turn_id, ev.call_id);
+    const call = m.calls.get(key) ?? m.recentByKey.get(key);
+    if (!call) return;
+    m.mark(call, ev, "late", `late answer after ${ev.after_ms ?? 0} ms (discarded)`);
+    if (call.abandoned) {
+      call.abandoned = false;
+      m.endStop(call);
+    } else {
+      m.touch(call);
+    }
+  },
+
+  interaction_requested(m, ev) {
+    const i = ev.interaction;
+    if (!i || m.answered.has(i.id)) return;
+    m.addInteraction(i, ev.seq ?? m.lastSeq);
+    if (i.call_id && i.turn_id) {
+      const call = m.callOf({ ...ev, turn_id: i.turn_id, call_id: i.call_id, tool: i.tool });
+      if (call && !call.outcome) {
+        call.state = "awaiting_approval";
+        call.interactionId = i.id;
+        m.mark(call, ev, "ask", `${i.kind} asked`);
+        m.touch(call);
+      }
+    }
+  },
+
+  interaction_answered(m, ev) {
+    const i = m.interactions.get(ev.interaction_id);
+    m.forgetInteraction(ev.interaction_id);
+    if (i?.call_id && i.turn_id) {
+      const call = m.calls.get(callKey(i.turn_id, i.call_id));
+      if (call && !call.outcome) {
+        call.state = ev.action === "approve" ? "approved" : call.state;
+        call.interactionId = null;
+        m.mark(call, ev, "answer", `${ev.action === "approve" ? "approved" : "denied"}${ev.by ? ` by ${ev.by}` : ""}`);
+        m.touch(call);
+      }
+    }
+  },
+
+  interaction_timed_out(m, ev) {
+    m.forgetInteraction(ev.interaction_id);
+  },
+
+  breaker_state(m, ev) {
+    if (!ev.tool) return;
+    const tool = m.tools.get(ev.tool) ?? { backend: ev.tool.split("__")[0], state: "up" };
+    tool.breaker = ev.state;
+    m.tools.set(ev.tool, tool);
+    m.dirty.servers = true;
+  },
+
+  server_state(m, ev) {
+    if (!ev.server) return;
+    m.servers.set(ev.server, { state: ev.state, detail: ev.detail ?? null });
+    m.dirty.servers = true;
+    if (ev.state === "down" || ev.state === "restarted") {
+      // The server's process is gone: so is the work it was abandoned with.
+      for (const call of [...m.stopping.values()]) {
+        if (call.abandoned && m.tools.get(call.tool)?.backend === ev.server) {
+          call.abandoned = false;
+          m.mark(call, ev, "server", `server ${ev.state}`);
+          m.endStop(call);
+        }
+      }
+    }
+  },
+};

@@ -1,0 +1,215 @@
+// The page's logic without a browser: the event-stream parser, the model the events build, the
+// token handling and the formatting. These are the files the server embeds, imported as they are.
+
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+
+import { Api } from "../../crates/http/assets/api.js";
+import {
+  elapsedBand,
+  formatCountdown,
+  formatElapsed,
+  outcomeText,
+  progressText,
+  shortId,
+} from "../../crates/http/assets/format.js";
+import { callKey, Model } from "../../crates/http/assets/model.js";
+import { reconnectDelay, SseParser } from "../../crates/http/assets/sse.js";
+
+describe("the SSE parser", () => {
+  function parse(chunks) {
+    const out = [];
+    const parser = new SseParser((e) => out.push(e));
+    for (const c of chunks) parser.feed(c);
+    return out;
+  }
+
+  test("reads events split anywhere, with any line ending, skipping comments", () => {
+    const text = 'id: 1\nevent: tool_start\ndata: {"a":1}\n\n: keep-alive\n\nid: 2\r\nevent: tool_result\r\ndata: x\r\ndata: y\r\n\r\nevent: lost\rdata: {"type":"lost"}\r\r';
+    const whole = parse([text]);
+    const expected = [
+      { id: "1", event: "tool_start", data: '{"a":1}' },
+      { id: "2", event: "tool_result", data: "x\ny" },
+      { id: null, event: "lost", data: '{"type":"lost"}' },
+    ];
+    assert.deepEqual(whole, expected);
+    // Byte by byte, a \r\n split between two chunks is still one line end.
+    assert.deepEqual(parse([...text]), expected);
+  });
+
+  test("an event without data is not dispatched, and reconnect delays grow to 10 s with jitter", () => {
+    assert.deepEqual(parse(["id: 7\nevent: x\n\n"]), []);
+    for (let n = 0; n < 10; n += 1) {
+      const d = reconnectDelay(n);
+      const base = Math.min(10_000, 500 * 2 ** Math.min(n, 5));
+      assert.ok(d >= base / 2 && d <= base, `${n}: ${d}`);
+    }
+  });
+});
+
+describe("formatting", () => {
+  test("elapsed times, their colour bands and countdowns", () => {
+    assert.deepEqual(
+      [0, 3456, 9999, 10_000, 59_999, 61_000, 3_725_000].map(formatElapsed),
+      ["0.0 s", "3.4 s", "9.9 s", "10 s", "59 s", "1 m 01 s", "1 h 02 m"],
+    );
+    assert.deepEqual(
+      [0, 9_999, 10_000, 30_000, 30_001].map(elapsedBand),
+      ["green", "green", "yellow", "yellow", "red"],
+    );
+    assert.deepEqual([0, 900, 59_000, 125_000].map(formatCountdown), ["due", "1 s left", "59 s left", "2 m 05 s left"]);
+  });
+
+  test("outcomes as the docs write them, progress, and ids", () => {
+    assert.equal(outcomeText({ status: "cancelled", reason: "user" }), "cancelled{user}");
+    assert.equal(outcomeText({ status: "timeout", kind: "idle", after_ms: 10 }), "timeout{idle}");
+    assert.equal(outcomeText({ status: "denied", decider: "policy", reason: "user" }), "denied{user}");
+    assert.equal(outcomeText({ status: "ok" }), "ok");
+    assert.equal(progressText({ progress: 3, total: 10, message: "linking" }), "3 / 10 · linking");
+    assert.equal(progressText({ progress: 2.5, total: null, message: null }), "2.5");
+    assert.equal(shortId("t_01M80VPE16QYYGQ3JM77H6B260"), "t_…77H6B260");
+    assert.equal(shortId("conv-42"), "conv-42");
+  });
+});
+
+describe("the model", () => {
+  const T = "t_1";
+  let clock = Date.parse("2026-11-22T10:00:00.000Z");
+  const at = (ms) => new Date(Date.parse("2026-11-22T10:00:00.000Z") + ms).toISOString();
+  let seq = 0;
+  const ev = (type, fields, ms = 0) => ({ seq: (seq += 1), ts: at(ms), type, session_id: "s1", turn_id: T, ...fields });
+
+  function model() {
+    seq = 0;
+    clock = Date.parse("2026-11-22T10:00:00.000Z");
+    return new Model({ now: () => clock });
+  }
+
+  test("a call runs, reports progress, is cancelled, is stopped, and its turn ends", () => {
+    const m = model();
+    m.apply(ev("turn_start", { calls: [{ call_id: "c1", tool: "build" }, { call_id: "c2", tool: "echo" }] }));
+    const c1 = m.calls.get(callKey(T, "c1"));
+    assert.equal(m.displayState(c1), "queued");
+    m.apply(ev("tool_start", { call_id: "c1", tool: "build", input: {}, timeout_ms: 0 }));
+    clock += 2500;
+    assert.equal(m.elapsed(c1), 2500);
+    m.apply(ev("tool_progress", { call_id: "c1", tool: "build", elapsed_ms: 2400, progress: 3, total: 10 }, 2400));
+    assert.deepEqual(c1.progress, { progress: 3, total: 10, message: null });
+    assert.deepEqual(m.counts(), { running: 2, waitingApproval: 0, stopping: 0, interactions: 0 });
+
+    m.apply(ev("tool_result", { call_id: "c1", tool: "build", outcome: { status: "cancelled", reason: "user" }, duration_ms: 2600 }, 2600));
+    assert.equal(m.displayState(c1), "stopping");
+    assert.ok(m.stopping.has(c1.key));
+    m.apply(ev("tool_result", { call_id: "c2", tool: "echo", outcome: { status: "ok" }, duration_ms: 1 }, 2600));
+    m.apply(ev("turn_end", { outcome: "partial", results: [] }, 2601));
+    assert.equal(m.turns.size, 0);
+    assert.ok(m.calls.has(c1.key), "a call being stopped outlives its turn");
+    assert.ok(!m.calls.has(callKey(T, "c2")));
+
+    m.apply(ev("tool_stopped", { call_id: "c1", tool: "build", how: "cooperative", after_ms: 12 }, 2612));
+    assert.equal(m.stopping.size, 0);
+    assert.equal(c1.stopHow, "cooperative");
+    assert.deepEqual(m.recent.map((c) => c.callId), ["c1", "c2"]);
+    assert.ok(!m.calls.has(c1.key));
+  });
+
+  test("abandoned work stays until its late answer, and a stop that beats the outcome counts", () => {
+    const m = model();
+    m.apply(ev("turn_start", { calls: [{ call_id: "c1", tool: "hang" }, { call_id: "c2", tool: "hang" }] }));
+    for (const id of ["c1", "c2"]) m.apply(ev("tool_start", { call_id: id, tool: "hang" }));
+    m.apply(ev("tool_result", { call_id: "c1", outcome: { status: "timeout", kind: "total" }, duration_ms: 1000 }, 1000));
+    m.apply(ev("tool_stopped", { call_id: "c1", how: "abandoned", after_ms: 2000 }, 3000));
+    const c1 = m.recentByKey.get(callKey(T, "c1"));
+    assert.equal(m.displayState(c1), "abandoned");
+    m.apply(ev("tool_late_result", { call_id: "c1", is_error: false, after_ms: 5000 }, 6000));
+    assert.equal(m.displayState(c1), "done");
+    assert.equal(m.stopping.size, 0);
+
+    // c2's stop is reported before its outcome.
+    m.apply(ev("tool_stopped", { call_id: "c2", how: "cooperative", after_ms: 3 }, 6100));
+    m.apply(ev("tool_result", { call_id: "c2", outcome: { status: "cancelled", reason: "user" } }, 6100));
+    const c2 = m.recentByKey.get(callKey(T, "c2"));
+    assert.equal(m.displayState(c2), "done");
+    assert.equal(c2.stopHow, "cooperative");
+  });
+
+  test("a call that never started, or was cancelled between attempts, has nothing to stop", () => {
+    const m = model();
+    m.apply(ev("turn_start", { calls: [{ call_id: "c1", tool: "x" }, { call_id: "c2", tool: "y" }] }));
+    m.apply(ev("tool_result", { call_id: "c1", outcome: { status: "cancelled", reason: "not_started" } }));
+    m.apply(ev("tool_start", { call_id: "c2", tool: "y" }));
+    m.apply(ev("tool_retry", { call_id: "c2", attempt: 2, delay_ms: 5000, cause: "attempt timeout" }, 100));
+    assert.equal(m.displayState(m.calls.get(callKey(T, "c2"))), "retrying");
+    clock += 200;
+    m.apply(ev("tool_result", { call_id: "c2", outcome: { status: "cancelled", reason: "user" } }, 200));
+    assert.equal(m.stopping.size, 0);
+  });
+
+  test("replayed events are applied once; a snapshot neither revives an ended turn nor keeps a vanished one", () => {
+    const m = model();
+    const start = ev("turn_start", { calls: [{ call_id: "c1", tool: "x" }] });
+    m.apply(start);
+    m.apply(start);
+    assert.equal(m.calls.size, 1);
+    m.apply(ev("turn_end", { outcome: "completed", results: [{ toolwarden: { status: "ok", call_id: "c1" } }] }));
+    assert.equal(m.recent.length, 1, "the outcome comes from turn_end when its tool_result was missed");
+    const seqAtRequest = m.lastSeq;
+    m.applyActive(
+      [
+        { turn_id: T, session_id: "s1", started_at: at(0), calls: [{ call_id: "c1", tool: "x", state: "running", elapsed_ms: 5 }] },
+        { turn_id: "t_2", session_id: "s1", started_at: at(0), calls: [{ call_id: "a", tool: "x", state: "running", elapsed_ms: 1500 }] },
+      ],
+      seqAtRequest,
+    );
+    assert.deepEqual([...m.turns.keys()], ["t_2"]);
+    assert.equal(m.elapsed(m.calls.get(callKey("t_2", "a"))), 1500);
+    // Later, t_2 is gone from the snapshot and nothing has been heard of it since: it ended unseen.
+    m.applyActive([], m.lastSeq);
+    assert.equal(m.turns.size, 0);
+  });
+
+  test("questions come and go with their events, and the clock offset follows the server's", () => {
+    const m = model();
+    clock += 5000; // this browser's clock is 5 s ahead of the server's
+    const interaction = { id: "i_1", kind: "approval", message: "Allow?", turn_id: T, call_id: "c1", tool: "x", timeout_ms: 120_000, created_at: at(0), deadline: at(120_000) };
+    m.apply(ev("interaction_requested", { interaction }));
+    assert.equal(m.offset, 5000);
+    assert.equal(m.interactions.get("i_1").deadlineAt - clock, 120_000);
+    assert.equal(m.calls.get(callKey(T, "c1")).state, "awaiting_approval");
+    m.apply(ev("interaction_answered", { interaction_id: "i_1", kind: "approval", action: "approve", by: "http" }));
+    assert.equal(m.interactions.size, 0);
+    assert.equal(m.calls.get(callKey(T, "c1")).state, "approved");
+    // A snapshot taken before the answer does not bring it back.
+    m.applyInteractions([interaction], 0);
+    assert.equal(m.interactions.size, 0);
+  });
+});
+
+describe("the token", () => {
+  function storage() {
+    const map = new Map();
+    return { getItem: (k) => map.get(k) ?? null, setItem: (k, v) => map.set(k, v), removeItem: (k) => map.delete(k) };
+  }
+
+  test("is asked once for requests that wait together, sent as a header, and asked again when refused", async () => {
+    const seen = [];
+    const prompts = [];
+    const answers = ["wrong", "right"];
+    const realFetch = globalThis.fetch;
+    globalThis.fetch = async (path, init) => {
+      seen.push([path, init.headers.Authorization ?? null]);
+      const ok = init.headers.Authorization === "Bearer right";
+      return new Response(JSON.stringify(ok ? { ok: true } : { error: { code: "unauthorized", message: "no" } }), { status: ok ? 200 : 401 });
+    };
+    try {
+      const api = new Api({ storage: storage(), promptToken: async (refused) => (prompts.push(refused), answers.shift()) });
+      const results = await Promise.all([api.get("/v1/tools"), api.get("/v1/turns/active")]);
+      assert.deepEqual(results, [{ ok: true }, { ok: true }]);
+      assert.deepEqual(prompts, [false, true], "asked, then told the first token was refused");
+      assert.ok(seen.every(([path]) => !path.includes("right") && !path.includes("wrong")), "never in a URL");
+      assert.equal(api.currentToken(), "right");
+    } finally {
+      globalThis.fetch = realFetch;
+    }
+  });
+});
