@@ -1,4 +1,5 @@
-//! Interactions: questions to a human, each with a finite deadline (SPEC §5).
+//! Interactions: questions to a human, each with a finite deadline (docs/GOVERNANCE.md,
+//! "Interactions").
 //!
 //! The key rule: **nothing waits forever and nothing fails open.** Every request has a deadline of
 //! at most `interaction_ceiling`; a timeout is recorded as `interaction_timed_out`, never as a

@@ -1,6 +1,6 @@
-//! The toolwarden HTTP turn API (SPEC §7.2): an agent posts the tool calls of one model turn —
-//! Anthropic `tool_use` blocks or OpenAI tool calls — and gets one result per call in the same
-//! family, as JSON or as a live SSE stream of the turn's events; a person lists running turns,
+//! The toolwarden HTTP turn API (docs/HTTP-API.md): an agent posts the tool calls of one model
+//! turn — Anthropic `tool_use` blocks or OpenAI tool calls — and gets one result per call in the
+//! same family, as JSON or as a live SSE stream of the turn's events; a person lists running turns,
 //! aborts turns and calls, answers approvals, and watches every event.
 //!
 //! The key design choice: **the HTTP request is the turn's owner.** A turn is started with

@@ -1,4 +1,4 @@
-//! Outcomes: the single terminal result of a call (SPEC §4).
+//! Outcomes: the single terminal result of a call (docs/GOVERNANCE.md, "Outcomes").
 
 use serde::{Deserialize, Serialize};
 
@@ -278,7 +278,7 @@ pub struct Provenance {
     pub origin_call_id: Option<CallId>,
 }
 
-/// The structured form of a call's single terminal result (SPEC §4).
+/// The structured form of a call's single terminal result (docs/GOVERNANCE.md, "Outcomes").
 ///
 /// Front doors attach it as `_meta["toolwarden/outcome"]` (MCP) or the `toolwarden` field (HTTP).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

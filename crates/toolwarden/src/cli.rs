@@ -1,4 +1,4 @@
-//! The command line (SPEC §7.3), as clap derives it.
+//! The command line (docs/CLI.md), as clap derives it.
 
 use std::path::PathBuf;
 
