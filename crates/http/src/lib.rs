@@ -63,8 +63,8 @@ pub const DEFAULT_REPLAY_EVENTS: usize = 4096;
 /// Settings of the HTTP API. Its `Debug` form never shows the token.
 #[derive(Clone)]
 pub struct HttpOptions {
-    /// The bearer token every path but `/healthz` requires; `None` = no authentication (then
-    /// only loopback `Host`/`Origin` are accepted, see [`host_origin_guard`]).
+    /// The bearer token every path but `/healthz` and `/readyz` requires; `None` = no
+    /// authentication (then only loopback `Host`/`Origin` are accepted, see [`host_origin_guard`]).
     pub token: Option<String>,
     /// The largest accepted request body, in bytes (default 4 MiB); larger ones get 413.
     pub max_body: usize,
@@ -125,8 +125,9 @@ impl HttpOptions {
     }
 }
 
-/// The API's routes (`/v1/*`, `/metrics`, `/healthz`) over `engine`, with authentication, the
-/// body limit, and JSON errors for everything (unknown paths, wrong methods, panics).
+/// The API's routes (`/v1/*`, `/metrics`, `/healthz`, `/readyz`) over `engine`, with
+/// authentication, the body limit, and JSON errors for everything (unknown paths, wrong methods,
+/// panics).
 ///
 /// Building it turns on the engine's replay ring (`opts.replay_events`) and, unless
 /// `opts.headless`, attaches the passive `http` interactor (replacing an earlier one).

@@ -303,7 +303,7 @@ pub struct Outcome {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
     /// Set by the loop detector when this call repeats an identical earlier call of the session:
-    /// how many identical calls the session has made, this one included.
+    /// how many identical calls in a row gave this same result, this one included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repeat_count: Option<u32>,
 }
