@@ -1,6 +1,6 @@
 """The official MCP conformance suite, run against MCP servers directly and through toolwarden's
-gateway: every check that passes directly must pass through toolwarden (SPEC §7.1: "Proxied, a
-server passes the same conformance scenarios as it does directly").
+gateway: every check that passes directly must pass through toolwarden (docs/CONFORMANCE.md: a
+server put behind toolwarden passes the same conformance scenarios as it does directly).
 
 Two servers, each run directly over Streamable HTTP and, through toolwarden, as its one
 `[servers.NAME]` over stdio behind `toolwarden serve` at `/mcp` with `[gateway] prefix = false`

@@ -1,4 +1,4 @@
-"""The MCP gateway (SPEC §7.1) on the real binary, driven by the official Python MCP SDK.
+"""The MCP gateway (docs/GATEWAY.md) on the real binary, driven by the official Python MCP SDK.
 
 Every test runs over both transports: stdio (`toolwarden mcp`, started by the SDK's stdio
 client, which also stops it: stdin closed, then SIGTERM, then SIGKILL) and Streamable HTTP

@@ -1,4 +1,4 @@
-//! The per-tool circuit breaker (SPEC §3.5).
+//! The per-tool circuit breaker (docs/GOVERNANCE.md, "The circuit breaker").
 //!
 //! Closed, it counts infrastructure failures (timeouts, transport errors, crashes) in a sliding
 //! `window`; `failures` of them open it. Open, every call ends at once as `circuit_open` with

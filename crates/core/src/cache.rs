@@ -1,4 +1,4 @@
-//! The result cache with single-flight (SPEC §3.7).
+//! The result cache with single-flight (docs/GOVERNANCE.md, "The cache and single flight").
 //!
 //! Keyed by tool name and the SHA-256 of the input's canonical JSON. Only `ok` results of
 //! idempotent tools with `cache_ttl > 0` are stored. Identical calls that arrive while one is

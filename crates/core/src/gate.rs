@@ -1,4 +1,4 @@
-//! The per-session readers–writer gate (SPEC §3.6).
+//! The per-session readers–writer gate (docs/GOVERNANCE.md, "Concurrency within a session").
 //!
 //! Parallel calls share the gate; an exclusive call owns it. Order is fixed when a turn starts:
 //! each call reserves a [`Ticket`] in call order, so an exclusive call waits for every call of its

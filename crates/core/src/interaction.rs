@@ -1,14 +1,15 @@
-//! Interactions: questions to a human, each with a finite deadline (SPEC §5).
+//! Interactions: questions to a human, each with a finite deadline (docs/GOVERNANCE.md,
+//! "Interactions").
 //!
 //! The key rule: **nothing waits forever and nothing fails open.** Every request has a deadline of
 //! at most `interaction_ceiling`; a timeout is recorded as `interaction_timed_out`, never as a
 //! person's denial; when nothing attached can answer (headless), a request follows its declared
 //! non-interactive default or fails at once.
 //!
-//! Interactors are the things that can put a question before a person: the HTTP API and dashboard
-//! (passive: they list [`Interactions::pending`] and answer with [`Interactions::answer`]), a
-//! terminal prompt, MCP elicitation to the connected client (active: they are handed each
-//! question through [`Interactor::present`]).
+//! Interactors are the things that can put a question before a person: the HTTP API, and a
+//! dashboard when there is one (passive: they list [`Interactions::pending`] and answer with
+//! [`Interactions::answer`]); a terminal prompt and MCP elicitation to the connected client
+//! (active: they are handed each question through [`Interactor::present`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -2,8 +2,9 @@
 //!
 //! Front doors (MCP gateway, HTTP API, CLI, Rust programs) hand the engine calls; backends (MCP
 //! servers, the exec tool, in-process functions) run them. The engine stands between and applies
-//! every rule of the spec — validation, loop detection, approvals, cache, circuit breaker,
-//! per-session exclusivity, deadlines, retries — and gives back exactly one typed outcome per call.
+//! every rule of docs/GOVERNANCE.md — validation, loop detection, approvals, cache, circuit
+//! breaker, per-session exclusivity, deadlines, retries — and gives back exactly one typed outcome
+//! per call.
 //!
 //! The key design choice: **the caller's outcome and the stopping of the work are separate.** A
 //! cancel or timeout decides the outcome at once; stopping the backend's work (cooperatively, then

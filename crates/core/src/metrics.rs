@@ -1,4 +1,4 @@
-//! Prometheus metrics (SPEC §8).
+//! Prometheus metrics (docs/GOVERNANCE.md, "Metrics").
 //!
 //! Per-tool handles are created once, when a tool is first used, and kept in its registry entry,
 //! so the hot path touches atomics only — no label hashing, no allocation per call.

@@ -1,8 +1,8 @@
-//! Retries (SPEC §3.4): capped exponential backoff with full jitter, only for idempotent tools and
-//! only after retryable failures — an attempt timeout, a transport error, a crash or restart of
-//! the server (and the tool's own error with `retry_on_tool_error`). Never after a cancellation,
-//! a denial, invalid input, an open breaker or the total deadline; never when the backoff would end
-//! past the total deadline.
+//! Retries (docs/GOVERNANCE.md, "Retries"): capped exponential backoff with full jitter, only for
+//! idempotent tools and only after retryable failures — an attempt timeout, a transport error, a
+//! crash or restart of the server (and the tool's own error with `retry_on_tool_error`). Never
+//! after a cancellation, a denial, invalid input, an open breaker or the total deadline; never when
+//! the backoff would end past the total deadline.
 
 use std::time::Duration;
 

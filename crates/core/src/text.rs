@@ -1,5 +1,5 @@
 //! What the model reads: the text of every outcome but `ok`, starting with its tag and saying what
-//! happened and what to try (SPEC §4).
+//! happened and what to try (docs/GOVERNANCE.md, "Outcomes").
 
 use std::time::Duration;
 

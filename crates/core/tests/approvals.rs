@@ -1,5 +1,6 @@
-//! SPEC §5: approvals and confirms. Headless fails at once; a person approves or denies; no
-//! answer denies exactly at the deadline and is recorded as a timeout, never as a denial.
+//! docs/GOVERNANCE.md, "Interactions": approvals and confirms. Headless fails at once; a person
+//! approves or denies; no answer denies exactly at the deadline and is recorded as a timeout, never
+//! as a denial.
 
 mod common;
 

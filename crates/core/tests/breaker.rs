@@ -1,5 +1,6 @@
-//! SPEC §3.5: one breaker per tool, counting infrastructure failures only; open, half-open with
-//! exactly one probe, closed again; `breaker_state` events; cache hits served while open.
+//! docs/GOVERNANCE.md, "The circuit breaker": one breaker per tool, counting infrastructure
+//! failures only; open, half-open with exactly one probe, closed again; `breaker_state` events;
+//! cache hits served while open.
 
 mod common;
 

@@ -1,5 +1,6 @@
-//! SPEC §3.7, §4: the cache keeps `ok` results of idempotent tools with `cache_ttl > 0`, serves
-//! them with provenance, expires them, and lets identical concurrent calls share one execution.
+//! docs/GOVERNANCE.md, "The cache and single flight": the cache keeps `ok` results of idempotent
+//! tools with `cache_ttl > 0`, serves them with provenance, expires them, and lets identical
+//! concurrent calls share one execution.
 
 mod common;
 

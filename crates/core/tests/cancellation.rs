@@ -1,6 +1,6 @@
-//! SPEC §3.3, §3.6: the cancellation tree. Aborts of turns and calls, parents and children,
-//! client disconnects and shutdown all end calls `cancelled` with a reason, at once, one result
-//! per call in order.
+//! docs/GOVERNANCE.md, "Cancellation": the cancellation tree. Aborts of turns and calls, parents
+//! and children, client disconnects and shutdown all end calls `cancelled` with a reason, at once,
+//! one result per call in order.
 
 mod common;
 

@@ -1,5 +1,5 @@
-//! SPEC §2.1, §3.2: total, idle and attempt deadlines, `0` disables, per-call hints, and an
-//! outcome that is final at its deadline.
+//! docs/GOVERNANCE.md, "Deadlines": total, idle and attempt deadlines, `0` disables, per-call
+//! hints, and an outcome that is final at its deadline.
 
 mod common;
 

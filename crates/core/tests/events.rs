@@ -1,4 +1,5 @@
-//! SPEC §6: the events of a call and a turn, in order, `seq` +1 each; `tool_progress` paced.
+//! docs/GOVERNANCE.md, "Events": the events of a call and a turn, in order, `seq` +1 each;
+//! `tool_progress` paced.
 
 mod common;
 

@@ -1,6 +1,7 @@
-//! SPEC §3.6: an exclusive call runs alone within its session — it waits for the session's
-//! running calls and holds back the ones after it — while parallel calls share the session and
-//! other sessions are never blocked. Observed through when each tool started and ended.
+//! docs/GOVERNANCE.md, "Concurrency within a session": an exclusive call runs alone within its
+//! session — it waits for the session's running calls and holds back the ones after it — while
+//! parallel calls share the session and other sessions are never blocked. Observed through when
+//! each tool started and ended.
 
 mod common;
 

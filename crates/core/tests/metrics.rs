@@ -1,4 +1,5 @@
-//! SPEC §8: after a few calls, `Metrics::encode()` shows the spec's names with the right counts.
+//! docs/GOVERNANCE.md, "Metrics": after a few calls, `Metrics::encode()` shows every documented
+//! name with the right counts.
 
 mod common;
 

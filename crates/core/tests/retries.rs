@@ -1,5 +1,5 @@
-//! SPEC §3.4: retries only for idempotent tools and retryable failures, with capped exponential
-//! backoff and full jitter, never past the total deadline.
+//! docs/GOVERNANCE.md, "Retries": retries only for idempotent tools and retryable failures, with
+//! capped exponential backoff and full jitter, never past the total deadline.
 
 mod common;
 

@@ -1,5 +1,6 @@
-//! SPEC §3.3: the caller's outcome comes at once; stopping the work continues behind it and ends
-//! in one `tool_stopped` saying how (`cooperative`, `killed`, `abandoned`).
+//! docs/GOVERNANCE.md, "Cancellation": the caller's outcome comes at once; stopping the work
+//! continues behind it and ends in one `tool_stopped` saying how (`cooperative`, `killed`,
+//! `abandoned`).
 
 mod common;
 
@@ -190,7 +191,7 @@ async fn a_backend_that_answers_within_cancel_grace_stopped_cooperatively() {
 
 #[tokio::test(start_paused = true)]
 async fn a_backend_that_answers_past_cancel_grace_was_still_working_and_is_abandoned() {
-    // SPEC §3.3: one that answers past cancel_grace is still working: it is abandoned.
+    // One that answers past cancel_grace was still working: it is abandoned.
     assert_eq!(
         late_answer(9000).await,
         (Some(4000), json!("abandoned"), 4000)

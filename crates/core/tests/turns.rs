@@ -1,6 +1,6 @@
-//! SPEC §3.6, §7.2: a turn's results come back in call order, one per call, and are streamed as
-//! they complete; running turns and a session's state can be seen while they run; malformed
-//! turns are refused before anything runs.
+//! docs/GOVERNANCE.md, "Concurrency within a session": a turn's results come back in call order,
+//! one per call, and are streamed as they complete; running turns and a session's state can be seen
+//! while they run; malformed turns are refused before anything runs.
 
 mod common;
 

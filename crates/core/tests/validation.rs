@@ -1,6 +1,6 @@
-//! SPEC §3.1, §4: the first step — a known tool, an input that matches its schema and is not
-//! too large. An invalid call ends `invalid` saying what is wrong, runs nothing, and leaves the
-//! other calls of its turn alone.
+//! docs/GOVERNANCE.md, "The pipeline of one call": the first step — a known tool, an input that
+//! matches its schema and is not too large. An invalid call ends `invalid` saying what is wrong,
+//! runs nothing, and leaves the other calls of its turn alone.
 
 mod common;
 

@@ -1,6 +1,6 @@
-//! The toolwarden HTTP turn API (SPEC §7.2): an agent posts the tool calls of one model turn —
-//! Anthropic `tool_use` blocks or OpenAI tool calls — and gets one result per call in the same
-//! family, as JSON or as a live SSE stream of the turn's events; a person lists running turns,
+//! The toolwarden HTTP turn API (docs/HTTP-API.md): an agent posts the tool calls of one model
+//! turn — Anthropic `tool_use` blocks or OpenAI tool calls — and gets one result per call in the
+//! same family, as JSON or as a live SSE stream of the turn's events; a person lists running turns,
 //! aborts turns and calls, answers approvals, and watches every event — with any client, or with
 //! the dashboard this crate serves at `/`, a page that reads the same API.
 //!
@@ -65,8 +65,8 @@ pub const DEFAULT_REPLAY_EVENTS: usize = 4096;
 /// Settings of the HTTP API. Its `Debug` form never shows the token.
 #[derive(Clone)]
 pub struct HttpOptions {
-    /// The bearer token every path but `/healthz` requires; `None` = no authentication (then
-    /// only loopback `Host`/`Origin` are accepted, see [`host_origin_guard`]).
+    /// The bearer token every path but `/healthz` and `/readyz` requires; `None` = no
+    /// authentication (then only loopback `Host`/`Origin` are accepted, see [`host_origin_guard`]).
     pub token: Option<String>,
     /// The largest accepted request body, in bytes (default 4 MiB); larger ones get 413.
     pub max_body: usize,
@@ -127,9 +127,9 @@ impl HttpOptions {
     }
 }
 
-/// The API's routes (`/v1/*`, `/metrics`, `/healthz`) and the dashboard (`/`) over `engine`, with
-/// authentication, the body limit, and JSON errors for everything (unknown paths, wrong methods,
-/// panics).
+/// The API's routes (`/v1/*`, `/metrics`, `/healthz`, `/readyz`) and the dashboard (`/`) over
+/// `engine`, with authentication, the body limit, and JSON errors for everything (unknown paths,
+/// wrong methods, panics).
 ///
 /// Building it turns on the engine's replay ring (`opts.replay_events`) and, unless
 /// `opts.headless`, attaches the passive `http` interactor (replacing an earlier one).

@@ -163,8 +163,9 @@ impl<'de> Deserialize<'de> for Content {
 pub struct CallResult {
     /// The structured outcome.
     pub outcome: Outcome,
-    /// For `ok`, the tool's own content; otherwise a text block starting with the outcome's tag
-    /// (e.g. `[TIMEOUT] ...`), possibly followed by the tool's own error content.
+    /// For `ok`, and for a tool's own error that came with content, the tool's own content;
+    /// otherwise a text block starting with the outcome's tag (e.g. `[TIMEOUT] ...`). A note of the
+    /// loop detector may follow as one more text block.
     pub content: Vec<Content>,
     /// The tool's structured content, when it returned one.
     #[serde(default, skip_serializing_if = "Option::is_none")]

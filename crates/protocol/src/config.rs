@@ -1,5 +1,6 @@
-//! The config file's shape (SPEC §2.3). Loading, `${VAR}` expansion, layering and the invariants
-//! of SPEC §2.1 live in `toolwarden_core::config`; this module only says what may be written.
+//! The config file's shape (docs/CONFIG.md). Loading, `${VAR}` expansion, layering and the
+//! invariants checked at load live in `toolwarden_core::config`; this module only says what may be
+//! written.
 
 use std::collections::BTreeMap;
 

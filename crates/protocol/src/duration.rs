@@ -2,8 +2,8 @@
 //!
 //! Durations are strings with units (`"250ms"`, `"30s"`, `"2m"`, `"1h"`, also `"1m30s"` and
 //! `"1.5s"`) or integer seconds. Sizes are strings with units (`"64KiB"`, `"1MiB"`, `"10MB"`) or
-//! integer bytes. Negative values parse (the config loader turns them into `0` with a warning, as
-//! the spec asks) so that a negative number is never a silent surprise.
+//! integer bytes. Negative values parse (the config loader turns them into `0` with a warning,
+//! docs/CONFIG.md) so that a negative number is never a silent surprise.
 
 use std::fmt;
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Events: typed, sequenced records of what happened (SPEC §6).
+//! Events: typed, sequenced records of what happened (docs/GOVERNANCE.md, "Events").
 
 use std::sync::Arc;
 

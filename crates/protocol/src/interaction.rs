@@ -1,4 +1,5 @@
-//! Interactions: questions to a human, each with a finite deadline (SPEC §5).
+//! Interactions: questions to a human, each with a finite deadline (docs/GOVERNANCE.md,
+//! "Interactions").
 
 use std::fmt;
 

@@ -5,8 +5,9 @@
 //! ids, calls, outcomes, events, interactions, tool specs and the policy configuration. It has no
 //! logic beyond parsing and formatting its own values, no runtime and no I/O, so that every other
 //! crate (and every client) can depend on it cheaply. The key design choice: **every type here is
-//! the contract of SPEC.md**, spelled exactly as the spec spells it on the wire; the engine's inner
-//! state never derives `Serialize`.
+//! toolwarden's public contract**, serialized exactly as the docs show it on the wire
+//! (docs/GOVERNANCE.md, docs/HTTP-API.md, docs/CONFIG.md); the engine's inner state never derives
+//! `Serialize`.
 #![deny(missing_docs)]
 
 mod call;

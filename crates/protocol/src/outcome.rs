@@ -1,4 +1,4 @@
-//! Outcomes: the single terminal result of a call (SPEC §4).
+//! Outcomes: the single terminal result of a call (docs/GOVERNANCE.md, "Outcomes").
 
 use serde::{Deserialize, Serialize};
 
@@ -278,7 +278,7 @@ pub struct Provenance {
     pub origin_call_id: Option<CallId>,
 }
 
-/// The structured form of a call's single terminal result (SPEC §4).
+/// The structured form of a call's single terminal result (docs/GOVERNANCE.md, "Outcomes").
 ///
 /// Front doors attach it as `_meta["toolwarden/outcome"]` (MCP) or the `toolwarden` field (HTTP).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -303,7 +303,7 @@ pub struct Outcome {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
     /// Set by the loop detector when this call repeats an identical earlier call of the session:
-    /// how many identical calls the session has made, this one included.
+    /// how many identical calls in a row gave this same result, this one included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repeat_count: Option<u32>,
 }

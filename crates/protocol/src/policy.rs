@@ -1,5 +1,5 @@
 //! Policies: the config's optional layers ([`PolicyConfig`]) and the effective rules of one tool
-//! ([`Policy`]) that the engine enforces (SPEC §2.1).
+//! ([`Policy`]) that the engine enforces (docs/CONFIG.md, "Policy keys").
 
 use std::time::Duration;
 
@@ -313,7 +313,8 @@ impl Default for LoopPolicy {
     }
 }
 
-/// The effective rules of one tool, every layer applied (SPEC §2.1 defaults in `Default`).
+/// The effective rules of one tool, every layer applied (the built-in defaults of docs/CONFIG.md
+/// in `Default`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Policy {
     /// Total wall-clock cap; zero = none.

@@ -106,7 +106,7 @@ pub struct RunningCall {
     pub call: ActiveCall,
 }
 
-/// How a session's calls are doing (SPEC §7.2 `GET /v1/sessions/{id}/status`).
+/// How a session's calls are doing (`GET /v1/sessions/{id}/status`, the `toolwarden__status` tool).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SessionStatus {
     /// The session.
@@ -123,7 +123,7 @@ pub struct SessionStatus {
     pub open_breakers: Vec<BreakerInfo>,
 }
 
-/// One tool as the engine governs it (SPEC §7.2 `GET /v1/tools`).
+/// One tool as the engine governs it (`GET /v1/tools`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolInfo {
     /// The exposed name (`SERVER__TOOL`, `exec`, or an in-process name).

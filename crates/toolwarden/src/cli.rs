@@ -1,4 +1,4 @@
-//! The command line (SPEC §7.3), as clap derives it.
+//! The command line (docs/CLI.md), as clap derives it.
 
 use std::path::PathBuf;
 
@@ -46,7 +46,7 @@ pub(crate) enum LogFormat {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
-    /// Serve the HTTP turn API (and, once built in, the MCP gateway at /mcp).
+    /// Serve the HTTP turn API, and the MCP gateway over Streamable HTTP at /mcp.
     Serve(ServeArgs),
     /// Serve the MCP gateway over stdio (for Claude Desktop, Claude Code, any MCP client).
     Mcp,
@@ -87,8 +87,9 @@ pub(crate) struct CallArgs {
     /// Idle deadline of this call, e.g. `10s` (replaces the tool's `idle_timeout`; `0` = off).
     #[arg(long, value_name = "DURATION")]
     pub(crate) idle_timeout: Option<String>,
-    /// Nothing answers approvals: a call that needs one is denied at once (exit 4). Implied
-    /// when stdin or stderr is not a terminal.
+    /// Never ask at the terminal: a local call that needs an approval is denied at once (exit 4);
+    /// with --url the server's own interactors may still answer it. Implied when stdin or stderr
+    /// is not a terminal.
     #[arg(long)]
     pub(crate) headless: bool,
     /// Print the whole result (outcome, content, structured content) as JSON.

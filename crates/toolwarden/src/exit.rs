@@ -1,4 +1,4 @@
-//! Exit codes (SPEC §7.3) and the error that means "usage or config error".
+//! Exit codes (docs/CLI.md, "Exit codes") and the error that means "usage or config error".
 
 use std::fmt;
 use std::process::ExitCode;

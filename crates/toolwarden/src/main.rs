@@ -1,4 +1,4 @@
-//! `toolwarden`: the command line (SPEC §7.3) and the wiring of every crate.
+//! `toolwarden`: the command line (docs/CLI.md) and the wiring of every crate.
 //!
 //! The key design choice: **a command either runs the engine here or talks to a running
 //! `toolwarden serve`, never both.** `serve`, `call` and `check` build an engine from the config

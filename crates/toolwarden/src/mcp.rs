@@ -1,4 +1,4 @@
-//! `toolwarden mcp`: the MCP gateway over stdio (SPEC §7.1), for Claude Desktop, Claude Code,
+//! `toolwarden mcp`: the MCP gateway over stdio (docs/GATEWAY.md), for Claude Desktop, Claude Code,
 //! Cursor or any MCP client that starts its servers as child processes.
 //!
 //! stdout carries MCP and nothing else; logs go to stderr. The client's session lasts as long as

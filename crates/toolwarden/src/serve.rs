@@ -1,4 +1,4 @@
-//! `toolwarden serve`: the engine, its servers and `exec`, behind the HTTP API (SPEC §7.2).
+//! `toolwarden serve`: the engine, its servers and `exec`, behind the HTTP API (docs/HTTP-API.md).
 //!
 //! Shutdown (SIGTERM or SIGINT) runs in this order: stop accepting connections; end every
 //! running call `cancelled{shutdown}` at once and wait for its work to stop (`exec` groups

@@ -1,4 +1,4 @@
-//! The HTTP turn API (SPEC §7.2) end to end: `toolwarden serve` on an ephemeral port with
+//! The HTTP turn API (docs/HTTP-API.md) end to end: `toolwarden serve` on an ephemeral port with
 //! `tw-test-server` as `[servers.test]`, driven over real HTTP. `serve.rs` covers start-up,
 //! health, one call, the CLI clients and shutdown; these cover turns that misbehave, the turn's
 //! event stream, aborts and disconnects as seen on `/v1/events`, and metrics.
@@ -414,9 +414,10 @@ async fn disconnected(events: &mut Sse, call_id: &str) {
     assert_eq!(abort.data["reason"], "client_disconnect");
 }
 
-/// SPEC §8. Families appear once they have a sample (docs/HTTP-API.md), so the turns
-/// exercise each: an ok call, a cache hit, a timeout whose server keeps working (abandoned), a
-/// destructive call denied because nothing can confirm it (an interaction), the server's state.
+/// Every metric family of docs/GOVERNANCE.md ("Metrics"). Families appear once they have a sample
+/// (docs/HTTP-API.md), so the turns exercise each: an ok call, a cache hit, a timeout whose server
+/// keeps working (abandoned), a destructive call denied because nothing can confirm it (an
+/// interaction), the server's state.
 #[tokio::test]
 async fn metrics_name_every_spec_metric_after_turns_and_healthz_answers() {
     let (_dir, server, url, mark) = start(

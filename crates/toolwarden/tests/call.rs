@@ -1,4 +1,4 @@
-//! `toolwarden call`: results, the exit codes of SPEC §7.3, Ctrl-C, the progress line.
+//! `toolwarden call`: results, the exit codes (docs/CLI.md), Ctrl-C, the progress line.
 
 use std::time::Duration;
 

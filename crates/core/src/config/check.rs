@@ -1,6 +1,6 @@
-//! The load-time checks of SPEC §2.1: the errors that make a config unusable and the warnings
-//! about values that are used but not as written. Each points at the table where the user wrote
-//! the value.
+//! The load-time checks (docs/CONFIG.md, "Invariants and diagnostics"): the errors that make a
+//! config unusable and the warnings about values that are used but not as written. Each points at
+//! the table where the user wrote the value.
 
 use std::time::Duration;
 

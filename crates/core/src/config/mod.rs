@@ -1,11 +1,11 @@
-//! Config loading and policy resolution (SPEC §2).
+//! Config loading and policy resolution (docs/CONFIG.md).
 //!
 //! [`Config::load`] finds the config file (`--config FILE`, else `$TOOLWARDEN_CONFIG`, else
 //! `./toolwarden.toml` if it exists, else the built-in defaults), parses it, expands `${VAR}` in
-//! server definitions, applies `TOOLWARDEN_TOOL_TIMEOUT`, and checks the invariants of SPEC §2.1.
-//! [`Config::policy_for`] then gives any tool its effective [`Policy`]: built-in defaults →
-//! `[defaults]` → `[servers.NAME]` (or `[exec]`) → `[tools."NAME"]` → annotations, then clamps.
-//! [`apply_hints`] applies a call's own deadline hints on top.
+//! server definitions, applies `TOOLWARDEN_TOOL_TIMEOUT`, and checks the invariants of
+//! docs/CONFIG.md. [`Config::policy_for`] then gives any tool its effective [`Policy`]: built-in
+//! defaults → `[defaults]` → `[servers.NAME]` (or `[exec]`) → `[tools."NAME"]` → annotations, then
+//! clamps. [`apply_hints`] applies a call's own deadline hints on top.
 //!
 //! The key design choice: **every diagnostic points at the file, the key and the line.** The file
 //! is parsed once with `toml_edit`, which keeps byte spans; the typed [`ConfigFile`] is
@@ -154,8 +154,8 @@ impl Config {
     }
 
     /// The effective policy of one tool: built-in defaults → `[defaults]` → `[servers.NAME]` (or
-    /// `[exec]` for the exec tool) → `[tools."NAME"]` → annotations (SPEC §2.2), then the clamps of
-    /// SPEC §2.1 (idle and attempt timeouts at most the total; the approval deadline at most the
+    /// `[exec]` for the exec tool) → `[tools."NAME"]` → annotations (for keys no layer set), then
+    /// the clamps (idle and attempt timeouts at most the total; the approval deadline at most the
     /// interaction ceiling).
     ///
     /// For an MCP tool, `server` names its server and `tool` is the server's own name for it

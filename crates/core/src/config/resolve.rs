@@ -6,9 +6,9 @@ use toolwarden_protocol::{
     Approval, BackoffConfig, BreakerConfig, LoopConfig, Policy, PolicyConfig, ToolAnnotations,
 };
 
-/// The default deadline of an `approval` interaction (SPEC §5).
+/// The default deadline of an `approval` interaction (docs/GOVERNANCE.md, "Interactions").
 pub(crate) const APPROVAL_DEFAULT: Duration = Duration::from_secs(120);
-/// The default deadline of a `confirm` interaction (SPEC §5).
+/// The default deadline of a `confirm` interaction (docs/GOVERNANCE.md, "Interactions").
 pub(crate) const CONFIRM_DEFAULT: Duration = Duration::from_secs(60);
 
 /// A signed count as the config writes it, as the policy holds it: negative → 0, and at most
@@ -121,7 +121,7 @@ pub(crate) fn overlay(policy: &mut Policy, layer: &PolicyConfig) {
 }
 
 /// Layers `layers` (earliest first) over the built-in defaults, then fills from annotations what
-/// no layer configured (SPEC §2.2), then applies the invariants.
+/// no layer configured (docs/CONFIG.md, "Layering"), then applies the invariants.
 pub(crate) fn resolve(
     layers: &[&PolicyConfig],
     annotations: &ToolAnnotations,
@@ -148,7 +148,7 @@ pub(crate) fn resolve(
     policy
 }
 
-/// The invariants of SPEC §2.1 on an effective policy: idle and attempt timeouts at most the
+/// The invariants on an effective policy (docs/CONFIG.md): idle and attempt timeouts at most the
 /// total (when there is one); the approval or confirm deadline at most the interaction ceiling.
 pub(crate) fn clamp(policy: &mut Policy, ceiling: Duration) {
     clamp_to_total(policy);
@@ -172,7 +172,7 @@ fn clamp_to_total(policy: &mut Policy) {
     }
 }
 
-/// Applies a call's own deadline hints to its effective policy (SPEC §3.2).
+/// Applies a call's own deadline hints to its effective policy (docs/GOVERNANCE.md, "Deadlines").
 ///
 /// `timeout_ms` replaces `timeout`, clamped to `max_timeout` when that is above zero; a hint of
 /// `0` asks for no cap, which `max_timeout` (when above zero) still caps. `idle_timeout_ms`

@@ -4,7 +4,7 @@ use pretty_assertions::assert_eq;
 
 use super::*;
 
-// The SPEC §2.3 example
+// A full example: servers of both transports, `${VAR}`, a tool table, exec, gateway, http, store
 
 #[test]
 fn the_spec_example_loads_and_every_tool_gets_its_policy() {

@@ -4,7 +4,7 @@ use pretty_assertions::assert_eq;
 
 use super::*;
 
-// Per-call hints (SPEC §3.2)
+// Per-call hints (docs/GOVERNANCE.md, "Deadlines")
 
 #[test]
 fn hints_replace_deadlines_within_max_timeout() {

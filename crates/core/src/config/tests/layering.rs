@@ -178,7 +178,7 @@ fn builtin_defaults_are_the_spec_defaults() {
     );
 }
 
-// Annotations (SPEC §2.2)
+// Annotations (docs/CONFIG.md, "Layering")
 
 #[test]
 fn annotations_fill_what_no_layer_configured() {

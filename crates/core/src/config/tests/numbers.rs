@@ -4,7 +4,7 @@ use pretty_assertions::assert_eq;
 
 use super::*;
 
-// Negative numbers (SPEC §2.1: treated as 0, with a warning)
+// Negative numbers (treated as 0, with a warning)
 
 #[test]
 fn negative_numbers_are_zero_with_a_warning_naming_key_and_line() {
@@ -76,7 +76,7 @@ max_payload = "-1KiB"
     );
 }
 
-// Clamps (SPEC §2.1)
+// Clamps (idle and attempt timeouts at most the total, approval deadlines at most the ceiling)
 
 #[test]
 fn idle_and_attempt_above_the_timeout_are_clamped_with_a_warning() {
