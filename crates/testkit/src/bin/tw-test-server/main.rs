@@ -8,6 +8,8 @@
 //! On stdio, everything rmcp writes goes through a *pump* that also accepts raw lines from the
 //! tools, so a tool can put garbage or a hand-made frame on stdout between two whole messages.
 
+mod handler;
+mod state;
 mod tools;
 
 use std::net::SocketAddr;
@@ -20,7 +22,7 @@ use rmcp::ServiceExt as _;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::sync::{mpsc, oneshot};
 
-use tools::{Injector, TestServer};
+use state::{Injector, TestServer};
 
 /// Command line.
 #[derive(Debug, Parser)]
@@ -57,7 +59,7 @@ fn main() -> anyhow::Result<()> {
         )
         .init();
     if let Some(tag) = &args.tag {
-        tools::set_tag(tag.clone());
+        state::set_tag(tag.clone());
     }
     if let Some(line) = &args.stderr_line {
         eprintln!("{line}");

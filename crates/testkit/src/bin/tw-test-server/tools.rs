@@ -38,90 +38,20 @@
               (MCP 2026-07-28), but the session-based revisions still use them"
 )]
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CancelledNotificationParam,
-    CompleteRequestParams, CompleteResult, ContentBlock, CreateMessageRequest, ElicitRequest,
-    GetPromptRequestParams, GetPromptResponse, GetPromptResult, InitializeRequestParams,
-    InitializeResult, JsonObject, ListPromptsResult, ListResourceTemplatesResult,
-    ListResourcesResult, ListRootsRequest, ListToolsResult, LoggingMessageNotification,
-    NumberOrString, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, RequestId,
-    ServerCapabilities, ServerConfig, ServerNotification, ServerRequest, SetLevelRequestParams,
-    SubscribeRequestParams, Tool, ToolAnnotations, UnsubscribeRequestParams,
+    CallToolResult, ContentBlock, CreateMessageRequest, ElicitRequest, JsonObject,
+    ListRootsRequest, LoggingMessageNotification, NumberOrString, ProgressNotificationParam,
+    ProgressToken, RequestId, ServerNotification, ServerRequest, Tool, ToolAnnotations,
 };
-use rmcp::service::{NotificationContext, RequestContext, RoleServer};
+use rmcp::service::{RequestContext, RoleServer};
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, oneshot};
 
-/// Writes raw bytes on stdout between two whole messages (stdio only).
-#[derive(Clone)]
-pub(crate) struct Injector {
-    tx: mpsc::Sender<(Vec<u8>, oneshot::Sender<()>)>,
-}
-
-impl Injector {
-    pub(crate) fn new(tx: mpsc::Sender<(Vec<u8>, oneshot::Sender<()>)>) -> Self {
-        Self { tx }
-    }
-
-    /// Closes the pump's stdout (its own descriptor of the pipe) and waits until it is closed.
-    async fn close(&self) {
-        self.write(Vec::new()).await;
-    }
-
-    /// Writes `raw` (nothing: closes stdout) and waits until it is on stdout.
-    async fn write(&self, raw: Vec<u8>) {
-        let (done, written) = oneshot::channel();
-        if self.tx.send((raw, done)).await.is_ok() {
-            let _ = written.await;
-        }
-    }
-}
-
-/// The server; cheap to clone (HTTP sessions share one state).
-#[derive(Clone)]
-pub(crate) struct TestServer {
-    state: Arc<State>,
-}
-
-struct State {
-    startup_delay: Duration,
-    injector: Option<Injector>,
-    cancels: Mutex<Vec<Value>>,
-    /// Every `tools/call` received: request id → `{tool, arguments}`.
-    calls: Mutex<HashMap<String, Value>>,
-    bonus: AtomicBool,
-    /// Resource URIs subscribed to, in order.
-    subscriptions: Mutex<Vec<String>>,
-    /// The last `logging/setLevel`.
-    log_level: Mutex<Option<Value>>,
-    /// How many `notifications/roots/list_changed` arrived.
-    roots_changed: Mutex<u64>,
-}
-
-impl TestServer {
-    pub(crate) fn new(startup_delay: Duration, injector: Option<Injector>) -> Self {
-        Self {
-            state: Arc::new(State {
-                startup_delay,
-                injector,
-                cancels: Mutex::new(Vec::new()),
-                calls: Mutex::new(HashMap::new()),
-                bonus: AtomicBool::new(false),
-                subscriptions: Mutex::new(Vec::new()),
-                log_level: Mutex::new(None),
-                roots_changed: Mutex::new(0),
-            }),
-        }
-    }
-}
+use crate::state::TestServer;
 
 fn schema(props: Value) -> Arc<JsonObject> {
     let mut s = JsonObject::new();
@@ -134,7 +64,7 @@ fn tool(name: &'static str, description: &'static str, props: Value) -> Tool {
     Tool::new(name, description, schema(props))
 }
 
-fn tools(bonus: bool) -> Vec<Tool> {
+pub(crate) fn tools(bonus: bool) -> Vec<Tool> {
     let mut list = vec![
         tool(
             "echo",
@@ -233,19 +163,19 @@ fn tools(bonus: bool) -> Vec<Tool> {
 }
 
 /// Builds one of rmcp's (mostly non-exhaustive) types from its wire form.
-fn wire<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, McpError> {
+pub(crate) fn wire<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, McpError> {
     serde_json::from_value(value)
         .map_err(|e| McpError::internal_error(format!("tw-test-server: bad wire value: {e}"), None))
 }
 
 /// A JSON answer as text and structured content.
-fn json_result(value: Value) -> CallToolResult {
+pub(crate) fn json_result(value: Value) -> CallToolResult {
     let mut r = text(value.to_string());
     r.structured_content = Some(value);
     r
 }
 
-fn service_error(what: &str, e: rmcp::ServiceError) -> McpError {
+pub(crate) fn service_error(what: &str, e: rmcp::ServiceError) -> McpError {
     match e {
         rmcp::ServiceError::McpError(e) => McpError::internal_error(
             format!("{what}: the client answered an error: {}", e.message),
@@ -255,25 +185,18 @@ fn service_error(what: &str, e: rmcp::ServiceError) -> McpError {
     }
 }
 
-static TAG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+pub(crate) const NAMES: [&str; 3] = ["alice", "albert", "bob"];
+pub(crate) const ITEM_IDS: [&str; 3] = ["1", "2", "3"];
 
-/// Sets this instance's `--tag`.
-pub(crate) fn set_tag(tag: String) {
-    let _ = TAG.set(tag);
-}
-
-const NAMES: [&str; 3] = ["alice", "albert", "bob"];
-const ITEM_IDS: [&str; 3] = ["1", "2", "3"];
-
-fn text(s: impl Into<String>) -> CallToolResult {
+pub(crate) fn text(s: impl Into<String>) -> CallToolResult {
     CallToolResult::success(vec![ContentBlock::text(s)])
 }
 
-fn arg_u64(args: &JsonObject, key: &str) -> Option<u64> {
+pub(crate) fn arg_u64(args: &JsonObject, key: &str) -> Option<u64> {
     args.get(key).and_then(Value::as_u64)
 }
 
-fn id_json(id: &RequestId) -> Value {
+pub(crate) fn id_json(id: &RequestId) -> Value {
     match id {
         NumberOrString::Number(n) => json!(n),
         NumberOrString::String(s) => json!(s.as_ref()),
@@ -296,7 +219,7 @@ async fn send_progress(
 }
 
 impl TestServer {
-    async fn run(
+    pub(crate) async fn run(
         &self,
         name: &str,
         args: JsonObject,
@@ -570,225 +493,5 @@ impl TestServer {
                 None,
             )),
         }
-    }
-}
-
-/// What `resources/read` answers for `uri`.
-fn read(uri: &str) -> Option<String> {
-    if uri == "test://static/hello" {
-        return Some("hello".into());
-    }
-    if let Some(tag) = TAG.get()
-        && uri == format!("test://{tag}/mine")
-    {
-        return Some(format!("mine of {tag}"));
-    }
-    uri.strip_prefix("test://items/")
-        .filter(|id| !id.is_empty() && !id.contains('/'))
-        .map(|id| format!("item {id}"))
-}
-
-impl rmcp::ServerHandler for TestServer {
-    fn get_info(&self) -> ServerConfig {
-        let capabilities: ServerCapabilities = serde_json::from_value(json!({
-            "tools": {"listChanged": true},
-            "resources": {"subscribe": true, "listChanged": true},
-            "prompts": {"listChanged": true},
-            "completions": {},
-            "logging": {}
-        }))
-        .unwrap_or_default();
-        let mut info = InitializeResult::new(capabilities);
-        info.instructions = Some("tw-test-server misbehaves on purpose.".into());
-        info
-    }
-
-    async fn list_resources(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ListResourcesResult, McpError> {
-        let mut resources = vec![json!({"uri": "test://static/hello", "name": "hello",
-            "mimeType": "text/plain"})];
-        if let Some(tag) = TAG.get() {
-            resources.push(json!({"uri": format!("test://{tag}/mine"), "name": "mine",
-                "mimeType": "text/plain"}));
-        }
-        wire(json!({ "resources": resources }))
-    }
-
-    async fn list_resource_templates(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ListResourceTemplatesResult, McpError> {
-        wire(
-            json!({"resourceTemplates": [{"uriTemplate": "test://items/{id}", "name": "item",
-            "mimeType": "text/plain"}]}),
-        )
-    }
-
-    async fn read_resource(
-        &self,
-        request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ReadResourceResponse, McpError> {
-        match read(&request.uri) {
-            Some(body) => {
-                let result: ReadResourceResult = wire(json!({"contents": [
-                    {"uri": request.uri, "mimeType": "text/plain", "text": body}]}))?;
-                Ok(result.into())
-            }
-            None => Err(McpError::resource_not_found(
-                format!("no resource {}", request.uri),
-                None,
-            )),
-        }
-    }
-
-    async fn subscribe(
-        &self,
-        request: SubscribeRequestParams,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<(), McpError> {
-        self.state.subscriptions.lock().push(request.uri);
-        Ok(())
-    }
-
-    async fn unsubscribe(
-        &self,
-        request: UnsubscribeRequestParams,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<(), McpError> {
-        self.state
-            .subscriptions
-            .lock()
-            .retain(|u| *u != request.uri);
-        Ok(())
-    }
-
-    async fn list_prompts(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ListPromptsResult, McpError> {
-        wire(
-            json!({"prompts": [{"name": "greet", "description": "Greets someone.",
-            "arguments": [{"name": "name", "required": true}]}]}),
-        )
-    }
-
-    async fn get_prompt(
-        &self,
-        request: GetPromptRequestParams,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<GetPromptResponse, McpError> {
-        if request.name != "greet" {
-            return Err(McpError::invalid_params(
-                format!("no prompt {:?}", request.name),
-                None,
-            ));
-        }
-        let name = request
-            .arguments
-            .as_ref()
-            .and_then(|a| a.get("name"))
-            .and_then(Value::as_str)
-            .unwrap_or("you")
-            .to_owned();
-        let suffix = TAG.get().map(|t| format!(" ({t})")).unwrap_or_default();
-        let result: GetPromptResult = wire(json!({"description": "A greeting", "messages": [
-            {"role": "user", "content": {"type": "text", "text": format!("Hello, {name}!{suffix}")}}]}))?;
-        Ok(result.into())
-    }
-
-    async fn complete(
-        &self,
-        request: CompleteRequestParams,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<CompleteResult, McpError> {
-        let request = serde_json::to_value(&request).unwrap_or(Value::Null);
-        let prefix = request
-            .pointer("/argument/value")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let candidates: &[&str] = match (
-            request.pointer("/ref/type").and_then(Value::as_str),
-            request.pointer("/argument/name").and_then(Value::as_str),
-        ) {
-            (Some("ref/prompt"), Some("name")) => &NAMES,
-            (Some("ref/resource"), Some("id")) => &ITEM_IDS,
-            _ => &[],
-        };
-        let values: Vec<&str> = candidates
-            .iter()
-            .copied()
-            .filter(|c| c.starts_with(prefix))
-            .collect();
-        wire(json!({"completion": {"values": values, "total": values.len(), "hasMore": false}}))
-    }
-
-    async fn set_level(
-        &self,
-        request: SetLevelRequestParams,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<(), McpError> {
-        *self.state.log_level.lock() = serde_json::to_value(request.level).ok();
-        Ok(())
-    }
-
-    async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {
-        *self.state.roots_changed.lock() += 1;
-    }
-
-    async fn initialize(
-        &self,
-        request: InitializeRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<InitializeResult, McpError> {
-        tokio::time::sleep(self.state.startup_delay).await;
-        context.peer.set_peer_info(request.clone());
-        self.negotiate_initialize(&request)
-    }
-
-    async fn list_tools(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(tools(
-            self.state.bonus.load(Ordering::SeqCst),
-        )))
-    }
-
-    async fn call_tool(
-        &self,
-        request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, McpError> {
-        let args = request.arguments.unwrap_or_default();
-        self.state.calls.lock().insert(
-            id_json(&context.id).to_string(),
-            json!({"tool": request.name.as_ref(), "arguments": Value::Object(args.clone())}),
-        );
-        self.run(&request.name, args, context)
-            .await
-            .map(CallToolResponse::Complete)
-    }
-
-    async fn on_cancelled(
-        &self,
-        notification: CancelledNotificationParam,
-        _context: NotificationContext<RoleServer>,
-    ) {
-        let id = notification
-            .request_id
-            .as_ref()
-            .map(id_json)
-            .unwrap_or(Value::Null);
-        self.state.cancels.lock().push(json!({
-            "requestId": id,
-            "reason": notification.reason,
-        }));
     }
 }
