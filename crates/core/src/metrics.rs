@@ -237,7 +237,7 @@ impl Metrics {
     }
 }
 
-const STATUSES: usize = 7;
+const STATUSES: usize = 8;
 
 fn status_index(status: &Status) -> usize {
     match status {
@@ -248,6 +248,7 @@ fn status_index(status: &Status) -> usize {
         Status::Denied { .. } => 4,
         Status::CircuitOpen { .. } => 5,
         Status::Invalid { .. } => 6,
+        Status::Interrupted => 7,
     }
 }
 
@@ -275,6 +276,7 @@ fn error_reason(status: &Status) -> Option<String> {
                 .unwrap_or_default()
         ),
         Status::CircuitOpen { .. } => "circuit_open".to_owned(),
+        Status::Interrupted => "interrupted".to_owned(),
     })
 }
 

@@ -100,6 +100,10 @@ pub(crate) fn outcome_text(tool: &str, status: &Status, detail: Option<&str>) ->
                 "[DENIED] Tool \"{tool}\" was blocked as a loop; it was not run. Try a different approach."
             ),
         },
+        Status::Interrupted => format!(
+            "[INTERRUPTED] toolwarden stopped while tool \"{tool}\" was running, so its result is unknown.{} It may have partly run; check its effects before calling it again.",
+            detail_sentence("")
+        ),
         Status::CircuitOpen { retry_after_ms } => format!(
             "[CIRCUIT OPEN] Tool \"{tool}\" has failed repeatedly and is paused; it was not run. Try again in {} or use another approach.",
             dur((*retry_after_ms).max(1))
