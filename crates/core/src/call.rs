@@ -61,6 +61,8 @@ enum Final {
     Failed(ErrorReason, String),
     Timeout(TimeoutKind, Duration),
     Cancelled(CancelReason),
+    // store: the audit trail could not commit `tool_start`; the backend was not invoked.
+    Unrecorded(String),
 }
 
 impl Final {
@@ -76,6 +78,7 @@ impl Final {
                 format_duration(*limit)
             ),
             Final::Cancelled(r) => format!("cancelled: {}", r.as_str()),
+            Final::Unrecorded(m) => format!("unrecorded: {m}"),
         }
     }
 }
@@ -492,7 +495,7 @@ async fn pipeline(
         Final::ToolError(_) => Verdict::Success,
         Final::Failed(ErrorReason::ServerRestart, _) => Verdict::Neutral,
         Final::Failed(..) | Final::Timeout(..) => Verdict::Failure,
-        Final::Cancelled(_) => Verdict::Neutral,
+        Final::Cancelled(_) | Final::Unrecorded(_) => Verdict::Neutral,
     };
     probe.armed = false;
     if let Some(state) = runtime
@@ -550,6 +553,12 @@ async fn pipeline(
             None,
         ),
         Final::Cancelled(reason) => fin.fail(Status::Cancelled { reason }, None),
+        Final::Unrecorded(message) => fin.fail(
+            Status::Error {
+                reason: ErrorReason::Transport,
+            },
+            Some(message),
+        ),
     }
 }
 
@@ -690,7 +699,7 @@ async fn run_attempts(
         view.started = Some(started);
         view.attempt = 1;
     }
-    engine.bus.emit_at(
+    let start_seq = engine.bus.emit_at(
         &fin.scope,
         started,
         EventKind::ToolStart {
@@ -699,6 +708,12 @@ async fn run_attempts(
             idle_timeout_ms: policy.idle_timeout.as_millis() as u64,
         },
     );
+    // store (before_execution): no backend runs before its `tool_start` is committed.
+    match crate::store::tool_start_durable(engine, &slot.scope, start_seq).await {
+        Ok(()) => {}
+        Err(crate::store::Unrecorded::Cancelled(reason)) => return Final::Cancelled(reason),
+        Err(crate::store::Unrecorded::Failed(message)) => return Final::Unrecorded(message),
+    }
     let mut n: u32 = 0;
     loop {
         n += 1;

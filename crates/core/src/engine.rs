@@ -49,6 +49,8 @@ pub struct EngineBuilder {
     headless: bool,
     cache_entries: usize,
     blocking_threads: usize,
+    // store: the audit trail, if any.
+    store: Option<Arc<dyn crate::store::AuditStore>>,
 }
 
 impl Default for EngineBuilder {
@@ -61,6 +63,7 @@ impl Default for EngineBuilder {
             headless: false,
             cache_entries: 10_000,
             blocking_threads: 64,
+            store: None,
         }
     }
 }
@@ -108,6 +111,12 @@ impl EngineBuilder {
         self
     }
 
+    /// The audit trail every event is appended to (SPEC §9; see [`crate::store`]).
+    pub fn store(mut self, store: Arc<dyn crate::store::AuditStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
     /// The engine.
     pub fn build(self) -> Engine {
         let bus = Arc::new(EventBus::new(self.event_capacity));
@@ -115,6 +124,8 @@ impl EngineBuilder {
         let interactions =
             Interactions::new(bus.clone(), metrics.clone(), self.interaction_ceiling);
         interactions.set_headless(self.headless);
+        // store: seq continues after the trail's, every event is appended to it.
+        let store = self.store.map(|s| crate::store::attach(&bus, &metrics, s));
         let inner = Arc::new(EngineInner {
             registry: Registry::default(),
             policies: RwLock::new(self.policies),
@@ -129,6 +140,7 @@ impl EngineBuilder {
             tracker: TaskTracker::new(),
             inproc: Arc::new(InProcessBackend::new(self.blocking_threads, metrics)),
             servers: Mutex::new(std::collections::BTreeMap::new()),
+            store,
         });
         Engine { inner }
     }
@@ -148,6 +160,7 @@ pub(crate) struct EngineInner {
     pub(crate) tracker: TaskTracker,
     pub(crate) inproc: Arc<InProcessBackend>,
     pub(crate) servers: Mutex<std::collections::BTreeMap<String, ServerStatus>>,
+    pub(crate) store: Option<crate::store::StoreHook>,
 }
 
 /// A backend server's last reported state.
@@ -163,7 +176,7 @@ pub struct ServerStatus {
 /// The toolwarden engine. Cheap to clone; every clone is the same engine.
 #[derive(Clone)]
 pub struct Engine {
-    inner: Arc<EngineInner>,
+    pub(crate) inner: Arc<EngineInner>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -452,6 +465,7 @@ impl Engine {
         for e in self.inner.registry.list() {
             e.runtime.metrics.breaker(e.runtime.breaker.state(now).0);
         }
+        crate::store::refresh_metrics(&self.inner);
         self.inner.metrics.encode()
     }
 

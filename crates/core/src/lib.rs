@@ -53,6 +53,7 @@ mod reaper;
 mod registry;
 mod retry;
 mod session;
+pub mod store;
 mod text;
 mod turn;
 
@@ -163,4 +164,5 @@ pub use interaction::{
 pub use metrics::Metrics;
 pub use policy::{PolicySource, ToolOrigin};
 pub use toolwarden_protocol as protocol;
+pub use store::{AuditStore, StoreHealth, StoreReadError, StoreUnavailable};
 pub use turn::{CallProgress, ResultRenderer, TurnError, TurnHandle, TurnOutput, TurnRequest};

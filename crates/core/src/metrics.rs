@@ -168,6 +168,16 @@ impl Metrics {
         }
     }
 
+    /// Registers one more metric (under the `toolwarden_` prefix).
+    pub(crate) fn register(
+        &self,
+        name: &str,
+        help: &str,
+        metric: impl prometheus_client::registry::Metric,
+    ) {
+        self.registry.lock().register(name, help, metric);
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
         let mut out = String::new();

@@ -239,6 +239,8 @@ pub(crate) async fn drive_turn(
         engine: engine.clone(),
         turn: turn.clone(),
     };
+    // store: back-pressure — calls start once the audit trail's write queue has room.
+    crate::store::admit(&engine).await;
     if jobs.len() == 1 {
         for job in jobs {
             run_call(engine.clone(), turn.clone(), job).await;
