@@ -163,6 +163,7 @@ pub use interaction::{
 };
 pub use metrics::Metrics;
 pub use policy::{PolicySource, ToolOrigin};
-pub use toolwarden_protocol as protocol;
 pub use store::{AuditStore, StoreHealth, StoreReadError, StoreUnavailable};
+pub use text::outcome_text;
+pub use toolwarden_protocol as protocol;
 pub use turn::{CallProgress, ResultRenderer, TurnError, TurnHandle, TurnOutput, TurnRequest};

@@ -16,7 +16,7 @@ const MAY_HAVE_RUN: &str = "It may have partly run; check its effects before cal
 
 /// The model-facing text of a status. `detail` adds what the engine knows (an error message, the
 /// schema violations, the names of similar tools).
-pub(crate) fn outcome_text(tool: &str, status: &Status, detail: Option<&str>) -> String {
+pub fn outcome_text(tool: &str, status: &Status, detail: Option<&str>) -> String {
     // Details are often bare messages ("connection refused"); the text goes on after them, so
     // each ends as a sentence.
     let detail_sentence = |prefix: &str| match detail {

@@ -196,9 +196,10 @@ mod tests {
 
     #[test]
     fn events_travel_as_their_own_json_and_cursors_as_opaque_strings() {
-        let e: AuditEvent =
-            serde_json::from_str(r#"{"seq":7,"ts":"1970-01-01T00:00:00.000Z","type":"turn_abort"}"#)
-                .unwrap();
+        let e: AuditEvent = serde_json::from_str(
+            r#"{"seq":7,"ts":"1970-01-01T00:00:00.000Z","type":"turn_abort"}"#,
+        )
+        .unwrap();
         assert_eq!((e.seq, e.kind.as_str()), (7, "turn_abort"));
         let page = CallsPage {
             calls: Vec::new(),
