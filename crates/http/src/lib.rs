@@ -26,6 +26,7 @@
 #![deny(missing_docs)]
 
 mod app;
+mod audit;
 mod auth;
 mod error;
 mod events;
@@ -151,6 +152,9 @@ pub fn router_with(engine: Engine, opts: HttpOptions, mcp: Option<Router>) -> Ro
     let routes = Router::new()
         .route("/v1/turns", post(turns::create))
         .route("/v1/turns/active", get(turns::active))
+        .route("/v1/turns/{id}", get(audit::turn))
+        .route("/v1/audit", get(audit::events))
+        .route("/v1/audit/calls", get(audit::calls))
         .route("/v1/turns/{id}/abort", post(turns::abort))
         .route(
             "/v1/turns/{id}/calls/{call_id}/abort",

@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use toolwarden_core::{TurnError, TurnRequest};
 use toolwarden_protocol::{CallId, CancelReason, SessionId, TurnId};
 
-use crate::error::{ApiError, ErrorCode};
 use crate::app::App;
+use crate::error::{ApiError, ErrorCode};
 use crate::{format, sse};
 
 /// The body's bytes, or the fitting error (413 past the limit).
@@ -83,7 +83,7 @@ pub(crate) fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, ApiError> 
         .map_err(|e| ApiError::invalid(format!("path: {e}")))
 }
 
-fn turn_error(e: TurnError) -> ApiError {
+pub(crate) fn turn_error(e: TurnError) -> ApiError {
     ApiError::invalid(match e {
         TurnError::Empty => "calls: empty; a turn needs at least one call".to_owned(),
         TurnError::EmptyCallId(i) => format!("calls[{i}].id: must not be empty"),
@@ -101,6 +101,9 @@ pub(crate) async fn create(
     let body = body_bytes(body)?;
     let turn = format::parse_turn(&body)?;
     let render = format::renderer(turn.family);
+    if turn.detach {
+        return crate::audit::detach(&app, turn, render);
+    }
     let calls = turn.calls.clone();
     let request = TurnRequest {
         session_id: turn.session_id,
