@@ -184,6 +184,13 @@ def serve(cwd: Path, config: Path, *extra: str, env: dict[str, str] | None = Non
     assert code == 0, f"toolwarden serve exited {code}:\n{served.stderr()}"
 
 
+@pytest.fixture(autouse=True)
+def _own_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every toolwarden a test starts keeps its audit trail (when no `[store] path` is
+    configured) in the test's temp dir, never in the user's data dir."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+
+
 # --- the gateway with tw-test-server --------------------------------------------------------
 
 

@@ -265,13 +265,32 @@ fn configure_writer(path: &Path, conn: &Connection) -> Result<(), OpenError> {
     .map_err(|e| sqlite_error(path, e))
 }
 
-/// A read-only connection (readers never block the writer).
+/// A read-only connection (readers never block the writer). A WAL database nobody has open has
+/// no shared-memory file, which a read-only connection cannot make: then the connection is
+/// opened for writing but told to write nothing (`query_only`).
 fn reader_connection(path: &Path) -> Result<Connection, OpenError> {
-    let conn = Connection::open_with_flags(
+    let read_only = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
-    .map_err(|e| sqlite_error(path, e))?;
+    .and_then(|c| {
+        c.query_row("SELECT count(*) FROM sqlite_master", [], |_| Ok(()))?;
+        Ok(c)
+    });
+    let conn = match read_only {
+        Ok(conn) => conn,
+        Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::CannotOpen) => {
+            let conn = Connection::open_with_flags(
+                path,
+                OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
+            .map_err(|e| sqlite_error(path, e))?;
+            conn.pragma_update(None, "query_only", true)
+                .map_err(|e| sqlite_error(path, e))?;
+            conn
+        }
+        Err(e) => return Err(sqlite_error(path, e)),
+    };
     conn.busy_timeout(Duration::from_secs(5))
         .map_err(|e| sqlite_error(path, e))?;
     Ok(conn)

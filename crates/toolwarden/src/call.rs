@@ -152,7 +152,7 @@ async fn local(
     interactive: bool,
     signals: &mut Signals,
 ) -> anyhow::Result<(Option<Arc<CallResult>>, Option<Stop>)> {
-    let mut stack = Stack::build(config, !interactive)?;
+    let mut stack = Stack::build(config, !interactive, stack::Record::Yes)?;
     let needed = needed_servers(&stack, &call.name);
     stack.start_servers(|name| needed.iter().any(|n| n == name));
     let ready = tokio::select! {
