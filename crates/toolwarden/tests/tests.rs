@@ -7,6 +7,7 @@
 mod util;
 
 mod api;
+mod audit;
 mod call;
 mod check;
 mod config;
