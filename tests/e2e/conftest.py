@@ -211,7 +211,11 @@ def setup(tmp_path: Path) -> Iterator[Setup]:
     server) or the dir (toolwarden, whose command line names its config) may be running."""
     mark = f"twe2e-{uuid.uuid4().hex[:12]}"
     config = tmp_path / "toolwarden.toml"
+    # The audit trail in the test's dir: the SDK starts `toolwarden mcp` with a reduced
+    # environment (no XDG_DATA_HOME), so the data-dir default would be the user's.
     config.write_text(
+        "[store]\n"
+        'path = "audit.db"\n\n'
         "[servers.test]\n"
         f"command = {toml_str(test_server_bin())}\n"
         f'args = ["--stderr-line", {toml_str(mark)}]\n'
