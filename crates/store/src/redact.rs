@@ -21,6 +21,8 @@ pub const DEFAULT_MASK_KEYS: [&str; 5] =
 pub struct Redactor {
     /// Lower-case words; a key containing one (ignoring case, `-` read as `_`) is masked.
     words: Vec<String>,
+    /// The bytes a word starts with, in either case.
+    firsts: [bool; 256],
     max_payload: usize,
 }
 
@@ -28,12 +30,21 @@ impl Redactor {
     /// Masks keys containing any of `words`; truncates payloads longer than `max_payload` bytes
     /// of JSON.
     pub fn new(words: &[String], max_payload: usize) -> Self {
+        let words: Vec<String> = words
+            .iter()
+            .map(|w| w.to_ascii_lowercase().replace('-', "_"))
+            .filter(|w| !w.is_empty())
+            .collect();
+        let mut firsts = [false; 256];
+        for w in &words {
+            if let Some(&b) = w.as_bytes().first() {
+                firsts[usize::from(b.to_ascii_lowercase())] = true;
+                firsts[usize::from(b.to_ascii_uppercase())] = true;
+            }
+        }
         Self {
-            words: words
-                .iter()
-                .map(|w| w.to_ascii_lowercase().replace('-', "_"))
-                .filter(|w| !w.is_empty())
-                .collect(),
+            words,
+            firsts,
             max_payload,
         }
     }
@@ -79,17 +90,21 @@ impl Redactor {
         serde_json::to_string(&value).unwrap_or(text)
     }
 
-    /// Whether `text` contains any mask word (ignoring case): a cheap test before parsing.
+    /// Whether `text` contains any mask word (ignoring case): a cheap test before parsing. One
+    /// pass over the text; the words are compared only where one's first letter is.
     fn mentions_a_word(&self, text: &str) -> bool {
         let bytes = text.as_bytes();
-        self.words.iter().any(|w| {
-            let w = w.as_bytes();
-            // `_` in a word also matches `-` in the text.
-            bytes.windows(w.len()).any(|win| {
-                win.iter()
-                    .zip(w)
-                    .all(|(a, b)| a.eq_ignore_ascii_case(b) || (*b == b'_' && *a == b'-'))
-            })
+        bytes.iter().enumerate().any(|(i, b)| {
+            self.firsts[usize::from(*b)]
+                && self.words.iter().any(|w| {
+                    let w = w.as_bytes();
+                    bytes.get(i..i + w.len()).is_some_and(|win| {
+                        // `_` in a word also matches `-` in the text.
+                        win.iter()
+                            .zip(w)
+                            .all(|(a, b)| a.eq_ignore_ascii_case(b) || (*b == b'_' && *a == b'-'))
+                    })
+                })
         })
     }
 

@@ -55,11 +55,52 @@ pub(crate) struct Shared {
     room: Notify,
     health: Mutex<StoreHealth>,
     closed: watch::Sender<bool>,
+    /// Set to stop the checkpointer.
+    checkpoint: Mutex<bool>,
+    checkpoint_wake: Condvar,
+    /// The checkpointer found the WAL past [`WAL_PAGES_LIMIT`].
+    wal_full: AtomicBool,
+    /// The write connection; `None` once the store is closed.
+    state: Mutex<Option<Conn>>,
 }
 
-/// Starts the writer thread over `conn` (which holds `lock` until it ends).
+/// Copies the WAL into the database every [`CHECKPOINT_EVERY`], beside the writer (SQLite lets a
+/// checkpoint run while another connection writes), so that no commit a call waits for also
+/// pays for a checkpoint's disk flushes.
+fn checkpoint_loop(shared: &Shared, conn: &Connection) {
+    loop {
+        {
+            let mut stop = shared.checkpoint.lock();
+            if !*stop {
+                shared.checkpoint_wake.wait_for(&mut stop, CHECKPOINT_EVERY);
+            }
+            if *stop {
+                return;
+            }
+        }
+        match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+            Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+        }) {
+            Ok((log, done)) if log > WAL_PAGES_LIMIT && done < log => {
+                shared.wal_full.store(true, Ordering::Release);
+            }
+            Ok(_) => {}
+            Err(e) => tracing::debug!(error = %e, "a checkpoint of the audit trail failed"),
+        }
+    }
+}
+
+/// How often the checkpointer copies the WAL into the database.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(200);
+/// WAL pages past which the writer checkpoints itself (a checkpoint that runs beside the writer
+/// cannot always reach the WAL's end, and then the WAL is never reused).
+const WAL_PAGES_LIMIT: i64 = 16_384;
+
+/// Starts the writer thread over `conn` (which holds `lock` until it ends), and the checkpointer
+/// thread over `checkpoints`.
 pub(crate) fn start(
     conn: Connection,
+    checkpoints: Connection,
     lock: File,
     redactor: Redactor,
     options: &StoreOptions,
@@ -79,20 +120,69 @@ pub(crate) fn start(
         room: Notify::new(),
         health: Mutex::new(StoreHealth::Ok),
         closed: watch::Sender::new(false),
+        checkpoint: Mutex::new(false),
+        checkpoint_wake: Condvar::new(),
+        wal_full: AtomicBool::new(false),
+        state: Mutex::new(None),
+    });
+    let checkpointer = std::thread::Builder::new()
+        .name("toolwarden-store-checkpoint".into())
+        .spawn({
+            let shared = shared.clone();
+            move || checkpoint_loop(&shared, &checkpoints)
+        })?;
+    *shared.state.lock() = Some(Conn {
+        conn,
+        rows: Rows::default(),
+        redactor,
     });
     let writer = Writer {
         shared: shared.clone(),
-        conn,
         _lock: lock,
-        redactor,
         retain: options.retain,
-        rows: Rows::default(),
         last_prune: Timestamp::now().unix_millis(),
+        checkpointer: Some(checkpointer),
     };
     std::thread::Builder::new()
         .name("toolwarden-store".into())
         .spawn(move || writer.run())?;
     Ok(shared)
+}
+
+/// The write connection and what goes with it. Whoever holds it commits: the writer thread, or
+/// a call that waits for its own `tool_start` and finds it free (below).
+pub(crate) struct Conn {
+    conn: Connection,
+    rows: Rows,
+    redactor: Redactor,
+}
+
+impl Conn {
+    fn write(&mut self, items: &[Prepared<'_>]) -> rusqlite::Result<()> {
+        let tx = self.conn.transaction()?;
+        for item in items {
+            apply(&tx, &mut self.rows, item)?;
+        }
+        tx.commit()
+    }
+
+    fn prepare<'a>(&self, batch: &'a [Arc<Event>]) -> Vec<Prepared<'a>> {
+        batch
+            .iter()
+            .map(|event| Prepared {
+                event,
+                body: self.redactor.body(event),
+            })
+            .collect()
+    }
+}
+
+/// Whether a waiting call may commit on its own thread: only on a multi-threaded runtime, where
+/// the other worker goes on with everything else meanwhile (on a single-threaded one, blocking
+/// the thread would block every other task).
+fn may_commit_inline() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
 }
 
 impl Shared {
@@ -133,7 +223,16 @@ impl Shared {
         self.durable_seq.load(Ordering::Acquire) >= seq
     }
 
+    /// Waits until `seq` is committed. A caller that finds the write connection free commits
+    /// the queue itself, at once, instead of waking the writer thread and waiting to be woken in
+    /// turn: on a busy machine each of those wake-ups can wait for a core.
     pub(crate) fn durable(self: &Arc<Self>, seq: u64) -> BoxFuture<Result<(), StoreUnavailable>> {
+        if !self.is_durable(seq) && may_commit_inline() {
+            self.commit_inline();
+        }
+        if self.is_durable(seq) {
+            return Box::pin(std::future::ready(Ok(())));
+        }
         let mut rx = self.committed.subscribe();
         Box::pin(async move {
             let state = rx
@@ -169,21 +268,124 @@ impl Shared {
             let _ = rx.wait_for(|closed| *closed).await;
         })
     }
+
+    /// Everything queued, in `seq` order.
+    fn take(&self) -> Vec<Arc<Event>> {
+        std::mem::take(&mut self.queue.lock().events)
+    }
+
+    /// Commits the queue on this thread if the write connection is free and healthy; a failure
+    /// puts the batch back in front of the queue for the writer thread, which retries.
+    fn commit_inline(&self) {
+        let Some(mut guard) = self.state.try_lock() else {
+            return;
+        };
+        let Some(conn) = guard.as_mut() else { return };
+        if self.failing.load(Ordering::Acquire) {
+            return;
+        }
+        let batch = self.take();
+        if batch.is_empty() {
+            return;
+        }
+        let items = conn.prepare(&batch);
+        match conn.write(&items) {
+            Ok(()) => {
+                let last = items.last().map_or(0, |i| i.event.seq);
+                self.committed_batch(conn, items.len(), last);
+            }
+            Err(e) => {
+                drop(items);
+                self.failed(conn, &e);
+                let mut q = self.queue.lock();
+                let rest = std::mem::replace(&mut q.events, batch);
+                q.events.extend(rest);
+                q.idle = false;
+                self.wake.notify_one();
+            }
+        }
+    }
+
+    /// Writes `batch` in one transaction, retrying (every event kept) until it commits or the
+    /// store is closed.
+    fn commit_retrying(&self, conn: &mut Conn, batch: &[Arc<Event>]) {
+        let items = conn.prepare(batch);
+        let mut wait = RETRY_FIRST;
+        loop {
+            match conn.write(&items) {
+                Ok(()) => break,
+                Err(e) => {
+                    self.failed(conn, &e);
+                    let mut q = self.queue.lock();
+                    if q.closing {
+                        // Closing: one more try after the wait, then give up on this batch.
+                        drop(q);
+                        std::thread::park_timeout(wait);
+                        if conn.write(&items).is_err() {
+                            tracing::error!(
+                                events = items.len(),
+                                "the audit trail could not be written before closing"
+                            );
+                            return;
+                        }
+                        break;
+                    }
+                    q.idle = true;
+                    self.wake.wait_for(&mut q, wait);
+                    q.idle = false;
+                    wait = (wait * 2).min(RETRY_MAX);
+                }
+            }
+        }
+        let last = items.last().map_or(0, |i| i.event.seq);
+        self.committed_batch(conn, items.len(), last);
+    }
+
+    /// A write failed: the store is degraded; waiters hear why.
+    fn failed(&self, conn: &mut Conn, e: &rusqlite::Error) {
+        conn.rows.clear();
+        let why: Arc<str> = e.to_string().into();
+        if !self.failing.swap(true, Ordering::AcqRel) {
+            tracing::error!(error = %why, "the audit trail cannot be written; retrying");
+        }
+        *self.health.lock() = StoreHealth::Degraded(why.to_string());
+        self.committed.send_modify(|c| c.failed = Some(why));
+        self.room.notify_waiters();
+    }
+
+    /// `n` events up to `last` are committed: tells the waiters, makes room.
+    fn committed_batch(&self, conn: &mut Conn, n: usize, last: u64) {
+        self.durable_seq.fetch_max(last, Ordering::AcqRel);
+        if self.failing.swap(false, Ordering::AcqRel) {
+            *self.health.lock() = StoreHealth::Ok;
+            tracing::info!("the audit trail can be written again");
+        }
+        self.committed.send_modify(|c| {
+            c.seq = c.seq.max(last);
+            c.failed = None;
+        });
+        let before = self.depth.fetch_sub(n, Ordering::AcqRel);
+        if before - n < self.capacity {
+            self.room.notify_waiters();
+        }
+        if self.wal_full.swap(false, Ordering::AcqRel) {
+            // Here no write runs beside it, so this checkpoint reaches the WAL's end and the
+            // next commit starts the WAL over.
+            let _ = conn.conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE);");
+        }
+    }
 }
 
 struct Writer {
     shared: Arc<Shared>,
-    conn: Connection,
     _lock: File,
-    redactor: Redactor,
     retain: Option<Duration>,
-    rows: Rows,
     last_prune: i64,
+    checkpointer: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Writer {
     fn run(mut self) {
-        let mut batch: Vec<Arc<Event>> = Vec::new();
         loop {
             let closing = {
                 let mut q = self.shared.queue.lock();
@@ -198,12 +400,16 @@ impl Writer {
                     }
                 }
                 q.idle = false;
-                std::mem::swap(&mut batch, &mut q.events);
                 q.closing
             };
-            if !batch.is_empty() {
-                self.commit(&batch);
-                batch.clear();
+            {
+                let mut guard = self.shared.state.lock();
+                if let Some(conn) = guard.as_mut() {
+                    let batch = self.shared.take();
+                    if !batch.is_empty() {
+                        self.shared.commit_retrying(conn, &batch);
+                    }
+                }
             }
             if closing && self.shared.queue.lock().events.is_empty() {
                 break;
@@ -211,85 +417,19 @@ impl Writer {
             self.maybe_prune();
         }
         // Let readers see a clean database: checkpoint the WAL into it.
-        let _ = self.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);");
+        *self.shared.checkpoint.lock() = true;
+        self.shared.checkpoint_wake.notify_one();
+        if let Some(checkpointer) = self.checkpointer.take() {
+            let _ = checkpointer.join();
+        }
         // The connection and the lock go before anyone hears that the store is closed, so that
         // the next writer can open it at once.
-        let Writer {
-            shared,
-            conn,
-            _lock,
-            ..
-        } = self;
-        drop(conn);
+        if let Some(conn) = self.shared.state.lock().take() {
+            let _ = conn.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);");
+        }
+        let Writer { shared, _lock, .. } = self;
         drop(_lock);
         shared.closed.send_replace(true);
-    }
-
-    /// Writes `batch` in one transaction, retrying (every event kept) until it commits or the
-    /// store is closed.
-    fn commit(&mut self, batch: &[Arc<Event>]) {
-        let items: Vec<Prepared<'_>> = batch
-            .iter()
-            .map(|event| Prepared {
-                event,
-                body: self.redactor.body(event),
-            })
-            .collect();
-        let mut wait = RETRY_FIRST;
-        loop {
-            match self.write(&items) {
-                Ok(()) => break,
-                Err(e) => {
-                    self.rows.clear();
-                    let why: Arc<str> = e.to_string().into();
-                    tracing::error!(error = %why, "the audit trail cannot be written; retrying");
-                    *self.shared.health.lock() = StoreHealth::Degraded(why.to_string());
-                    self.shared.failing.store(true, Ordering::Release);
-                    self.shared.committed.send_modify(|c| c.failed = Some(why));
-                    self.shared.room.notify_waiters();
-                    let mut q = self.shared.queue.lock();
-                    if q.closing {
-                        // Closing: one more try after the wait, then give up on this batch.
-                        drop(q);
-                        std::thread::park_timeout(wait);
-                        if self.write(&items).is_err() {
-                            tracing::error!(
-                                events = items.len(),
-                                "the audit trail could not be written before closing"
-                            );
-                            return;
-                        }
-                        break;
-                    }
-                    q.idle = true;
-                    self.shared.wake.wait_for(&mut q, wait);
-                    q.idle = false;
-                    wait = (wait * 2).min(RETRY_MAX);
-                }
-            }
-        }
-        let last = items.last().map_or(0, |i| i.event.seq);
-        self.shared.durable_seq.fetch_max(last, Ordering::AcqRel);
-        if self.shared.failing.swap(false, Ordering::AcqRel) {
-            *self.shared.health.lock() = StoreHealth::Ok;
-            tracing::info!("the audit trail can be written again");
-        }
-        self.shared.committed.send_modify(|c| {
-            c.seq = c.seq.max(last);
-            c.failed = None;
-        });
-        let before = self.shared.depth.fetch_sub(items.len(), Ordering::AcqRel);
-        if before - items.len() < self.shared.capacity {
-            self.shared.room.notify_waiters();
-        }
-    }
-
-    fn write(&mut self, items: &[Prepared<'_>]) -> rusqlite::Result<()> {
-        let tx = self.conn.transaction()?;
-        for item in items {
-            apply(&tx, &mut self.rows, item)?;
-        }
-        tx.commit()
     }
 
     fn maybe_prune(&mut self) {
@@ -299,7 +439,10 @@ impl Writer {
             return;
         }
         self.last_prune = now.unix_millis();
-        if let Err(e) = prune(&self.conn, retain, now) {
+        let guard = self.shared.state.lock();
+        if let Some(conn) = guard.as_ref()
+            && let Err(e) = prune(&conn.conn, retain, now)
+        {
             tracing::warn!(error = %e, "pruning the audit trail failed");
         }
     }

@@ -82,7 +82,8 @@ fn events_of(path: &Path, query: AuditQuery) -> Vec<Value> {
         .collect()
 }
 
-#[tokio::test]
+// On two worker threads: a waiting call commits on its own thread when it can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_event_is_stored_in_order_and_seq_goes_on_after_a_restart() {
     let tmp = dir();
     let path = tmp.path().join("audit.db");
@@ -143,7 +144,8 @@ async fn every_event_is_stored_in_order_and_seq_goes_on_after_a_restart() {
     assert_eq!(page.events.len(), 4);
 }
 
-#[tokio::test]
+// On two worker threads: a waiting call commits on its own thread when it can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_before_execution_a_tool_runs_only_once_its_start_is_committed() {
     let tmp = dir();
     let store = open(&tmp.path().join("audit.db"));
@@ -444,7 +446,8 @@ async fn a_password_answer_and_an_api_key_input_never_reach_the_file() {
     assert!(!contains(&bytes, secret) && !contains(&bytes, key));
 }
 
-#[tokio::test]
+// On two worker threads: a waiting call commits on its own thread when it can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_that_cannot_write_runs_no_backend_says_so_and_loses_nothing() {
     let tmp = dir();
     let path = tmp.path().join("audit.db");
