@@ -149,8 +149,7 @@ pub(crate) fn start(
     Ok(shared)
 }
 
-/// The write connection and what goes with it. Whoever holds it commits: the writer thread, or
-/// a call that waits for its own `tool_start` and finds it free (below).
+/// The write connection and what goes with it, used by the writer thread.
 pub(crate) struct Conn {
     conn: Connection,
     rows: Rows,
@@ -175,14 +174,6 @@ impl Conn {
             })
             .collect()
     }
-}
-
-/// Whether a waiting call may commit on its own thread: only on a multi-threaded runtime, where
-/// the other worker goes on with everything else meanwhile (on a single-threaded one, blocking
-/// the thread would block every other task).
-fn may_commit_inline() -> bool {
-    tokio::runtime::Handle::try_current()
-        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
 }
 
 impl Shared {
@@ -223,13 +214,9 @@ impl Shared {
         self.durable_seq.load(Ordering::Acquire) >= seq
     }
 
-    /// Waits until `seq` is committed. A caller that finds the write connection free commits
-    /// the queue itself, at once, instead of waking the writer thread and waiting to be woken in
-    /// turn: on a busy machine each of those wake-ups can wait for a core.
+    /// Waits until `seq` is committed (by the writer thread: a waiting call never writes on the
+    /// async runtime's threads, so a slow disk never stalls other calls).
     pub(crate) fn durable(self: &Arc<Self>, seq: u64) -> BoxFuture<Result<(), StoreUnavailable>> {
-        if !self.is_durable(seq) && may_commit_inline() {
-            self.commit_inline();
-        }
         if self.is_durable(seq) {
             return Box::pin(std::future::ready(Ok(())));
         }
@@ -272,38 +259,6 @@ impl Shared {
     /// Everything queued, in `seq` order.
     fn take(&self) -> Vec<Arc<Event>> {
         std::mem::take(&mut self.queue.lock().events)
-    }
-
-    /// Commits the queue on this thread if the write connection is free and healthy; a failure
-    /// puts the batch back in front of the queue for the writer thread, which retries.
-    fn commit_inline(&self) {
-        let Some(mut guard) = self.state.try_lock() else {
-            return;
-        };
-        let Some(conn) = guard.as_mut() else { return };
-        if self.failing.load(Ordering::Acquire) {
-            return;
-        }
-        let batch = self.take();
-        if batch.is_empty() {
-            return;
-        }
-        let items = conn.prepare(&batch);
-        match conn.write(&items) {
-            Ok(()) => {
-                let last = items.last().map_or(0, |i| i.event.seq);
-                self.committed_batch(conn, items.len(), last);
-            }
-            Err(e) => {
-                drop(items);
-                self.failed(conn, &e);
-                let mut q = self.queue.lock();
-                let rest = std::mem::replace(&mut q.events, batch);
-                q.events.extend(rest);
-                q.idle = false;
-                self.wake.notify_one();
-            }
-        }
     }
 
     /// Writes `batch` in one transaction, retrying (every event kept) until it commits or the

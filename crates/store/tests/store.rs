@@ -82,7 +82,7 @@ fn events_of(path: &Path, query: AuditQuery) -> Vec<Value> {
         .collect()
 }
 
-// On two worker threads: a waiting call commits on its own thread when it can.
+// On two worker threads, as the binary runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_event_is_stored_in_order_and_seq_goes_on_after_a_restart() {
     let tmp = dir();
@@ -144,7 +144,7 @@ async fn every_event_is_stored_in_order_and_seq_goes_on_after_a_restart() {
     assert_eq!(page.events.len(), 4);
 }
 
-// On two worker threads: a waiting call commits on its own thread when it can.
+// On two worker threads, as the binary runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_before_execution_a_tool_runs_only_once_its_start_is_committed() {
     let tmp = dir();
@@ -446,7 +446,7 @@ async fn a_password_answer_and_an_api_key_input_never_reach_the_file() {
     assert!(!contains(&bytes, secret) && !contains(&bytes, key));
 }
 
-// On two worker threads: a waiting call commits on its own thread when it can.
+// On two worker threads, as the binary runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_that_cannot_write_runs_no_backend_says_so_and_loses_nothing() {
     let tmp = dir();
