@@ -55,52 +55,13 @@ pub(crate) struct Shared {
     room: Notify,
     health: Mutex<StoreHealth>,
     closed: watch::Sender<bool>,
-    /// Set to stop the checkpointer.
-    checkpoint: Mutex<bool>,
-    checkpoint_wake: Condvar,
-    /// The checkpointer found the WAL past [`WAL_PAGES_LIMIT`].
-    wal_full: AtomicBool,
     /// The write connection; `None` once the store is closed.
     state: Mutex<Option<Conn>>,
 }
 
-/// Copies the WAL into the database every [`CHECKPOINT_EVERY`], beside the writer (SQLite lets a
-/// checkpoint run while another connection writes), so that no commit a call waits for also
-/// pays for a checkpoint's disk flushes.
-fn checkpoint_loop(shared: &Shared, conn: &Connection) {
-    loop {
-        {
-            let mut stop = shared.checkpoint.lock();
-            if !*stop {
-                shared.checkpoint_wake.wait_for(&mut stop, CHECKPOINT_EVERY);
-            }
-            if *stop {
-                return;
-            }
-        }
-        match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
-            Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
-        }) {
-            Ok((log, done)) if log > WAL_PAGES_LIMIT && done < log => {
-                shared.wal_full.store(true, Ordering::Release);
-            }
-            Ok(_) => {}
-            Err(e) => tracing::debug!(error = %e, "a checkpoint of the audit trail failed"),
-        }
-    }
-}
-
-/// How often the checkpointer copies the WAL into the database.
-const CHECKPOINT_EVERY: Duration = Duration::from_millis(200);
-/// WAL pages past which the writer checkpoints itself (a checkpoint that runs beside the writer
-/// cannot always reach the WAL's end, and then the WAL is never reused).
-const WAL_PAGES_LIMIT: i64 = 16_384;
-
-/// Starts the writer thread over `conn` (which holds `lock` until it ends), and the checkpointer
-/// thread over `checkpoints`.
+/// Starts the writer thread over `conn` (which holds `lock` until it ends).
 pub(crate) fn start(
     conn: Connection,
-    checkpoints: Connection,
     lock: File,
     redactor: Redactor,
     options: &StoreOptions,
@@ -120,17 +81,8 @@ pub(crate) fn start(
         room: Notify::new(),
         health: Mutex::new(StoreHealth::Ok),
         closed: watch::Sender::new(false),
-        checkpoint: Mutex::new(false),
-        checkpoint_wake: Condvar::new(),
-        wal_full: AtomicBool::new(false),
         state: Mutex::new(None),
     });
-    let checkpointer = std::thread::Builder::new()
-        .name("toolwarden-store-checkpoint".into())
-        .spawn({
-            let shared = shared.clone();
-            move || checkpoint_loop(&shared, &checkpoints)
-        })?;
     *shared.state.lock() = Some(Conn {
         conn,
         rows: Rows::default(),
@@ -141,7 +93,6 @@ pub(crate) fn start(
         _lock: lock,
         retain: options.retain,
         last_prune: Timestamp::now().unix_millis(),
-        checkpointer: Some(checkpointer),
     };
     std::thread::Builder::new()
         .name("toolwarden-store".into())
@@ -293,7 +244,7 @@ impl Shared {
             }
         }
         let last = items.last().map_or(0, |i| i.event.seq);
-        self.committed_batch(conn, items.len(), last);
+        self.committed_batch(items.len(), last);
     }
 
     /// A write failed: the store is degraded; waiters hear why.
@@ -309,7 +260,7 @@ impl Shared {
     }
 
     /// `n` events up to `last` are committed: tells the waiters, makes room.
-    fn committed_batch(&self, conn: &mut Conn, n: usize, last: u64) {
+    fn committed_batch(&self, n: usize, last: u64) {
         self.durable_seq.fetch_max(last, Ordering::AcqRel);
         if self.failing.swap(false, Ordering::AcqRel) {
             *self.health.lock() = StoreHealth::Ok;
@@ -323,11 +274,6 @@ impl Shared {
         if before - n < self.capacity {
             self.room.notify_waiters();
         }
-        if self.wal_full.swap(false, Ordering::AcqRel) {
-            // Here no write runs beside it, so this checkpoint reaches the WAL's end and the
-            // next commit starts the WAL over.
-            let _ = conn.conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE);");
-        }
     }
 }
 
@@ -336,7 +282,6 @@ struct Writer {
     _lock: File,
     retain: Option<Duration>,
     last_prune: i64,
-    checkpointer: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Writer {
@@ -372,11 +317,6 @@ impl Writer {
             self.maybe_prune();
         }
         // Let readers see a clean database: checkpoint the WAL into it.
-        *self.shared.checkpoint.lock() = true;
-        self.shared.checkpoint_wake.notify_one();
-        if let Some(checkpointer) = self.checkpointer.take() {
-            let _ = checkpointer.join();
-        }
         // The connection and the lock go before anyone hears that the store is closed, so that
         // the next writer can open it at once.
         if let Some(conn) = self.shared.state.lock().take() {
