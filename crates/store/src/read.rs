@@ -39,7 +39,8 @@ fn seq_since(conn: &Connection, since: Timestamp) -> rusqlite::Result<(i64, i64)
 /// The call filters as a condition on `calls` (alias `c`), with their parameters.
 fn call_conditions(q: &AuditQuery, sql: &mut String, args: &mut Vec<Sql>) {
     if let Some(turn) = &q.turn {
-        sql.push_str(" AND c.turn_id = ?");
+        // Through the turn's row: `calls` is indexed by it, not by the turn's id.
+        sql.push_str(" AND c.turn_row = (SELECT id FROM turns WHERE turn_id = ?)");
         args.push(Sql::Text(turn.as_str().to_owned()));
     }
     if let Some(call) = &q.call {
