@@ -27,7 +27,7 @@ cargo build --workspace --all-targets --locked
 failed=()
 cargo nextest run --workspace --locked --no-fail-fast || failed+=("cargo nextest")
 cargo test --workspace --doc --locked || failed+=("doc tests")
-python3 scripts/check-module-cycles.py crates/{bench,core,exec,http,process,protocol,testkit,toolwarden}/src ||
+python3 scripts/check-module-cycles.py crates/{bench,core,exec,http,process,protocol,store,testkit,toolwarden}/src ||
   failed+=("module graphs")
 bash scripts/loom.sh || failed+=("loom")
 

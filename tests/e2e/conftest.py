@@ -184,6 +184,13 @@ def serve(cwd: Path, config: Path, *extra: str, env: dict[str, str] | None = Non
     assert code == 0, f"toolwarden serve exited {code}:\n{served.stderr()}"
 
 
+@pytest.fixture(autouse=True)
+def _own_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every toolwarden a test starts keeps its audit trail (when no `[store] path` is
+    configured) in the test's temp dir, never in the user's data dir."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+
+
 # --- the gateway with tw-test-server --------------------------------------------------------
 
 
@@ -204,7 +211,11 @@ def setup(tmp_path: Path) -> Iterator[Setup]:
     server) or the dir (toolwarden, whose command line names its config) may be running."""
     mark = f"twe2e-{uuid.uuid4().hex[:12]}"
     config = tmp_path / "toolwarden.toml"
+    # The audit trail in the test's dir: the SDK starts `toolwarden mcp` with a reduced
+    # environment (no XDG_DATA_HOME), so the data-dir default would be the user's.
     config.write_text(
+        "[store]\n"
+        'path = "audit.db"\n\n'
         "[servers.test]\n"
         f"command = {toml_str(test_server_bin())}\n"
         f'args = ["--stderr-line", {toml_str(mark)}]\n'

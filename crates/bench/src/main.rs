@@ -61,7 +61,7 @@ async fn main() -> Result<()> {
     std::fs::write(
         &config,
         format!(
-            "[servers.echo]\ncommand = {:?}\n\n[gateway]\nprefix = false\n\n[defaults]\ntimeout = \"30s\"\n\n[defaults.loop]\nwarn_after = 0\nblock_after = 0\n",
+            "[servers.echo]\ncommand = {:?}\n\n[gateway]\nprefix = false\n\n[defaults]\ntimeout = \"30s\"\n\n[defaults.loop]\nwarn_after = 0\nblock_after = 0\n\n# The gateway's own cost; the audit trail's is measured by store-bench.\n[store]\nenabled = false\n",
             server.display().to_string()
         ),
     )?;

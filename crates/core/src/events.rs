@@ -270,6 +270,12 @@ impl EventBus {
         n
     }
 
+    /// Makes `seq` continue after `seq` (the audit trail's last one, so that `seq` keeps
+    /// increasing across restarts); never moves it back.
+    pub fn continue_after(&self, seq: u64) {
+        self.seq.fetch_max(seq, Ordering::AcqRel);
+    }
+
     /// The last `seq` handed out.
     pub fn last_seq(&self) -> u64 {
         self.seq.load(Ordering::Acquire)

@@ -58,6 +58,7 @@ mod registry;
 mod retry;
 mod servers;
 mod session;
+pub mod store;
 mod text;
 mod turn;
 
@@ -79,5 +80,7 @@ pub use interaction::{
 pub use metrics::Metrics;
 pub use policy::{PolicySource, ToolOrigin};
 pub use servers::ServerStatus;
+pub use store::{AuditStore, StoreHealth, StoreReadError, StoreUnavailable};
+pub use text::outcome_text;
 pub use toolwarden_protocol as protocol;
 pub use turn::{NotFound, ResultRenderer, TurnError, TurnHandle, TurnOutput, TurnRequest};

@@ -168,6 +168,16 @@ impl Metrics {
         }
     }
 
+    /// Registers one more metric (under the `toolwarden_` prefix).
+    pub(crate) fn register(
+        &self,
+        name: &str,
+        help: &str,
+        metric: impl prometheus_client::registry::Metric,
+    ) {
+        self.registry.lock().register(name, help, metric);
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -237,7 +247,7 @@ impl Metrics {
     }
 }
 
-const STATUSES: usize = 7;
+const STATUSES: usize = 8;
 
 fn status_index(status: &Status) -> usize {
     match status {
@@ -248,6 +258,7 @@ fn status_index(status: &Status) -> usize {
         Status::Denied { .. } => 4,
         Status::CircuitOpen { .. } => 5,
         Status::Invalid { .. } => 6,
+        Status::Interrupted => 7,
     }
 }
 
@@ -275,6 +286,7 @@ fn error_reason(status: &Status) -> Option<String> {
                 .unwrap_or_default()
         ),
         Status::CircuitOpen { .. } => "circuit_open".to_owned(),
+        Status::Interrupted => "interrupted".to_owned(),
     })
 }
 

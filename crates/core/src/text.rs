@@ -19,7 +19,7 @@ const MAY_HAVE_RUN_IDLE: &str = "It may have partly run; check its effects befor
 
 /// The model-facing text of a status. `detail` adds what the engine knows (an error message, the
 /// schema violations, the names of similar tools).
-pub(crate) fn outcome_text(tool: &str, status: &Status, detail: Option<&str>) -> String {
+pub fn outcome_text(tool: &str, status: &Status, detail: Option<&str>) -> String {
     // Details are often bare messages ("connection refused"); the text goes on after them, so
     // each ends as a sentence.
     let detail_sentence = |prefix: &str| match detail {
@@ -103,6 +103,10 @@ pub(crate) fn outcome_text(tool: &str, status: &Status, detail: Option<&str>) ->
                 "[DENIED] Tool \"{tool}\" was blocked as a loop; it was not run. Try a different approach."
             ),
         },
+        Status::Interrupted => format!(
+            "[INTERRUPTED] toolwarden stopped while tool \"{tool}\" was running, so its result is unknown.{} It may have partly run; check its effects before calling it again.",
+            detail_sentence("")
+        ),
         Status::CircuitOpen { retry_after_ms } => format!(
             "[CIRCUIT OPEN] Tool \"{tool}\" has failed repeatedly and is paused; it was not run. Try again in {} or use another approach.",
             dur((*retry_after_ms).max(1))

@@ -23,6 +23,8 @@ pub enum ErrorCode {
     UnsupportedMediaType,
     /// 500: a bug.
     Internal,
+    /// 503: the audit trail is off or cannot be read.
+    Unavailable,
 }
 
 impl ErrorCode {
@@ -37,6 +39,7 @@ impl ErrorCode {
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::UnsupportedMediaType => "unsupported_media_type",
             ErrorCode::Internal => "internal_error",
+            ErrorCode::Unavailable => "unavailable",
         }
     }
 
@@ -51,6 +54,7 @@ impl ErrorCode {
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 }

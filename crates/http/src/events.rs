@@ -48,6 +48,7 @@ pub(crate) async fn stream(
         other => other.map(SessionId::from),
     };
     let bus = app.engine.events();
+    let mut stored = None;
     let (notice, replay, sub) = match last_event_id(&headers)? {
         None => (None, Vec::new(), bus.subscribe()),
         Some(after) => {
@@ -60,16 +61,30 @@ pub(crate) async fn stream(
                 })
             } else {
                 let resumed_at = replay.first().map_or(last + 1, |e| e.seq);
-                (!complete || resumed_at > after + 1).then_some(Lost::ResumeGap {
-                    after_seq: after,
-                    resumed_at,
-                })
+                let gap = !complete || resumed_at > after + 1;
+                match app.engine.store() {
+                    // What the ring no longer holds (or never held: an earlier run's events)
+                    // comes from the audit trail.
+                    Some(store) if gap => {
+                        stored = Some(sse::StoredRange {
+                            store: store.clone(),
+                            after,
+                            until: resumed_at,
+                            session: session.clone(),
+                        });
+                        None
+                    }
+                    _ => gap.then_some(Lost::ResumeGap {
+                        after_seq: after,
+                        resumed_at,
+                    }),
+                }
             };
             (notice, replay, sub)
         }
     };
     Ok(sse::response(
-        sse::all_events(notice, replay, sub, session),
+        sse::all_events(notice, stored, replay, sub, session),
         app.keep_alive,
     ))
 }

@@ -39,6 +39,8 @@ pub(crate) struct TurnBody {
     pub(crate) parent_turn_id: Option<TurnId>,
     pub(crate) calls: Vec<ToolCall>,
     pub(crate) family: Family,
+    /// `"detach": true`: answer 202 at once and let the turn run on.
+    pub(crate) detach: bool,
 }
 
 /// The JSON type of a value, as messages name it.
@@ -102,6 +104,16 @@ pub(crate) fn parse_turn(body: &[u8]) -> Result<TurnBody, ApiError> {
     };
     let session_id = opt_string(&root, "session_id", "session_id")?.map(SessionId::from);
     let parent_turn_id = opt_string(&root, "parent_turn_id", "parent_turn_id")?.map(TurnId::from);
+    let detach = match root.get("detach") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            return Err(ApiError::invalid(format!(
+                "detach: expected a boolean, got {}",
+                type_name(other)
+            )));
+        }
+    };
     let items = match root.get("calls") {
         None | Some(Value::Null) => {
             return Err(ApiError::invalid(
@@ -160,6 +172,7 @@ pub(crate) fn parse_turn(body: &[u8]) -> Result<TurnBody, ApiError> {
         parent_turn_id,
         calls,
         family: family.unwrap_or(Family::Anthropic),
+        detach,
     })
 }
 

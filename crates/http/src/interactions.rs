@@ -12,7 +12,7 @@ use toolwarden_protocol::{Interaction, InteractionAction, InteractionAnswer, Int
 
 use crate::app::App;
 use crate::error::ApiError;
-use crate::turns::{body_bytes, path, require_json};
+use crate::request::{body_bytes, path, require_json};
 
 /// The name answers through this API are recorded under (`interaction_answered.by`).
 pub const INTERACTOR: &str = "http";

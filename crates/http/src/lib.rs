@@ -27,6 +27,7 @@
 #![deny(missing_docs)]
 
 mod app;
+mod audit;
 mod auth;
 mod dashboard;
 mod error;
@@ -35,6 +36,7 @@ mod format;
 mod guard;
 mod interactions;
 mod listen;
+mod request;
 mod sse;
 mod status;
 mod turns;
@@ -154,6 +156,9 @@ pub fn router_with(engine: Engine, opts: HttpOptions, mcp: Option<Router>) -> Ro
     let routes = Router::new()
         .route("/v1/turns", post(turns::create))
         .route("/v1/turns/active", get(turns::active))
+        .route("/v1/turns/{id}", get(audit::turn))
+        .route("/v1/audit", get(audit::events))
+        .route("/v1/audit/calls", get(audit::calls))
         .route("/v1/turns/{id}/abort", post(turns::abort))
         .route(
             "/v1/turns/{id}/calls/{call_id}/abort",

@@ -17,9 +17,12 @@ use axum::http::HeaderValue;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::Stream;
+use futures::StreamExt as _;
 use serde_json::{Value, json};
-use toolwarden_core::{Received, ResultRenderer, Subscription, TurnHandle, TurnOutput};
-use toolwarden_protocol::{Event, EventKind, SessionId, Status, ToolCall, TurnId};
+use toolwarden_core::{AuditStore, Received, ResultRenderer, Subscription, TurnHandle, TurnOutput};
+use toolwarden_protocol::{
+    AUDIT_MAX_LIMIT, AuditEvent, AuditQuery, Event, EventKind, SessionId, Status, ToolCall, TurnId,
+};
 
 /// An SSE response that sends a keep-alive comment after `keep_alive` without an event.
 pub(crate) fn response<S>(stream: S, keep_alive: Duration) -> Response
@@ -86,9 +89,90 @@ pub(crate) fn lost_frame(lost: Lost) -> SseEvent {
     SseEvent::default().event("lost").data(data.to_string())
 }
 
-/// Every event, optionally of one session, after a replay.
+/// One stored event as an SSE event: the same framing as a live one.
+pub(crate) fn stored_frame(event: &AuditEvent) -> SseEvent {
+    SseEvent::default()
+        .id(event.seq.to_string())
+        .event(event.kind.as_str())
+        .data(event.body.get())
+}
+
+/// Events after `after` and before `until` (exclusive), read from the audit trail: what a
+/// resuming client missed and the replay ring no longer holds.
+pub(crate) struct StoredRange {
+    pub(crate) store: Arc<dyn AuditStore>,
+    pub(crate) after: u64,
+    pub(crate) until: u64,
+    pub(crate) session: Option<SessionId>,
+}
+
+/// How long a resume waits for the trail to commit the events it must read.
+const STORED_WAIT: Duration = Duration::from_secs(5);
+
+impl StoredRange {
+    /// The range's events, a page at a time; a `lost{resume_gap}` for what cannot be read.
+    fn frames(self) -> impl Stream<Item = SseEvent> + Send + 'static {
+        futures::stream::unfold(Some(self), |state| async move {
+            let mut range = state?;
+            if range.after + 1 >= range.until {
+                return None;
+            }
+            let committed =
+                tokio::time::timeout(STORED_WAIT, range.store.durable(range.until - 1)).await;
+            let page = match committed {
+                Ok(Ok(())) => {
+                    range
+                        .store
+                        .events(AuditQuery {
+                            session: range.session.clone(),
+                            after: Some(range.after),
+                            limit: AUDIT_MAX_LIMIT,
+                            ..AuditQuery::default()
+                        })
+                        .await
+                }
+                _ => Err(toolwarden_core::StoreReadError("not committed".into())),
+            };
+            let gap = |after: u64, until: u64| {
+                lost_frame(Lost::ResumeGap {
+                    after_seq: after,
+                    resumed_at: until,
+                })
+            };
+            let frames: Vec<SseEvent> = match page {
+                Ok(page) => {
+                    let done = page.next.is_none()
+                        || page.events.last().is_none_or(|e| e.seq + 1 >= range.until);
+                    let frames = page
+                        .events
+                        .iter()
+                        .filter(|e| e.seq < range.until)
+                        .map(stored_frame)
+                        .collect();
+                    range.after = if done {
+                        range.until
+                    } else {
+                        page.events.last().map_or(range.until, |e| e.seq)
+                    };
+                    frames
+                }
+                Err(_) => {
+                    let frame = gap(range.after, range.until);
+                    range.after = range.until;
+                    vec![frame]
+                }
+            };
+            Some((futures::stream::iter(frames), Some(range)))
+        })
+        .flatten()
+    }
+}
+
+/// Every event, optionally of one session, after what a resuming client missed: first from the
+/// audit trail (`stored`), then from the replay ring, then live.
 pub(crate) fn all_events(
     notice: Option<Lost>,
+    stored: Option<StoredRange>,
     replay: Vec<Arc<Event>>,
     sub: Subscription,
     session: Option<SessionId>,
@@ -117,10 +201,10 @@ pub(crate) fn all_events(
             }
         }
     });
-    futures::StreamExt::map(
-        futures::StreamExt::chain(futures::stream::iter(first), live),
-        Ok,
-    )
+    let stored = futures::stream::iter(stored)
+        .map(StoredRange::frames)
+        .flatten();
+    futures::StreamExt::map(stored.chain(futures::stream::iter(first)).chain(live), Ok)
 }
 
 type Finish = Pin<Box<dyn Future<Output = TurnOutput> + Send>>;

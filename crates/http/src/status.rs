@@ -7,11 +7,12 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
+use toolwarden_core::StoreHealth;
 use toolwarden_protocol::{ServerStateKind, SessionId};
 
 use crate::app::App;
 use crate::error::ApiError;
-use crate::turns::path;
+use crate::request::path;
 
 /// The content type of the metrics: `prometheus-client` writes the OpenMetrics text format
 /// (which Prometheus scrapes natively).
@@ -64,15 +65,30 @@ pub(crate) async fn metrics(State(app): State<App>) -> Response {
         .into_response()
 }
 
-/// `GET /healthz`: always 200 while the process serves. There is no audit store or Redis yet, so
-/// both report `skipped`; a down MCP server shows in `servers` without changing the status.
-pub(crate) async fn healthz(State(app): State<App>) -> Json<Value> {
-    Json(json!({
-        "status": "ok",
-        "store": "skipped",
+/// `GET /healthz`: 200 while the process serves and its audit trail can write; 503 with
+/// `"status": "degraded"` when the trail cannot write (`store_error` says why). `store` is
+/// `skipped` when the server runs without a trail; Redis does not exist yet (`skipped`). A down
+/// MCP server shows in `servers` without changing the status.
+pub(crate) async fn healthz(State(app): State<App>) -> Response {
+    let (store, error) = match app.engine.store().map(|s| s.health()) {
+        None => ("skipped", None),
+        Some(StoreHealth::Ok) => ("ok", None),
+        Some(StoreHealth::Degraded(why)) => ("degraded", Some(why)),
+    };
+    let mut body = json!({
+        "status": if error.is_some() { "degraded" } else { "ok" },
+        "store": store,
         "redis": "skipped",
         "servers": app.engine.servers(),
-    }))
+    });
+    let code = match (error, &mut body) {
+        (Some(why), Value::Object(obj)) => {
+            obj.insert("store_error".into(), json!(why));
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        _ => StatusCode::OK,
+    };
+    (code, Json(body)).into_response()
 }
 
 /// `GET /readyz`: 200 when every configured server is up, else 503 — both with every server's

@@ -4,92 +4,16 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, header};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use toolwarden_core::{TurnError, TurnRequest};
+use toolwarden_core::TurnRequest;
 use toolwarden_protocol::{CallId, CancelReason, SessionId, TurnId};
 
 use crate::app::App;
-use crate::error::{ApiError, ErrorCode};
+use crate::error::ApiError;
+use crate::request::{body_bytes, path, require_json, turn_error, wants_events};
 use crate::{format, sse};
-
-/// The body's bytes, or the fitting error (413 past the limit).
-pub(crate) fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
-    body.map_err(|rejection| {
-        if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(
-                ErrorCode::PayloadTooLarge,
-                "body: larger than the server's limit (max_body)",
-            )
-        } else {
-            ApiError::invalid(format!("body: could not be read: {rejection}"))
-        }
-    })
-}
-
-/// Refuses a body that is not declared as JSON (`application/json`, or `application/*+json`).
-pub(crate) fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
-    let declared = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    let essence = declared
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    let json = essence == "application/json"
-        || (essence.starts_with("application/") && essence.ends_with("+json"));
-    if json {
-        Ok(())
-    } else if declared.is_empty() {
-        Err(ApiError::new(
-            ErrorCode::UnsupportedMediaType,
-            "Content-Type: missing; expected application/json",
-        ))
-    } else {
-        Err(ApiError::new(
-            ErrorCode::UnsupportedMediaType,
-            format!("Content-Type: expected application/json, got {declared}"),
-        ))
-    }
-}
-
-/// Whether the client asked for an event stream.
-fn wants_events(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(header::ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|range| {
-            let mut parts = range.split(';');
-            let essence = parts.next().unwrap_or("").trim();
-            let refused = parts.any(|p| {
-                let p = p.trim();
-                p.strip_prefix("q=")
-                    .and_then(|q| q.trim().parse::<f32>().ok())
-                    .is_some_and(|q| q <= 0.0)
-            });
-            essence.eq_ignore_ascii_case("text/event-stream") && !refused
-        })
-}
-
-/// Path parameters, or a JSON 400.
-pub(crate) fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
-    p.map(|Path(t)| t)
-        .map_err(|e| ApiError::invalid(format!("path: {e}")))
-}
-
-fn turn_error(e: TurnError) -> ApiError {
-    ApiError::invalid(match e {
-        TurnError::Empty => "calls: empty; a turn needs at least one call".to_owned(),
-        TurnError::EmptyCallId(i) => format!("calls[{i}].id: must not be empty"),
-        other => other.to_string(),
-    })
-}
 
 /// `POST /v1/turns`: runs a turn; answers JSON, or streams its events.
 pub(crate) async fn create(
@@ -101,6 +25,9 @@ pub(crate) async fn create(
     let body = body_bytes(body)?;
     let turn = format::parse_turn(&body)?;
     let render = format::renderer(turn.family);
+    if turn.detach {
+        return crate::audit::detach(&app, turn, render);
+    }
     let calls = turn.calls.clone();
     let request = TurnRequest {
         session_id: turn.session_id,
@@ -167,27 +94,4 @@ pub(crate) async fn abort_call(
     Ok(Json(
         json!({"ok": true, "turn_id": turn_id, "call_id": call_id}),
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use axum::http::HeaderValue;
-
-    fn accept(v: &'static str) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        h.insert(header::ACCEPT, HeaderValue::from_static(v));
-        h
-    }
-
-    #[test]
-    fn event_streams_are_asked_for_by_accept() {
-        assert!(wants_events(&accept("text/event-stream")));
-        assert!(wants_events(&accept(
-            "application/json, Text/Event-Stream;q=0.5"
-        )));
-        assert!(!wants_events(&accept("text/event-stream;q=0")));
-        assert!(!wants_events(&accept("application/json")));
-        assert!(!wants_events(&HeaderMap::new()));
-    }
 }

@@ -141,6 +141,9 @@ pub enum StoreDurability {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StoreConfig {
+    /// `false` runs without an audit trail (default `true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
     /// SQLite file (default: the platform data dir).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
@@ -154,4 +157,7 @@ pub struct StoreConfig {
     /// `authorization`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mask_keys: Option<Vec<String>>,
+    /// How long rows are kept (default `"30d"`; `0` = forever).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retain: Option<DurationValue>,
 }

@@ -10,6 +10,7 @@
 //! `Serialize`.
 #![deny(missing_docs)]
 
+mod audit;
 mod call;
 mod config;
 mod duration;
@@ -22,6 +23,10 @@ mod status;
 mod time;
 mod tool;
 
+pub use audit::{
+    AUDIT_DEFAULT_LIMIT, AUDIT_MAX_LIMIT, AuditCall, AuditEvent, AuditPage, AuditQuery, CallsPage,
+    TurnRecord, TurnRunState, parse_calls_cursor,
+};
 pub use call::{CallResult, Content, ToolCall};
 pub use config::{
     ConfigFile, ExecConfig, GatewayConfig, HttpConfig, ServerConfig, StoreConfig, StoreDurability,

@@ -47,6 +47,9 @@ pub enum Status {
         /// What was wrong.
         reason: InvalidReason,
     },
+    /// toolwarden stopped (crashed, was killed) while the call was running: recorded by the
+    /// audit trail's recovery when toolwarden starts again. The call may have partly run.
+    Interrupted,
 }
 
 impl Status {
@@ -60,6 +63,7 @@ impl Status {
             Status::Denied { .. } => "denied",
             Status::CircuitOpen { .. } => "circuit_open",
             Status::Invalid { .. } => "invalid",
+            Status::Interrupted => "interrupted",
         }
     }
 

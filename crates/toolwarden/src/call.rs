@@ -164,7 +164,7 @@ async fn local(
     interactive: bool,
     signals: &mut Signals,
 ) -> anyhow::Result<(Option<Arc<CallResult>>, Option<Stop>)> {
-    let mut stack = Stack::build(config, !interactive)?;
+    let mut stack = Stack::build(config, !interactive, stack::Record::Yes)?;
     let needed = needed_servers(&stack, &call.name);
     let (Needed::Named(names) | Needed::All(names)) = &needed;
     stack.start_servers(|name| names.iter().any(|n| n == name));

@@ -28,7 +28,7 @@ pub(crate) async fn run(config_path: Option<&Path>, args: CheckArgs) -> anyhow::
     let config = stack::load_config(config_path)?;
     let mut warnings: Vec<ConfigDiagnostic> = config.warnings.clone();
     // Headless: a check runs no call, and must never wait for a person.
-    let mut stack = Stack::build(config, true)?;
+    let mut stack = Stack::build(config, true, stack::Record::No)?;
     let mut ready = Vec::new();
     if !args.offline {
         stack.start_servers(|_| true);
@@ -81,6 +81,30 @@ pub(crate) async fn run(config_path: Option<&Path>, args: CheckArgs) -> anyhow::
         });
     }
     stack.shutdown().await;
+    // Where the audit trail is (the check does not open it).
+    let store = stack::store_options(&stack.config, &stack.base_dir)?;
+    let store_json = match &store {
+        Some(o) => json!({
+            "enabled": true,
+            "path": o.path.display().to_string(),
+            "durability": o.durability,
+            "exists": o.path.exists(),
+        }),
+        None => json!({"enabled": false}),
+    };
+    let store_line = match &store {
+        Some(o) => format!(
+            "store: {} ({}{})",
+            o.path.display(),
+            snake(&o.durability),
+            if o.path.exists() {
+                ""
+            } else {
+                "; created on first use"
+            }
+        ),
+        None => "store: off ([store] enabled = false)".to_owned(),
+    };
 
     let failed = !args.offline && servers.iter().any(|s| s.state != ServerStateKind::Up);
     if args.json {
@@ -94,10 +118,12 @@ pub(crate) async fn run(config_path: Option<&Path>, args: CheckArgs) -> anyhow::
                 "tools": s.tools,
             }))).collect::<serde_json::Map<String, Value>>(),
             "tools": tools,
+            "store": store_json,
         });
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!("config: {}", stack::describe_origin(&stack.config));
+        println!("{store_line}");
         if servers.is_empty() {
             println!("servers: none configured");
         } else {

@@ -60,6 +60,9 @@ pub(crate) enum Command {
     Turns(ClientArgs),
     /// Abort a running turn (or one of its calls) on a running `toolwarden serve`.
     Abort(AbortArgs),
+    /// Show the audit trail: what was called, with what, by whom, how it ended (read from the
+    /// store's file; works with or without a running server).
+    Audit(AuditArgs),
 }
 
 #[derive(Debug, Args)]
@@ -133,6 +136,38 @@ pub(crate) struct AbortArgs {
     /// The server's base URL [default: http:// + [http] listen].
     #[arg(long, value_name = "URL")]
     pub(crate) url: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct AuditArgs {
+    /// Only calls of this session.
+    #[arg(long, value_name = "S")]
+    pub(crate) session: Option<String>,
+    /// Only calls of this turn.
+    #[arg(long, value_name = "T")]
+    pub(crate) turn: Option<String>,
+    /// Only calls with this id.
+    #[arg(long, value_name = "C")]
+    pub(crate) call: Option<String>,
+    /// Only calls of this tool.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) tool: Option<String>,
+    /// Only calls that ended so: ok, error, timeout, cancelled, denied, circuit_open, invalid,
+    /// interrupted; or running.
+    #[arg(long, value_name = "STATUS")]
+    pub(crate) status: Option<String>,
+    /// Only calls started since this time (RFC 3339) or this long ago (`30m`, `2h`, `7d`).
+    #[arg(long, value_name = "TIME|DURATION")]
+    pub(crate) since: Option<String>,
+    /// The most recent N calls [default: 50, at most 1000].
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub(crate) limit: u32,
+    /// Keep running and print calls as they end (Ctrl-C stops).
+    #[arg(long, short = 'f')]
+    pub(crate) follow: bool,
+    /// One JSON object per call and line (with its events), instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[cfg(test)]

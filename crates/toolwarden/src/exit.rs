@@ -33,7 +33,7 @@ impl Exit {
     pub(crate) fn of_status(status: &Status) -> Exit {
         match status {
             Status::Ok => Exit::Ok,
-            Status::Error { .. } | Status::Invalid { .. } => Exit::Error,
+            Status::Error { .. } | Status::Invalid { .. } | Status::Interrupted => Exit::Error,
             Status::Timeout { .. } => Exit::Timeout,
             Status::Denied {
                 decider: Decider::Headless,

@@ -10,6 +10,7 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod audit;
 mod call;
 mod check;
 mod cli;
@@ -94,6 +95,7 @@ async fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Tools(args) => client::tools(config, args).await,
         Command::Turns(args) => client::turns(config, args).await,
         Command::Abort(args) => client::abort(config, args).await,
+        Command::Audit(args) => audit::run(config, args).await,
     }
 }
 

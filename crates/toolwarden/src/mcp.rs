@@ -24,7 +24,7 @@ use crate::stack::{self, Stack};
 pub(crate) async fn run(config_path: Option<&Path>) -> anyhow::Result<Exit> {
     let mut signals = Signals::new().context("cannot install signal handlers")?;
     let config = stack::load_config(config_path)?;
-    let mut stack = Stack::build(config, false)?;
+    let mut stack = Stack::build(config, false, stack::Record::Yes)?;
     stack.start_servers(|_| true);
     // MCP clients list tools once, right after they connect: wait for the servers (each at most
     // its startup_timeout) so that list is whole. A server that fails to start is reported and
@@ -75,7 +75,10 @@ pub(crate) async fn run(config_path: Option<&Path>) -> anyhow::Result<Exit> {
     });
     tokio::select! {
         _ = stack.shutdown() => {}
-        _ = hurry.cancelled() => stack.shutdown_servers().await,
+        _ = hurry.cancelled() => {
+            stack.shutdown_servers().await;
+            stack.close_store().await;
+        }
     }
     match served {
         Some(Err(e)) => Err(e).context("the MCP client connection failed"),

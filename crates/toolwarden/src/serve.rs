@@ -39,7 +39,7 @@ pub(crate) async fn run(config_path: Option<&Path>, args: ServeArgs) -> anyhow::
     if let Err(e) = listen_allowed(&addr, token.as_deref()) {
         usage!("{e}");
     }
-    let mut stack = Stack::build(config, args.headless)?;
+    let mut stack = Stack::build(config, args.headless, stack::Record::Yes)?;
     let mut opts = HttpOptions::from_config(&stack.config.file.http, token);
     opts.headless = args.headless;
     let authenticated = opts.token.is_some();
@@ -172,6 +172,7 @@ fn announce(stack: &Stack, bound: SocketAddr, headless: bool, authenticated: boo
             "their own names"
         }
     );
+    eprintln!("toolwarden: {}", stack::describe_store(stack));
     let tools = stack.engine.tools();
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
     eprintln!(

@@ -7,10 +7,12 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use futures::future::join_all;
+use toolwarden_core::AuditStore as _;
 use toolwarden_core::{Config, ConfigOrigin, Engine, ToolOrigin};
 use toolwarden_exec::{ExecBackend, ExecConfigError, ExecSettings};
 use toolwarden_mcp::{McpServer, ReadyError};
 use toolwarden_protocol::ServerConfig;
+use toolwarden_store::{OpenError, SqliteStore, StoreOptions};
 
 use crate::exit::usage;
 
@@ -80,25 +82,125 @@ pub(crate) fn describe_origin(config: &Config) -> String {
     }
 }
 
+/// Where the audit trail is and how it is kept, as the config says (`None`: `[store] enabled =
+/// false`).
+pub(crate) fn store_options(
+    config: &Config,
+    base_dir: &Path,
+) -> anyhow::Result<Option<StoreOptions>> {
+    let store = &config.file.store;
+    if store.enabled == Some(false) {
+        return Ok(None);
+    }
+    let path = match store.path.as_deref() {
+        Some("") => usage!(
+            "{}",
+            key_error(config, "store", "path", "must not be empty")
+        ),
+        Some(path) => base_dir.join(path),
+        None => match toolwarden_store::default_path() {
+            Some(path) => path,
+            None => usage!(
+                "{}",
+                key_error(
+                    config,
+                    "store",
+                    "path",
+                    "no platform data directory to keep the audit trail in ($HOME is not set); set [store] path"
+                )
+            ),
+        },
+    };
+    let mut options = StoreOptions::new(path);
+    options.durability = store.durability.unwrap_or_default();
+    if let Some(size) = store.max_payload {
+        options.max_payload = usize::try_from(size.bytes()).unwrap_or(usize::MAX);
+    }
+    if let Some(keys) = &store.mask_keys {
+        options.mask_keys = keys.clone();
+    }
+    if let Some(retain) = store.retain {
+        let retain = retain.duration();
+        options.retain = (!retain.is_zero()).then_some(retain);
+    }
+    Ok(Some(options))
+}
+
+/// Opens the audit trail. A directory that cannot be created is a config error (exit 2) naming
+/// `store.path`; a damaged, newer or busy database is an error (exit 1) naming the file.
+pub(crate) fn open_store(
+    config: &Config,
+    options: StoreOptions,
+) -> anyhow::Result<Arc<SqliteStore>> {
+    match SqliteStore::open(options) {
+        Ok(store) => Ok(Arc::new(store)),
+        Err(e @ OpenError::CreateDir { .. }) => {
+            usage!("{}", key_error(config, "store", "path", &e.to_string()))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// One line about the audit trail: where it is, its durability, and what recovery recorded.
+pub(crate) fn describe_store(stack: &Stack) -> String {
+    let Some(store) = &stack.store else {
+        return "audit trail: off ([store] enabled = false)".to_owned();
+    };
+    let durability = match store.durability() {
+        toolwarden_protocol::StoreDurability::BeforeExecution => "before_execution",
+        toolwarden_protocol::StoreDurability::Async => "async",
+    };
+    let recovered = match store.interrupted() {
+        0 => String::new(),
+        1 => "; 1 call an earlier run left running was recorded as interrupted".to_owned(),
+        n => format!("; {n} calls an earlier run left running were recorded as interrupted"),
+    };
+    format!(
+        "audit trail: {} ({durability}){recovered}",
+        store.path().display()
+    )
+}
+
 /// An engine, its `exec` tool and its MCP servers.
 pub(crate) struct Stack {
     pub(crate) engine: Engine,
     pub(crate) config: Arc<Config>,
     pub(crate) base_dir: PathBuf,
     pub(crate) servers: Vec<Arc<McpServer>>,
+    /// The audit trail, when the command records.
+    pub(crate) store: Option<Arc<SqliteStore>>,
+}
+
+/// Whether a command records its calls in the audit trail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Record {
+    /// Opens the trail (unless `[store] enabled = false`).
+    Yes,
+    /// Runs no call that needs recording (`check`).
+    No,
 }
 
 impl Stack {
-    /// Builds the engine from `config` (policies, headless, interaction ceiling) and registers
-    /// `exec` when `[exec] enabled`. Starts no server.
-    pub(crate) fn build(config: Config, headless: bool) -> anyhow::Result<Stack> {
+    /// Builds the engine from `config` (policies, headless, interaction ceiling), opens the audit
+    /// trail when `record` says so, and registers `exec` when `[exec] enabled`. Starts no server.
+    pub(crate) fn build(config: Config, headless: bool, record: Record) -> anyhow::Result<Stack> {
         let base_dir = base_dir(&config)?;
+        let store = match record {
+            Record::Yes => match store_options(&config, &base_dir)? {
+                Some(options) => Some(open_store(&config, options)?),
+                None => None,
+            },
+            Record::No => None,
+        };
         let config = Arc::new(config);
-        let engine = Engine::builder()
+        let mut builder = Engine::builder()
             .policies(config.clone())
             .headless(headless)
-            .interaction_ceiling(config.interaction_ceiling())
-            .build();
+            .interaction_ceiling(config.interaction_ceiling());
+        if let Some(store) = &store {
+            builder = builder.store(store.clone());
+        }
+        let engine = builder.build();
         if let Some(exec) = config.file.exec.as_ref().filter(|e| e.enabled) {
             let mut settings = match ExecSettings::from_config(exec, &base_dir) {
                 Ok(settings) => settings,
@@ -120,6 +222,7 @@ impl Stack {
             config,
             base_dir,
             servers: Vec::new(),
+            store,
         })
     }
 
@@ -185,13 +288,36 @@ impl Stack {
     pub(crate) async fn shutdown(&self) -> bool {
         let stopped = self.engine.shutdown(self.shutdown_wait()).await;
         self.shutdown_servers().await;
+        self.close_store().await;
         stopped
+    }
+
+    /// Commits what the audit trail still has queued and closes it. Idempotent.
+    pub(crate) async fn close_store(&self) {
+        if let Some(store) = &self.store {
+            store.close().await;
+        }
     }
 
     /// Shuts every server down now (requests in flight cancelled, process groups killed and
     /// reaped), without waiting for running calls to stop first. Idempotent.
     pub(crate) async fn shutdown_servers(&self) {
         join_all(self.servers.iter().map(|s| s.shutdown())).await;
+    }
+}
+
+/// A message about `[table] key` as a config diagnostic: `FILE:LINE: table.key: message`.
+fn key_error(config: &Config, table: &str, key: &str, message: &str) -> String {
+    let file = describe_origin(config);
+    let line = match &config.origin {
+        ConfigOrigin::File(path) => std::fs::read_to_string(path)
+            .ok()
+            .and_then(|src| line_of(&src, table, key)),
+        ConfigOrigin::Builtin => None,
+    };
+    match line {
+        Some(line) => format!("{file}:{line}: {table}.{key}: {message}"),
+        None => format!("{file}: {table}.{key}: {message}"),
     }
 }
 

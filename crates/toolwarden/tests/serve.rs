@@ -391,11 +391,35 @@ async fn call_url_shares_the_servers_breaker_and_exits_6_when_open() {
     let result = second.json();
     assert_eq!(result["outcome"]["status"], "circuit_open");
     assert!(result["outcome"]["retry_after_ms"].as_u64().unwrap() > 0);
-    // A local call has its own, closed breaker.
+    // A local call has its own, closed breaker. (It records in an audit trail of its own: the
+    // server's is in use by the server.)
+    let same_trail = dir
+        .command(&[
+            "call",
+            "exec",
+            "--input",
+            &json!({"command": "true"}).to_string(),
+        ])
+        .run()
+        .await;
+    same_trail.expect_code(1);
+    assert!(
+        same_trail
+            .stderr
+            .contains("is in use by another toolwarden process"),
+        "{}",
+        same_trail.stderr
+    );
+    dir.create(
+        "local.toml",
+        "[exec]\nenabled = true\nbreaker = { failures = 1, window = \"1m\", open_for = \"1m\" }\n[store]\npath = \"local.db\"\n",
+    );
     let local = dir
         .command(&[
             "call",
             "exec",
+            "--config",
+            "local.toml",
             "--input",
             &json!({"command": "true"}).to_string(),
         ])

@@ -7,6 +7,7 @@
 mod util;
 
 mod api;
+mod audit;
 mod availability;
 mod call;
 mod check;

@@ -60,11 +60,13 @@ impl Dir {
     }
 
     /// `toolwarden ARGS...` run in this directory, with none of the caller's toolwarden
-    /// variables.
+    /// variables. Its platform data dir is `data/` here, so that an audit trail without a
+    /// configured `[store] path` never lands in the user's.
     pub fn command(&self, args: &[&str]) -> TestCommand {
         let mut cmd = Command::new(bin());
         cmd.args(args)
             .current_dir(self.path())
+            .env("XDG_DATA_HOME", self.path().join("data"))
             .env_remove("TOOLWARDEN_CONFIG")
             .env_remove("TOOLWARDEN_TOKEN")
             .env_remove("TOOLWARDEN_TOOL_TIMEOUT")

@@ -13,6 +13,7 @@ use toolwarden_protocol::{
 
 use crate::backend::{Attempt, AttemptEnd, AttemptError, AttemptMeta, ToolOutput};
 use crate::registry::ToolEntry;
+use crate::store::{self, Unrecorded};
 
 use super::deadline::{Deadlines, Ended, Waiting};
 use super::finish::Finisher;
@@ -26,6 +27,8 @@ pub(super) enum Final {
     Failed(ErrorReason, String),
     Timeout(TimeoutKind, Duration),
     Cancelled(CancelReason),
+    /// The audit trail could not commit the call's `tool_start`: its backend was not invoked.
+    Unrecorded(String),
 }
 
 impl Final {
@@ -41,6 +44,7 @@ impl Final {
                 format_duration(*limit)
             ),
             Final::Cancelled(r) => format!("cancelled: {}", r.as_str()),
+            Final::Unrecorded(m) => format!("unrecorded: {m}"),
         }
     }
 
@@ -75,7 +79,7 @@ pub(super) async fn run_attempts(
         view.started = Some(started);
         view.attempt = 1;
     }
-    env.bus.emit_at(
+    let start_seq = env.bus.emit_at(
         &fin.scope,
         started,
         EventKind::ToolStart {
@@ -84,6 +88,12 @@ pub(super) async fn run_attempts(
             idle_timeout_ms: policy.idle_timeout.as_millis() as u64,
         },
     );
+    // With `before_execution`, no backend runs before its `tool_start` is committed.
+    match store::tool_start_durable(env.store.as_ref(), &slot.scope, start_seq).await {
+        Ok(()) => {}
+        Err(Unrecorded::Cancelled(reason)) => return Final::Cancelled(reason),
+        Err(Unrecorded::Failed(message)) => return Final::Unrecorded(message),
+    }
     let mut n: u32 = 0;
     loop {
         n += 1;

@@ -1,5 +1,5 @@
 //! What a call borrows from its engine: the event bus, the cache, retry jitter, the tracker of
-//! stop tasks and the interaction broker — nothing more. The pipeline can run on a `CallEnv`
+//! stop tasks, the interaction broker and the audit trail — nothing more. The pipeline can run on a `CallEnv`
 //! made by hand, without an engine around it.
 
 use std::sync::Arc;
@@ -12,6 +12,7 @@ use crate::events::{EventBus, EventScope};
 use crate::interaction::Interactions;
 use crate::registry::ToolRuntime;
 use crate::retry::Jitter;
+use crate::store::StoreHook;
 
 /// The environment every call of an engine shares.
 pub(crate) struct CallEnv {
@@ -21,6 +22,9 @@ pub(crate) struct CallEnv {
     /// Stop tasks run on it, so that shutdown can wait for them.
     pub(crate) tracker: TaskTracker,
     pub(crate) interactions: Interactions,
+    /// The audit trail, if any: a call's backend may have to wait for its `tool_start` to be
+    /// committed.
+    pub(crate) store: Option<StoreHook>,
 }
 
 impl CallEnv {

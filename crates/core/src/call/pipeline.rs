@@ -310,7 +310,8 @@ async fn pipeline(
         Final::ToolError(_) => Verdict::Success,
         Final::Failed(ErrorReason::ServerRestart, _) => Verdict::Neutral,
         Final::Failed(..) | Final::Timeout(..) => Verdict::Failure,
-        Final::Cancelled(_) => Verdict::Neutral,
+        // A store that cannot write never trips a tool's breaker.
+        Final::Cancelled(_) | Final::Unrecorded(_) => Verdict::Neutral,
     };
     probe.armed = false;
     if let Some(state) = runtime
@@ -368,5 +369,11 @@ async fn pipeline(
             None,
         ),
         Final::Cancelled(reason) => fin.fail(Status::Cancelled { reason }, None),
+        Final::Unrecorded(message) => fin.fail(
+            Status::Error {
+                reason: ErrorReason::Transport,
+            },
+            Some(message),
+        ),
     }
 }

@@ -62,6 +62,7 @@ fn kit() -> Kit {
         jitter: Jitter::new(Some(7)),
         tracker: TaskTracker::new(),
         interactions: Interactions::new(bus, metrics.clone(), Duration::from_secs(60)),
+        store: None,
     };
     let registry = Registry::new(Arc::new(Config::builtin()), metrics);
     let root = Scope::root();

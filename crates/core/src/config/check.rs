@@ -473,6 +473,9 @@ impl<'a> Checker<'a> {
         if let Some(v) = file.store.max_payload {
             self.size(&path(&["store", "max_payload"]), v);
         }
+        if let Some(v) = file.store.retain {
+            self.duration(&path(&["store", "retain"]), v);
+        }
     }
 
     fn duration(&mut self, at: &[Seg], v: DurationValue) {

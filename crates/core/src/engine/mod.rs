@@ -28,6 +28,7 @@ use crate::policy::{PolicySource, ToolOrigin};
 use crate::registry::Registry;
 use crate::retry::Jitter;
 use crate::servers::{ServerStatus, Servers};
+use crate::store::{self, AuditStore, StoreUnavailable};
 use crate::turn::{
     NotFound, TurnError, TurnHandle, TurnOutput, TurnRequest, TurnRuntime, drive_turn, prepare,
 };
@@ -44,6 +45,7 @@ pub struct EngineBuilder {
     headless: bool,
     cache_entries: usize,
     blocking_threads: usize,
+    store: Option<Arc<dyn AuditStore>>,
 }
 
 impl Default for EngineBuilder {
@@ -56,6 +58,7 @@ impl Default for EngineBuilder {
             headless: false,
             cache_entries: 10_000,
             blocking_threads: 64,
+            store: None,
         }
     }
 }
@@ -103,6 +106,12 @@ impl EngineBuilder {
         self
     }
 
+    /// The audit trail every event is appended to (see [`crate::store`]).
+    pub fn store(mut self, store: Arc<dyn AuditStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
     /// The engine.
     pub fn build(self) -> Engine {
         let bus = Arc::new(EventBus::new(self.event_capacity));
@@ -110,12 +119,15 @@ impl EngineBuilder {
         let interactions =
             Interactions::new(bus.clone(), metrics.clone(), self.interaction_ceiling);
         interactions.set_headless(self.headless);
+        // `seq` continues after the trail's, and every event is appended to it.
+        let store = self.store.map(|s| store::attach(&bus, &metrics, s));
         let env = CallEnv {
             bus: bus.clone(),
             cache: Cache::new(self.cache_entries),
             jitter: Jitter::new(self.jitter_seed),
             tracker: TaskTracker::new(),
             interactions,
+            store,
         };
         let inner = Arc::new(EngineInner {
             registry: Arc::new(Registry::new(self.policies, metrics.clone())),
@@ -368,6 +380,7 @@ impl Engine {
         for e in self.inner.registry.list() {
             e.runtime.metrics.breaker(e.runtime.breaker.state(now).0);
         }
+        store::refresh_metrics(self.inner.turns.env.store.as_ref());
         self.inner.turns.metrics.encode()
     }
 
@@ -379,6 +392,29 @@ impl Engine {
     /// The interaction broker.
     pub fn interactions(&self) -> &Interactions {
         &self.inner.turns.env.interactions
+    }
+
+    /// The audit trail, when the engine has one.
+    pub fn store(&self) -> Option<&Arc<dyn AuditStore>> {
+        self.inner.turns.env.store.as_ref().map(|h| &h.store)
+    }
+
+    /// Waits (at most `within`) until every event emitted so far is committed, so that a read of
+    /// the trail sees them. Without a store, returns at once.
+    pub async fn store_caught_up(&self, within: Duration) -> Result<(), StoreUnavailable> {
+        let Some(store) = self.store() else {
+            return Ok(());
+        };
+        let seq = self.inner.turns.env.bus.last_seq();
+        if store.is_durable(seq) {
+            return Ok(());
+        }
+        match tokio::time::timeout(within, store.durable(seq)).await {
+            Ok(done) => done,
+            Err(_) => Err(StoreUnavailable(format!(
+                "events up to seq {seq} were not committed within {within:?}"
+            ))),
+        }
     }
 
     /// Shuts down: every running call ends `cancelled{shutdown}` at once; then waits up to `wait`

@@ -15,6 +15,7 @@ use toolwarden_protocol::{
 };
 
 use crate::call::{CallJob, run_call};
+use crate::store;
 use crate::text::outcome_text;
 
 use super::request::Finished;
@@ -33,6 +34,8 @@ pub(crate) async fn drive_turn(
         turn: turn.clone(),
     };
     let (env, base) = (&rt.env, &turn.base);
+    // Back-pressure: calls start once the audit trail's write queue has room.
+    store::admit(env.store.as_ref()).await;
     if jobs.len() == 1 {
         for job in jobs {
             run_call(env, base, job).await;

@@ -112,6 +112,7 @@ pub(crate) fn text(s: &SessionStatus) -> String {
                     format!("circuit open (retry after {})", ms(*retry_after_ms))
                 }
                 Status::Invalid { reason } => format!("invalid ({reason:?})").to_lowercase(),
+                Status::Interrupted => "interrupted".to_owned(),
             };
             let _ = writeln!(
                 out,

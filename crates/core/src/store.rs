@@ -1,0 +1,205 @@
+//! The audit trail as the engine and front doors see it (SPEC §9): one trait, [`AuditStore`],
+//! that a durable store implements (SQLite in `toolwarden-store`; PostgreSQL would be one more
+//! implementation), and the engine's three hooks into it.
+//!
+//! The key design choice: **the engine never waits for the store on its event path.** Every
+//! event is handed to [`AuditStore::append`], which only enqueues (the store writes in the
+//! background, many events per transaction). The engine waits in exactly two places, both before
+//! work starts:
+//!
+//! - **before a turn's calls start** ([`admit`]), while the store's write queue is full — the
+//!   back-pressure that slows new calls instead of dropping events (counted in
+//!   `toolwarden_store_queue_full_total` and `toolwarden_store_queue_wait_seconds_total`);
+//! - **before a call's backend is invoked** ([`tool_start_durable`]), with
+//!   `durability = "before_execution"`: until the call's `tool_start` is committed. When the
+//!   store cannot write, the backend is not invoked at all and the call ends
+//!   `error{transport}` saying the audit trail cannot be written: no side effect happens
+//!   unrecorded.
+//!
+//! The bus's `seq` continues after the store's last one, so `seq` increases across restarts and a
+//! client's `Last-Event-ID` from an earlier run still names an event in the trail.
+
+use std::sync::Arc;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::time::Instant;
+use toolwarden_protocol::{
+    AuditPage, AuditQuery, CallsPage, CancelReason, Event, StoreDurability, TurnId, TurnRecord,
+};
+
+use crate::backend::BoxFuture;
+use crate::cancel::Scope;
+use crate::events::{EventBus, EventSink};
+use crate::metrics::Metrics;
+
+/// The store cannot commit what it was given (its health says why).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the audit trail cannot be written: {0}")]
+pub struct StoreUnavailable(pub String);
+
+/// A read of the trail failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the audit trail cannot be read: {0}")]
+pub struct StoreReadError(pub String);
+
+/// Whether the store can write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreHealth {
+    /// Its last write went through.
+    Ok,
+    /// Its last write failed; it retries, keeping every event.
+    Degraded(String),
+}
+
+/// A durable audit trail. Writes are enqueued and committed in the background, in `seq` order;
+/// reads run off the caller's thread.
+pub trait AuditStore: Send + Sync + 'static {
+    /// When a call's `tool_start` must be committed.
+    fn durability(&self) -> StoreDurability;
+
+    /// The highest `seq` in the store when it was opened (recovery's records included): the
+    /// engine's `seq` continues after it.
+    fn last_seq(&self) -> u64;
+
+    /// Enqueues one event. Runs on the engine's path, in `seq` order: it must never block and
+    /// never drop the event.
+    fn append(&self, event: &Arc<Event>);
+
+    /// Whether every event up to `seq` is committed.
+    fn is_durable(&self, seq: u64) -> bool;
+
+    /// Resolves once every event up to `seq` is committed, or with an error while the store
+    /// cannot write.
+    fn durable(&self, seq: u64) -> BoxFuture<Result<(), StoreUnavailable>>;
+
+    /// Whether the write queue has room for new work.
+    fn has_room(&self) -> bool;
+
+    /// Resolves when the write queue has room.
+    fn room(&self) -> BoxFuture<()>;
+
+    /// Events enqueued and not yet committed.
+    fn queue_depth(&self) -> usize;
+
+    /// Whether the store can write.
+    fn health(&self) -> StoreHealth;
+
+    /// A page of events (`GET /v1/audit`).
+    fn events(&self, query: AuditQuery) -> BoxFuture<Result<AuditPage, StoreReadError>>;
+
+    /// A page of calls, newest first (`GET /v1/audit/calls`).
+    fn calls(&self, query: AuditQuery) -> BoxFuture<Result<CallsPage, StoreReadError>>;
+
+    /// A turn's record (`GET /v1/turns/{id}`); `None` for a turn the trail does not know.
+    fn turn(&self, turn_id: TurnId) -> BoxFuture<Result<Option<TurnRecord>, StoreReadError>>;
+
+    /// Commits everything enqueued so far and stops writing. Idempotent.
+    fn close(&self) -> BoxFuture<()>;
+}
+
+/// The bus feeds the store through this sink.
+struct Sink(Arc<dyn AuditStore>);
+
+impl EventSink for Sink {
+    fn record(&self, event: &Arc<Event>) {
+        self.0.append(event);
+    }
+}
+
+/// The engine's handle on its store, with the store's metrics.
+pub(crate) struct StoreHook {
+    pub(crate) store: Arc<dyn AuditStore>,
+    queue_full: Counter,
+    queue_wait: Counter<f64, std::sync::atomic::AtomicU64>,
+    queue_depth: Gauge,
+    up: Gauge,
+}
+
+/// Attaches `store` to a new engine's bus: `seq` continues after the store's, every event is
+/// appended, and the store's metrics are registered.
+pub(crate) fn attach(bus: &EventBus, metrics: &Metrics, store: Arc<dyn AuditStore>) -> StoreHook {
+    bus.continue_after(store.last_seq());
+    bus.add_sink(Arc::new(Sink(store.clone())));
+    let hook = StoreHook {
+        store,
+        queue_full: Counter::default(),
+        queue_wait: Counter::default(),
+        queue_depth: Gauge::default(),
+        up: Gauge::default(),
+    };
+    metrics.register(
+        "store_queue_full",
+        "Turns that waited before their calls started because the audit trail's write queue was full",
+        hook.queue_full.clone(),
+    );
+    metrics.register(
+        "store_queue_wait_seconds",
+        "Time turns waited for room in the audit trail's write queue",
+        hook.queue_wait.clone(),
+    );
+    metrics.register(
+        "store_queue_depth",
+        "Events waiting to be committed to the audit trail",
+        hook.queue_depth.clone(),
+    );
+    metrics.register(
+        "store_up",
+        "Whether the audit trail can write (1) or not (0)",
+        hook.up.clone(),
+    );
+    hook
+}
+
+/// Brings the store's gauges up to date (before the metrics are encoded).
+pub(crate) fn refresh_metrics(hook: Option<&StoreHook>) {
+    if let Some(hook) = hook {
+        hook.queue_depth.set(hook.store.queue_depth() as i64);
+        hook.up
+            .set(i64::from(hook.store.health() == StoreHealth::Ok));
+    }
+}
+
+/// Back-pressure: waits, before a turn's calls start, while the store's write queue is full.
+/// A store that cannot write does not hold calls here (they fail at once at their `tool_start`
+/// with `before_execution`, and keep their events queued with `async`).
+pub(crate) async fn admit(hook: Option<&StoreHook>) {
+    let Some(hook) = hook else { return };
+    if hook.store.has_room() || hook.store.health() != StoreHealth::Ok {
+        return;
+    }
+    hook.queue_full.inc();
+    let waited = Instant::now();
+    hook.store.room().await;
+    hook.queue_wait.inc_by(waited.elapsed().as_secs_f64());
+}
+
+/// Why a call's backend must not be invoked.
+pub(crate) enum Unrecorded {
+    /// The call was cancelled while its `tool_start` was being committed.
+    Cancelled(CancelReason),
+    /// The store cannot write: the call would run unrecorded.
+    Failed(String),
+}
+
+/// With `before_execution`, waits until the call's `tool_start` (`seq`) is committed; with
+/// `async` (or no store), returns at once.
+pub(crate) async fn tool_start_durable(
+    hook: Option<&StoreHook>,
+    scope: &Scope,
+    seq: u64,
+) -> Result<(), Unrecorded> {
+    let Some(hook) = hook else {
+        return Ok(());
+    };
+    if hook.store.durability() != StoreDurability::BeforeExecution || hook.store.is_durable(seq) {
+        return Ok(());
+    }
+    tokio::select! {
+        biased;
+        () = scope.cancelled() => Err(Unrecorded::Cancelled(scope.reason().unwrap_or(CancelReason::User))),
+        done = hook.store.durable(seq) => done.map_err(|e| Unrecorded::Failed(format!(
+            "{e}; the call was not started, so that nothing runs unrecorded"
+        ))),
+    }
+}

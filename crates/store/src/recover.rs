@@ -1,0 +1,223 @@
+//! Recovery, when a store opens: a process that died (crash, `kill -9`, power loss) left turns
+//! without `turn_end` and calls without `tool_result`. Each such call gets a `tool_result` with the
+//! `interrupted` outcome, and each such turn a `turn_end` (outcome `interrupted`) listing one
+//! result per call, so that every call in the trail ends in exactly one outcome.
+
+use std::sync::Arc;
+
+use rusqlite::{Connection, params};
+use serde_json::Value;
+use toolwarden_protocol::{
+    CallResult, Content, Event, EventKind, EventScope, Outcome, SessionId, Status, Timestamp,
+    TurnId, TurnResults,
+};
+
+use crate::apply::{Prepared, Rows, apply};
+use crate::redact::Redactor;
+
+/// One call of an unfinished turn, as the trail knows it.
+struct OpenCall {
+    call_id: String,
+    tool: Option<String>,
+    /// Its recorded result (the stored `tool_result`'s fields), if it has one.
+    result: Option<Value>,
+    started_at: Option<i64>,
+    attempts: Option<u32>,
+    ran: bool,
+}
+
+/// Records the outcome of every call and turn a dead process left open; returns how many calls
+/// were interrupted.
+pub(crate) fn recover(
+    conn: &mut Connection,
+    redactor: &Redactor,
+    now: Timestamp,
+) -> rusqlite::Result<usize> {
+    let mut seq = crate::read::last_seq(conn)?;
+    let turns: Vec<(i64, String, Option<String>, Option<i64>)> = conn
+        .prepare("SELECT id, turn_id, session_id, start_seq FROM turns WHERE ended_at IS NULL ORDER BY id")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut events = Vec::new();
+    let mut interrupted = 0;
+    for (turn_row, turn_id, session_id, start_seq) in turns {
+        let calls = open_calls(conn, turn_row, start_seq)?;
+        let turn_id = TurnId::from(turn_id.as_str());
+        let session_id = session_id.map(|s| SessionId::from(s.as_str()));
+        let mut results = Vec::with_capacity(calls.len());
+        for call in calls {
+            let result = match call.result {
+                Some(result) => result,
+                None => {
+                    interrupted += 1;
+                    seq += 1;
+                    let (event, result) =
+                        interrupted_call(seq, now, &turn_id, session_id.clone(), &call);
+                    events.push(event);
+                    serde_json::to_value(&*result).unwrap_or(Value::Null)
+                }
+            };
+            results.push(result);
+        }
+        seq += 1;
+        events.push(Event {
+            seq,
+            ts: now,
+            scope: Arc::new(EventScope {
+                session_id: session_id.clone(),
+                turn_id: Some(turn_id.clone()),
+                call_id: None,
+                tool: None,
+            }),
+            kind: EventKind::TurnEnd {
+                outcome: "interrupted".into(),
+                results: TurnResults::Rendered(Arc::new(results)),
+            },
+        });
+    }
+    if events.is_empty() {
+        return Ok(0);
+    }
+    let tx = conn.transaction()?;
+    let mut rows = Rows::default();
+    for event in &events {
+        let item = Prepared {
+            event,
+            body: redactor.body(event),
+        };
+        apply(&tx, &mut rows, &item)?;
+    }
+    tx.commit()?;
+    Ok(interrupted)
+}
+
+/// The calls of an open turn: those its `turn_start` listed, in order, then any other the trail
+/// has a row for.
+fn open_calls(
+    conn: &Connection,
+    turn_row: i64,
+    start_seq: Option<i64>,
+) -> rusqlite::Result<Vec<OpenCall>> {
+    let mut listed: Vec<(String, Option<String>)> = Vec::new();
+    if let Some(start) = start_seq {
+        let body: Option<String> = conn
+            .prepare_cached("SELECT body FROM events WHERE seq = ?1")?
+            .query_row([start], |r| r.get(0))
+            .ok();
+        if let Some(Value::Array(calls)) = body
+            .and_then(|b| serde_json::from_str::<Value>(&b).ok())
+            .and_then(|mut v| v.get_mut("calls").map(Value::take))
+        {
+            for c in calls {
+                if let Some(id) = c.get("call_id").and_then(Value::as_str) {
+                    let tool = c.get("tool").and_then(Value::as_str).map(str::to_owned);
+                    listed.push((id.to_owned(), tool));
+                }
+            }
+        }
+    }
+    let mut rows: Vec<OpenCall> = conn
+        .prepare_cached(
+            "SELECT c.call_id, c.tool, c.status, c.started_at, c.attempts, c.ran, \
+             (SELECT body FROM events e WHERE e.call_row = c.id AND e.type = 'tool_result' \
+              ORDER BY e.seq LIMIT 1) \
+             FROM calls c WHERE c.turn_row = ?1 ORDER BY c.id",
+        )?
+        .query_map(params![turn_row], |r| {
+            let status: Option<String> = r.get(2)?;
+            let body: Option<String> = r.get(6)?;
+            Ok(OpenCall {
+                call_id: r.get(0)?,
+                tool: r.get(1)?,
+                result: status.and(body).and_then(|b| stored_result(&b)),
+                started_at: r.get(3)?,
+                attempts: r.get(4)?,
+                ran: r.get::<_, i64>(5)? != 0,
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut out = Vec::with_capacity(listed.len().max(rows.len()));
+    for (call_id, tool) in listed {
+        match rows.iter().position(|r| r.call_id == call_id) {
+            Some(i) => out.push(rows.remove(i)),
+            None => out.push(OpenCall {
+                call_id,
+                tool,
+                result: None,
+                started_at: None,
+                attempts: None,
+                ran: false,
+            }),
+        }
+    }
+    out.extend(rows);
+    Ok(out)
+}
+
+/// A stored `tool_result`'s result fields (`outcome`, `content`, ...), as `turn_end` lists them.
+fn stored_result(body: &str) -> Option<Value> {
+    let Value::Object(mut map) = serde_json::from_str::<Value>(body).ok()? else {
+        return None;
+    };
+    let mut result = serde_json::Map::new();
+    for key in ["outcome", "content", "structured_content", "is_error"] {
+        if let Some(v) = map.remove(key) {
+            result.insert(key.to_owned(), v);
+        }
+    }
+    Some(Value::Object(result))
+}
+
+fn interrupted_call(
+    seq: u64,
+    now: Timestamp,
+    turn_id: &TurnId,
+    session_id: Option<SessionId>,
+    call: &OpenCall,
+) -> (Event, Arc<CallResult>) {
+    let tool: Arc<str> = call.tool.as_deref().unwrap_or("").into();
+    let status = Status::Interrupted;
+    let detail = if call.ran {
+        "toolwarden stopped (it crashed or was killed) while the call ran; this was recorded when it started again"
+    } else {
+        "toolwarden stopped (it crashed or was killed) before the call's backend was invoked; it did not run"
+    };
+    let duration_ms = call
+        .started_at
+        .map_or(0, |s| (now.unix_millis() - s).max(0) as u64);
+    let result = Arc::new(CallResult {
+        content: vec![Content::text(toolwarden_core::outcome_text(
+            &tool,
+            &status,
+            Some(detail),
+        ))],
+        outcome: Outcome {
+            status,
+            attempts: call.attempts.unwrap_or(u32::from(call.ran)),
+            call_id: call.call_id.as_str().into(),
+            turn_id: turn_id.clone(),
+            tool: tool.clone(),
+            duration_ms,
+            provenance: None,
+            detail: Some(detail.to_owned()),
+            repeat_count: None,
+        },
+        structured_content: None,
+        is_error: true,
+    });
+    let event = Event {
+        seq,
+        ts: now,
+        scope: Arc::new(EventScope {
+            session_id,
+            turn_id: Some(turn_id.clone()),
+            call_id: Some(call.call_id.as_str().into()),
+            tool: Some(tool),
+        }),
+        kind: EventKind::ToolResult {
+            result: result.clone(),
+            duration_ms,
+        },
+    };
+    (event, result)
+}

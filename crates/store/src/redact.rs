@@ -1,0 +1,209 @@
+//! What the trail keeps of an event: its JSON as `/v1/events` sends it, with the values of keys
+//! named like secrets masked and large payloads truncated (SPEC §9).
+//!
+//! Only payloads are touched — a call's input, its result's content, a turn's results, an
+//! interaction's input — never the event's own fields. Most events carry no payload, or a small
+//! one without any key that looks like a secret: those are written as they serialize, without
+//! being parsed back.
+
+use serde_json::{Map, Value};
+use toolwarden_protocol::{Event, EventKind};
+
+/// What a masked value is replaced with.
+pub const MASKED: &str = "[MASKED]";
+
+/// The default keys whose values are masked.
+pub const DEFAULT_MASK_KEYS: [&str; 5] =
+    ["password", "token", "secret", "api_key", "authorization"];
+
+/// Masks and truncates events' payloads.
+#[derive(Clone, Debug)]
+pub struct Redactor {
+    /// Lower-case words; a key containing one (ignoring case, `-` read as `_`) is masked.
+    words: Vec<String>,
+    /// The bytes a word starts with, in either case.
+    firsts: [bool; 256],
+    max_payload: usize,
+}
+
+impl Redactor {
+    /// Masks keys containing any of `words`; truncates payloads longer than `max_payload` bytes
+    /// of JSON.
+    pub fn new(words: &[String], max_payload: usize) -> Self {
+        let words: Vec<String> = words
+            .iter()
+            .map(|w| w.to_ascii_lowercase().replace('-', "_"))
+            .filter(|w| !w.is_empty())
+            .collect();
+        let mut firsts = [false; 256];
+        for w in &words {
+            if let Some(&b) = w.as_bytes().first() {
+                firsts[usize::from(b.to_ascii_lowercase())] = true;
+                firsts[usize::from(b.to_ascii_uppercase())] = true;
+            }
+        }
+        Self {
+            words,
+            firsts,
+            max_payload,
+        }
+    }
+
+    /// The event's JSON as the trail stores it.
+    pub fn body(&self, event: &Event) -> String {
+        let text = serde_json::to_string(event).unwrap_or_else(|_| "{}".to_owned());
+        let payloads: &[&[&str]] = match &event.kind {
+            EventKind::ToolStart { .. } => &[&["input"]],
+            EventKind::ToolResult { .. } => &[&["content"], &["structured_content"]],
+            EventKind::TurnEnd { .. } => &[&["results"]],
+            EventKind::InteractionRequested { .. } => {
+                &[&["interaction", "input"], &["interaction", "details"]]
+            }
+            _ => return text,
+        };
+        if text.len() <= self.max_payload && !self.mentions_a_word(&text) {
+            return text;
+        }
+        let Ok(mut value) = serde_json::from_str::<Value>(&text) else {
+            return text;
+        };
+        for path in payloads {
+            let Some(payload) = pointer_mut(&mut value, path) else {
+                continue;
+            };
+            self.mask(payload);
+            if matches!(event.kind, EventKind::TurnEnd { .. }) {
+                // Each result on its own: a turn of many small results keeps them all.
+                if let Value::Array(results) = payload {
+                    for result in results {
+                        for field in ["content", "structured_content"] {
+                            if let Some(v) = result.get_mut(field) {
+                                self.fit(v);
+                            }
+                        }
+                    }
+                }
+            } else {
+                self.fit(payload);
+            }
+        }
+        serde_json::to_string(&value).unwrap_or(text)
+    }
+
+    /// Whether `text` contains any mask word (ignoring case): a cheap test before parsing. One
+    /// pass over the text; the words are compared only where one's first letter is.
+    fn mentions_a_word(&self, text: &str) -> bool {
+        let bytes = text.as_bytes();
+        bytes.iter().enumerate().any(|(i, b)| {
+            self.firsts[usize::from(*b)]
+                && self.words.iter().any(|w| {
+                    let w = w.as_bytes();
+                    bytes.get(i..i + w.len()).is_some_and(|win| {
+                        // `_` in a word also matches `-` in the text.
+                        win.iter()
+                            .zip(w)
+                            .all(|(a, b)| a.eq_ignore_ascii_case(b) || (*b == b'_' && *a == b'-'))
+                    })
+                })
+        })
+    }
+
+    fn masks(&self, key: &str) -> bool {
+        let key = key.to_ascii_lowercase().replace('-', "_");
+        self.words.iter().any(|w| key.contains(w.as_str()))
+    }
+
+    /// Replaces the values of secret-like keys, at any depth.
+    fn mask(&self, value: &mut Value) {
+        match value {
+            Value::Object(map) => {
+                for (key, v) in map.iter_mut() {
+                    if self.masks(key) {
+                        *v = Value::String(MASKED.to_owned());
+                    } else {
+                        self.mask(v);
+                    }
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|v| self.mask(v)),
+            _ => {}
+        }
+    }
+
+    /// Replaces a payload longer than the limit by `{"truncated": true, "bytes": N, "head": ...}`:
+    /// its size and the first `max_payload` bytes of its JSON.
+    fn fit(&self, value: &mut Value) {
+        let text = value.to_string();
+        if text.len() <= self.max_payload {
+            return;
+        }
+        let mut end = self.max_payload;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let mut marker = Map::new();
+        marker.insert("truncated".into(), Value::Bool(true));
+        marker.insert("bytes".into(), Value::from(text.len()));
+        marker.insert("head".into(), Value::String(text[..end].to_owned()));
+        *value = Value::Object(marker);
+    }
+}
+
+fn pointer_mut<'a>(value: &'a mut Value, path: &[&str]) -> Option<&'a mut Value> {
+    path.iter().try_fold(value, |v, key| v.get_mut(*key))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+    use toolwarden_protocol::{EventScope, Timestamp};
+
+    use super::*;
+
+    fn start(input: Value) -> Event {
+        Event {
+            seq: 1,
+            ts: Timestamp::from_unix_millis(0),
+            scope: Arc::new(EventScope::default()),
+            kind: EventKind::ToolStart {
+                input: Arc::new(input),
+                timeout_ms: 1,
+                idle_timeout_ms: 0,
+            },
+        }
+    }
+
+    fn check(redactor: &Redactor, input: Value, stored: Value) {
+        let body: Value = serde_json::from_str(&redactor.body(&start(input))).unwrap();
+        assert_eq!(body["input"], stored);
+    }
+
+    #[test]
+    fn secret_like_keys_are_masked_at_any_depth_and_large_payloads_truncated() {
+        let words: Vec<String> = DEFAULT_MASK_KEYS.iter().map(|s| (*s).to_owned()).collect();
+        let r = Redactor::new(&words, 1000);
+        check(&r, json!({"path": "a.txt"}), json!({"path": "a.txt"}));
+        check(
+            &r,
+            json!({"api_key": "sk-1", "headers": {"Authorization": "Bearer x", "X-Api-Key": 3},
+                   "list": [{"db_password": "p"}], "note": "token"}),
+            json!({"api_key": MASKED, "headers": {"Authorization": MASKED, "X-Api-Key": MASKED},
+                   "list": [{"db_password": MASKED}], "note": "token"}),
+        );
+        let r = Redactor::new(&words, 64);
+        let big = "x".repeat(100);
+        let stored = format!("{{\"text\":\"{big}\"}}");
+        check(
+            &r,
+            json!({"text": big}),
+            json!({"truncated": true, "bytes": stored.len(), "head": &stored[..64]}),
+        );
+        // Masking comes first: a secret is never in a truncated head.
+        let r = Redactor::new(&words, 16);
+        let body = r.body(&start(json!({"token": "abcdefghijklmnopqrstuvwxyz"})));
+        assert!(!body.contains("abcdefghij"), "{body}");
+    }
+}

@@ -1,0 +1,397 @@
+//! The writer thread and its queue: group commit, durability notices, back-pressure, health,
+//! retries, and pruning by age.
+
+use std::fs::File;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+use rusqlite::Connection;
+use tokio::sync::{Notify, watch};
+use toolwarden_core::backend::BoxFuture;
+use toolwarden_core::{StoreHealth, StoreUnavailable};
+use toolwarden_protocol::{Event, Timestamp};
+
+use crate::apply::{Prepared, Rows, apply};
+use crate::options::StoreOptions;
+use crate::redact::Redactor;
+
+/// How often old rows are pruned.
+const PRUNE_EVERY_MS: i64 = 3600 * 1000;
+/// Rows deleted per transaction when pruning (so that commits of new events are not held up).
+const PRUNE_CHUNK: i64 = 5000;
+/// Waits between attempts to write after a failure: doubling up to the last.
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// What has been committed, as waiters see it.
+#[derive(Clone, Debug, Default)]
+struct Committed {
+    /// Every event up to this `seq` is committed.
+    seq: u64,
+    /// Why the last write failed, while it fails.
+    failed: Option<Arc<str>>,
+}
+
+#[derive(Default)]
+struct Queue {
+    events: Vec<Arc<Event>>,
+    closing: bool,
+    /// The writer sleeps on the condvar and must be woken.
+    idle: bool,
+}
+
+/// What the store and its writer thread share.
+pub(crate) struct Shared {
+    queue: Mutex<Queue>,
+    wake: Condvar,
+    /// Events enqueued and not yet committed.
+    depth: AtomicUsize,
+    capacity: usize,
+    durable_seq: AtomicU64,
+    failing: AtomicBool,
+    committed: watch::Sender<Committed>,
+    room: Notify,
+    health: Mutex<StoreHealth>,
+    closed: watch::Sender<bool>,
+    /// The write connection; `None` once the store is closed.
+    state: Mutex<Option<Conn>>,
+}
+
+/// Starts the writer thread over `conn` (which holds `lock` until it ends).
+pub(crate) fn start(
+    conn: Connection,
+    lock: File,
+    redactor: Redactor,
+    options: &StoreOptions,
+    last_seq: u64,
+) -> std::io::Result<Arc<Shared>> {
+    let shared = Arc::new(Shared {
+        queue: Mutex::new(Queue::default()),
+        wake: Condvar::new(),
+        depth: AtomicUsize::new(0),
+        capacity: options.queue_capacity.max(1),
+        durable_seq: AtomicU64::new(last_seq),
+        failing: AtomicBool::new(false),
+        committed: watch::Sender::new(Committed {
+            seq: last_seq,
+            failed: None,
+        }),
+        room: Notify::new(),
+        health: Mutex::new(StoreHealth::Ok),
+        closed: watch::Sender::new(false),
+        state: Mutex::new(None),
+    });
+    *shared.state.lock() = Some(Conn {
+        conn,
+        rows: Rows::default(),
+        redactor,
+    });
+    let writer = Writer {
+        shared: shared.clone(),
+        _lock: lock,
+        retain: options.retain,
+        last_prune: Timestamp::now().unix_millis(),
+    };
+    std::thread::Builder::new()
+        .name("toolwarden-store".into())
+        .spawn(move || writer.run())?;
+    Ok(shared)
+}
+
+/// The write connection and what goes with it, used by the writer thread.
+pub(crate) struct Conn {
+    conn: Connection,
+    rows: Rows,
+    redactor: Redactor,
+}
+
+impl Conn {
+    fn write(&mut self, items: &[Prepared<'_>]) -> rusqlite::Result<()> {
+        let tx = self.conn.transaction()?;
+        for item in items {
+            apply(&tx, &mut self.rows, item)?;
+        }
+        tx.commit()
+    }
+
+    fn prepare<'a>(&self, batch: &'a [Arc<Event>]) -> Vec<Prepared<'a>> {
+        batch
+            .iter()
+            .map(|event| Prepared {
+                event,
+                body: self.redactor.body(event),
+            })
+            .collect()
+    }
+}
+
+impl Shared {
+    pub(crate) fn append(&self, event: &Arc<Event>) {
+        let mut q = self.queue.lock();
+        q.events.push(event.clone());
+        self.depth.fetch_add(1, Ordering::AcqRel);
+        if q.idle {
+            q.idle = false;
+            self.wake.notify_one();
+        }
+    }
+
+    pub(crate) fn depth(&self) -> usize {
+        self.depth.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn has_room(&self) -> bool {
+        self.depth() < self.capacity
+    }
+
+    pub(crate) fn room(self: &Arc<Self>) -> BoxFuture<()> {
+        let shared = self.clone();
+        Box::pin(async move {
+            loop {
+                let notified = shared.room.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if shared.has_room() || shared.failing.load(Ordering::Acquire) {
+                    return;
+                }
+                notified.await;
+            }
+        })
+    }
+
+    pub(crate) fn is_durable(&self, seq: u64) -> bool {
+        self.durable_seq.load(Ordering::Acquire) >= seq
+    }
+
+    /// Waits until `seq` is committed (by the writer thread: a waiting call never writes on the
+    /// async runtime's threads, so a slow disk never stalls other calls).
+    pub(crate) fn durable(self: &Arc<Self>, seq: u64) -> BoxFuture<Result<(), StoreUnavailable>> {
+        if self.is_durable(seq) {
+            return Box::pin(std::future::ready(Ok(())));
+        }
+        let mut rx = self.committed.subscribe();
+        Box::pin(async move {
+            let state = rx
+                .wait_for(|c| c.seq >= seq || c.failed.is_some())
+                .await
+                .map(|c| c.clone())
+                .map_err(|_| StoreUnavailable("the store was closed".to_owned()))?;
+            if state.seq >= seq {
+                Ok(())
+            } else {
+                Err(StoreUnavailable(
+                    state.failed.as_deref().unwrap_or("unknown").to_owned(),
+                ))
+            }
+        })
+    }
+
+    pub(crate) fn health(&self) -> StoreHealth {
+        self.health.lock().clone()
+    }
+
+    pub(crate) fn request_close(&self) {
+        let mut q = self.queue.lock();
+        q.closing = true;
+        q.idle = false;
+        self.wake.notify_one();
+    }
+
+    pub(crate) fn close(self: &Arc<Self>) -> BoxFuture<()> {
+        self.request_close();
+        let mut rx = self.closed.subscribe();
+        Box::pin(async move {
+            let _ = rx.wait_for(|closed| *closed).await;
+        })
+    }
+
+    /// Everything queued, in `seq` order.
+    fn take(&self) -> Vec<Arc<Event>> {
+        std::mem::take(&mut self.queue.lock().events)
+    }
+
+    /// Writes `batch` in one transaction, retrying (every event kept) until it commits or the
+    /// store is closed.
+    fn commit_retrying(&self, conn: &mut Conn, batch: &[Arc<Event>]) {
+        let items = conn.prepare(batch);
+        let mut wait = RETRY_FIRST;
+        loop {
+            match conn.write(&items) {
+                Ok(()) => break,
+                Err(e) => {
+                    self.failed(conn, &e);
+                    let mut q = self.queue.lock();
+                    if q.closing {
+                        // Closing: one more try after the wait, then give up on this batch.
+                        drop(q);
+                        std::thread::park_timeout(wait);
+                        if conn.write(&items).is_err() {
+                            tracing::error!(
+                                events = items.len(),
+                                "the audit trail could not be written before closing"
+                            );
+                            return;
+                        }
+                        break;
+                    }
+                    q.idle = true;
+                    self.wake.wait_for(&mut q, wait);
+                    q.idle = false;
+                    wait = (wait * 2).min(RETRY_MAX);
+                }
+            }
+        }
+        let last = items.last().map_or(0, |i| i.event.seq);
+        self.committed_batch(items.len(), last);
+    }
+
+    /// A write failed: the store is degraded; waiters hear why.
+    fn failed(&self, conn: &mut Conn, e: &rusqlite::Error) {
+        conn.rows.clear();
+        let why: Arc<str> = e.to_string().into();
+        if !self.failing.swap(true, Ordering::AcqRel) {
+            tracing::error!(error = %why, "the audit trail cannot be written; retrying");
+        }
+        *self.health.lock() = StoreHealth::Degraded(why.to_string());
+        self.committed.send_modify(|c| c.failed = Some(why));
+        self.room.notify_waiters();
+    }
+
+    /// `n` events up to `last` are committed: tells the waiters, makes room.
+    fn committed_batch(&self, n: usize, last: u64) {
+        self.durable_seq.fetch_max(last, Ordering::AcqRel);
+        if self.failing.swap(false, Ordering::AcqRel) {
+            *self.health.lock() = StoreHealth::Ok;
+            tracing::info!("the audit trail can be written again");
+        }
+        self.committed.send_modify(|c| {
+            c.seq = c.seq.max(last);
+            c.failed = None;
+        });
+        let before = self.depth.fetch_sub(n, Ordering::AcqRel);
+        if before - n < self.capacity {
+            self.room.notify_waiters();
+        }
+    }
+}
+
+struct Writer {
+    shared: Arc<Shared>,
+    _lock: File,
+    retain: Option<Duration>,
+    last_prune: i64,
+}
+
+impl Writer {
+    fn run(mut self) {
+        loop {
+            let closing = {
+                let mut q = self.shared.queue.lock();
+                while q.events.is_empty() && !q.closing {
+                    q.idle = true;
+                    // Wakes at least once a minute, to prune.
+                    self.shared.wake.wait_for(&mut q, Duration::from_secs(60));
+                    if q.events.is_empty() && !q.closing {
+                        drop(q);
+                        self.maybe_prune();
+                        q = self.shared.queue.lock();
+                    }
+                }
+                q.idle = false;
+                q.closing
+            };
+            {
+                let mut guard = self.shared.state.lock();
+                if let Some(conn) = guard.as_mut() {
+                    let batch = self.shared.take();
+                    if !batch.is_empty() {
+                        self.shared.commit_retrying(conn, &batch);
+                    }
+                }
+            }
+            if closing && self.shared.queue.lock().events.is_empty() {
+                break;
+            }
+            self.maybe_prune();
+        }
+        // Let readers see a clean database: checkpoint the WAL into it.
+        // The connection and the lock go before anyone hears that the store is closed, so that
+        // the next writer can open it at once.
+        if let Some(conn) = self.shared.state.lock().take() {
+            let _ = conn.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);");
+        }
+        let Writer { shared, _lock, .. } = self;
+        drop(_lock);
+        shared.closed.send_replace(true);
+    }
+
+    fn maybe_prune(&mut self) {
+        let Some(retain) = self.retain else { return };
+        let now = Timestamp::now();
+        if now.unix_millis() - self.last_prune < PRUNE_EVERY_MS {
+            return;
+        }
+        self.last_prune = now.unix_millis();
+        let guard = self.shared.state.lock();
+        if let Some(conn) = guard.as_ref()
+            && let Err(e) = prune(&conn.conn, retain, now)
+        {
+            tracing::warn!(error = %e, "pruning the audit trail failed");
+        }
+    }
+}
+
+/// Deletes rows older than `retain` (events, ended calls and turns, minute marks), in chunks.
+pub(crate) fn prune(conn: &Connection, retain: Duration, now: Timestamp) -> rusqlite::Result<()> {
+    if retain.is_zero() {
+        return Ok(());
+    }
+    let cutoff = now.unix_millis() - retain.as_millis().min(i64::MAX as u128) as i64;
+    let minute = cutoff.div_euclid(60_000);
+    // The first event, call and turn at or after the cutoff's minute; everything before goes.
+    let bound: Option<(i64, i64, i64)> = conn
+        .query_row(
+            "SELECT seq, call_row, turn_row FROM marks WHERE minute >= ?1 ORDER BY minute LIMIT 1",
+            [minute],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .ok();
+    let (seq, call_row, turn_row) = match bound {
+        Some(b) => b,
+        None => {
+            // Nothing since the cutoff: every row is older, unless there are none.
+            let newest: Option<i64> =
+                conn.query_row("SELECT max(ts) FROM events", [], |r| r.get(0))?;
+            if newest.is_none_or(|ts| ts >= cutoff) {
+                return Ok(());
+            }
+            (i64::MAX, i64::MAX, i64::MAX)
+        }
+    };
+    let chunked = |sql: &str, bound: i64| -> rusqlite::Result<()> {
+        loop {
+            let n = conn.execute(sql, rusqlite::params![bound, PRUNE_CHUNK])?;
+            if n < PRUNE_CHUNK as usize {
+                return Ok(());
+            }
+        }
+    };
+    chunked(
+        "DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE seq < ?1 ORDER BY seq LIMIT ?2)",
+        seq,
+    )?;
+    chunked(
+        "DELETE FROM calls WHERE id IN (SELECT id FROM calls WHERE id < ?1 AND status IS NOT NULL \
+         ORDER BY id LIMIT ?2)",
+        call_row,
+    )?;
+    chunked(
+        "DELETE FROM turns WHERE id IN (SELECT id FROM turns WHERE id < ?1 AND ended_at IS NOT NULL \
+         ORDER BY id LIMIT ?2)",
+        turn_row,
+    )?;
+    conn.execute("DELETE FROM marks WHERE minute < ?1", [minute])?;
+    Ok(())
+}
