@@ -23,6 +23,11 @@ if ! cargo nextest --version >/dev/null 2>&1; then
 fi
 
 cargo build --workspace --all-targets --locked
+# The README's commands build what they run on their own (`cargo run -p toolwarden`, and the
+# example config's `cargo run --package toolwarden-testkit --bin tw-test-server`), with the
+# features of that package alone; the test that follows the README finds them built.
+cargo build --locked -p toolwarden
+cargo build --locked --package toolwarden-testkit --bin tw-test-server
 
 failed=()
 cargo nextest run --workspace --locked --no-fail-fast || failed+=("cargo nextest")

@@ -14,5 +14,6 @@ mod check;
 mod config;
 mod help;
 mod mcp;
+mod readme;
 mod serve;
 mod soak;

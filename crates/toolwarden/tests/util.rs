@@ -63,7 +63,12 @@ impl Dir {
     /// variables. Its platform data dir is `data/` here, so that an audit trail without a
     /// configured `[store] path` never lands in the user's.
     pub fn command(&self, args: &[&str]) -> TestCommand {
-        let mut cmd = Command::new(bin());
+        self.program(&bin().to_string_lossy(), args)
+    }
+
+    /// Any program (`cargo`, `sh`), with the same environment as [`Dir::command`].
+    pub fn program(&self, program: &str, args: &[&str]) -> TestCommand {
+        let mut cmd = Command::new(program);
         cmd.args(args)
             .current_dir(self.path())
             .env("XDG_DATA_HOME", self.path().join("data"))
@@ -125,6 +130,12 @@ impl TestCommand {
 
     pub fn env(&mut self, key: &str, value: &str) -> &mut Self {
         self.cmd.env(key, value);
+        self
+    }
+
+    /// Runs it in `dir` instead of the test's directory.
+    pub fn current_dir(&mut self, dir: &Path) -> &mut Self {
+        self.cmd.current_dir(dir);
         self
     }
 
