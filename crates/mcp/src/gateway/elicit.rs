@@ -123,7 +123,8 @@ async fn ask(
     forget(&gateway, &interaction);
     let answer = match answered {
         Ok(ClientResult::ElicitResult(result)) => decide(&result),
-        Ok(other) => match crate::link::retype::<ElicitResult>(other, "elicitation/create") {
+        Ok(other) => match crate::client::link::retype::<ElicitResult>(other, "elicitation/create")
+        {
             Ok(result) => decide(&result),
             Err(_) => return,
         },

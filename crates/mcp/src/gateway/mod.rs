@@ -46,7 +46,7 @@ use toolwarden_core::Engine;
 use toolwarden_core::protocol::{CancelReason, EventKind, ServerStateKind, SessionId};
 
 use crate::McpServer;
-use crate::link::Upstream;
+use crate::client::link::Upstream;
 
 pub use handler::GatewayConnection;
 pub use http::{GatewayHttpService, HttpSessions};

@@ -45,7 +45,7 @@ use toolwarden_core::protocol::SessionId;
 use super::Gateway;
 use super::session::ClientSession;
 use crate::McpServer;
-use crate::link::retype;
+use crate::client::link::retype;
 
 /// Where resources, templates and prompts live.
 #[derive(Default)]

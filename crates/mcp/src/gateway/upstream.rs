@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Gateway;
 use super::session::ClientSession;
-use crate::link::{Upstream, no_client, server_request_method};
+use crate::client::link::{Upstream, no_client, server_request_method};
 
 impl Upstream for Gateway {
     fn request(

@@ -14,9 +14,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use toolwarden_core::protocol::ServerStateKind;
 
-use crate::call::send_cancel;
-use crate::session::{self, Child, ConnEnd, Session, describe_exit};
-use crate::{RestartRequest, Shared};
+use super::session::{self, Child, ConnEnd, Session, describe_exit, send_cancel};
+use super::shared::{RestartRequest, Shared};
 
 /// Runs until the server is shut down.
 pub(crate) async fn supervise(

@@ -34,8 +34,8 @@ use tokio_util::sync::CancellationToken;
 use toolwarden_core::protocol::ProgressInfo;
 use toolwarden_core::{AttemptError, Heartbeat};
 
-use crate::frame::BadFrame;
-use crate::link::{Link, no_client, retype, server_request_method};
+use super::frame::BadFrame;
+use super::link::{Link, no_client, retype, server_request_method};
 
 /// One request in flight on a connection.
 pub(crate) struct CallState {
