@@ -8,6 +8,7 @@ mod call;
 mod convert;
 mod forward;
 mod frame;
+mod handler;
 pub(crate) mod link;
 mod options;
 mod router;

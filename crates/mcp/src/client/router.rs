@@ -1,33 +1,16 @@
-//! Per connection: which request is which call, and where a server's progress goes.
+//! Per connection: which request is which call, and where a server's progress goes — the call
+//! table that the connection's handler (`handler`) reads and each attempt (`call`) writes.
 //!
 //! rmcp puts its own `_meta.progressToken` on every request and tells us which one only once the
 //! request is queued. The table is filled under `send_lock`, and a progress notification whose
 //! token is not (yet) known takes that lock before looking again. A progress report can then
 //! never overtake its call's registration, and progress for a finished call is simply dropped.
 
-#![allow(
-    deprecated,
-    reason = "sampling, roots and logging are deprecated by SEP-2577 (MCP 2026-07-28), but the \
-              session-based revisions that clients speak still use them, and they pass through"
-)]
-
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use rmcp::model::{
-    ClientCapabilities, ClientConfig, ClientResult, CreateMessageRequest,
-    CreateMessageRequestParams, CreateMessageResult, CustomNotification, CustomRequest,
-    CustomResult, ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationCapability,
-    FormElicitationCapability, GetMeta as _, Implementation, JsonObject, ListRootsRequest,
-    ListRootsResult, LoggingMessageNotification, LoggingMessageNotificationParam, NumberOrString,
-    ProgressNotificationParam, ProgressToken, PromptListChangedNotification, RequestId,
-    ResourceListChangedNotification, ResourceUpdatedNotification, ResourceUpdatedNotificationParam,
-    RootsCapabilities, SamplingCapability, ServerNotification, ServerRequest,
-    UrlElicitationCapability,
-};
-use rmcp::service::{NotificationContext, RequestContext, RoleClient};
-use rmcp::{ClientHandler, ErrorData};
+use rmcp::model::{NumberOrString, ProgressNotificationParam, ProgressToken, RequestId};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -35,10 +18,9 @@ use toolwarden_core::protocol::ProgressInfo;
 use toolwarden_core::{AttemptError, Heartbeat};
 
 use super::frame::BadFrame;
-use super::link::{Link, no_client, retype, server_request_method};
 
 /// One request in flight on a connection.
-pub(crate) struct CallState {
+pub(crate) struct OutgoingCall {
     pub(crate) id: RequestId,
     token: ProgressToken,
     heartbeat: Heartbeat,
@@ -55,7 +37,7 @@ struct CallInner {
     failure: Option<AttemptError>,
 }
 
-impl CallState {
+impl OutgoingCall {
     fn new(id: RequestId, token: ProgressToken, heartbeat: Heartbeat) -> Self {
         Self {
             id,
@@ -120,8 +102,8 @@ impl CallState {
 
 #[derive(Default)]
 struct Calls {
-    by_token: HashMap<ProgressToken, Arc<CallState>>,
-    by_id: HashMap<RequestId, Arc<CallState>>,
+    by_token: HashMap<ProgressToken, Arc<OutgoingCall>>,
+    by_id: HashMap<RequestId, Arc<OutgoingCall>>,
 }
 
 /// The call table of one connection, shared by its client handler and its calls.
@@ -154,7 +136,7 @@ impl Router {
         token: ProgressToken,
         heartbeat: Heartbeat,
     ) -> Registration {
-        let call = Arc::new(CallState::new(id.clone(), token.clone(), heartbeat));
+        let call = Arc::new(OutgoingCall::new(id.clone(), token.clone(), heartbeat));
         let mut calls = self.calls.lock();
         calls.by_token.insert(token, call.clone());
         calls.by_id.insert(id, call.clone());
@@ -169,11 +151,12 @@ impl Router {
         self.calls.lock().by_id.keys().cloned().collect()
     }
 
-    fn lookup(&self, token: &ProgressToken) -> Option<Arc<CallState>> {
+    fn lookup(&self, token: &ProgressToken) -> Option<Arc<OutgoingCall>> {
         self.calls.lock().by_token.get(token).cloned()
     }
 
-    async fn progress(&self, p: ProgressNotificationParam) {
+    /// A server's progress report: to its call's heartbeat, or dropped.
+    pub(super) async fn progress(&self, p: ProgressNotificationParam) {
         let call = match self.lookup(&p.progress_token) {
             Some(call) => Some(call),
             None => {
@@ -217,7 +200,7 @@ impl Router {
 /// A call's place in the table; leaving it (drop) unregisters the call.
 pub(crate) struct Registration {
     router: Arc<Router>,
-    pub(crate) call: Arc<CallState>,
+    pub(crate) call: Arc<OutgoingCall>,
 }
 
 impl Drop for Registration {
@@ -225,170 +208,5 @@ impl Drop for Registration {
         let mut calls = self.router.calls.lock();
         calls.by_token.remove(&self.call.token);
         calls.by_id.remove(&self.call.id);
-    }
-}
-
-/// rmcp's client handler for one connection.
-#[derive(Clone)]
-pub(crate) struct Handler {
-    pub(crate) router: Arc<Router>,
-    /// Where the server's requests and notifications for its client go (the gateway).
-    pub(crate) link: Arc<Link>,
-    /// Declare sampling, elicitation and roots, so they can be forwarded (`McpOptions`).
-    pub(crate) forward: bool,
-}
-
-impl Handler {
-    /// Forwards a server-initiated request to the attached upstream, until the server cancels
-    /// it (`ctx.ct`).
-    async fn forward(
-        &self,
-        mut request: ServerRequest,
-        context: RequestContext<RoleClient>,
-    ) -> Result<ClientResult, ErrorData> {
-        let method = server_request_method(&request);
-        let Some(upstream) = self.link.get() else {
-            return Err(no_client(&method));
-        };
-        // rmcp moved the request's `_meta` into the context; put it back for the client (the
-        // progress token is rmcp's business on each hop).
-        let mut meta = context.meta;
-        meta.remove("progressToken");
-        *request.get_meta_mut() = meta;
-        let server = self.router.server.clone();
-        tracing::debug!(server = %server, %method, "forwarding a server's request to a client");
-        upstream.request(server, request, context.ct).await
-    }
-
-    fn notify(&self, notification: ServerNotification) {
-        match self.link.get() {
-            Some(upstream) => upstream.notify(self.router.server.clone(), notification),
-            None => tracing::trace!(server = %self.router.server,
-                "no client attached: a server notification was dropped"),
-        }
-    }
-}
-
-impl ClientHandler for Handler {
-    async fn on_progress(
-        &self,
-        params: ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        self.router.progress(params).await;
-    }
-
-    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        // The supervisor re-reads the list; the engine's tool set changes; the gateway tells
-        // its clients from there.
-        self.router.tools_changed.notify_one();
-    }
-
-    async fn create_message(
-        &self,
-        params: CreateMessageRequestParams,
-        context: RequestContext<RoleClient>,
-    ) -> Result<CreateMessageResult, ErrorData> {
-        let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
-        match self.forward(request, context).await? {
-            ClientResult::CreateMessageResult(result) => Ok(*result),
-            other => retype(other, "sampling/createMessage"),
-        }
-    }
-
-    async fn list_roots(
-        &self,
-        context: RequestContext<RoleClient>,
-    ) -> Result<ListRootsResult, ErrorData> {
-        let request = ServerRequest::ListRootsRequest(ListRootsRequest::default());
-        match self.forward(request, context).await? {
-            ClientResult::ListRootsResult(result) => Ok(result),
-            other => retype(other, "roots/list"),
-        }
-    }
-
-    async fn create_elicitation(
-        &self,
-        params: ElicitRequestParams,
-        context: RequestContext<RoleClient>,
-    ) -> Result<ElicitResult, ErrorData> {
-        let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
-        match self.forward(request, context).await? {
-            ClientResult::ElicitResult(result) => Ok(result),
-            other => retype(other, "elicitation/create"),
-        }
-    }
-
-    async fn on_custom_request(
-        &self,
-        request: CustomRequest,
-        context: RequestContext<RoleClient>,
-    ) -> Result<CustomResult, ErrorData> {
-        let request = ServerRequest::CustomRequest(request);
-        match self.forward(request, context).await? {
-            ClientResult::CustomResult(result) => Ok(result),
-            other => retype(other, "a custom request"),
-        }
-    }
-
-    async fn on_logging_message(
-        &self,
-        params: LoggingMessageNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        self.notify(ServerNotification::LoggingMessageNotification(
-            LoggingMessageNotification::new(params),
-        ));
-    }
-
-    async fn on_resource_updated(
-        &self,
-        params: ResourceUpdatedNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        self.notify(ServerNotification::ResourceUpdatedNotification(
-            ResourceUpdatedNotification::new(params),
-        ));
-    }
-
-    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.notify(ServerNotification::ResourceListChangedNotification(
-            ResourceListChangedNotification::default(),
-        ));
-    }
-
-    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.notify(ServerNotification::PromptListChangedNotification(
-            PromptListChangedNotification::default(),
-        ));
-    }
-
-    async fn on_custom_notification(
-        &self,
-        notification: CustomNotification,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        self.notify(ServerNotification::CustomNotification(notification));
-    }
-
-    fn get_info(&self) -> ClientConfig {
-        let mut capabilities = ClientCapabilities::default();
-        if self.forward {
-            let mut roots = RootsCapabilities::default();
-            roots.list_changed = Some(true);
-            capabilities.roots = Some(roots);
-            let mut sampling = SamplingCapability::default();
-            sampling.tools = Some(JsonObject::new());
-            sampling.context = Some(JsonObject::new());
-            capabilities.sampling = Some(sampling);
-            let mut elicitation = ElicitationCapability::default();
-            elicitation.form = Some(FormElicitationCapability::default());
-            elicitation.url = Some(UrlElicitationCapability::default());
-            capabilities.elicitation = Some(elicitation);
-        }
-        ClientConfig::new(
-            capabilities,
-            Implementation::new("toolwarden", env!("CARGO_PKG_VERSION")),
-        )
     }
 }

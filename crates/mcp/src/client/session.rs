@@ -23,9 +23,10 @@ use toolwarden_process::GroupChild;
 use toolwarden_protocol::ServerConfig;
 
 use super::frame::{self, OnBadFrame};
+use super::handler::Handler;
 use super::link::Link;
 use super::options::McpOptions;
-use super::router::{Handler, Router};
+use super::router::Router;
 
 /// How to reach a server, from its config.
 #[derive(Clone, Debug)]
