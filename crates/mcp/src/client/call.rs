@@ -20,8 +20,8 @@ use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ServerR
 use rmcp::service::PeerRequestOptions;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
-use toolwarden_core::protocol::{OnStuck, StopHow};
 use toolwarden_core::{Attempt, AttemptEnd, AttemptError, AttemptMeta};
+use toolwarden_protocol::{OnStuck, StopHow};
 
 use super::convert::{arguments, service_error, tool_output};
 use super::router::Registration;

@@ -3,8 +3,8 @@
 use rmcp::ServiceError;
 use rmcp::model::{ContentBlock, CustomResult, JsonObject, ServerResult, Tool};
 use serde_json::Value;
-use toolwarden_core::protocol::{Content, ToolAnnotations, ToolSpec};
 use toolwarden_core::{AttemptError, ToolOutput};
+use toolwarden_protocol::{Content, ToolAnnotations, ToolSpec};
 
 /// A server's tool as toolwarden describes it. Only the hints the server set are kept: an
 /// absent hint stays `None` (MCP's defaults would make every unannotated tool destructive).

@@ -14,8 +14,8 @@ use rmcp::model::{NumberOrString, ProgressNotificationParam, ProgressToken, Requ
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use toolwarden_core::protocol::ProgressInfo;
 use toolwarden_core::{AttemptError, Heartbeat};
+use toolwarden_protocol::ProgressInfo;
 
 use super::frame::BadFrame;
 

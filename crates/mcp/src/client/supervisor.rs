@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use toolwarden_core::protocol::ServerStateKind;
+use toolwarden_protocol::ServerStateKind;
 
 use super::session::{self, Child, ConnEnd, Session, describe_exit, send_cancel};
 use super::shared::{RestartRequest, Shared};
@@ -136,7 +136,7 @@ async fn start(
         Some(limit) => tokio::time::timeout(limit, connect).await.unwrap_or_else(|_| {
             Err(format!(
                 "did not start within {} (startup_timeout: spawn or connect, initialize and tools/list)",
-                toolwarden_core::protocol::format_duration(limit)
+                toolwarden_protocol::format_duration(limit)
             ))
         }),
     }

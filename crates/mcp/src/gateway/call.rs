@@ -21,8 +21,8 @@ use rmcp::model::{
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use toolwarden_core::protocol::{CallId, CancelReason, ProgressInfo, ToolCall};
 use toolwarden_core::{CallProgress, Engine, TurnRequest};
+use toolwarden_protocol::{CallId, CancelReason, ProgressInfo, ToolCall};
 
 use super::session::{CallSlot, ClientLink, ClientSession, Job};
 use super::{Gateway, STATUS_TOOL, convert, status};
@@ -158,12 +158,7 @@ pub(crate) async fn call_tool(
     }
 }
 
-fn abort(
-    gw: &Gateway,
-    turn_id: &toolwarden_core::protocol::TurnId,
-    call_id: &str,
-    reason: CancelReason,
-) {
+fn abort(gw: &Gateway, turn_id: &toolwarden_protocol::TurnId, call_id: &str, reason: CancelReason) {
     tracing::debug!(%turn_id, call_id, reason = reason.as_str(), "aborting a gateway call");
     // NotFound: it already has its outcome.
     let _ = gw

@@ -9,7 +9,7 @@ use rmcp::model::{
 };
 use serde_json::{Value, json};
 use toolwarden_core::PREFIX_SEPARATOR;
-use toolwarden_core::protocol::{CallResult, Content, ToolInfo};
+use toolwarden_protocol::{CallResult, Content, ToolInfo};
 
 use super::{Gateway, STATUS_TOOL};
 
@@ -193,9 +193,7 @@ fn or(a: Option<bool>, b: Option<bool>) -> Option<bool> {
 mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
-    use toolwarden_core::protocol::{
-        CancelReason, Content, Outcome, Status, ToolAnnotations as Hints,
-    };
+    use toolwarden_protocol::{CancelReason, Content, Outcome, Status, ToolAnnotations as Hints};
 
     #[test]
     fn governed_failures_are_error_results_with_the_outcome() {
@@ -250,7 +248,7 @@ mod tests {
             },
             backend: "inprocess".into(),
             policy: Default::default(),
-            breaker: toolwarden_core::protocol::BreakerStateKind::Closed,
+            breaker: toolwarden_protocol::BreakerStateKind::Closed,
         };
         let wire = serde_json::to_value(tool_from_info(&info)).unwrap();
         assert_eq!(

@@ -20,8 +20,8 @@ use std::time::Duration;
 use rmcp::model::{ClientResult, ElicitRequest, ElicitResult, ElicitationAction, ServerRequest};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use toolwarden_core::protocol::{Interaction, InteractionAnswer, InteractionKind, SessionId};
 use toolwarden_core::{AnswerSender, Interactor};
+use toolwarden_protocol::{Interaction, InteractionAnswer, InteractionKind, SessionId};
 
 use super::{ELICITATION_INTERACTOR, Gateway};
 

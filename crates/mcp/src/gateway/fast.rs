@@ -34,7 +34,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use toolwarden_core::protocol::CancelReason;
+use toolwarden_protocol::CancelReason;
 
 use super::Gateway;
 use super::call::{CallContext, call_tool};

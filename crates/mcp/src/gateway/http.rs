@@ -28,7 +28,7 @@ use rmcp::transport::streamable_http_server::{
 };
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use toolwarden_core::protocol::CancelReason;
+use toolwarden_protocol::CancelReason;
 
 use super::Gateway;
 use super::fast::{self, FastPath};

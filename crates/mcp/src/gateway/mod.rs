@@ -43,7 +43,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use toolwarden_core::Engine;
-use toolwarden_core::protocol::{CancelReason, EventKind, ServerStateKind, SessionId};
+use toolwarden_protocol::{CancelReason, EventKind, ServerStateKind, SessionId};
 
 use crate::McpServer;
 use crate::client::link::Upstream;

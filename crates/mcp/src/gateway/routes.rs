@@ -40,7 +40,7 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, RoleServer};
 use tokio_util::sync::CancellationToken;
 use toolwarden_core::PREFIX_SEPARATOR;
-use toolwarden_core::protocol::SessionId;
+use toolwarden_protocol::SessionId;
 
 use super::Gateway;
 use super::session::ClientSession;

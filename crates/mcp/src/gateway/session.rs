@@ -20,7 +20,7 @@ use tokio::io::{AsyncRead, ReadBuf};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use toolwarden_core::protocol::{CancelReason, SessionId};
+use toolwarden_protocol::{CancelReason, SessionId};
 
 use super::Gateway;
 

@@ -3,9 +3,7 @@
 use std::fmt::Write as _;
 
 use rmcp::model::{CallToolResult, ContentBlock};
-use toolwarden_core::protocol::{
-    BreakerStateKind, CallState, SessionStatus, Status, format_duration,
-};
+use toolwarden_protocol::{BreakerStateKind, CallState, SessionStatus, Status, format_duration};
 
 use super::Gateway;
 use super::session::ClientSession;
@@ -145,7 +143,7 @@ pub(crate) fn text(s: &SessionStatus) -> String {
 mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
-    use toolwarden_core::protocol::{
+    use toolwarden_protocol::{
         ActiveCall, BreakerInfo, ProgressInfo, RecentCall, RunningCall, TimeoutKind, Timestamp,
     };
 
