@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use toolwarden_core::{CallProgress, Engine, TurnRequest};
 use toolwarden_protocol::{CallId, CancelReason, ProgressInfo, ToolCall};
 
-use super::session::{CallSlot, ClientLink, ClientSession, Job};
+use super::session::{ClientCall, ClientLink, ClientSession, Job};
 use super::{Gateway, STATUS_TOOL, convert, status};
 
 /// The request a `tools/call` came in, and the way back to its client.
@@ -91,7 +91,7 @@ pub(crate) async fn call_tool(
     let (jobs_tx, mut jobs_rx) = mpsc::unbounded_channel::<Job>();
     session.add_call(
         &call_id,
-        CallSlot {
+        ClientCall {
             server: server.clone(),
             seq: gw.next_seq(),
             jobs: jobs_tx,
@@ -104,8 +104,8 @@ pub(crate) async fn call_tool(
     if let Some(server) = &server {
         gw.note_client(server, session);
     }
-    let in_flight = session.request_started(&ctx.id);
-    let stop = &in_flight.stop;
+    let open = session.request_started(&ctx.id);
+    let stop = &open.stop;
     let mut relay = token.map(Relay::new);
     let mut outbound = FuturesUnordered::new();
     let mut aborted = false;

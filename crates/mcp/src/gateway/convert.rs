@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use rmcp::model::{
     CallToolResult, ContentBlock, Implementation, InitializeResult, JsonObject, MetaObject,
-    PromptsCapability, ResourcesCapability, ServerCapabilities, ServerConfig, Tool,
-    ToolAnnotations, ToolsCapability,
+    PromptsCapability, ResourcesCapability, ServerCapabilities, Tool, ToolAnnotations,
+    ToolsCapability,
 };
 use serde_json::{Value, json};
 use toolwarden_core::PREFIX_SEPARATOR;
@@ -128,7 +128,7 @@ impl Gateway {
     /// The `initialize` answer: tools always; prompts, resources, completions and logging as
     /// the union of what the servers offer (those that are or were up); with one server and
     /// `prefix = false`, its instructions.
-    pub(crate) fn server_config(&self) -> ServerConfig {
+    pub(crate) fn server_config(&self) -> InitializeResult {
         let mut caps = ServerCapabilities::default();
         let mut tools = ToolsCapability::default();
         tools.list_changed = Some(true);

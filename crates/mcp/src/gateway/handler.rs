@@ -14,7 +14,7 @@ use rmcp::model::{
     GetPromptRequestParams, GetPromptResponse, InitializeRequestParams, InitializeResult,
     ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
     PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
-    ServerConfig, SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
+    SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
@@ -65,7 +65,7 @@ pub(crate) fn versions() -> &'static [ProtocolVersion] {
 }
 
 impl ServerHandler for GatewayConnection {
-    fn get_info(&self) -> ServerConfig {
+    fn get_info(&self) -> InitializeResult {
         self.gateway.server_config()
     }
 

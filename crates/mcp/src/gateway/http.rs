@@ -24,7 +24,7 @@ use rmcp::transport::streamable_http_server::session::local::{
     LocalSessionManager, LocalSessionManagerError,
 };
 use rmcp::transport::streamable_http_server::{
-    SessionId, SessionManager, StreamableHttpServerConfig, StreamableHttpService,
+    SessionId as McpSessionId, SessionManager, StreamableHttpServerConfig, StreamableHttpService,
 };
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -34,7 +34,7 @@ use super::Gateway;
 use super::fast::{self, FastPath};
 use super::handler::GatewayConnection;
 
-type Inner = StreamableHttpService<GatewayConnection, HttpSessions>;
+type RmcpService = StreamableHttpService<GatewayConnection, HttpSessions>;
 
 /// The gateway's Streamable HTTP service: mount it at `/mcp`.
 ///
@@ -43,10 +43,11 @@ type Inner = StreamableHttpService<GatewayConnection, HttpSessions>;
 /// request (and axum clones it once more); shared behind an `Arc`, a request costs a
 /// reference count instead.
 #[derive(Clone)]
-pub struct GatewayHttpService(Arc<Shared>);
+pub struct GatewayHttpService(Arc<ServiceInner>);
 
-struct Shared {
-    inner: Inner,
+/// What every clone of the service shares.
+struct ServiceInner {
+    inner: RmcpService,
     gateway: Arc<Gateway>,
     sessions: Arc<HttpSessions>,
     fast: FastPath,
@@ -126,7 +127,7 @@ pub struct HttpSessions {
     inner: LocalSessionManager,
     gateway: Weak<Gateway>,
     /// When each session last heard from its client.
-    activity: Mutex<HashMap<SessionId, Instant>>,
+    activity: Mutex<HashMap<McpSessionId, Instant>>,
 }
 
 impl std::fmt::Debug for HttpSessions {
@@ -168,7 +169,7 @@ pub(crate) fn service(gateway: &Arc<Gateway>, shutdown: CancellationToken) -> Ga
         json_window: JSON_WINDOW,
         keep_alive: gateway.opts.sse_keep_alive,
     };
-    GatewayHttpService(Arc::new(Shared {
+    GatewayHttpService(Arc::new(ServiceInner {
         inner: StreamableHttpService::new(factory, sessions.clone(), config),
         gateway: gateway.clone(),
         sessions,
@@ -199,7 +200,7 @@ async fn sweep(
             return;
         };
         let now = Instant::now();
-        let stale: Vec<SessionId> = sessions
+        let stale: Vec<McpSessionId> = sessions
             .activity
             .lock()
             .iter()
@@ -225,12 +226,12 @@ async fn sweep(
 }
 
 impl HttpSessions {
-    pub(crate) fn touch(&self, id: &SessionId) {
+    pub(crate) fn touch(&self, id: &McpSessionId) {
         self.activity.lock().insert(id.clone(), Instant::now());
     }
 
     fn end_all(&self, reason: CancelReason) {
-        let ids: Vec<SessionId> = self.activity.lock().keys().cloned().collect();
+        let ids: Vec<McpSessionId> = self.activity.lock().keys().cloned().collect();
         if let Some(gw) = self.gateway.upgrade() {
             for id in ids {
                 if let Some(session) = gw.http_session(&id) {
@@ -245,7 +246,7 @@ impl SessionManager for HttpSessions {
     type Error = LocalSessionManagerError;
     type Transport = <LocalSessionManager as SessionManager>::Transport;
 
-    async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
+    async fn create_session(&self) -> Result<(McpSessionId, Self::Transport), Self::Error> {
         let (id, transport) = self.inner.create_session().await?;
         self.touch(&id);
         Ok((id, transport))
@@ -253,7 +254,7 @@ impl SessionManager for HttpSessions {
 
     async fn initialize_session(
         &self,
-        id: &SessionId,
+        id: &McpSessionId,
         mut message: ClientJsonRpcMessage,
     ) -> Result<ServerJsonRpcMessage, Self::Error> {
         message.insert_extension(HttpSessionTag(id.to_string()));
@@ -261,11 +262,11 @@ impl SessionManager for HttpSessions {
         self.inner.initialize_session(id, message).await
     }
 
-    async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
+    async fn has_session(&self, id: &McpSessionId) -> Result<bool, Self::Error> {
         self.inner.has_session(id).await
     }
 
-    async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+    async fn close_session(&self, id: &McpSessionId) -> Result<(), Self::Error> {
         self.activity.lock().remove(id);
         // The client went away (DELETE, or idle): its calls end now, before rmcp's teardown.
         if let Some(session) = self.gateway.upgrade().and_then(|gw| gw.http_session(id)) {
@@ -276,7 +277,7 @@ impl SessionManager for HttpSessions {
 
     async fn create_stream(
         &self,
-        id: &SessionId,
+        id: &McpSessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         self.touch(id);
@@ -297,7 +298,7 @@ impl SessionManager for HttpSessions {
 
     async fn accept_message(
         &self,
-        id: &SessionId,
+        id: &McpSessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<(), Self::Error> {
         self.touch(id);
@@ -315,7 +316,7 @@ impl SessionManager for HttpSessions {
 
     async fn create_standalone_stream(
         &self,
-        id: &SessionId,
+        id: &McpSessionId,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         self.touch(id);
         self.inner.create_standalone_stream(id).await
@@ -323,7 +324,7 @@ impl SessionManager for HttpSessions {
 
     async fn resume(
         &self,
-        id: &SessionId,
+        id: &McpSessionId,
         last_event_id: String,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         self.touch(id);

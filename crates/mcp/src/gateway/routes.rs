@@ -149,8 +149,8 @@ impl Gateway {
         request: ClientRequest,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<ServerResult, ErrorData> {
-        let in_flight = session.request_started(&ctx.id);
-        let stop = in_flight.stop.clone();
+        let open = session.request_started(&ctx.id);
+        let stop = open.stop.clone();
         let cancel = CancellationToken::new();
         let _guard = cancel.clone().drop_guard();
         let watch = {
@@ -173,7 +173,7 @@ impl Gateway {
             },
             watch
         );
-        drop(in_flight);
+        drop(open);
         result
     }
 

@@ -38,8 +38,8 @@ pub(crate) enum ClientLink {
     Response(super::fast::CallResponse),
 }
 
-/// A call in flight.
-pub(crate) struct CallSlot {
+/// A call of this client in flight.
+pub(crate) struct ClientCall {
     /// The MCP server that serves its tool, if one does.
     pub(crate) server: Option<Arc<str>>,
     /// When it started, in the gateway's order.
@@ -55,14 +55,14 @@ pub(crate) const STREAM_CLOSE_SETTLE: Duration = Duration::from_millis(200);
 /// How many stops of not-yet-registered requests are kept.
 const EARLY_STOPS_KEPT: usize = 256;
 
-/// A request in flight; dropped, it is unregistered.
-pub(crate) struct InFlight<'a> {
+/// A request of the client that the gateway is answering; dropped, it is unregistered.
+pub(crate) struct OpenRequest<'a> {
     session: &'a ClientSession,
     key: String,
     pub(crate) stop: Stop,
 }
 
-impl Drop for InFlight<'_> {
+impl Drop for OpenRequest<'_> {
     fn drop(&mut self) {
         self.session.requests.lock().remove(&self.key);
     }
@@ -103,7 +103,7 @@ pub(crate) struct ClientSession {
     capabilities: OnceLock<ClientCapabilities>,
     http_id: OnceLock<String>,
     /// Calls in flight, by call id (the JSON-RPC request id).
-    calls: Mutex<HashMap<String, CallSlot>>,
+    calls: Mutex<HashMap<String, ClientCall>>,
     /// Requests in flight, by JSON-RPC request id.
     requests: Mutex<HashMap<String, Stop>>,
     /// Stops for requests not registered yet (the stream can close before rmcp hands the
@@ -245,7 +245,7 @@ impl ClientSession {
     }
 
     /// Registers a call in flight; `None` if the session already ended.
-    pub(crate) fn add_call(&self, call_id: &str, slot: CallSlot) {
+    pub(crate) fn add_call(&self, call_id: &str, slot: ClientCall) {
         self.calls.lock().insert(call_id.to_owned(), slot);
     }
 
@@ -271,7 +271,7 @@ impl ClientSession {
     /// other than by closing the session: its response stream closed (Streamable HTTP), or
     /// its `notifications/cancelled` arrived (seen by the HTTP session manager before rmcp).
     /// Dropping the guard unregisters the request.
-    pub(crate) fn request_started(&self, request_id: &RequestId) -> InFlight<'_> {
+    pub(crate) fn request_started(&self, request_id: &RequestId) -> OpenRequest<'_> {
         let stop = Stop::default();
         let key = request_id.to_string();
         let early = {
@@ -285,7 +285,7 @@ impl ClientSession {
             stop.fire(reason);
         }
         self.requests.lock().insert(key.clone(), stop.clone());
-        InFlight {
+        OpenRequest {
             session: self,
             key,
             stop,
