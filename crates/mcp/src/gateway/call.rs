@@ -24,7 +24,8 @@ use tokio_util::sync::CancellationToken;
 use toolwarden_core::{CallProgress, Engine, TurnRequest};
 use toolwarden_protocol::{CallId, CancelReason, ProgressInfo, ToolCall};
 
-use super::session::{ClientCall, ClientLink, ClientSession, Job};
+use super::channel::ClientChannel;
+use super::session::{ClientCall, ClientSession, Job};
 use super::{Gateway, STATUS_TOOL, convert, status};
 
 /// The request a `tools/call` came in, and the way back to its client.
@@ -34,19 +35,10 @@ pub(crate) struct CallContext {
     /// The request's `_meta`.
     pub(crate) meta: RequestMetaObject,
     /// Where progress and the call's own requests to the client go.
-    pub(crate) link: ClientLink,
+    pub(crate) channel: Arc<dyn ClientChannel>,
     /// rmcp's cancellation of the request's handler (its client's `notifications/cancelled`,
     /// or the connection's end); the gateway's own calls are stopped through the session.
     pub(crate) ct: CancellationToken,
-}
-
-impl ClientLink {
-    async fn notify_progress(&self, param: ProgressNotificationParam) -> Result<(), String> {
-        match self {
-            ClientLink::Peer(peer) => peer.notify_progress(param).await.map_err(|e| e.to_string()),
-            ClientLink::Response(response) => response.notify_progress(param),
-        }
-    }
 }
 
 /// Runs one `tools/call` to its result.
@@ -118,7 +110,7 @@ pub(crate) async fn call_tool(
                 // Reports that came before the result still go out, before it.
                 while let Ok(info) = progress_rx.try_recv() {
                     if let Some(relay) = relay.as_mut() {
-                        let _ = ctx.link.notify_progress(relay.next(&info)).await;
+                        let _ = ctx.channel.notify_progress(relay.next(&info)).await;
                     }
                 }
                 break output;
@@ -126,12 +118,12 @@ pub(crate) async fn call_tool(
             Some(info) = progress_rx.recv() => {
                 if let Some(relay) = relay.as_mut() {
                     let param = relay.next(&info);
-                    if let Err(e) = ctx.link.notify_progress(param).await {
+                    if let Err(e) = ctx.channel.notify_progress(param).await {
                         tracing::debug!(session = %session.id, error = %e, "relaying progress failed");
                     }
                 }
             }
-            Some(job) = jobs_rx.recv() => outbound.push(job(ctx.link.clone())),
+            Some(job) = jobs_rx.recv() => outbound.push(job(ctx.channel.clone())),
             Some(()) = outbound.next(), if !outbound.is_empty() => {}
             _ = ctx.ct.cancelled(), if !aborted => {
                 aborted = true;

@@ -109,7 +109,7 @@ impl ServerHandler for GatewayConnection {
         let context = super::call::CallContext {
             id: context.id,
             meta: context.meta,
-            link: super::session::ClientLink::Peer(context.peer),
+            channel: Arc::new(context.peer),
             ct: context.ct,
         };
         super::call::call_tool(&self.gateway, &self.session, request, context)

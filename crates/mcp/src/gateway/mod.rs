@@ -20,6 +20,7 @@
 //! approvals through elicitation, and every decision the spec leaves open.
 
 mod call;
+mod channel;
 mod convert;
 mod elicit;
 mod fast;

@@ -11,11 +11,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use rmcp::ErrorData;
-use rmcp::model::{
-    CancelledNotificationParam, ClientCapabilities, ClientResult, ErrorCode, RequestId,
-    ServerNotification, ServerRequest,
-};
-use rmcp::service::{Peer, PeerRequestOptions, RoleServer};
+use rmcp::model::{ClientCapabilities, ClientResult, RequestId, ServerNotification, ServerRequest};
+use rmcp::service::{Peer, RoleServer};
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -23,20 +20,11 @@ use tokio_util::task::TaskTracker;
 use toolwarden_protocol::{CancelReason, SessionId};
 
 use super::Gateway;
+use super::channel::{self, ClientChannel};
 
-/// Something to send to the client from a call's handler task (see [`ClientSession::request`]).
-pub(crate) type Job = Box<dyn FnOnce(ClientLink) -> BoxFuture<'static, ()> + Send>;
-
-/// How a request in flight reaches its client.
-#[derive(Clone)]
-pub(crate) enum ClientLink {
-    /// rmcp's peer of the request's handler: over Streamable HTTP what it sends rides the
-    /// request's own response stream.
-    Peer(Peer<RoleServer>),
-    /// A `tools/call` the gateway serves itself over Streamable HTTP (`super::fast`): what
-    /// it sends goes on that call's own response.
-    Response(super::fast::CallResponse),
-}
+/// Something to send to the client from a call's handler task (see [`ClientSession::request`]):
+/// given the call's way back to its client, the future that sends it.
+pub(crate) type Job = Box<dyn FnOnce(Arc<dyn ClientChannel>) -> BoxFuture<'static, ()> + Send>;
 
 /// A call of this client in flight.
 pub(crate) struct ClientCall {
@@ -392,9 +380,9 @@ impl ClientSession {
             ));
         };
         let (tx, rx) = oneshot::channel();
-        let job: Job = Box::new(move |peer| {
+        let job: Job = Box::new(move |channel| {
             Box::pin(async move {
-                let _ = tx.send(send_request(peer, request, timeout, cancel).await);
+                let _ = tx.send(channel::ask(channel, request, timeout, cancel).await);
             })
         });
         let job = match during_call.and_then(|id| self.calls.lock().get(id).map(|c| c.jobs.clone()))
@@ -406,7 +394,7 @@ impl ClientSession {
             None => Some(job),
         };
         if let Some(job) = job {
-            let fut = job(ClientLink::Peer(peer));
+            let fut = job(Arc::new(peer));
             match self.gateway.upgrade() {
                 Some(gw) => {
                     gw.tasks.spawn(fut);
@@ -422,107 +410,6 @@ impl ClientSession {
                 None,
             ))
         })
-    }
-}
-
-/// Sends a request to the client; the client is told `notifications/cancelled` if we stop
-/// waiting for any reason but its answer.
-async fn send_request(
-    link: ClientLink,
-    request: ServerRequest,
-    timeout: Option<Duration>,
-    cancel: CancellationToken,
-) -> Result<ClientResult, ErrorData> {
-    let peer = match link {
-        ClientLink::Peer(peer) => peer,
-        ClientLink::Response(response) => return response.request(request, timeout, cancel).await,
-    };
-    let handle = peer
-        .send_request_with_option(request, PeerRequestOptions::no_options())
-        .await
-        .map_err(|e| ErrorData::internal_error(format!("the MCP client is gone: {e}"), None))?;
-    let withdrawal = Withdrawal::new(ClientLink::Peer(peer), handle.id.clone());
-    let answer = async {
-        match handle.rx.await {
-            Ok(Ok(result)) => Ok(result),
-            Ok(Err(rmcp::ServiceError::McpError(e))) => Err(e),
-            Ok(Err(e)) => Err(ErrorData::internal_error(
-                format!("the MCP client did not answer: {e}"),
-                None,
-            )),
-            Err(_) => Err(ErrorData::internal_error(
-                "the MCP client connection closed",
-                None,
-            )),
-        }
-    };
-    await_answer(answer, withdrawal, timeout, cancel).await
-}
-
-/// Waits for the answer to a request sent to the client, at most `timeout`, or until `cancel`
-/// fires; unless the answer came, `withdrawal` tells the client.
-pub(crate) async fn await_answer(
-    answer: impl std::future::Future<Output = Result<ClientResult, ErrorData>>,
-    mut withdrawal: Withdrawal,
-    timeout: Option<Duration>,
-    cancel: CancellationToken,
-) -> Result<ClientResult, ErrorData> {
-    let limit = async {
-        match timeout {
-            Some(t) => tokio::time::sleep(t).await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        answer = answer => {
-            withdrawal.link = None;
-            answer
-        }
-        _ = cancel.cancelled() => Err(ErrorData::new(
-            ErrorCode::INTERNAL_ERROR,
-            "the request was cancelled",
-            None,
-        )),
-        _ = limit => {
-            withdrawal.reason = "timed out";
-            Err(ErrorData::internal_error("the MCP client did not answer in time", None))
-        }
-    }
-}
-
-/// Tells the client a request of ours is withdrawn (`notifications/cancelled`), unless it was
-/// answered: on the call's own response if the request went there, else through rmcp.
-pub(crate) struct Withdrawal {
-    link: Option<ClientLink>,
-    id: RequestId,
-    reason: &'static str,
-}
-
-impl Withdrawal {
-    pub(crate) fn new(link: ClientLink, id: RequestId) -> Self {
-        Self {
-            link: Some(link),
-            id,
-            reason: "the request was withdrawn",
-        }
-    }
-}
-
-impl Drop for Withdrawal {
-    fn drop(&mut self) {
-        let param =
-            CancelledNotificationParam::new(Some(self.id.clone()), Some(self.reason.into()));
-        match self.link.take() {
-            None => {}
-            Some(ClientLink::Response(response)) => response.withdraw(param),
-            Some(ClientLink::Peer(peer)) => {
-                if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                    rt.spawn(async move {
-                        let _ = peer.notify_cancelled(param).await;
-                    });
-                }
-            }
-        }
     }
 }
 
