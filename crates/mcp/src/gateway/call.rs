@@ -25,8 +25,9 @@ use toolwarden_core::{CallProgress, Engine, TurnRequest};
 use toolwarden_protocol::{CallId, CancelReason, ProgressInfo, ToolCall};
 
 use super::channel::ClientChannel;
+use super::options::STATUS_TOOL;
 use super::session::{ClientCall, ClientSession, Job};
-use super::{Gateway, STATUS_TOOL, convert, status};
+use super::{Gateway, convert, status};
 
 /// The request a `tools/call` came in, and the way back to its client.
 pub(crate) struct CallContext {

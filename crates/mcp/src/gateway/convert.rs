@@ -11,7 +11,8 @@ use serde_json::{Value, json};
 use toolwarden_core::PREFIX_SEPARATOR;
 use toolwarden_protocol::{CallResult, Content, ToolInfo};
 
-use super::{Gateway, STATUS_TOOL};
+use super::Gateway;
+use super::options::STATUS_TOOL;
 
 /// The key of the structured outcome in a result's `_meta`.
 pub(crate) const OUTCOME_META: &str = "toolwarden/outcome";

@@ -23,7 +23,8 @@ use tokio_util::sync::CancellationToken;
 use toolwarden_core::{AnswerSender, Interactor};
 use toolwarden_protocol::{Interaction, InteractionAnswer, InteractionKind, SessionId};
 
-use super::{ELICITATION_INTERACTOR, Gateway};
+use super::Gateway;
+use super::options::ELICITATION_INTERACTOR;
 
 /// An elicitation in flight.
 pub(crate) struct Pending {

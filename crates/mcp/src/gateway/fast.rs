@@ -41,11 +41,8 @@ use super::Gateway;
 use super::call::{CallContext, call_tool};
 use super::channel::{ClientChannel, Sent};
 use super::http::{BoxBody, HttpSessions};
-use super::session::{ANSWER_ID_PREFIX, ClientSession};
-
-/// The largest request body the fast path reads (rmcp's own limit; larger ones go to rmcp,
-/// which refuses them).
-pub(crate) const BODY_LIMIT: u64 = 4 * 1024 * 1024;
+use super::options::{ANSWER_ID_PREFIX, BODY_LIMIT, versions};
+use super::session::ClientSession;
 
 /// What a call served here sends towards its HTTP response.
 pub(crate) enum Out {
@@ -288,7 +285,7 @@ fn plain_headers(headers: &HeaderMap, hosts: &[String]) -> bool {
         return false;
     }
     if let Some(version) = headers.get("mcp-protocol-version") {
-        let known = super::handler::versions()
+        let known = versions()
             .iter()
             .any(|v| v.as_str().as_bytes() == version.as_bytes());
         if !known {

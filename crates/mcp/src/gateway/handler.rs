@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Gateway;
 use super::http::HttpSessionTag;
+use super::options::versions;
 use super::session::ClientSession;
 
 /// One MCP client's connection to the [`Gateway`]: rmcp's `ServerHandler`. The gateway makes
@@ -55,13 +56,6 @@ impl std::fmt::Debug for GatewayConnection {
             .field("session", &self.session.id)
             .finish()
     }
-}
-
-/// The protocol revisions the gateway speaks: those with an `initialize` handshake. The
-/// 2026-07-28 revision has no sessions (every request stands alone), and the gateway governs
-/// per session, so its per-request lifecycle is refused as an unsupported version.
-pub(crate) fn versions() -> &'static [ProtocolVersion] {
-    ProtocolVersion::known_up_to(&ProtocolVersion::LATEST_WITH_INITIALIZE)
 }
 
 impl ServerHandler for GatewayConnection {

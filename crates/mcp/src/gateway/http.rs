@@ -6,7 +6,7 @@
 //! runs* (it counts only messages). The gateway wants the opposite on both counts: a client
 //! that closes a call's stream has gone away from that call, which is aborted
 //! (`client_disconnect`); and a session is idle only when its client sent nothing for
-//! [`GatewayOptions::http_session_idle`](super::GatewayOptions) *and* no call of it runs.
+//! [`GatewayOptions::http_session_idle`](super::options::GatewayOptions) *and* no call of it runs.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -33,6 +33,7 @@ use toolwarden_protocol::CancelReason;
 use super::Gateway;
 use super::fast::{self, FastPath};
 use super::handler::GatewayConnection;
+use super::options::JSON_WINDOW;
 
 type RmcpService = StreamableHttpService<GatewayConnection, HttpSessions>;
 
@@ -113,10 +114,6 @@ where
 }
 
 pub(crate) type BoxBody = http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>;
-
-/// How long the fast path waits for a call's answer before its response starts as an event
-/// stream anyway (see `super::fast`).
-pub(crate) const JSON_WINDOW: Duration = Duration::from_secs(1);
 
 /// Tells a connection's `initialize` which `Mcp-Session-Id` it belongs to.
 #[derive(Clone, Debug)]

@@ -26,6 +26,7 @@ mod elicit;
 mod fast;
 mod handler;
 mod http;
+mod options;
 mod routes;
 mod session;
 mod status;
@@ -51,44 +52,9 @@ use crate::client::link::Upstream;
 
 pub use handler::GatewayConnection;
 pub use http::{GatewayHttpService, HttpSessions};
+pub use options::{ELICITATION_INTERACTOR, GatewayOptions, STATUS_TOOL};
 
 use session::ClientSession;
-
-/// The name of the gateway's own tool: the session's running, timed-out and failed calls and
-/// open breakers, for the model.
-pub const STATUS_TOOL: &str = "toolwarden__status";
-
-/// The name of the elicitation interactor the gateway attaches to the engine.
-pub const ELICITATION_INTERACTOR: &str = "mcp-elicitation";
-
-/// How the gateway exposes what it governs.
-#[derive(Clone, Debug)]
-pub struct GatewayOptions {
-    /// Prompts are named `SERVER__PROMPT` (default `true`), like tools. Tool names come from
-    /// the engine, so this must match the `prefix` the servers' host was made with
-    /// ([`Engine::host`]); `false` is meant for a single server.
-    pub prefix: bool,
-    /// Streamable HTTP: `Host` values accepted besides loopback (`localhost`, `127.0.0.1`,
-    /// `::1`), as `host` or `host:port`. The binary puts its own Host/Origin guard in front;
-    /// this is rmcp's own check behind it.
-    pub allowed_hosts: Vec<String>,
-    /// Streamable HTTP: a session with no request from its client for this long and no call
-    /// running is closed (default 5 min).
-    pub http_session_idle: Duration,
-    /// Streamable HTTP: keep-alive comment interval on response streams (default 15 s).
-    pub sse_keep_alive: Duration,
-}
-
-impl Default for GatewayOptions {
-    fn default() -> Self {
-        Self {
-            prefix: true,
-            allowed_hosts: Vec::new(),
-            http_session_idle: Duration::from_secs(300),
-            sse_keep_alive: Duration::from_secs(15),
-        }
-    }
-}
 
 /// Why serving a connection failed.
 #[derive(Debug, thiserror::Error)]

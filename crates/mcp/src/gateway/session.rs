@@ -21,6 +21,7 @@ use toolwarden_protocol::{CancelReason, SessionId};
 
 use super::Gateway;
 use super::channel::{self, ClientChannel};
+use super::options::{ANSWER_ID_PREFIX, STREAM_CLOSE_SETTLE};
 
 /// Something to send to the client from a call's handler task (see [`ClientSession::request`]):
 /// given the call's way back to its client, the future that sends it.
@@ -35,10 +36,6 @@ pub(crate) struct ClientCall {
     /// Requests to send from the call's handler task.
     pub(crate) jobs: mpsc::UnboundedSender<Job>,
 }
-
-/// How long a closed response stream waits for the client's `notifications/cancelled` for its
-/// request before it counts as a disconnect.
-pub(crate) const STREAM_CLOSE_SETTLE: Duration = Duration::from_millis(200);
 
 /// How many stops of not-yet-registered requests are kept.
 const EARLY_STOPS_KEPT: usize = 256;
@@ -109,10 +106,6 @@ pub(crate) struct ClientSession {
     answers: Mutex<HashMap<String, oneshot::Sender<Result<ClientResult, ErrorData>>>>,
     next_answer: AtomicU64,
 }
-
-/// The prefix of the JSON-RPC ids of the requests the gateway sends on the responses of the
-/// calls it serves itself; rmcp numbers its own requests, so the two never meet.
-pub(crate) const ANSWER_ID_PREFIX: &str = "toolwarden-";
 
 impl ClientSession {
     pub(crate) fn new(gateway: &Arc<Gateway>, shutdown: CancellationToken) -> Arc<Self> {
