@@ -50,7 +50,7 @@ pub(crate) async fn call_tool(
     ctx: CallContext,
 ) -> Result<CallToolResult, ErrorData> {
     if params.name == STATUS_TOOL {
-        return Ok(status::result(gw, session));
+        return Ok(status::result(&gw.engine, &session.id));
     }
     if session.is_ended() {
         return Err(ErrorData::internal_error("the MCP session has ended", None));

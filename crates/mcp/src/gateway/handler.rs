@@ -20,10 +20,10 @@ use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
 use tokio_util::sync::CancellationToken;
 
-use super::Gateway;
 use super::http::HttpSessionTag;
 use super::options::versions;
 use super::session::ClientSession;
+use super::{Gateway, convert};
 
 /// One MCP client's connection to the [`Gateway`]: rmcp's `ServerHandler`. The gateway makes
 /// one per stdio connection and per Streamable HTTP session; dropping it (the connection is
@@ -60,7 +60,7 @@ impl std::fmt::Debug for GatewayConnection {
 
 impl ServerHandler for GatewayConnection {
     fn get_info(&self) -> InitializeResult {
-        self.gateway.server_config()
+        convert::initialize_result(&self.gateway.servers, &self.gateway.opts)
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {

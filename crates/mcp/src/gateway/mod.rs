@@ -373,7 +373,7 @@ impl Gateway {
                 .map(|s| Arc::from(s.server_name()));
             backends.insert(info.name.clone(), server);
         }
-        let tools = Arc::new(convert::list_tools(self, &infos));
+        let tools = Arc::new(convert::list_tools(&self.servers, &infos));
         self.tool_view.lock().backends = backends;
         tools
     }

@@ -3,24 +3,23 @@
 use std::fmt::Write as _;
 
 use rmcp::model::{CallToolResult, ContentBlock};
-use toolwarden_protocol::{BreakerStateKind, CallState, SessionStatus, Status, format_duration};
-
-use super::Gateway;
-use super::session::ClientSession;
+use toolwarden_core::Engine;
+use toolwarden_protocol::{
+    BreakerStateKind, CallState, SessionId, SessionStatus, Status, format_duration,
+};
 
 /// The status tool's answer: text the model can use, and the [`SessionStatus`] as structured
 /// content.
-pub(crate) fn result(gw: &Gateway, session: &ClientSession) -> CallToolResult {
-    let status = gw
-        .engine
-        .session_status(&session.id)
+pub(crate) fn result(engine: &Engine, session: &SessionId) -> CallToolResult {
+    let status = engine
+        .session_status(session)
         .unwrap_or_else(|| SessionStatus {
-            session_id: session.id.clone(),
+            session_id: session.clone(),
             running: Vec::new(),
             counts: Default::default(),
             timed_out_tools: Default::default(),
             recent_failures: Vec::new(),
-            open_breakers: gw.engine.open_breakers(),
+            open_breakers: engine.open_breakers(),
         });
     let mut r = CallToolResult::success(vec![ContentBlock::text(text(&status))]);
     r.structured_content = serde_json::to_value(&status).ok();
