@@ -27,7 +27,7 @@ use toolwarden_protocol::{CallId, CancelReason, ProgressInfo, ToolCall};
 use super::channel::ClientChannel;
 use super::options::STATUS_TOOL;
 use super::session::{ClientCall, ClientSession, Job};
-use super::{Gateway, convert, status};
+use super::{Gateway, convert, status, upstream};
 
 /// The request a `tools/call` came in, and the way back to its client.
 pub(crate) struct CallContext {
@@ -95,7 +95,7 @@ pub(crate) async fn call_tool(
         call_id: &call_id,
     };
     if let Some(server) = &server {
-        gw.note_client(server, session);
+        upstream::note_client(gw, server, session);
     }
     let open = session.request_started(&ctx.id);
     let stop = &open.stop;

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use super::http::HttpSessionTag;
 use super::options::versions;
 use super::session::ClientSession;
-use super::{Gateway, convert};
+use super::{Gateway, completion, convert, passthrough, prompts, resources};
 
 /// One MCP client's connection to the [`Gateway`]: rmcp's `ServerHandler`. The gateway makes
 /// one per stdio connection and per Streamable HTTP session; dropping it (the connection is
@@ -117,9 +117,7 @@ impl ServerHandler for GatewayConnection {
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
         self.session.touch();
-        self.gateway
-            .list_prompts(&self.session, request, context)
-            .await
+        prompts::list(&self.gateway, &self.session, request, context).await
     }
 
     async fn get_prompt(
@@ -128,8 +126,7 @@ impl ServerHandler for GatewayConnection {
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
         self.session.touch();
-        self.gateway
-            .get_prompt(&self.session, request, context)
+        prompts::get(&self.gateway, &self.session, request, context)
             .await
             .map(Into::into)
     }
@@ -140,9 +137,7 @@ impl ServerHandler for GatewayConnection {
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
         self.session.touch();
-        self.gateway
-            .list_resources(&self.session, request, context)
-            .await
+        resources::list(&self.gateway, &self.session, request, context).await
     }
 
     async fn list_resource_templates(
@@ -151,9 +146,7 @@ impl ServerHandler for GatewayConnection {
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
         self.session.touch();
-        self.gateway
-            .list_resource_templates(&self.session, request, context)
-            .await
+        resources::list_templates(&self.gateway, &self.session, request, context).await
     }
 
     async fn read_resource(
@@ -162,8 +155,7 @@ impl ServerHandler for GatewayConnection {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         self.session.touch();
-        self.gateway
-            .read_resource(&self.session, request, context)
+        resources::read(&self.gateway, &self.session, request, context)
             .await
             .map(Into::into)
     }
@@ -174,9 +166,7 @@ impl ServerHandler for GatewayConnection {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         self.session.touch();
-        self.gateway
-            .subscribe(&self.session, request, context)
-            .await
+        resources::subscribe(&self.gateway, &self.session, request, context).await
     }
 
     async fn unsubscribe(
@@ -185,9 +175,7 @@ impl ServerHandler for GatewayConnection {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         self.session.touch();
-        self.gateway
-            .unsubscribe(&self.session, request, context)
-            .await
+        resources::unsubscribe(&self.gateway, &self.session, request, context).await
     }
 
     async fn complete(
@@ -196,7 +184,7 @@ impl ServerHandler for GatewayConnection {
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
         self.session.touch();
-        self.gateway.complete(&self.session, request, context).await
+        completion::complete(&self.gateway, &self.session, request, context).await
     }
 
     async fn set_level(
@@ -205,12 +193,10 @@ impl ServerHandler for GatewayConnection {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         self.session.touch();
-        self.gateway
-            .set_level(&self.session, request, context)
-            .await
+        passthrough::set_level(&self.gateway, &self.session, request, context).await
     }
 
     async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {
-        self.gateway.roots_list_changed().await;
+        passthrough::roots_list_changed(&self.gateway).await;
     }
 }

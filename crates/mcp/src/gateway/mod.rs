@@ -21,13 +21,17 @@
 
 mod call;
 mod channel;
+mod completion;
 mod convert;
 mod elicit;
 mod fast;
 mod handler;
 mod http;
 mod options;
-mod routes;
+mod passthrough;
+mod prompts;
+mod resources;
+mod route_table;
 mod session;
 mod status;
 mod upstream;
@@ -39,7 +43,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use rmcp::ServiceExt as _;
-use rmcp::model::{ServerNotification, Tool};
+use rmcp::model::{ClientRequest, RequestMetaObject, ServerNotification, Tool};
 use rmcp::service::ServerInitializeError;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
@@ -54,6 +58,7 @@ pub use handler::GatewayConnection;
 pub use http::{GatewayHttpService, HttpSessions};
 pub use options::{ELICITATION_INTERACTOR, GatewayOptions, STATUS_TOOL};
 
+use route_table::RouteTable;
 use session::ClientSession;
 
 /// Why serving a connection failed.
@@ -93,7 +98,7 @@ pub struct Gateway {
     /// Which server serves each exposed tool, and the list last sent to clients.
     tool_view: Mutex<ToolView>,
     /// Where resources, templates and prompts live.
-    routes: routes::Routes,
+    routes: RouteTable,
     /// Per server, the client that most recently called one of its tools.
     last_client: Mutex<HashMap<Arc<str>, Weak<ClientSession>>>,
     /// Elicitations in flight for approvals, by interaction id, with their call.
@@ -143,7 +148,7 @@ impl Gateway {
             sessions: Mutex::default(),
             http_sessions: Mutex::default(),
             tool_view: Mutex::default(),
-            routes: routes::Routes::default(),
+            routes: RouteTable::default(),
             last_client: Mutex::default(),
             elicitations: Mutex::default(),
             eliciting: Arc::default(),
@@ -322,7 +327,12 @@ impl Gateway {
         if let Some(http) = session.http_id() {
             self.http_sessions.lock().remove(http);
         }
-        self.routes.forget_session(self, &session.id);
+        for (uri, server) in self.routes.forget_session(&session.id) {
+            // It was the last subscriber: the server is unsubscribed.
+            if let Some(server) = self.server(&server).cloned() {
+                self.tasks.spawn(unsubscribe(server, uri));
+            }
+        }
     }
 
     /// Live sessions, most recently active first.
@@ -377,6 +387,21 @@ impl Gateway {
         self.tool_view.lock().backends = backends;
         tools
     }
+}
+
+/// Unsubscribes `server` from `uri`, whose last subscriber is gone.
+#[allow(
+    deprecated,
+    reason = "resources/unsubscribe is deprecated by SEP-2577 (MCP 2026-07-28), but the \
+              session-based revisions the gateway speaks still use it"
+)]
+async fn unsubscribe(server: Arc<McpServer>, uri: String) {
+    let mut params = rmcp::model::UnsubscribeRequestParams::new(uri);
+    params.meta = None;
+    let request = ClientRequest::UnsubscribeRequest(rmcp::model::UnsubscribeRequest::new(params));
+    let _ = server
+        .request(request, RequestMetaObject::new(), &CancellationToken::new())
+        .await;
 }
 
 impl Drop for Gateway {
@@ -454,7 +479,10 @@ async fn watch_events(
                 server,
                 state: ServerStateKind::Restarted,
                 ..
-            } => gw.server_restarted(server),
+            } => {
+                prompts::server_restarted(&gw, server);
+                resources::server_restarted(&gw, server);
+            }
             _ => {}
         }
     }
