@@ -37,7 +37,7 @@ mod status;
 mod upstream;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -58,6 +58,7 @@ pub use handler::GatewayConnection;
 pub use http::{GatewayHttpService, HttpSessions};
 pub use options::{ELICITATION_INTERACTOR, GatewayOptions, STATUS_TOOL};
 
+use elicit::{ElicitationInteractor, Elicitations};
 use route_table::RouteTable;
 use session::ClientSession;
 
@@ -101,11 +102,6 @@ pub struct Gateway {
     routes: RouteTable,
     /// Per server, the client that most recently called one of its tools.
     last_client: Mutex<HashMap<Arc<str>, Weak<ClientSession>>>,
-    /// Elicitations in flight for approvals, by interaction id, with their call.
-    elicitations: Mutex<HashMap<String, elicit::Pending>>,
-    /// Whether `elicitations` has any (kept with it, under its lock): the event watcher only
-    /// needs to hear of finished calls while there are.
-    eliciting: Arc<AtomicBool>,
     /// Orders calls and sessions by recency.
     seq: AtomicU64,
     closed: CancellationToken,
@@ -150,8 +146,6 @@ impl Gateway {
             tool_view: Mutex::default(),
             routes: RouteTable::default(),
             last_client: Mutex::default(),
-            elicitations: Mutex::default(),
-            eliciting: Arc::default(),
             seq: AtomicU64::new(1),
             closed: CancellationToken::new(),
             tasks: TaskTracker::new(),
@@ -160,11 +154,13 @@ impl Gateway {
         for server in &gateway.servers {
             server.attach(upstream.clone());
         }
+        let elicitations = Arc::new(Elicitations::default());
         gateway
             .engine
             .interactions()
-            .attach(Arc::new(elicit::ElicitationInteractor::new(
+            .attach(Arc::new(ElicitationInteractor::new(
                 Arc::downgrade(&gateway),
+                elicitations.clone(),
             )));
         gateway.refresh_tool_view();
         gateway.tasks.spawn(watch_tools(
@@ -172,9 +168,10 @@ impl Gateway {
             gateway.engine.tools_changed(),
             gateway.closed.clone(),
         ));
-        let eliciting = gateway.eliciting.clone();
+        let eliciting = elicitations.clone();
         gateway.tasks.spawn(watch_events(
             Arc::downgrade(&gateway),
+            elicitations,
             // Only the events it acts on wake it (not four per call).
             gateway
                 .engine
@@ -182,7 +179,7 @@ impl Gateway {
                 .subscribe_matching(move |event| match &event.kind {
                     EventKind::InteractionAnswered { .. }
                     | EventKind::InteractionTimedOut { .. } => true,
-                    EventKind::ToolResult { .. } => eliciting.load(Ordering::Acquire),
+                    EventKind::ToolResult { .. } => eliciting.any(),
                     EventKind::ServerState { state, .. } => *state == ServerStateKind::Restarted,
                     _ => false,
                 }),
@@ -453,6 +450,7 @@ async fn watch_tools(
 /// resources may have changed, and subscriptions are renewed).
 async fn watch_events(
     gateway: Weak<Gateway>,
+    elicitations: Arc<Elicitations>,
     mut events: toolwarden_core::Matching,
     closed: CancellationToken,
 ) {
@@ -465,14 +463,11 @@ async fn watch_events(
         match &event.kind {
             EventKind::InteractionAnswered { interaction_id, .. }
             | EventKind::InteractionTimedOut { interaction_id, .. } => {
-                gw.withdraw_elicitation(interaction_id.as_str());
+                elicitations.withdraw(interaction_id.as_str());
             }
             EventKind::ToolResult { .. } => {
                 if let Some(call) = &event.scope.call_id {
-                    gw.withdraw_elicitations_of_call(
-                        event.scope.session_id.as_ref(),
-                        call.as_str(),
-                    );
+                    elicitations.withdraw_of_call(event.scope.session_id.as_ref(), call.as_str());
                 }
             }
             EventKind::ServerState {
