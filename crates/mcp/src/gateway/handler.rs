@@ -35,7 +35,7 @@ pub struct GatewayConnection {
 
 impl GatewayConnection {
     pub(crate) fn new(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Self {
-        let session = ClientSession::new(&gateway, shutdown);
+        let session = gateway.new_session(shutdown);
         Self { gateway, session }
     }
 
@@ -46,7 +46,8 @@ impl GatewayConnection {
 
 impl Drop for GatewayConnection {
     fn drop(&mut self) {
-        self.session.end(self.session.disconnect_reason());
+        self.gateway
+            .end_session(&self.session, self.session.disconnect_reason());
     }
 }
 
@@ -79,6 +80,7 @@ impl ServerHandler for GatewayConnection {
             .map(|t| t.0.clone());
         self.session
             .initialized(context.peer.clone(), request.capabilities.clone(), http);
+        self.gateway.register(&self.session);
         tracing::debug!(session = %self.session.id, client = %request.client_info.name,
             version = %request.protocol_version, "MCP client initialize");
         self.negotiate_initialize(&request)

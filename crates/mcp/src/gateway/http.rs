@@ -232,7 +232,7 @@ impl HttpSessions {
         if let Some(gw) = self.gateway.upgrade() {
             for id in ids {
                 if let Some(session) = gw.http_session(&id) {
-                    session.end(reason);
+                    gw.end_session(&session, reason);
                 }
             }
         }
@@ -266,8 +266,10 @@ impl SessionManager for HttpSessions {
     async fn close_session(&self, id: &McpSessionId) -> Result<(), Self::Error> {
         self.activity.lock().remove(id);
         // The client went away (DELETE, or idle): its calls end now, before rmcp's teardown.
-        if let Some(session) = self.gateway.upgrade().and_then(|gw| gw.http_session(id)) {
-            session.end(session.disconnect_reason());
+        if let Some(gw) = self.gateway.upgrade()
+            && let Some(session) = gw.http_session(id)
+        {
+            gw.end_session(&session, session.disconnect_reason());
         }
         self.inner.close_session(id).await
     }

@@ -37,7 +37,6 @@ mod status;
 mod upstream;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -60,7 +59,7 @@ pub use options::{ELICITATION_INTERACTOR, GatewayOptions, STATUS_TOOL};
 
 use elicit::{ElicitationInteractor, Elicitations};
 use route_table::RouteTable;
-use session::ClientSession;
+use session::{ClientSession, Recency};
 
 /// Why serving a connection failed.
 #[derive(Debug, thiserror::Error)]
@@ -103,7 +102,7 @@ pub struct Gateway {
     /// Per server, the client that most recently called one of its tools.
     last_client: Mutex<HashMap<Arc<str>, Weak<ClientSession>>>,
     /// Orders calls and sessions by recency.
-    seq: AtomicU64,
+    recency: Arc<Recency>,
     closed: CancellationToken,
     tasks: TaskTracker,
 }
@@ -146,7 +145,7 @@ impl Gateway {
             tool_view: Mutex::default(),
             routes: RouteTable::default(),
             last_client: Mutex::default(),
-            seq: AtomicU64::new(1),
+            recency: Arc::new(Recency::new()),
             closed: CancellationToken::new(),
             tasks: TaskTracker::new(),
         });
@@ -264,7 +263,7 @@ impl Gateway {
         let (reason, finished) = tokio::select! {
             quit = &mut waiting => {
                 if let Err(e) = quit {
-                    session.end(CancelReason::ClientDisconnect);
+                    self.end_session(&session, CancelReason::ClientDisconnect);
                     return Err(GatewayError::Connection(e.to_string()));
                 }
                 (CancelReason::ClientDisconnect, true)
@@ -273,7 +272,7 @@ impl Gateway {
             _ = shutdown.cancelled() => (CancelReason::Shutdown, false),
         };
         // Calls end at once; rmcp then drains their answers (to a client that may be gone).
-        session.end(reason);
+        self.end_session(&session, reason);
         if !finished {
             if reason == CancelReason::Shutdown {
                 ct.cancel();
@@ -298,7 +297,12 @@ impl Gateway {
     }
 
     fn next_seq(&self) -> u64 {
-        self.seq.fetch_add(1, Ordering::Relaxed)
+        self.recency.next()
+    }
+
+    /// A session for a new connection, served until `shutdown`.
+    fn new_session(&self, shutdown: CancellationToken) -> Arc<ClientSession> {
+        ClientSession::new(self.recency.clone(), self.tasks.clone(), shutdown)
     }
 
     fn server(&self, name: &str) -> Option<&Arc<McpServer>> {
@@ -318,8 +322,13 @@ impl Gateway {
         tracing::info!(session = %session.id, http_session = ?session.http_id(), "MCP client connected");
     }
 
-    /// A session that ended.
-    fn unregister(&self, session: &ClientSession) {
+    /// Ends a session: its running calls end `cancelled{reason}` at once, it leaves the
+    /// registry, and its subscriptions go. Idempotent.
+    fn end_session(&self, session: &ClientSession, reason: CancelReason) {
+        if !session.mark_ended(reason) {
+            return;
+        }
+        self.engine.end_session(&session.id, reason);
         self.sessions.lock().remove(&session.id);
         if let Some(http) = session.http_id() {
             self.http_sessions.lock().remove(http);
@@ -356,7 +365,7 @@ impl Gateway {
     /// Sends a notification to every live client.
     fn broadcast(&self, notification: ServerNotification) {
         for session in self.live_sessions() {
-            session.notify(&self.tasks, notification.clone());
+            session.notify(notification.clone());
         }
     }
 

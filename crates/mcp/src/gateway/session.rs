@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -19,7 +19,6 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use toolwarden_protocol::{CancelReason, SessionId};
 
-use super::Gateway;
 use super::channel::{self, ClientChannel};
 use super::options::{ANSWER_ID_PREFIX, STREAM_CLOSE_SETTLE};
 
@@ -80,10 +79,28 @@ impl Stop {
     }
 }
 
+/// The gateway's clock of recency: sessions and calls are ordered by the numbers it hands out
+/// (the most recent client of a server gets that server's requests).
+pub(crate) struct Recency(AtomicU64);
+
+impl Recency {
+    pub(crate) fn new() -> Self {
+        Self(AtomicU64::new(1))
+    }
+
+    /// The next number, larger than every one before.
+    pub(crate) fn next(&self) -> u64 {
+        self.0.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
 /// One MCP client connection.
 pub(crate) struct ClientSession {
     pub(crate) id: SessionId,
-    gateway: Weak<Gateway>,
+    /// Where its calls' and sessions' order comes from (shared by the gateway's sessions).
+    recency: Arc<Recency>,
+    /// The gateway's tasks: what the session sends on its own runs on them.
+    tasks: TaskTracker,
     peer: OnceLock<Peer<RoleServer>>,
     capabilities: OnceLock<ClientCapabilities>,
     http_id: OnceLock<String>,
@@ -108,10 +125,17 @@ pub(crate) struct ClientSession {
 }
 
 impl ClientSession {
-    pub(crate) fn new(gateway: &Arc<Gateway>, shutdown: CancellationToken) -> Arc<Self> {
+    /// A session for a new connection; `shutdown` is that of whatever serves it.
+    pub(crate) fn new(
+        recency: Arc<Recency>,
+        tasks: TaskTracker,
+        shutdown: CancellationToken,
+    ) -> Arc<Self> {
+        let last_active = AtomicU64::new(recency.next());
         Arc::new(Self {
             id: SessionId::new(format!("mcp_{}", ulid::Ulid::new())),
-            gateway: Arc::downgrade(gateway),
+            recency,
+            tasks,
             peer: OnceLock::new(),
             capabilities: OnceLock::new(),
             http_id: OnceLock::new(),
@@ -122,7 +146,7 @@ impl ClientSession {
             subscriptions: Mutex::default(),
             ended: CancellationToken::new(),
             end_reason: Mutex::new(None),
-            last_active: AtomicU64::new(gateway.next_seq()),
+            last_active,
             answers: Mutex::default(),
             next_answer: AtomicU64::new(1),
         })
@@ -164,9 +188,6 @@ impl ClientSession {
         if let Some(id) = http_id {
             let _ = self.http_id.set(id);
         }
-        if let Some(gw) = self.gateway.upgrade() {
-            gw.register(self);
-        }
     }
 
     pub(crate) fn http_id(&self) -> Option<&str> {
@@ -185,9 +206,8 @@ impl ClientSession {
     }
 
     pub(crate) fn touch(&self) {
-        if let Some(gw) = self.gateway.upgrade() {
-            self.last_active.store(gw.next_seq(), Ordering::Relaxed);
-        }
+        self.last_active
+            .store(self.recency.next(), Ordering::Relaxed);
     }
 
     pub(crate) fn last_active(&self) -> u64 {
@@ -203,26 +223,24 @@ impl ClientSession {
         *self.end_reason.lock()
     }
 
-    /// Ends the session: its running calls end `cancelled{reason}` at once. Idempotent.
-    pub(crate) fn end(&self, reason: CancelReason) {
+    /// Marks the session ended for `reason`; whether this call ended it (the first reason
+    /// counts). What else a session's end undoes — its calls, its place in the gateway — is
+    /// the gateway's `end_session`, which calls this.
+    pub(crate) fn mark_ended(&self, reason: CancelReason) -> bool {
         {
             let mut why = self.end_reason.lock();
             if why.is_some() {
-                return;
+                return false;
             }
             *why = Some(reason);
         }
         self.ended.cancel();
-        let Some(gw) = self.gateway.upgrade() else {
-            return;
-        };
         let running = self.calls.lock().len();
         if self.peer.get().is_some() {
             tracing::info!(session = %self.id, reason = reason.as_str(), running,
                 "MCP client session ended");
         }
-        gw.engine.end_session(&self.id, reason);
-        gw.unregister(self);
+        true
     }
 
     /// Registers a call in flight; `None` if the session already ended.
@@ -287,14 +305,7 @@ impl ClientSession {
                     tokio::time::sleep(STREAM_CLOSE_SETTLE).await;
                     stop.fire(reason);
                 };
-                match self.gateway.upgrade() {
-                    Some(gw) => {
-                        gw.tasks.spawn(later);
-                    }
-                    None => {
-                        tokio::spawn(later);
-                    }
-                }
+                self.tasks.spawn(later);
             }
             Some(stop) => stop.fire(reason),
             None => {
@@ -343,12 +354,12 @@ impl ClientSession {
     }
 
     /// Sends a notification (on its own task: it must not hold up the caller).
-    pub(crate) fn notify(&self, tasks: &TaskTracker, notification: ServerNotification) {
+    pub(crate) fn notify(&self, notification: ServerNotification) {
         let Some(peer) = self.peer.get().cloned() else {
             return;
         };
         let session = self.id.clone();
-        tasks.spawn(async move {
+        self.tasks.spawn(async move {
             if let Err(e) = peer.send_notification(notification).await {
                 tracing::debug!(%session, error = %e, "a notification to the client failed");
             }
@@ -388,14 +399,7 @@ impl ClientSession {
         };
         if let Some(job) = job {
             let fut = job(Arc::new(peer));
-            match self.gateway.upgrade() {
-                Some(gw) => {
-                    gw.tasks.spawn(fut);
-                }
-                None => {
-                    tokio::spawn(fut);
-                }
-            }
+            self.tasks.spawn(fut);
         }
         rx.await.unwrap_or_else(|_| {
             Err(ErrorData::internal_error(

@@ -51,7 +51,7 @@ impl Upstream for Gateway {
                 let uri = &n.params.uri;
                 for session in self.live_sessions() {
                     if session.is_subscribed(uri) {
-                        session.notify(&self.tasks, notification.clone());
+                        session.notify(notification.clone());
                     }
                 }
             }
@@ -67,7 +67,7 @@ impl Upstream for Gateway {
             | ServerNotification::CancelledNotification(_) => {}
             _ => {
                 if let Some((session, _)) = route_client(self, &server) {
-                    session.notify(&self.tasks, notification);
+                    session.notify(notification);
                 }
             }
         }
