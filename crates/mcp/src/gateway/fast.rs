@@ -40,9 +40,12 @@ use toolwarden_protocol::CancelReason;
 use super::Gateway;
 use super::call::{CallContext, call_tool};
 use super::channel::{ClientChannel, Sent};
-use super::http::{BoxBody, HttpSessions};
+use super::http_sessions::HttpSessions;
 use super::options::{ANSWER_ID_PREFIX, BODY_LIMIT, versions};
 use super::session::ClientSession;
+
+/// The body of every response of the gateway's HTTP service.
+pub(crate) type BoxBody = http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>;
 
 /// What a call served here sends towards its HTTP response.
 pub(crate) enum Out {

@@ -20,7 +20,7 @@ use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
 use tokio_util::sync::CancellationToken;
 
-use super::http::HttpSessionTag;
+use super::http_sessions::HttpSessionTag;
 use super::options::versions;
 use super::session::ClientSession;
 use super::{Gateway, completion, convert, passthrough, prompts, resources};

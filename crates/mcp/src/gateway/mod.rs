@@ -27,6 +27,7 @@ mod elicit;
 mod fast;
 mod handler;
 mod http;
+mod http_sessions;
 mod options;
 mod passthrough;
 mod prompts;
@@ -34,16 +35,15 @@ mod resources;
 mod route_table;
 mod session;
 mod status;
+mod stdio;
 mod upstream;
+mod watch;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
-use std::time::Duration;
 
 use parking_lot::Mutex;
-use rmcp::ServiceExt as _;
 use rmcp::model::{ClientRequest, RequestMetaObject, ServerNotification, Tool};
-use rmcp::service::ServerInitializeError;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -54,23 +54,14 @@ use crate::McpServer;
 use crate::client::link::Upstream;
 
 pub use handler::GatewayConnection;
-pub use http::{GatewayHttpService, HttpSessions};
+pub use http::GatewayHttpService;
+pub use http_sessions::HttpSessions;
 pub use options::{ELICITATION_INTERACTOR, GatewayOptions, STATUS_TOOL};
+pub use stdio::GatewayError;
 
 use elicit::{ElicitationInteractor, Elicitations};
 use route_table::RouteTable;
 use session::{ClientSession, Recency};
-
-/// Why serving a connection failed.
-#[derive(Debug, thiserror::Error)]
-pub enum GatewayError {
-    /// The client's `initialize` failed (anything but closing the connection).
-    #[error("the MCP client's initialize failed: {0}")]
-    Initialize(String),
-    /// The connection's service loop failed.
-    #[error("the MCP connection failed: {0}")]
-    Connection(String),
-}
 
 /// The MCP gateway: the server side agents connect to. One serves any number of clients, over
 /// stdio ([`serve_stdio`](Self::serve_stdio), [`serve_io`](Self::serve_io)) and Streamable HTTP
@@ -162,13 +153,13 @@ impl Gateway {
                 elicitations.clone(),
             )));
         gateway.refresh_tool_view();
-        gateway.tasks.spawn(watch_tools(
+        gateway.tasks.spawn(watch::tools(
             Arc::downgrade(&gateway),
             gateway.engine.tools_changed(),
             gateway.closed.clone(),
         ));
         let eliciting = elicitations.clone();
-        gateway.tasks.spawn(watch_events(
+        gateway.tasks.spawn(watch::events(
             Arc::downgrade(&gateway),
             elicitations,
             // Only the events it acts on wake it (not four per call).
@@ -243,49 +234,7 @@ impl Gateway {
         R: AsyncRead + Send + Unpin + 'static,
         W: AsyncWrite + Send + Unpin + 'static,
     {
-        let connection = GatewayConnection::new(self.clone(), shutdown.clone());
-        let session = connection.session().clone();
-        let eof = CancellationToken::new();
-        let read = session::EofWatch::new(read, eof.clone());
-        let ct = CancellationToken::new();
-        let running = tokio::select! {
-            running = connection.serve_with_ct((read, write), ct.clone()) => match running {
-                Ok(running) => running,
-                Err(ServerInitializeError::ConnectionClosed(_)) => return Ok(()),
-                Err(e) => return Err(GatewayError::Initialize(e.to_string())),
-            },
-            _ = shutdown.cancelled() => {
-                ct.cancel();
-                return Ok(());
-            }
-        };
-        let mut waiting = std::pin::pin!(running.waiting());
-        let (reason, finished) = tokio::select! {
-            quit = &mut waiting => {
-                if let Err(e) = quit {
-                    self.end_session(&session, CancelReason::ClientDisconnect);
-                    return Err(GatewayError::Connection(e.to_string()));
-                }
-                (CancelReason::ClientDisconnect, true)
-            }
-            _ = eof.cancelled() => (CancelReason::ClientDisconnect, false),
-            _ = shutdown.cancelled() => (CancelReason::Shutdown, false),
-        };
-        // Calls end at once; rmcp then drains their answers (to a client that may be gone).
-        self.end_session(&session, reason);
-        if !finished {
-            if reason == CancelReason::Shutdown {
-                ct.cancel();
-            }
-            if tokio::time::timeout(Duration::from_secs(10), &mut waiting)
-                .await
-                .is_err()
-            {
-                tracing::warn!(session = %session.id, "the MCP connection did not close within 10s");
-                ct.cancel();
-            }
-        }
-        Ok(())
+        stdio::serve(self, read, write, shutdown).await
     }
 
     /// A Streamable HTTP service for `/mcp` (a tower `Service`; the binary mounts it, e.g.
@@ -414,80 +363,5 @@ impl Drop for Gateway {
     fn drop(&mut self) {
         self.closed.cancel();
         self.engine.interactions().detach(ELICITATION_INTERACTOR);
-    }
-}
-
-/// Tells clients when the tool list they would get changed (a server's `list_changed`, a
-/// restart, a tool registered or removed).
-async fn watch_tools(
-    gateway: Weak<Gateway>,
-    mut changed: tokio::sync::watch::Receiver<u64>,
-    closed: CancellationToken,
-) {
-    // What was last listed, so that a republished but identical list tells nobody.
-    if let Some(gw) = gateway.upgrade() {
-        let tools = gw.refresh_tool_view();
-        gw.tool_view.lock().listed = Some(tools);
-    }
-    loop {
-        tokio::select! {
-            _ = closed.cancelled() => return,
-            r = changed.changed() => if r.is_err() { return },
-        }
-        // A server's list arrives as one change, a restart as several: let them settle.
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        changed.mark_unchanged();
-        let Some(gw) = gateway.upgrade() else { return };
-        let tools = gw.refresh_tool_view();
-        let differs = {
-            let mut view = gw.tool_view.lock();
-            let differs = view.listed.as_ref() != Some(&tools);
-            view.listed = Some(tools);
-            differs
-        };
-        if differs {
-            tracing::debug!("the tool list changed: telling the clients");
-            gw.broadcast(ServerNotification::ToolListChangedNotification(
-                Default::default(),
-            ));
-        }
-    }
-}
-
-/// Follows the engine's events: approvals answered elsewhere (their elicitation is
-/// withdrawn), calls that ended (the same), servers that restarted (their prompts and
-/// resources may have changed, and subscriptions are renewed).
-async fn watch_events(
-    gateway: Weak<Gateway>,
-    elicitations: Arc<Elicitations>,
-    mut events: toolwarden_core::Matching,
-    closed: CancellationToken,
-) {
-    loop {
-        let event = tokio::select! {
-            _ = closed.cancelled() => return,
-            r = events.recv() => match r { Some(event) => event, None => return },
-        };
-        let Some(gw) = gateway.upgrade() else { return };
-        match &event.kind {
-            EventKind::InteractionAnswered { interaction_id, .. }
-            | EventKind::InteractionTimedOut { interaction_id, .. } => {
-                elicitations.withdraw(interaction_id.as_str());
-            }
-            EventKind::ToolResult { .. } => {
-                if let Some(call) = &event.scope.call_id {
-                    elicitations.withdraw_of_call(event.scope.session_id.as_ref(), call.as_str());
-                }
-            }
-            EventKind::ServerState {
-                server,
-                state: ServerStateKind::Restarted,
-                ..
-            } => {
-                prompts::server_restarted(&gw, server);
-                resources::server_restarted(&gw, server);
-            }
-            _ => {}
-        }
     }
 }

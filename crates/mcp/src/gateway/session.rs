@@ -2,10 +2,8 @@
 //! gateway sends it.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -13,7 +11,6 @@ use parking_lot::Mutex;
 use rmcp::ErrorData;
 use rmcp::model::{ClientCapabilities, ClientResult, RequestId, ServerNotification, ServerRequest};
 use rmcp::service::{Peer, RoleServer};
-use tokio::io::{AsyncRead, ReadBuf};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -407,36 +404,5 @@ impl ClientSession {
                 None,
             ))
         })
-    }
-}
-
-/// Reads like `R` and fires `eof` when `R` ends or fails: the client closed its side.
-pub(crate) struct EofWatch<R> {
-    inner: R,
-    eof: CancellationToken,
-}
-
-impl<R> EofWatch<R> {
-    pub(crate) fn new(inner: R, eof: CancellationToken) -> Self {
-        Self { inner, eof }
-    }
-}
-
-impl<R: AsyncRead + Unpin> AsyncRead for EofWatch<R> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
-        match &polled {
-            Poll::Ready(Ok(())) if buf.filled().len() == before && buf.remaining() > 0 => {
-                self.eof.cancel()
-            }
-            Poll::Ready(Err(_)) => self.eof.cancel(),
-            _ => {}
-        }
-        polled
     }
 }
