@@ -27,7 +27,8 @@ use toolwarden_protocol::{CallId, CancelReason, ProgressInfo, ToolCall};
 use super::channel::ClientChannel;
 use super::options::STATUS_TOOL;
 use super::session::{ClientCall, ClientSession, Job};
-use super::{Gateway, convert, status, upstream};
+use super::state::GatewayState;
+use super::{convert, status, upstream};
 
 /// The request a `tools/call` came in, and the way back to its client.
 pub(crate) struct CallContext {
@@ -44,7 +45,7 @@ pub(crate) struct CallContext {
 
 /// Runs one `tools/call` to its result.
 pub(crate) async fn call_tool(
-    gw: &Arc<Gateway>,
+    gw: &Arc<GatewayState>,
     session: &Arc<ClientSession>,
     params: CallToolRequestParams,
     ctx: CallContext,
@@ -151,7 +152,12 @@ pub(crate) async fn call_tool(
     }
 }
 
-fn abort(gw: &Gateway, turn_id: &toolwarden_protocol::TurnId, call_id: &str, reason: CancelReason) {
+fn abort(
+    gw: &GatewayState,
+    turn_id: &toolwarden_protocol::TurnId,
+    call_id: &str,
+    reason: CancelReason,
+) {
     tracing::debug!(%turn_id, call_id, reason = reason.as_str(), "aborting a gateway call");
     // NotFound: it already has its outcome.
     let _ = gw

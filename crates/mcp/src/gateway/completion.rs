@@ -12,11 +12,12 @@ use crate::client::link::retype;
 
 use super::passthrough::{forward, unknown};
 use super::session::ClientSession;
-use super::{Gateway, prompts, resources};
+use super::state::GatewayState;
+use super::{prompts, resources};
 
 /// `completion/complete`.
 pub(crate) async fn complete(
-    gw: &Gateway,
+    gw: &GatewayState,
     session: &ClientSession,
     mut params: CompleteRequestParams,
     ctx: RequestContext<RoleServer>,

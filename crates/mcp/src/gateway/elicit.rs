@@ -25,8 +25,8 @@ use tokio_util::sync::CancellationToken;
 use toolwarden_core::{AnswerSender, Interactor};
 use toolwarden_protocol::{Interaction, InteractionAnswer, InteractionKind, SessionId};
 
-use super::Gateway;
 use super::options::ELICITATION_INTERACTOR;
+use super::state::GatewayState;
 
 /// The elicitations in flight for approvals, by interaction id: the interactor adds them, and
 /// the gateway's event watcher withdraws them when their interaction or call ends elsewhere.
@@ -95,12 +95,12 @@ impl Elicitations {
 
 /// Asks approvals of the calling client, through elicitation.
 pub(crate) struct ElicitationInteractor {
-    gateway: Weak<Gateway>,
+    gateway: Weak<GatewayState>,
     elicitations: Arc<Elicitations>,
 }
 
 impl ElicitationInteractor {
-    pub(crate) fn new(gateway: Weak<Gateway>, elicitations: Arc<Elicitations>) -> Self {
+    pub(crate) fn new(gateway: Weak<GatewayState>, elicitations: Arc<Elicitations>) -> Self {
         Self {
             gateway,
             elicitations,
@@ -148,7 +148,7 @@ impl Interactor for ElicitationInteractor {
 }
 
 async fn ask(
-    gateway: Weak<Gateway>,
+    gateway: Weak<GatewayState>,
     elicitations: Arc<Elicitations>,
     interaction: Interaction,
     answers: AnswerSender,

@@ -37,12 +37,12 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use toolwarden_protocol::CancelReason;
 
-use super::Gateway;
 use super::call::{CallContext, call_tool};
 use super::channel::{ClientChannel, Sent};
 use super::http_sessions::HttpSessions;
 use super::options::{ANSWER_ID_PREFIX, BODY_LIMIT, versions};
 use super::session::ClientSession;
+use super::state::GatewayState;
 
 /// The body of every response of the gateway's HTTP service.
 pub(crate) type BoxBody = http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>;
@@ -146,7 +146,7 @@ pub(crate) fn candidate(headers: &HeaderMap) -> bool {
 /// Serves the POST if it is a plain `tools/call` or the client's answer to a request the
 /// gateway sent on a call's response; `None` sends it to rmcp.
 pub(crate) async fn serve(
-    gw: &Arc<Gateway>,
+    gw: &Arc<GatewayState>,
     sessions: &HttpSessions,
     fast: &FastPath,
     headers: &HeaderMap,
@@ -324,7 +324,7 @@ fn accepted() -> Response<BoxBody> {
 /// Runs the call on a task of its own and answers: JSON if the answer comes first and within
 /// the window, else an event stream of everything the call sends.
 async fn respond(
-    gw: &Arc<Gateway>,
+    gw: &Arc<GatewayState>,
     session: Arc<ClientSession>,
     call: CallToolRequestParams,
     id: RequestId,
@@ -384,7 +384,7 @@ fn event(out: Out) -> Bytes {
 
 /// The call's task: runs it, stops it when the client goes away, sends its answer last.
 async fn run(
-    gw: Arc<Gateway>,
+    gw: Arc<GatewayState>,
     session: Arc<ClientSession>,
     call: CallToolRequestParams,
     id: RequestId,

@@ -23,18 +23,19 @@ use tokio_util::sync::CancellationToken;
 use super::http_sessions::HttpSessionTag;
 use super::options::versions;
 use super::session::ClientSession;
-use super::{Gateway, completion, convert, passthrough, prompts, resources};
+use super::state::GatewayState;
+use super::{completion, convert, passthrough, prompts, resources};
 
-/// One MCP client's connection to the [`Gateway`]: rmcp's `ServerHandler`. The gateway makes
+/// One MCP client's connection to the [`Gateway`](super::Gateway): rmcp's `ServerHandler`. The gateway makes
 /// one per stdio connection and per Streamable HTTP session; dropping it (the connection is
 /// gone) ends the client's session.
 pub struct GatewayConnection {
-    gateway: Arc<Gateway>,
+    gateway: Arc<GatewayState>,
     session: Arc<ClientSession>,
 }
 
 impl GatewayConnection {
-    pub(crate) fn new(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Self {
+    pub(crate) fn new(gateway: Arc<GatewayState>, shutdown: CancellationToken) -> Self {
         let session = gateway.new_session(shutdown);
         Self { gateway, session }
     }

@@ -10,11 +10,11 @@ use bytes::Bytes;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
-use super::Gateway;
 use super::fast::{self, BoxBody, FastPath};
 use super::handler::GatewayConnection;
 use super::http_sessions::{self, HttpSessions};
 use super::options::JSON_WINDOW;
+use super::state::GatewayState;
 
 type RmcpService = StreamableHttpService<GatewayConnection, HttpSessions>;
 
@@ -30,7 +30,7 @@ pub struct GatewayHttpService(Arc<ServiceInner>);
 /// What every clone of the service shares.
 struct ServiceInner {
     inner: RmcpService,
-    gateway: Arc<Gateway>,
+    gateway: Arc<GatewayState>,
     sessions: Arc<HttpSessions>,
     fast: FastPath,
 }
@@ -94,7 +94,10 @@ where
     }
 }
 
-pub(crate) fn service(gateway: &Arc<Gateway>, shutdown: CancellationToken) -> GatewayHttpService {
+pub(crate) fn service(
+    gateway: &Arc<GatewayState>,
+    shutdown: CancellationToken,
+) -> GatewayHttpService {
     let sessions = HttpSessions::new(Arc::downgrade(gateway));
     let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
     hosts.extend(gateway.opts.allowed_hosts.iter().cloned());

@@ -29,16 +29,16 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toolwarden_protocol::CancelReason;
 
-use super::Gateway;
+use super::state::GatewayState;
 
 /// Tells a connection's `initialize` which `Mcp-Session-Id` it belongs to.
 #[derive(Clone, Debug)]
 pub(crate) struct HttpSessionTag(pub(crate) String);
 
-/// The session manager of [`GatewayHttpService`]: rmcp's in-memory one, watched.
+/// The session manager of [`GatewayHttpService`](super::GatewayHttpService): rmcp's in-memory one, watched.
 pub struct HttpSessions {
     inner: LocalSessionManager,
-    gateway: Weak<Gateway>,
+    gateway: Weak<GatewayState>,
     /// When each session last heard from its client.
     activity: Mutex<HashMap<McpSessionId, Instant>>,
 }
@@ -102,7 +102,7 @@ pub(crate) async fn sweep(
 impl HttpSessions {
     /// rmcp's in-memory session manager for `gateway`, without its own idle timeout: idle
     /// sessions are closed by [`sweep`], which knows about running calls.
-    pub(crate) fn new(gateway: Weak<Gateway>) -> Arc<Self> {
+    pub(crate) fn new(gateway: Weak<GatewayState>) -> Arc<Self> {
         let mut inner = LocalSessionManager::default();
         inner.session_config.keep_alive = None;
         Arc::new(Self {
@@ -221,7 +221,7 @@ impl SessionManager for HttpSessions {
 
 /// What to tell the gateway when a request's response stream closes before its end.
 struct EarlyDrop {
-    gateway: Weak<Gateway>,
+    gateway: Weak<GatewayState>,
     session: String,
     request: String,
 }

@@ -18,6 +18,14 @@
 //!
 //! `docs/GATEWAY.md` has the full rules: routing, sessions, progress and cancel mapping,
 //! approvals through elicitation, and every decision the spec leaves open.
+//!
+//! This file is the public handle and its wiring. Below it, one way down: the transports
+//! (`stdio`, `http` over `fast` and `http_sessions`) feed rmcp's handler (`handler`), which
+//! dispatches to one module per MCP feature (`call`, `prompts`, `resources`, `completion`,
+//! `passthrough`; `elicit` and `upstream` for what goes to a client); all of them share
+//! `state` (the registry of clients, the tool view, `route_table`), which reads none of them.
+//! At the bottom: a client session (`session`), the ways back to a client (`channel`), and
+//! what only converts or names things (`convert`, `status`, `options`).
 
 mod call;
 mod channel;
@@ -34,21 +42,18 @@ mod prompts;
 mod resources;
 mod route_table;
 mod session;
+mod state;
 mod status;
 mod stdio;
 mod upstream;
 mod watch;
 
-use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
-use parking_lot::Mutex;
-use rmcp::model::{ClientRequest, RequestMetaObject, ServerNotification, Tool};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use toolwarden_core::Engine;
-use toolwarden_protocol::{CancelReason, EventKind, ServerStateKind, SessionId};
+use toolwarden_protocol::{EventKind, ServerStateKind, SessionId};
 
 use crate::McpServer;
 use crate::client::link::Upstream;
@@ -60,8 +65,7 @@ pub use options::{ELICITATION_INTERACTOR, GatewayOptions, STATUS_TOOL};
 pub use stdio::GatewayError;
 
 use elicit::{ElicitationInteractor, Elicitations};
-use route_table::RouteTable;
-use session::{ClientSession, Recency};
+use state::GatewayState;
 
 /// The MCP gateway: the server side agents connect to. One serves any number of clients, over
 /// stdio ([`serve_stdio`](Self::serve_stdio), [`serve_io`](Self::serve_io)) and Streamable HTTP
@@ -79,30 +83,7 @@ use session::{ClientSession, Recency};
 /// call (an approval, a server's sampling request) itself, so that over Streamable HTTP they
 /// travel on that call's response stream, where the client expects them.
 pub struct Gateway {
-    engine: Engine,
-    servers: Vec<Arc<McpServer>>,
-    opts: GatewayOptions,
-    /// Live client sessions by toolwarden session id.
-    sessions: Mutex<HashMap<SessionId, Weak<ClientSession>>>,
-    /// Live Streamable HTTP sessions by `Mcp-Session-Id`.
-    http_sessions: Mutex<HashMap<String, Weak<ClientSession>>>,
-    /// Which server serves each exposed tool, and the list last sent to clients.
-    tool_view: Mutex<ToolView>,
-    /// Where resources, templates and prompts live.
-    routes: RouteTable,
-    /// Per server, the client that most recently called one of its tools.
-    last_client: Mutex<HashMap<Arc<str>, Weak<ClientSession>>>,
-    /// Orders calls and sessions by recency.
-    recency: Arc<Recency>,
-    closed: CancellationToken,
-    tasks: TaskTracker,
-}
-
-#[derive(Default)]
-struct ToolView {
-    /// Every exposed tool, with the MCP server that serves it (none for `exec` and in-process).
-    backends: HashMap<String, Option<Arc<str>>>,
-    listed: Option<Arc<Vec<Tool>>>,
+    state: Arc<GatewayState>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -111,12 +92,13 @@ impl std::fmt::Debug for Gateway {
             .field(
                 "servers",
                 &self
+                    .state
                     .servers
                     .iter()
                     .map(|s| s.server_name())
                     .collect::<Vec<_>>(),
             )
-            .field("sessions", &self.sessions.lock().len())
+            .field("sessions", &self.state.registered())
             .finish_non_exhaustive()
     }
 }
@@ -127,43 +109,31 @@ impl Gateway {
     /// gateway is dropped. It attaches itself to the servers (their requests and notifications
     /// for a client come here) and an elicitation interactor to the engine.
     pub fn new(engine: Engine, servers: Vec<Arc<McpServer>>, opts: GatewayOptions) -> Arc<Gateway> {
-        let gateway = Arc::new(Gateway {
-            engine,
-            servers,
-            opts,
-            sessions: Mutex::default(),
-            http_sessions: Mutex::default(),
-            tool_view: Mutex::default(),
-            routes: RouteTable::default(),
-            last_client: Mutex::default(),
-            recency: Arc::new(Recency::new()),
-            closed: CancellationToken::new(),
-            tasks: TaskTracker::new(),
-        });
-        let upstream: Weak<dyn Upstream> = Arc::downgrade(&gateway) as Weak<dyn Upstream>;
-        for server in &gateway.servers {
+        let state = GatewayState::new(engine, servers, opts);
+        let upstream: Weak<dyn Upstream> = Arc::downgrade(&state) as Weak<dyn Upstream>;
+        for server in &state.servers {
             server.attach(upstream.clone());
         }
         let elicitations = Arc::new(Elicitations::default());
-        gateway
+        state
             .engine
             .interactions()
             .attach(Arc::new(ElicitationInteractor::new(
-                Arc::downgrade(&gateway),
+                Arc::downgrade(&state),
                 elicitations.clone(),
             )));
-        gateway.refresh_tool_view();
-        gateway.tasks.spawn(watch::tools(
-            Arc::downgrade(&gateway),
-            gateway.engine.tools_changed(),
-            gateway.closed.clone(),
+        state.refresh_tool_view();
+        state.tasks.spawn(watch::tools(
+            Arc::downgrade(&state),
+            state.engine.tools_changed(),
+            state.closed.clone(),
         ));
         let eliciting = elicitations.clone();
-        gateway.tasks.spawn(watch::events(
-            Arc::downgrade(&gateway),
+        state.tasks.spawn(watch::events(
+            Arc::downgrade(&state),
             elicitations,
             // Only the events it acts on wake it (not four per call).
-            gateway
+            state
                 .engine
                 .events()
                 .subscribe_matching(move |event| match &event.kind {
@@ -173,33 +143,24 @@ impl Gateway {
                     EventKind::ServerState { state, .. } => *state == ServerStateKind::Restarted,
                     _ => false,
                 }),
-            gateway.closed.clone(),
+            state.closed.clone(),
         ));
-        gateway
+        Arc::new(Gateway { state })
     }
 
     /// The engine it governs with.
     pub fn engine(&self) -> &Engine {
-        &self.engine
+        &self.state.engine
     }
 
     /// How many clients are connected.
     pub fn clients(&self) -> usize {
-        self.sessions
-            .lock()
-            .values()
-            .filter(|s| s.strong_count() > 0)
-            .count()
+        self.state.clients()
     }
 
     /// The toolwarden session ids of the connected clients.
     pub fn client_sessions(&self) -> Vec<SessionId> {
-        self.sessions
-            .lock()
-            .iter()
-            .filter(|(_, s)| s.strong_count() > 0)
-            .map(|(id, _)| id.clone())
-            .collect()
+        self.state.client_sessions()
     }
 
     /// Serves one MCP client over this process's stdin and stdout until it disconnects or
@@ -234,7 +195,7 @@ impl Gateway {
         R: AsyncRead + Send + Unpin + 'static,
         W: AsyncWrite + Send + Unpin + 'static,
     {
-        stdio::serve(self, read, write, shutdown).await
+        stdio::serve(&self.state, read, write, shutdown).await
     }
 
     /// A Streamable HTTP service for `/mcp` (a tower `Service`; the binary mounts it, e.g.
@@ -242,126 +203,6 @@ impl Gateway {
     /// session (`Mcp-Session-Id`) is one toolwarden session. At `shutdown`, every session
     /// ends (running calls `cancelled{shutdown}`) and every stream closes.
     pub fn http_service(self: &Arc<Self>, shutdown: CancellationToken) -> GatewayHttpService {
-        http::service(self, shutdown)
-    }
-
-    fn next_seq(&self) -> u64 {
-        self.recency.next()
-    }
-
-    /// A session for a new connection, served until `shutdown`.
-    fn new_session(&self, shutdown: CancellationToken) -> Arc<ClientSession> {
-        ClientSession::new(self.recency.clone(), self.tasks.clone(), shutdown)
-    }
-
-    fn server(&self, name: &str) -> Option<&Arc<McpServer>> {
-        self.servers.iter().find(|s| s.server_name() == name)
-    }
-
-    /// A session whose `initialize` succeeded.
-    fn register(&self, session: &Arc<ClientSession>) {
-        self.sessions
-            .lock()
-            .insert(session.id.clone(), Arc::downgrade(session));
-        if let Some(http) = session.http_id() {
-            self.http_sessions
-                .lock()
-                .insert(http.to_owned(), Arc::downgrade(session));
-        }
-        tracing::info!(session = %session.id, http_session = ?session.http_id(), "MCP client connected");
-    }
-
-    /// Ends a session: its running calls end `cancelled{reason}` at once, it leaves the
-    /// registry, and its subscriptions go. Idempotent.
-    fn end_session(&self, session: &ClientSession, reason: CancelReason) {
-        if !session.mark_ended(reason) {
-            return;
-        }
-        self.engine.end_session(&session.id, reason);
-        self.sessions.lock().remove(&session.id);
-        if let Some(http) = session.http_id() {
-            self.http_sessions.lock().remove(http);
-        }
-        for (uri, server) in self.routes.forget_session(&session.id) {
-            // It was the last subscriber: the server is unsubscribed.
-            if let Some(server) = self.server(&server).cloned() {
-                self.tasks.spawn(unsubscribe(server, uri));
-            }
-        }
-    }
-
-    /// Live sessions, most recently active first.
-    fn live_sessions(&self) -> Vec<Arc<ClientSession>> {
-        let mut live: Vec<Arc<ClientSession>> = self
-            .sessions
-            .lock()
-            .values()
-            .filter_map(Weak::upgrade)
-            .filter(|s| !s.is_ended())
-            .collect();
-        live.sort_by_key(|s| std::cmp::Reverse(s.last_active()));
-        live
-    }
-
-    fn session(&self, id: &SessionId) -> Option<Arc<ClientSession>> {
-        self.sessions.lock().get(id).and_then(Weak::upgrade)
-    }
-
-    fn http_session(&self, id: &str) -> Option<Arc<ClientSession>> {
-        self.http_sessions.lock().get(id).and_then(Weak::upgrade)
-    }
-
-    /// Sends a notification to every live client.
-    fn broadcast(&self, notification: ServerNotification) {
-        for session in self.live_sessions() {
-            session.notify(notification.clone());
-        }
-    }
-
-    /// The server that serves an exposed tool, if an MCP server does.
-    fn backend_of(&self, tool: &str) -> Option<Arc<str>> {
-        if let Some(server) = self.tool_view.lock().backends.get(tool) {
-            return server.clone();
-        }
-        // A tool registered since the last look (or none at all).
-        self.refresh_tool_view();
-        self.tool_view.lock().backends.get(tool).cloned().flatten()
-    }
-
-    /// Re-reads which server serves which tool; returns the list clients would see now.
-    fn refresh_tool_view(&self) -> Arc<Vec<Tool>> {
-        let infos = self.engine.tools();
-        let mut backends = HashMap::new();
-        for info in &infos {
-            let server = self
-                .server(&info.backend)
-                .map(|s| Arc::from(s.server_name()));
-            backends.insert(info.name.clone(), server);
-        }
-        let tools = Arc::new(convert::list_tools(&self.servers, &infos));
-        self.tool_view.lock().backends = backends;
-        tools
-    }
-}
-
-/// Unsubscribes `server` from `uri`, whose last subscriber is gone.
-#[allow(
-    deprecated,
-    reason = "resources/unsubscribe is deprecated by SEP-2577 (MCP 2026-07-28), but the \
-              session-based revisions the gateway speaks still use it"
-)]
-async fn unsubscribe(server: Arc<McpServer>, uri: String) {
-    let mut params = rmcp::model::UnsubscribeRequestParams::new(uri);
-    params.meta = None;
-    let request = ClientRequest::UnsubscribeRequest(rmcp::model::UnsubscribeRequest::new(params));
-    let _ = server
-        .request(request, RequestMetaObject::new(), &CancellationToken::new())
-        .await;
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        self.closed.cancel();
-        self.engine.interactions().detach(ELICITATION_INTERACTOR);
+        http::service(&self.state, shutdown)
     }
 }

@@ -25,8 +25,8 @@ use tokio_util::sync::CancellationToken;
 use crate::McpServer;
 use crate::client::link::retype;
 
-use super::Gateway;
 use super::session::ClientSession;
+use super::state::GatewayState;
 
 /// Which capability a list needs.
 #[derive(Clone, Copy)]
@@ -154,7 +154,7 @@ pub(crate) fn as_list<T: serde::de::DeserializeOwned>(
 
 /// `logging/setLevel`: every server that offers logging (an error only if all fail).
 pub(crate) async fn set_level(
-    gw: &Gateway,
+    gw: &GatewayState,
     session: &ClientSession,
     mut params: SetLevelRequestParams,
     ctx: RequestContext<RoleServer>,
@@ -186,7 +186,7 @@ pub(crate) async fn set_level(
 }
 
 /// The client's roots changed: every server hears it.
-pub(crate) async fn roots_list_changed(gw: &Gateway) {
+pub(crate) async fn roots_list_changed(gw: &GatewayState) {
     for server in &gw.servers {
         server
             .notify(ClientNotification::RootsListChangedNotification(

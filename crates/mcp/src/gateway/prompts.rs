@@ -18,13 +18,13 @@ use toolwarden_core::PREFIX_SEPARATOR;
 use crate::McpServer;
 use crate::client::link::retype;
 
-use super::Gateway;
 use super::passthrough::{Kind, all_pages, as_list, forward, page, servers_with, unknown};
 use super::session::ClientSession;
+use super::state::GatewayState;
 
 /// `prompts/list`.
 pub(crate) async fn list(
-    gw: &Gateway,
+    gw: &GatewayState,
     session: &ClientSession,
     params: Option<PaginatedRequestParams>,
     ctx: RequestContext<RoleServer>,
@@ -56,7 +56,7 @@ pub(crate) async fn list(
 
 /// `prompts/get`: asked of the server that listed the prompt, under its own name.
 pub(crate) async fn get(
-    gw: &Gateway,
+    gw: &GatewayState,
     session: &ClientSession,
     mut params: GetPromptRequestParams,
     ctx: RequestContext<RoleServer>,
@@ -76,8 +76,8 @@ pub(crate) async fn get(
 /// The server and own name of an exposed prompt: the one that listed it; a name never listed
 /// after reading the lists again: with `prefix`, the part before the first `__`; with one
 /// server, that server.
-pub(crate) async fn resolve(gw: &Gateway, exposed: &str) -> Option<(Arc<McpServer>, String)> {
-    let found = |gw: &Gateway| {
+pub(crate) async fn resolve(gw: &GatewayState, exposed: &str) -> Option<(Arc<McpServer>, String)> {
+    let found = |gw: &GatewayState| {
         let (server, own) = gw.routes.prompt(exposed)?;
         Some((gw.server(&server)?.clone(), own))
     };
@@ -104,7 +104,7 @@ pub(crate) async fn resolve(gw: &Gateway, exposed: &str) -> Option<(Arc<McpServe
 }
 
 /// A server restarted: its prompts may have changed.
-pub(crate) fn server_restarted(gw: &Gateway, name: &str) {
+pub(crate) fn server_restarted(gw: &GatewayState, name: &str) {
     let offers_prompts = gw
         .server(name)
         .and_then(|s| s.info())
@@ -133,7 +133,7 @@ async fn all_prompts(server: &McpServer) -> Result<Vec<Prompt>, ErrorData> {
 }
 
 /// A server's prompts under their exposed names, remembered for routing.
-fn expose(gw: &Gateway, server: &McpServer, prompts: Vec<Prompt>) -> Vec<Prompt> {
+fn expose(gw: &GatewayState, server: &McpServer, prompts: Vec<Prompt>) -> Vec<Prompt> {
     let name: Arc<str> = server.server_name().into();
     prompts
         .into_iter()

@@ -31,13 +31,13 @@ use tokio_util::sync::CancellationToken;
 use crate::McpServer;
 use crate::client::link::retype;
 
-use super::Gateway;
 use super::passthrough::{Kind, all_pages, as_list, forward, page, servers_with};
 use super::session::ClientSession;
+use super::state::GatewayState;
 
 /// `resources/list`.
 pub(crate) async fn list(
-    gw: &Gateway,
+    gw: &GatewayState,
     session: &ClientSession,
     params: Option<PaginatedRequestParams>,
     ctx: RequestContext<RoleServer>,
@@ -72,7 +72,7 @@ pub(crate) async fn list(
 
 /// `resources/templates/list`.
 pub(crate) async fn list_templates(
-    gw: &Gateway,
+    gw: &GatewayState,
     session: &ClientSession,
     params: Option<PaginatedRequestParams>,
     ctx: RequestContext<RoleServer>,
@@ -107,7 +107,7 @@ pub(crate) async fn list_templates(
 
 /// `resources/read`.
 pub(crate) async fn read(
-    gw: &Gateway,
+    gw: &GatewayState,
     session: &ClientSession,
     mut params: ReadResourceRequestParams,
     ctx: RequestContext<RoleServer>,
@@ -130,7 +130,7 @@ pub(crate) async fn read(
 
 /// `resources/subscribe`: the server hears it from the first subscriber only.
 pub(crate) async fn subscribe(
-    gw: &Gateway,
+    gw: &GatewayState,
     session: &ClientSession,
     mut params: SubscribeRequestParams,
     ctx: RequestContext<RoleServer>,
@@ -155,7 +155,7 @@ pub(crate) async fn subscribe(
 
 /// `resources/unsubscribe`: the server hears it from the last subscriber only.
 pub(crate) async fn unsubscribe(
-    gw: &Gateway,
+    gw: &GatewayState,
     session: &ClientSession,
     mut params: UnsubscribeRequestParams,
     ctx: RequestContext<RoleServer>,
@@ -172,7 +172,7 @@ pub(crate) async fn unsubscribe(
 }
 
 /// A server restarted: its resources may have changed, and it forgot its subscriptions.
-pub(crate) fn server_restarted(gw: &Gateway, name: &str) {
+pub(crate) fn server_restarted(gw: &GatewayState, name: &str) {
     let Some(server) = gw.server(name).cloned() else {
         return;
     };
@@ -205,7 +205,7 @@ pub(crate) fn server_restarted(gw: &Gateway, name: &str) {
 }
 
 /// The server(s) to ask about a resource URI, best first.
-pub(crate) async fn servers_for_uri(gw: &Gateway, uri: &str) -> Vec<Arc<McpServer>> {
+pub(crate) async fn servers_for_uri(gw: &GatewayState, uri: &str) -> Vec<Arc<McpServer>> {
     if let Some(server) = lookup_uri(gw, uri) {
         return vec![server];
     }
@@ -229,7 +229,7 @@ pub(crate) async fn servers_for_uri(gw: &Gateway, uri: &str) -> Vec<Arc<McpServe
 }
 
 /// The server of a resource URI by what was listed: its own listing, then a template.
-fn lookup_uri(gw: &Gateway, uri: &str) -> Option<Arc<McpServer>> {
+fn lookup_uri(gw: &GatewayState, uri: &str) -> Option<Arc<McpServer>> {
     let server = gw.routes.uri_server(uri)?;
     gw.server(&server).cloned()
 }
@@ -266,14 +266,14 @@ async fn all_templates(server: &McpServer) -> Result<Vec<ResourceTemplate>, Erro
     .await
 }
 
-fn remember_resources(gw: &Gateway, server: &McpServer, resources: &[Resource]) {
+fn remember_resources(gw: &GatewayState, server: &McpServer, resources: &[Resource]) {
     let name: Arc<str> = server.server_name().into();
     for r in resources {
         gw.routes.remember_resource(&r.uri, &name);
     }
 }
 
-fn remember_templates(gw: &Gateway, server: &McpServer, templates: &[ResourceTemplate]) {
+fn remember_templates(gw: &GatewayState, server: &McpServer, templates: &[ResourceTemplate]) {
     let name: Arc<str> = server.server_name().into();
     for t in templates {
         gw.routes.remember_template(&t.uri_template, &name);

@@ -14,8 +14,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_util::sync::CancellationToken;
 use toolwarden_protocol::CancelReason;
 
-use super::Gateway;
 use super::handler::GatewayConnection;
+use super::state::GatewayState;
 
 /// Why serving a connection failed.
 #[derive(Debug, thiserror::Error)]
@@ -29,9 +29,9 @@ pub enum GatewayError {
 }
 
 /// Serves one client until it closes `read`, rmcp's loop ends, or `shutdown` fires (see
-/// [`Gateway::serve_io`]).
+/// [`Gateway::serve_io`](super::Gateway::serve_io)).
 pub(crate) async fn serve<R, W>(
-    gateway: &Arc<Gateway>,
+    gateway: &Arc<GatewayState>,
     read: R,
     write: W,
     shutdown: CancellationToken,

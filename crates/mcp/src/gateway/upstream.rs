@@ -18,11 +18,11 @@ use rmcp::model::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::Gateway;
 use super::session::ClientSession;
+use super::state::GatewayState;
 use crate::client::link::{Upstream, no_client, server_request_method};
 
-impl Upstream for Gateway {
+impl Upstream for GatewayState {
     fn request(
         &self,
         server: Arc<str>,
@@ -75,7 +75,7 @@ impl Upstream for Gateway {
 }
 
 /// Records that `session` called a tool of `server` (for routing the server's requests).
-pub(crate) fn note_client(gw: &Gateway, server: &Arc<str>, session: &Arc<ClientSession>) {
+pub(crate) fn note_client(gw: &GatewayState, server: &Arc<str>, session: &Arc<ClientSession>) {
     gw.last_client
         .lock()
         .insert(server.clone(), Arc::downgrade(session));
@@ -85,7 +85,7 @@ pub(crate) fn note_client(gw: &Gateway, server: &Arc<str>, session: &Arc<ClientS
 /// that server (the most recent client of that server's calls when several are); else the most
 /// recent client of that server's calls; else the most recently active client. With it, the
 /// call the request belongs to, if one runs.
-fn route_client(gw: &Gateway, server: &str) -> Option<(Arc<ClientSession>, Option<String>)> {
+fn route_client(gw: &GatewayState, server: &str) -> Option<(Arc<ClientSession>, Option<String>)> {
     let live = gw.live_sessions();
     let running: Vec<(Arc<ClientSession>, String, u64)> = live
         .iter()

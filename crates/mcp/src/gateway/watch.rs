@@ -10,19 +10,19 @@ use tokio_util::sync::CancellationToken;
 use toolwarden_protocol::{EventKind, ServerStateKind};
 
 use super::elicit::Elicitations;
-use super::{Gateway, prompts, resources};
+use super::state::GatewayState;
+use super::{prompts, resources};
 
 /// Tells clients when the tool list they would get changed (a server's `list_changed`, a
 /// restart, a tool registered or removed).
 pub(crate) async fn tools(
-    gateway: Weak<Gateway>,
+    gateway: Weak<GatewayState>,
     mut changed: tokio::sync::watch::Receiver<u64>,
     closed: CancellationToken,
 ) {
     // What was last listed, so that a republished but identical list tells nobody.
     if let Some(gw) = gateway.upgrade() {
-        let tools = gw.refresh_tool_view();
-        gw.tool_view.lock().listed = Some(tools);
+        gw.relist_tools();
     }
     loop {
         tokio::select! {
@@ -33,14 +33,7 @@ pub(crate) async fn tools(
         tokio::time::sleep(Duration::from_millis(20)).await;
         changed.mark_unchanged();
         let Some(gw) = gateway.upgrade() else { return };
-        let tools = gw.refresh_tool_view();
-        let differs = {
-            let mut view = gw.tool_view.lock();
-            let differs = view.listed.as_ref() != Some(&tools);
-            view.listed = Some(tools);
-            differs
-        };
-        if differs {
+        if gw.relist_tools() {
             tracing::debug!("the tool list changed: telling the clients");
             gw.broadcast(ServerNotification::ToolListChangedNotification(
                 Default::default(),
@@ -53,7 +46,7 @@ pub(crate) async fn tools(
 /// withdrawn), calls that ended (the same), servers that restarted (their prompts and
 /// resources may have changed, and subscriptions are renewed).
 pub(crate) async fn events(
-    gateway: Weak<Gateway>,
+    gateway: Weak<GatewayState>,
     elicitations: Arc<Elicitations>,
     mut events: toolwarden_core::Matching,
     closed: CancellationToken,
