@@ -1,4 +1,6 @@
-//! Between rmcp's model and toolwarden's: tools, results, errors.
+//! Between rmcp's model and toolwarden's: tools, results, errors. The engine never sees an rmcp
+//! type, and the translation's rules (a hint only when the server set it, content blocks passed
+//! through, which failure is which) are in one place.
 
 use rmcp::ServiceError;
 use rmcp::model::{ContentBlock, CustomResult, JsonObject, ServerResult, Tool};

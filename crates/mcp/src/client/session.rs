@@ -1,5 +1,7 @@
 //! One connection to a server: a spawned stdio child or a Streamable HTTP session, from spawn or
-//! connect through `initialize` and `tools/list`.
+//! connect through `initialize` and `tools/list`. What the supervisor needs to watch the
+//! connection and tear it down — the child, its stderr, rmcp's service, why it ended — comes
+//! out of `connect`, so the supervisor never deals with transports.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::os::unix::process::ExitStatusExt as _;

@@ -1,4 +1,6 @@
 //! Between toolwarden's types and MCP's: the tool list, call results, the `initialize` answer.
+//! Plain functions of what they convert, so that what a client sees is decided in one place and
+//! can be tested without a connection.
 
 use std::sync::Arc;
 

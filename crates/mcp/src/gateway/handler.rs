@@ -1,4 +1,6 @@
-//! rmcp's server handler: one per client connection.
+//! rmcp's server handler, one per client connection: the gateway's front door on rmcp's path.
+//! It only dispatches — each MCP method to the module of its feature, after marking the session
+//! active — so that a feature's rules live with the feature.
 
 #![allow(
     deprecated,
@@ -26,9 +28,9 @@ use super::session::ClientSession;
 use super::state::GatewayState;
 use super::{completion, convert, passthrough, prompts, resources};
 
-/// One MCP client's connection to the [`Gateway`](super::Gateway): rmcp's `ServerHandler`. The gateway makes
-/// one per stdio connection and per Streamable HTTP session; dropping it (the connection is
-/// gone) ends the client's session.
+/// One MCP client's connection to the [`Gateway`](super::Gateway): rmcp's `ServerHandler`. The
+/// gateway makes one per stdio connection and per Streamable HTTP session; dropping it (the
+/// connection is gone) ends the client's session.
 pub struct GatewayConnection {
     gateway: Arc<GatewayState>,
     session: Arc<ClientSession>,

@@ -35,7 +35,8 @@ use super::state::GatewayState;
 #[derive(Clone, Debug)]
 pub(crate) struct HttpSessionTag(pub(crate) String);
 
-/// The session manager of [`GatewayHttpService`](super::GatewayHttpService): rmcp's in-memory one, watched.
+/// The session manager of [`GatewayHttpService`](super::GatewayHttpService): rmcp's in-memory
+/// one, watched.
 pub struct HttpSessions {
     inner: LocalSessionManager,
     gateway: Weak<GatewayState>,

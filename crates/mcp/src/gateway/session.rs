@@ -1,5 +1,7 @@
 //! One client connection: its toolwarden session, its calls in flight, and the requests the
-//! gateway sends it.
+//! gateway sends it. Whatever must find one of the client's calls or requests again — a stop
+//! from its closed response stream, a server's request raised during its call, the answer to a
+//! request sent on a call's response — finds it here.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};

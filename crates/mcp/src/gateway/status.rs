@@ -1,4 +1,5 @@
-//! `toolwarden__status`: how the session's calls are doing, for the model.
+//! `toolwarden__status`: how the session's calls are doing, for the model. The gateway answers
+//! it itself, ungoverned (it cannot hang), from the engine's view of the session.
 
 use std::fmt::Write as _;
 
