@@ -31,6 +31,10 @@
 //! `docs/MCP-BACKEND.md` has the full rules: starts and restarts, what counts as crashed,
 //! transport or rejected, the stuck rules, what rmcp does with bad frames, and every decision
 //! the spec leaves open.
+//!
+//! The crate's two sides are its two modules, and they depend one way: `gateway` uses
+//! `client`'s `McpServer`, never the reverse. What a server asks of its own client goes up
+//! through the `Upstream` trait that `client::link` defines and the gateway implements.
 #![deny(missing_docs)]
 
 mod client;

@@ -242,7 +242,7 @@ impl ClientSession {
         true
     }
 
-    /// Registers a call in flight; `None` if the session already ended.
+    /// Registers a call in flight.
     pub(crate) fn add_call(&self, call_id: &str, slot: ClientCall) {
         self.calls.lock().insert(call_id.to_owned(), slot);
     }
