@@ -186,18 +186,22 @@ impl McpServer {
     /// Sends `request` on the live connection (waiting while the server is starting) and
     /// returns its answer. A JSON-RPC error from the server comes back unchanged. When
     /// `cancel` fires first, the server gets `notifications/cancelled` for the request.
-    pub(crate) async fn request(
+    ///
+    /// Not an `async fn`: that would keep a second copy of `request` (some hundred bytes) in
+    /// every future that forwards one, and every request handler of the gateway is as large as
+    /// its largest.
+    pub(crate) fn request(
         &self,
         request: ClientRequest,
         meta: RequestMetaObject,
         cancel: &CancellationToken,
-    ) -> Result<ServerResult, ErrorData> {
-        forward::request(&self.shared, request, meta, cancel).await
+    ) -> impl Future<Output = Result<ServerResult, ErrorData>> {
+        forward::request(&self.shared, request, meta, cancel)
     }
 
     /// Sends a notification if the server is up; drops it otherwise.
-    pub(crate) async fn notify(&self, notification: ClientNotification) {
-        forward::notify(&self.shared, notification).await
+    pub(crate) fn notify(&self, notification: ClientNotification) -> impl Future<Output = ()> {
+        forward::notify(&self.shared, notification)
     }
 }
 
