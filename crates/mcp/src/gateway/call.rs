@@ -21,11 +21,14 @@ use rmcp::model::{
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use toolwarden_core::protocol::{CallId, CancelReason, ProgressInfo, ToolCall};
 use toolwarden_core::{CallProgress, Engine, TurnRequest};
+use toolwarden_protocol::{CallId, CancelReason, ProgressInfo, ToolCall};
 
-use super::session::{CallSlot, ClientLink, ClientSession, Job};
-use super::{Gateway, STATUS_TOOL, convert, status};
+use super::channel::ClientChannel;
+use super::options::STATUS_TOOL;
+use super::session::{ClientCall, ClientSession, Job};
+use super::state::GatewayState;
+use super::{convert, status, upstream};
 
 /// The request a `tools/call` came in, and the way back to its client.
 pub(crate) struct CallContext {
@@ -34,30 +37,21 @@ pub(crate) struct CallContext {
     /// The request's `_meta`.
     pub(crate) meta: RequestMetaObject,
     /// Where progress and the call's own requests to the client go.
-    pub(crate) link: ClientLink,
+    pub(crate) channel: Arc<dyn ClientChannel>,
     /// rmcp's cancellation of the request's handler (its client's `notifications/cancelled`,
     /// or the connection's end); the gateway's own calls are stopped through the session.
     pub(crate) ct: CancellationToken,
 }
 
-impl ClientLink {
-    async fn notify_progress(&self, param: ProgressNotificationParam) -> Result<(), String> {
-        match self {
-            ClientLink::Peer(peer) => peer.notify_progress(param).await.map_err(|e| e.to_string()),
-            ClientLink::Response(response) => response.notify_progress(param),
-        }
-    }
-}
-
 /// Runs one `tools/call` to its result.
 pub(crate) async fn call_tool(
-    gw: &Arc<Gateway>,
+    gw: &Arc<GatewayState>,
     session: &Arc<ClientSession>,
     params: CallToolRequestParams,
     ctx: CallContext,
 ) -> Result<CallToolResult, ErrorData> {
     if params.name == STATUS_TOOL {
-        return Ok(status::result(gw, session));
+        return Ok(status::result(&gw.engine, &session.id));
     }
     if session.is_ended() {
         return Err(ErrorData::internal_error("the MCP session has ended", None));
@@ -91,7 +85,7 @@ pub(crate) async fn call_tool(
     let (jobs_tx, mut jobs_rx) = mpsc::unbounded_channel::<Job>();
     session.add_call(
         &call_id,
-        CallSlot {
+        ClientCall {
             server: server.clone(),
             seq: gw.next_seq(),
             jobs: jobs_tx,
@@ -102,10 +96,10 @@ pub(crate) async fn call_tool(
         call_id: &call_id,
     };
     if let Some(server) = &server {
-        gw.note_client(server, session);
+        upstream::note_client(gw, server, session);
     }
-    let in_flight = session.request_started(&ctx.id);
-    let stop = &in_flight.stop;
+    let open = session.request_started(&ctx.id);
+    let stop = &open.stop;
     let mut relay = token.map(Relay::new);
     let mut outbound = FuturesUnordered::new();
     let mut aborted = false;
@@ -118,7 +112,7 @@ pub(crate) async fn call_tool(
                 // Reports that came before the result still go out, before it.
                 while let Ok(info) = progress_rx.try_recv() {
                     if let Some(relay) = relay.as_mut() {
-                        let _ = ctx.link.notify_progress(relay.next(&info)).await;
+                        let _ = ctx.channel.notify_progress(relay.next(&info)).await;
                     }
                 }
                 break output;
@@ -126,12 +120,12 @@ pub(crate) async fn call_tool(
             Some(info) = progress_rx.recv() => {
                 if let Some(relay) = relay.as_mut() {
                     let param = relay.next(&info);
-                    if let Err(e) = ctx.link.notify_progress(param).await {
+                    if let Err(e) = ctx.channel.notify_progress(param).await {
                         tracing::debug!(session = %session.id, error = %e, "relaying progress failed");
                     }
                 }
             }
-            Some(job) = jobs_rx.recv() => outbound.push(job(ctx.link.clone())),
+            Some(job) = jobs_rx.recv() => outbound.push(job(ctx.channel.clone())),
             Some(()) = outbound.next(), if !outbound.is_empty() => {}
             _ = ctx.ct.cancelled(), if !aborted => {
                 aborted = true;
@@ -159,8 +153,8 @@ pub(crate) async fn call_tool(
 }
 
 fn abort(
-    gw: &Gateway,
-    turn_id: &toolwarden_core::protocol::TurnId,
+    gw: &GatewayState,
+    turn_id: &toolwarden_protocol::TurnId,
     call_id: &str,
     reason: CancelReason,
 ) {

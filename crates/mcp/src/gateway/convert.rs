@@ -1,27 +1,31 @@
 //! Between toolwarden's types and MCP's: the tool list, call results, the `initialize` answer.
+//! Plain functions of what they convert, so that what a client sees is decided in one place and
+//! can be tested without a connection.
 
 use std::sync::Arc;
 
 use rmcp::model::{
     CallToolResult, ContentBlock, Implementation, InitializeResult, JsonObject, MetaObject,
-    PromptsCapability, ResourcesCapability, ServerCapabilities, ServerConfig, Tool,
-    ToolAnnotations, ToolsCapability,
+    PromptsCapability, ResourcesCapability, ServerCapabilities, Tool, ToolAnnotations,
+    ToolsCapability,
 };
 use serde_json::{Value, json};
 use toolwarden_core::PREFIX_SEPARATOR;
-use toolwarden_core::protocol::{CallResult, Content, ToolInfo};
+use toolwarden_protocol::{CallResult, Content, ToolInfo};
 
-use super::{Gateway, STATUS_TOOL};
+use crate::McpServer;
+
+use super::options::{GatewayOptions, STATUS_TOOL};
 
 /// The key of the structured outcome in a result's `_meta`.
 pub(crate) const OUTCOME_META: &str = "toolwarden/outcome";
 
 /// Every tool the engine governs, as clients see it, plus [`STATUS_TOOL`].
-pub(crate) fn list_tools(gw: &Gateway, infos: &[ToolInfo]) -> Vec<Tool> {
+pub(crate) fn list_tools(servers: &[Arc<McpServer>], infos: &[ToolInfo]) -> Vec<Tool> {
     let mut tools: Vec<Tool> = infos
         .iter()
         .filter(|info| info.name != STATUS_TOOL)
-        .map(|info| match raw_tool(gw, info) {
+        .map(|info| match raw_tool(servers, info) {
             Some(mut raw) => {
                 raw.name = info.name.clone().into();
                 raw
@@ -35,8 +39,8 @@ pub(crate) fn list_tools(gw: &Gateway, infos: &[ToolInfo]) -> Vec<Tool> {
 
 /// The server's own description of the tool (title, icons, `_meta` and all), if an MCP
 /// server serves it.
-fn raw_tool(gw: &Gateway, info: &ToolInfo) -> Option<Tool> {
-    let server = gw.server(&info.backend)?;
+fn raw_tool(servers: &[Arc<McpServer>], info: &ToolInfo) -> Option<Tool> {
+    let server = servers.iter().find(|s| s.server_name() == info.backend)?;
     let own = info
         .name
         .strip_prefix(&format!("{}{PREFIX_SEPARATOR}", info.backend))
@@ -124,62 +128,62 @@ pub(crate) fn call_result(result: &CallResult) -> CallToolResult {
     r
 }
 
-impl Gateway {
-    /// The `initialize` answer: tools always; prompts, resources, completions and logging as
-    /// the union of what the servers offer (those that are or were up); with one server and
-    /// `prefix = false`, its instructions.
-    pub(crate) fn server_config(&self) -> ServerConfig {
-        let mut caps = ServerCapabilities::default();
-        let mut tools = ToolsCapability::default();
-        tools.list_changed = Some(true);
-        caps.tools = Some(tools);
-        let infos: Vec<_> = self
-            .servers
-            .iter()
-            .filter_map(|s| s.info().map(|i| (s.server_name().to_owned(), i)))
-            .collect();
-        for (_, info) in &infos {
-            let c = &info.capabilities;
-            if let Some(p) = &c.prompts {
-                let mine = caps.prompts.get_or_insert_with(PromptsCapability::default);
-                mine.list_changed = or(mine.list_changed, p.list_changed);
-            }
-            if let Some(r) = &c.resources {
-                let mine = caps
-                    .resources
-                    .get_or_insert_with(ResourcesCapability::default);
-                mine.subscribe = or(mine.subscribe, r.subscribe);
-                mine.list_changed = or(mine.list_changed, r.list_changed);
-            }
-            if c.completions.is_some() {
-                caps.completions.get_or_insert_with(JsonObject::new);
-            }
-            if c.logging.is_some() {
-                caps.logging.get_or_insert_with(JsonObject::new);
-            }
+/// The `initialize` answer: tools always; prompts, resources, completions and logging as the
+/// union of what the servers offer (those that are or were up); with one server and
+/// `prefix = false`, its instructions.
+pub(crate) fn initialize_result(
+    servers: &[Arc<McpServer>],
+    opts: &GatewayOptions,
+) -> InitializeResult {
+    let mut caps = ServerCapabilities::default();
+    let mut tools = ToolsCapability::default();
+    tools.list_changed = Some(true);
+    caps.tools = Some(tools);
+    let infos: Vec<_> = servers
+        .iter()
+        .filter_map(|s| s.info().map(|i| (s.server_name().to_owned(), i)))
+        .collect();
+    for (_, info) in &infos {
+        let c = &info.capabilities;
+        if let Some(p) = &c.prompts {
+            let mine = caps.prompts.get_or_insert_with(PromptsCapability::default);
+            mine.list_changed = or(mine.list_changed, p.list_changed);
         }
-        let mut config = InitializeResult::new(caps);
-        config.server_info = Implementation::new("toolwarden", env!("CARGO_PKG_VERSION"));
-        config.instructions = if self.servers.len() == 1 && !self.opts.prefix {
-            infos.first().and_then(|(_, i)| i.instructions.clone())
-        } else {
-            let sections: Vec<String> = infos
-                .iter()
-                .filter_map(|(name, i)| {
-                    let text = i.instructions.as_deref()?.trim();
-                    (!text.is_empty()).then(|| format!("## {name}\n{text}"))
-                })
-                .collect();
-            (!sections.is_empty()).then(|| {
-                format!(
-                    "toolwarden governs these MCP servers; their tools and prompts are named \
-                     SERVER{PREFIX_SEPARATOR}NAME.\n\n{}",
-                    sections.join("\n\n")
-                )
-            })
-        };
-        config
+        if let Some(r) = &c.resources {
+            let mine = caps
+                .resources
+                .get_or_insert_with(ResourcesCapability::default);
+            mine.subscribe = or(mine.subscribe, r.subscribe);
+            mine.list_changed = or(mine.list_changed, r.list_changed);
+        }
+        if c.completions.is_some() {
+            caps.completions.get_or_insert_with(JsonObject::new);
+        }
+        if c.logging.is_some() {
+            caps.logging.get_or_insert_with(JsonObject::new);
+        }
     }
+    let mut config = InitializeResult::new(caps);
+    config.server_info = Implementation::new("toolwarden", env!("CARGO_PKG_VERSION"));
+    config.instructions = if servers.len() == 1 && !opts.prefix {
+        infos.first().and_then(|(_, i)| i.instructions.clone())
+    } else {
+        let sections: Vec<String> = infos
+            .iter()
+            .filter_map(|(name, i)| {
+                let text = i.instructions.as_deref()?.trim();
+                (!text.is_empty()).then(|| format!("## {name}\n{text}"))
+            })
+            .collect();
+        (!sections.is_empty()).then(|| {
+            format!(
+                "toolwarden governs these MCP servers; their tools and prompts are named \
+                 SERVER{PREFIX_SEPARATOR}NAME.\n\n{}",
+                sections.join("\n\n")
+            )
+        })
+    };
+    config
 }
 
 fn or(a: Option<bool>, b: Option<bool>) -> Option<bool> {
@@ -193,9 +197,7 @@ fn or(a: Option<bool>, b: Option<bool>) -> Option<bool> {
 mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
-    use toolwarden_core::protocol::{
-        CancelReason, Content, Outcome, Status, ToolAnnotations as Hints,
-    };
+    use toolwarden_protocol::{CancelReason, Content, Outcome, Status, ToolAnnotations as Hints};
 
     #[test]
     fn governed_failures_are_error_results_with_the_outcome() {
@@ -250,7 +252,7 @@ mod tests {
             },
             backend: "inprocess".into(),
             policy: Default::default(),
-            breaker: toolwarden_core::protocol::BreakerStateKind::Closed,
+            breaker: toolwarden_protocol::BreakerStateKind::Closed,
         };
         let wire = serde_json::to_value(tool_from_info(&info)).unwrap();
         assert_eq!(

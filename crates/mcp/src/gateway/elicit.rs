@@ -13,33 +13,98 @@
 //! Secrets (`password`) are never asked through form elicitation (MCP forbids sensitive data
 //! in form mode), nor are device codes.
 
-use std::sync::Weak;
-use std::sync::atomic::Ordering;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use rmcp::model::{ClientResult, ElicitRequest, ElicitResult, ElicitationAction, ServerRequest};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use toolwarden_core::protocol::{Interaction, InteractionAnswer, InteractionKind, SessionId};
 use toolwarden_core::{AnswerSender, Interactor};
+use toolwarden_protocol::{Interaction, InteractionAnswer, InteractionKind, SessionId};
 
-use super::{ELICITATION_INTERACTOR, Gateway};
+use super::options::ELICITATION_INTERACTOR;
+use super::state::GatewayState;
+
+/// The elicitations in flight for approvals, by interaction id: the interactor adds them, and
+/// the gateway's event watcher withdraws them when their interaction or call ends elsewhere.
+#[derive(Default)]
+pub(crate) struct Elicitations {
+    pending: Mutex<HashMap<String, Pending>>,
+    /// Whether `pending` has any (kept with it, under its lock): the event watcher only needs to
+    /// hear of finished calls while there are.
+    any: AtomicBool,
+}
 
 /// An elicitation in flight.
-pub(crate) struct Pending {
+struct Pending {
     session: Option<SessionId>,
     call: Option<String>,
     cancel: CancellationToken,
 }
 
+impl Elicitations {
+    /// Whether any elicitation is in flight.
+    pub(crate) fn any(&self) -> bool {
+        self.any.load(Ordering::Acquire)
+    }
+
+    fn add(&self, interaction: &Interaction, cancel: CancellationToken) {
+        let mut pending = self.pending.lock();
+        pending.insert(
+            interaction.id.to_string(),
+            Pending {
+                session: interaction.session_id.clone(),
+                call: interaction.call_id.as_ref().map(|c| c.to_string()),
+                cancel,
+            },
+        );
+        self.any.store(true, Ordering::Release);
+    }
+
+    fn forget(&self, interaction: &Interaction) {
+        let mut pending = self.pending.lock();
+        pending.remove(interaction.id.as_str());
+        self.any.store(!pending.is_empty(), Ordering::Release);
+    }
+
+    /// The interaction ended elsewhere: withdraw its elicitation.
+    pub(crate) fn withdraw(&self, interaction: &str) {
+        let mut pending = self.pending.lock();
+        if let Some(p) = pending.remove(interaction) {
+            p.cancel.cancel();
+        }
+        self.any.store(!pending.is_empty(), Ordering::Release);
+    }
+
+    /// A call ended: withdraw the elicitations of its approvals.
+    pub(crate) fn withdraw_of_call(&self, session: Option<&SessionId>, call: &str) {
+        let mut pending = self.pending.lock();
+        pending.retain(|_, p| {
+            let of_call = p.call.as_deref() == Some(call) && p.session.as_ref() == session;
+            if of_call {
+                p.cancel.cancel();
+            }
+            !of_call
+        });
+        self.any.store(!pending.is_empty(), Ordering::Release);
+    }
+}
+
 /// Asks approvals of the calling client, through elicitation.
 pub(crate) struct ElicitationInteractor {
-    gateway: Weak<Gateway>,
+    gateway: Weak<GatewayState>,
+    elicitations: Arc<Elicitations>,
 }
 
 impl ElicitationInteractor {
-    pub(crate) fn new(gateway: Weak<Gateway>) -> Self {
-        Self { gateway }
+    pub(crate) fn new(gateway: Weak<GatewayState>, elicitations: Arc<Elicitations>) -> Self {
+        Self {
+            gateway,
+            elicitations,
+        }
     }
 }
 
@@ -70,25 +135,21 @@ impl Interactor for ElicitationInteractor {
             return;
         };
         let cancel = CancellationToken::new();
-        {
-            let mut pending = gw.elicitations.lock();
-            pending.insert(
-                interaction.id.to_string(),
-                Pending {
-                    session: interaction.session_id.clone(),
-                    call: interaction.call_id.as_ref().map(|c| c.to_string()),
-                    cancel: cancel.clone(),
-                },
-            );
-            gw.eliciting.store(true, Ordering::Release);
-        }
-        let task = ask(self.gateway.clone(), interaction.clone(), answers, cancel);
+        self.elicitations.add(interaction, cancel.clone());
+        let task = ask(
+            self.gateway.clone(),
+            self.elicitations.clone(),
+            interaction.clone(),
+            answers,
+            cancel,
+        );
         gw.tasks.spawn(task);
     }
 }
 
 async fn ask(
-    gateway: Weak<Gateway>,
+    gateway: Weak<GatewayState>,
+    elicitations: Arc<Elicitations>,
     interaction: Interaction,
     answers: AnswerSender,
     cancel: CancellationToken,
@@ -100,14 +161,14 @@ async fn ask(
             .and_then(|id| gw.session(id))
     });
     let Some(session) = session else {
-        forget(&gateway, &interaction);
+        elicitations.forget(&interaction);
         return;
     };
     let request = match params(&interaction) {
         Ok(params) => ServerRequest::ElicitRequest(ElicitRequest::new(params)),
         Err(e) => {
             tracing::warn!(error = %e, "cannot build the elicitation for an approval");
-            forget(&gateway, &interaction);
+            elicitations.forget(&interaction);
             return;
         }
     };
@@ -120,10 +181,11 @@ async fn ask(
             cancel,
         )
         .await;
-    forget(&gateway, &interaction);
+    elicitations.forget(&interaction);
     let answer = match answered {
         Ok(ClientResult::ElicitResult(result)) => decide(&result),
-        Ok(other) => match crate::link::retype::<ElicitResult>(other, "elicitation/create") {
+        Ok(other) => match crate::client::link::retype::<ElicitResult>(other, "elicitation/create")
+        {
             Ok(result) => decide(&result),
             Err(_) => return,
         },
@@ -135,14 +197,6 @@ async fn ask(
     };
     if let Err(e) = answers.answer(answer, ELICITATION_INTERACTOR) {
         tracing::debug!(error = %e, "the elicitation's answer came too late");
-    }
-}
-
-fn forget(gateway: &Weak<Gateway>, interaction: &Interaction) {
-    if let Some(gw) = gateway.upgrade() {
-        let mut pending = gw.elicitations.lock();
-        pending.remove(interaction.id.as_str());
-        gw.eliciting.store(!pending.is_empty(), Ordering::Release);
     }
 }
 
@@ -212,30 +266,6 @@ fn decide(result: &ElicitResult) -> InteractionAnswer {
         }
         ElicitationAction::Decline => deny("declined in the MCP client"),
         _ => deny("dismissed in the MCP client"),
-    }
-}
-
-impl Gateway {
-    /// The interaction ended elsewhere: withdraw its elicitation.
-    pub(crate) fn withdraw_elicitation(&self, interaction: &str) {
-        let mut pending = self.elicitations.lock();
-        if let Some(p) = pending.remove(interaction) {
-            p.cancel.cancel();
-        }
-        self.eliciting.store(!pending.is_empty(), Ordering::Release);
-    }
-
-    /// A call ended: withdraw the elicitations of its approvals.
-    pub(crate) fn withdraw_elicitations_of_call(&self, session: Option<&SessionId>, call: &str) {
-        let mut pending = self.elicitations.lock();
-        pending.retain(|_, p| {
-            let of_call = p.call.as_deref() == Some(call) && p.session.as_ref() == session;
-            if of_call {
-                p.cancel.cancel();
-            }
-            !of_call
-        });
-        self.eliciting.store(!pending.is_empty(), Ordering::Release);
     }
 }
 

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt as _;
+use futures::future::BoxFuture;
 use http::header::{ACCEPT, CACHE_CONTROL, CONTENT_TYPE, HOST, ORIGIN};
 use http::{HeaderMap, Response, StatusCode};
 use rmcp::ErrorData;
@@ -34,16 +35,17 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use toolwarden_core::protocol::CancelReason;
+use toolwarden_protocol::CancelReason;
 
-use super::Gateway;
 use super::call::{CallContext, call_tool};
-use super::http::{BoxBody, HttpSessions};
-use super::session::{ANSWER_ID_PREFIX, ClientLink, ClientSession, Withdrawal, await_answer};
+use super::channel::{ClientChannel, Sent};
+use super::http_sessions::HttpSessions;
+use super::options::{ANSWER_ID_PREFIX, BODY_LIMIT, versions};
+use super::session::ClientSession;
+use super::state::GatewayState;
 
-/// The largest request body the fast path reads (rmcp's own limit; larger ones go to rmcp,
-/// which refuses them).
-pub(crate) const BODY_LIMIT: u64 = 4 * 1024 * 1024;
+/// The body of every response of the gateway's HTTP service.
+pub(crate) type BoxBody = http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>;
 
 /// What a call served here sends towards its HTTP response.
 pub(crate) enum Out {
@@ -69,34 +71,32 @@ impl CallResponse {
             .send(Out::Message(bytes.into()))
             .map_err(|_| "the client closed the call's response".to_owned())
     }
+}
 
-    pub(crate) fn notify_progress(&self, param: ProgressNotificationParam) -> Result<(), String> {
-        self.send_json(&serde_json::json!({
+/// The call's own response: what is sent goes on it, before the answer; the client's answers
+/// to requests come back as POSTs the gateway catches (see [`serve`]).
+impl ClientChannel for CallResponse {
+    fn notify_progress(
+        &self,
+        param: ProgressNotificationParam,
+    ) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(std::future::ready(self.send_json(&serde_json::json!({
             "jsonrpc": "2.0",
             "method": "notifications/progress",
             "params": param,
-        }))
+        }))))
     }
 
-    /// Sends `request` to the client on this response and waits for its answer (a POST the
-    /// gateway catches, see [`serve`]), at most `timeout` or until `cancel`; when it stops
-    /// waiting for any reason but the answer, the client is told `notifications/cancelled`.
-    pub(crate) async fn request(
-        &self,
-        request: ServerRequest,
-        timeout: Option<Duration>,
-        cancel: CancellationToken,
-    ) -> Result<ClientResult, ErrorData> {
+    fn send_request(&self, request: ServerRequest) -> BoxFuture<'_, Result<Sent, ErrorData>> {
         let (id, answer) = self.session.expect_answer();
         let id = RequestId::String(id.into());
         if let Err(e) = self.send_json(&JsonRpcRequest::new(id.clone(), request)) {
             self.session.forget_answer(&id.to_string());
-            return Err(ErrorData::internal_error(
+            return Box::pin(std::future::ready(Err(ErrorData::internal_error(
                 format!("the MCP client is gone: {e}"),
                 None,
-            ));
+            ))));
         }
-        let withdrawal = Withdrawal::new(ClientLink::Response(self.clone()), id);
         let answer = async {
             answer.await.unwrap_or_else(|_| {
                 Err(ErrorData::internal_error(
@@ -105,11 +105,13 @@ impl CallResponse {
                 ))
             })
         };
-        await_answer(answer, withdrawal, timeout, cancel).await
+        Box::pin(std::future::ready(Ok(Sent {
+            id,
+            answer: Box::pin(answer),
+        })))
     }
 
-    /// Forgets an unanswered request and tells the client it is withdrawn.
-    pub(crate) fn withdraw(&self, param: CancelledNotificationParam) {
+    fn withdraw(&self, param: CancelledNotificationParam) {
         if let Some(id) = &param.request_id {
             self.session.forget_answer(&id.to_string());
         }
@@ -144,7 +146,7 @@ pub(crate) fn candidate(headers: &HeaderMap) -> bool {
 /// Serves the POST if it is a plain `tools/call` or the client's answer to a request the
 /// gateway sent on a call's response; `None` sends it to rmcp.
 pub(crate) async fn serve(
-    gw: &Arc<Gateway>,
+    gw: &Arc<GatewayState>,
     sessions: &HttpSessions,
     fast: &FastPath,
     headers: &HeaderMap,
@@ -286,7 +288,7 @@ fn plain_headers(headers: &HeaderMap, hosts: &[String]) -> bool {
         return false;
     }
     if let Some(version) = headers.get("mcp-protocol-version") {
-        let known = super::handler::versions()
+        let known = versions()
             .iter()
             .any(|v| v.as_str().as_bytes() == version.as_bytes());
         if !known {
@@ -322,7 +324,7 @@ fn accepted() -> Response<BoxBody> {
 /// Runs the call on a task of its own and answers: JSON if the answer comes first and within
 /// the window, else an event stream of everything the call sends.
 async fn respond(
-    gw: &Arc<Gateway>,
+    gw: &Arc<GatewayState>,
     session: Arc<ClientSession>,
     call: CallToolRequestParams,
     id: RequestId,
@@ -382,7 +384,7 @@ fn event(out: Out) -> Bytes {
 
 /// The call's task: runs it, stops it when the client goes away, sends its answer last.
 async fn run(
-    gw: Arc<Gateway>,
+    gw: Arc<GatewayState>,
     session: Arc<ClientSession>,
     call: CallToolRequestParams,
     id: RequestId,
@@ -397,7 +399,7 @@ async fn run(
     let context = CallContext {
         id: id.clone(),
         meta,
-        link: ClientLink::Response(response),
+        channel: Arc::new(response),
         ct: CancellationToken::new(),
     };
     let result = call_tool(&gw, &session, call, context);

@@ -1,4 +1,6 @@
-//! rmcp's server handler: one per client connection.
+//! rmcp's server handler, one per client connection: the gateway's front door on rmcp's path.
+//! It only dispatches — each MCP method to the module of its feature, after marking the session
+//! active — so that a feature's rules live with the feature.
 
 #![allow(
     deprecated,
@@ -14,27 +16,29 @@ use rmcp::model::{
     GetPromptRequestParams, GetPromptResponse, InitializeRequestParams, InitializeResult,
     ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
     PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
-    ServerConfig, SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
+    SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
 use tokio_util::sync::CancellationToken;
 
-use super::Gateway;
-use super::http::HttpSessionTag;
+use super::http_sessions::HttpSessionTag;
+use super::options::versions;
 use super::session::ClientSession;
+use super::state::GatewayState;
+use super::{completion, convert, passthrough, prompts, resources};
 
-/// One MCP client's connection to the [`Gateway`]: rmcp's `ServerHandler`. The gateway makes
-/// one per stdio connection and per Streamable HTTP session; dropping it (the connection is
-/// gone) ends the client's session.
+/// One MCP client's connection to the [`Gateway`](super::Gateway): rmcp's `ServerHandler`. The
+/// gateway makes one per stdio connection and per Streamable HTTP session; dropping it (the
+/// connection is gone) ends the client's session.
 pub struct GatewayConnection {
-    gateway: Arc<Gateway>,
+    gateway: Arc<GatewayState>,
     session: Arc<ClientSession>,
 }
 
 impl GatewayConnection {
-    pub(crate) fn new(gateway: Arc<Gateway>, shutdown: CancellationToken) -> Self {
-        let session = ClientSession::new(&gateway, shutdown);
+    pub(crate) fn new(gateway: Arc<GatewayState>, shutdown: CancellationToken) -> Self {
+        let session = gateway.new_session(shutdown);
         Self { gateway, session }
     }
 
@@ -45,7 +49,8 @@ impl GatewayConnection {
 
 impl Drop for GatewayConnection {
     fn drop(&mut self) {
-        self.session.end(self.session.disconnect_reason());
+        self.gateway
+            .end_session(&self.session, self.session.disconnect_reason());
     }
 }
 
@@ -57,16 +62,9 @@ impl std::fmt::Debug for GatewayConnection {
     }
 }
 
-/// The protocol revisions the gateway speaks: those with an `initialize` handshake. The
-/// 2026-07-28 revision has no sessions (every request stands alone), and the gateway governs
-/// per session, so its per-request lifecycle is refused as an unsupported version.
-pub(crate) fn versions() -> &'static [ProtocolVersion] {
-    ProtocolVersion::known_up_to(&ProtocolVersion::LATEST_WITH_INITIALIZE)
-}
-
 impl ServerHandler for GatewayConnection {
-    fn get_info(&self) -> ServerConfig {
-        self.gateway.server_config()
+    fn get_info(&self) -> InitializeResult {
+        convert::initialize_result(&self.gateway.servers, &self.gateway.opts)
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
@@ -85,6 +83,7 @@ impl ServerHandler for GatewayConnection {
             .map(|t| t.0.clone());
         self.session
             .initialized(context.peer.clone(), request.capabilities.clone(), http);
+        self.gateway.register(&self.session);
         tracing::debug!(session = %self.session.id, client = %request.client_info.name,
             version = %request.protocol_version, "MCP client initialize");
         self.negotiate_initialize(&request)
@@ -109,7 +108,7 @@ impl ServerHandler for GatewayConnection {
         let context = super::call::CallContext {
             id: context.id,
             meta: context.meta,
-            link: super::session::ClientLink::Peer(context.peer),
+            channel: Arc::new(context.peer),
             ct: context.ct,
         };
         super::call::call_tool(&self.gateway, &self.session, request, context)
@@ -123,9 +122,7 @@ impl ServerHandler for GatewayConnection {
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
         self.session.touch();
-        self.gateway
-            .list_prompts(&self.session, request, context)
-            .await
+        prompts::list(&self.gateway, &self.session, request, context).await
     }
 
     async fn get_prompt(
@@ -134,8 +131,7 @@ impl ServerHandler for GatewayConnection {
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
         self.session.touch();
-        self.gateway
-            .get_prompt(&self.session, request, context)
+        prompts::get(&self.gateway, &self.session, request, context)
             .await
             .map(Into::into)
     }
@@ -146,9 +142,7 @@ impl ServerHandler for GatewayConnection {
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
         self.session.touch();
-        self.gateway
-            .list_resources(&self.session, request, context)
-            .await
+        resources::list(&self.gateway, &self.session, request, context).await
     }
 
     async fn list_resource_templates(
@@ -157,9 +151,7 @@ impl ServerHandler for GatewayConnection {
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
         self.session.touch();
-        self.gateway
-            .list_resource_templates(&self.session, request, context)
-            .await
+        resources::list_templates(&self.gateway, &self.session, request, context).await
     }
 
     async fn read_resource(
@@ -168,8 +160,7 @@ impl ServerHandler for GatewayConnection {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         self.session.touch();
-        self.gateway
-            .read_resource(&self.session, request, context)
+        resources::read(&self.gateway, &self.session, request, context)
             .await
             .map(Into::into)
     }
@@ -180,9 +171,7 @@ impl ServerHandler for GatewayConnection {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         self.session.touch();
-        self.gateway
-            .subscribe(&self.session, request, context)
-            .await
+        resources::subscribe(&self.gateway, &self.session, request, context).await
     }
 
     async fn unsubscribe(
@@ -191,9 +180,7 @@ impl ServerHandler for GatewayConnection {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         self.session.touch();
-        self.gateway
-            .unsubscribe(&self.session, request, context)
-            .await
+        resources::unsubscribe(&self.gateway, &self.session, request, context).await
     }
 
     async fn complete(
@@ -202,7 +189,7 @@ impl ServerHandler for GatewayConnection {
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
         self.session.touch();
-        self.gateway.complete(&self.session, request, context).await
+        completion::complete(&self.gateway, &self.session, request, context).await
     }
 
     async fn set_level(
@@ -211,12 +198,10 @@ impl ServerHandler for GatewayConnection {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         self.session.touch();
-        self.gateway
-            .set_level(&self.session, request, context)
-            .await
+        passthrough::set_level(&self.gateway, &self.session, request, context).await
     }
 
     async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {
-        self.gateway.roots_list_changed().await;
+        passthrough::roots_list_changed(&self.gateway).await;
     }
 }

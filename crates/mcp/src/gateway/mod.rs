@@ -18,87 +18,54 @@
 //!
 //! `docs/GATEWAY.md` has the full rules: routing, sessions, progress and cancel mapping,
 //! approvals through elicitation, and every decision the spec leaves open.
+//!
+//! This file is the public handle and its wiring. Below it, one way down: the transports
+//! (`stdio`, `http` over `fast` and `http_sessions`) feed rmcp's handler (`handler`), which
+//! dispatches to one module per MCP feature (`call`, `prompts`, `resources`, `completion`,
+//! `passthrough`; `elicit` and `upstream` for what goes to a client); all of them share
+//! `state` (the registry of clients, the tool view, `route_table`), which reads none of them.
+//! At the bottom: a client session (`session`), the ways back to a client (`channel`), and
+//! what only converts or names things (`convert`, `status`, `options`).
 
 mod call;
+mod channel;
+mod completion;
 mod convert;
 mod elicit;
 mod fast;
 mod handler;
 mod http;
-mod routes;
+mod http_sessions;
+mod options;
+mod passthrough;
+mod prompts;
+mod resources;
+mod route_table;
 mod session;
+mod state;
 mod status;
+mod stdio;
 mod upstream;
+mod watch;
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
 
-use parking_lot::Mutex;
-use rmcp::ServiceExt as _;
-use rmcp::model::{ServerNotification, Tool};
-use rmcp::service::ServerInitializeError;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use toolwarden_core::Engine;
-use toolwarden_core::protocol::{CancelReason, EventKind, ServerStateKind, SessionId};
+use toolwarden_protocol::{EventKind, ServerStateKind, SessionId};
 
 use crate::McpServer;
-use crate::link::Upstream;
+use crate::client::link::Upstream;
 
 pub use handler::GatewayConnection;
-pub use http::{GatewayHttpService, HttpSessions};
+pub use http::GatewayHttpService;
+pub use http_sessions::HttpSessions;
+pub use options::{ELICITATION_INTERACTOR, GatewayOptions, STATUS_TOOL};
+pub use stdio::GatewayError;
 
-use session::ClientSession;
-
-/// The name of the gateway's own tool: the session's running, timed-out and failed calls and
-/// open breakers, for the model.
-pub const STATUS_TOOL: &str = "toolwarden__status";
-
-/// The name of the elicitation interactor the gateway attaches to the engine.
-pub const ELICITATION_INTERACTOR: &str = "mcp-elicitation";
-
-/// How the gateway exposes what it governs.
-#[derive(Clone, Debug)]
-pub struct GatewayOptions {
-    /// Prompts are named `SERVER__PROMPT` (default `true`), like tools. Tool names come from
-    /// the engine, so this must match the `prefix` the servers' host was made with
-    /// ([`Engine::host`]); `false` is meant for a single server.
-    pub prefix: bool,
-    /// Streamable HTTP: `Host` values accepted besides loopback (`localhost`, `127.0.0.1`,
-    /// `::1`), as `host` or `host:port`. The binary puts its own Host/Origin guard in front;
-    /// this is rmcp's own check behind it.
-    pub allowed_hosts: Vec<String>,
-    /// Streamable HTTP: a session with no request from its client for this long and no call
-    /// running is closed (default 5 min).
-    pub http_session_idle: Duration,
-    /// Streamable HTTP: keep-alive comment interval on response streams (default 15 s).
-    pub sse_keep_alive: Duration,
-}
-
-impl Default for GatewayOptions {
-    fn default() -> Self {
-        Self {
-            prefix: true,
-            allowed_hosts: Vec::new(),
-            http_session_idle: Duration::from_secs(300),
-            sse_keep_alive: Duration::from_secs(15),
-        }
-    }
-}
-
-/// Why serving a connection failed.
-#[derive(Debug, thiserror::Error)]
-pub enum GatewayError {
-    /// The client's `initialize` failed (anything but closing the connection).
-    #[error("the MCP client's initialize failed: {0}")]
-    Initialize(String),
-    /// The connection's service loop failed.
-    #[error("the MCP connection failed: {0}")]
-    Connection(String),
-}
+use elicit::{ElicitationInteractor, Elicitations};
+use state::GatewayState;
 
 /// The MCP gateway: the server side agents connect to. One serves any number of clients, over
 /// stdio ([`serve_stdio`](Self::serve_stdio), [`serve_io`](Self::serve_io)) and Streamable HTTP
@@ -116,35 +83,7 @@ pub enum GatewayError {
 /// call (an approval, a server's sampling request) itself, so that over Streamable HTTP they
 /// travel on that call's response stream, where the client expects them.
 pub struct Gateway {
-    engine: Engine,
-    servers: Vec<Arc<McpServer>>,
-    opts: GatewayOptions,
-    /// Live client sessions by toolwarden session id.
-    sessions: Mutex<HashMap<SessionId, Weak<ClientSession>>>,
-    /// Live Streamable HTTP sessions by `Mcp-Session-Id`.
-    http_sessions: Mutex<HashMap<String, Weak<ClientSession>>>,
-    /// Which server serves each exposed tool, and the list last sent to clients.
-    tool_view: Mutex<ToolView>,
-    /// Where resources, templates and prompts live.
-    routes: routes::Routes,
-    /// Per server, the client that most recently called one of its tools.
-    last_client: Mutex<HashMap<Arc<str>, Weak<ClientSession>>>,
-    /// Elicitations in flight for approvals, by interaction id, with their call.
-    elicitations: Mutex<HashMap<String, elicit::Pending>>,
-    /// Whether `elicitations` has any (kept with it, under its lock): the event watcher only
-    /// needs to hear of finished calls while there are.
-    eliciting: Arc<AtomicBool>,
-    /// Orders calls and sessions by recency.
-    seq: AtomicU64,
-    closed: CancellationToken,
-    tasks: TaskTracker,
-}
-
-#[derive(Default)]
-struct ToolView {
-    /// Every exposed tool, with the MCP server that serves it (none for `exec` and in-process).
-    backends: HashMap<String, Option<Arc<str>>>,
-    listed: Option<Arc<Vec<Tool>>>,
+    state: Arc<GatewayState>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -153,12 +92,13 @@ impl std::fmt::Debug for Gateway {
             .field(
                 "servers",
                 &self
+                    .state
                     .servers
                     .iter()
                     .map(|s| s.server_name())
                     .collect::<Vec<_>>(),
             )
-            .field("sessions", &self.sessions.lock().len())
+            .field("sessions", &self.state.registered())
             .finish_non_exhaustive()
     }
 }
@@ -169,78 +109,58 @@ impl Gateway {
     /// gateway is dropped. It attaches itself to the servers (their requests and notifications
     /// for a client come here) and an elicitation interactor to the engine.
     pub fn new(engine: Engine, servers: Vec<Arc<McpServer>>, opts: GatewayOptions) -> Arc<Gateway> {
-        let gateway = Arc::new(Gateway {
-            engine,
-            servers,
-            opts,
-            sessions: Mutex::default(),
-            http_sessions: Mutex::default(),
-            tool_view: Mutex::default(),
-            routes: routes::Routes::default(),
-            last_client: Mutex::default(),
-            elicitations: Mutex::default(),
-            eliciting: Arc::default(),
-            seq: AtomicU64::new(1),
-            closed: CancellationToken::new(),
-            tasks: TaskTracker::new(),
-        });
-        let upstream: Weak<dyn Upstream> = Arc::downgrade(&gateway) as Weak<dyn Upstream>;
-        for server in &gateway.servers {
+        let state = GatewayState::new(engine, servers, opts);
+        let upstream: Weak<dyn Upstream> = Arc::downgrade(&state) as Weak<dyn Upstream>;
+        for server in &state.servers {
             server.attach(upstream.clone());
         }
-        gateway
+        let elicitations = Arc::new(Elicitations::default());
+        state
             .engine
             .interactions()
-            .attach(Arc::new(elicit::ElicitationInteractor::new(
-                Arc::downgrade(&gateway),
+            .attach(Arc::new(ElicitationInteractor::new(
+                Arc::downgrade(&state),
+                elicitations.clone(),
             )));
-        gateway.refresh_tool_view();
-        gateway.tasks.spawn(watch_tools(
-            Arc::downgrade(&gateway),
-            gateway.engine.tools_changed(),
-            gateway.closed.clone(),
+        state.refresh_tool_view();
+        state.tasks.spawn(watch::tools(
+            Arc::downgrade(&state),
+            state.engine.tools_changed(),
+            state.closed.clone(),
         ));
-        let eliciting = gateway.eliciting.clone();
-        gateway.tasks.spawn(watch_events(
-            Arc::downgrade(&gateway),
+        let eliciting = elicitations.clone();
+        state.tasks.spawn(watch::events(
+            Arc::downgrade(&state),
+            elicitations,
             // Only the events it acts on wake it (not four per call).
-            gateway
+            state
                 .engine
                 .events()
                 .subscribe_matching(move |event| match &event.kind {
                     EventKind::InteractionAnswered { .. }
                     | EventKind::InteractionTimedOut { .. } => true,
-                    EventKind::ToolResult { .. } => eliciting.load(Ordering::Acquire),
+                    EventKind::ToolResult { .. } => eliciting.any(),
                     EventKind::ServerState { state, .. } => *state == ServerStateKind::Restarted,
                     _ => false,
                 }),
-            gateway.closed.clone(),
+            state.closed.clone(),
         ));
-        gateway
+        Arc::new(Gateway { state })
     }
 
     /// The engine it governs with.
     pub fn engine(&self) -> &Engine {
-        &self.engine
+        &self.state.engine
     }
 
     /// How many clients are connected.
     pub fn clients(&self) -> usize {
-        self.sessions
-            .lock()
-            .values()
-            .filter(|s| s.strong_count() > 0)
-            .count()
+        self.state.clients()
     }
 
     /// The toolwarden session ids of the connected clients.
     pub fn client_sessions(&self) -> Vec<SessionId> {
-        self.sessions
-            .lock()
-            .iter()
-            .filter(|(_, s)| s.strong_count() > 0)
-            .map(|(id, _)| id.clone())
-            .collect()
+        self.state.client_sessions()
     }
 
     /// Serves one MCP client over this process's stdin and stdout until it disconnects or
@@ -275,49 +195,7 @@ impl Gateway {
         R: AsyncRead + Send + Unpin + 'static,
         W: AsyncWrite + Send + Unpin + 'static,
     {
-        let connection = GatewayConnection::new(self.clone(), shutdown.clone());
-        let session = connection.session().clone();
-        let eof = CancellationToken::new();
-        let read = session::EofWatch::new(read, eof.clone());
-        let ct = CancellationToken::new();
-        let running = tokio::select! {
-            running = connection.serve_with_ct((read, write), ct.clone()) => match running {
-                Ok(running) => running,
-                Err(ServerInitializeError::ConnectionClosed(_)) => return Ok(()),
-                Err(e) => return Err(GatewayError::Initialize(e.to_string())),
-            },
-            _ = shutdown.cancelled() => {
-                ct.cancel();
-                return Ok(());
-            }
-        };
-        let mut waiting = std::pin::pin!(running.waiting());
-        let (reason, finished) = tokio::select! {
-            quit = &mut waiting => {
-                if let Err(e) = quit {
-                    session.end(CancelReason::ClientDisconnect);
-                    return Err(GatewayError::Connection(e.to_string()));
-                }
-                (CancelReason::ClientDisconnect, true)
-            }
-            _ = eof.cancelled() => (CancelReason::ClientDisconnect, false),
-            _ = shutdown.cancelled() => (CancelReason::Shutdown, false),
-        };
-        // Calls end at once; rmcp then drains their answers (to a client that may be gone).
-        session.end(reason);
-        if !finished {
-            if reason == CancelReason::Shutdown {
-                ct.cancel();
-            }
-            if tokio::time::timeout(Duration::from_secs(10), &mut waiting)
-                .await
-                .is_err()
-            {
-                tracing::warn!(session = %session.id, "the MCP connection did not close within 10s");
-                ct.cancel();
-            }
-        }
-        Ok(())
+        stdio::serve(&self.state, read, write, shutdown).await
     }
 
     /// A Streamable HTTP service for `/mcp` (a tower `Service`; the binary mounts it, e.g.
@@ -325,170 +203,6 @@ impl Gateway {
     /// session (`Mcp-Session-Id`) is one toolwarden session. At `shutdown`, every session
     /// ends (running calls `cancelled{shutdown}`) and every stream closes.
     pub fn http_service(self: &Arc<Self>, shutdown: CancellationToken) -> GatewayHttpService {
-        http::service(self, shutdown)
-    }
-
-    fn next_seq(&self) -> u64 {
-        self.seq.fetch_add(1, Ordering::Relaxed)
-    }
-
-    fn server(&self, name: &str) -> Option<&Arc<McpServer>> {
-        self.servers.iter().find(|s| s.server_name() == name)
-    }
-
-    /// A session whose `initialize` succeeded.
-    fn register(&self, session: &Arc<ClientSession>) {
-        self.sessions
-            .lock()
-            .insert(session.id.clone(), Arc::downgrade(session));
-        if let Some(http) = session.http_id() {
-            self.http_sessions
-                .lock()
-                .insert(http.to_owned(), Arc::downgrade(session));
-        }
-        tracing::info!(session = %session.id, http_session = ?session.http_id(), "MCP client connected");
-    }
-
-    /// A session that ended.
-    fn unregister(&self, session: &ClientSession) {
-        self.sessions.lock().remove(&session.id);
-        if let Some(http) = session.http_id() {
-            self.http_sessions.lock().remove(http);
-        }
-        self.routes.forget_session(self, &session.id);
-    }
-
-    /// Live sessions, most recently active first.
-    fn live_sessions(&self) -> Vec<Arc<ClientSession>> {
-        let mut live: Vec<Arc<ClientSession>> = self
-            .sessions
-            .lock()
-            .values()
-            .filter_map(Weak::upgrade)
-            .filter(|s| !s.is_ended())
-            .collect();
-        live.sort_by_key(|s| std::cmp::Reverse(s.last_active()));
-        live
-    }
-
-    fn session(&self, id: &SessionId) -> Option<Arc<ClientSession>> {
-        self.sessions.lock().get(id).and_then(Weak::upgrade)
-    }
-
-    fn http_session(&self, id: &str) -> Option<Arc<ClientSession>> {
-        self.http_sessions.lock().get(id).and_then(Weak::upgrade)
-    }
-
-    /// Sends a notification to every live client.
-    fn broadcast(&self, notification: ServerNotification) {
-        for session in self.live_sessions() {
-            session.notify(&self.tasks, notification.clone());
-        }
-    }
-
-    /// The server that serves an exposed tool, if an MCP server does.
-    fn backend_of(&self, tool: &str) -> Option<Arc<str>> {
-        if let Some(server) = self.tool_view.lock().backends.get(tool) {
-            return server.clone();
-        }
-        // A tool registered since the last look (or none at all).
-        self.refresh_tool_view();
-        self.tool_view.lock().backends.get(tool).cloned().flatten()
-    }
-
-    /// Re-reads which server serves which tool; returns the list clients would see now.
-    fn refresh_tool_view(&self) -> Arc<Vec<Tool>> {
-        let infos = self.engine.tools();
-        let mut backends = HashMap::new();
-        for info in &infos {
-            let server = self
-                .server(&info.backend)
-                .map(|s| Arc::from(s.server_name()));
-            backends.insert(info.name.clone(), server);
-        }
-        let tools = Arc::new(convert::list_tools(self, &infos));
-        self.tool_view.lock().backends = backends;
-        tools
-    }
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        self.closed.cancel();
-        self.engine.interactions().detach(ELICITATION_INTERACTOR);
-    }
-}
-
-/// Tells clients when the tool list they would get changed (a server's `list_changed`, a
-/// restart, a tool registered or removed).
-async fn watch_tools(
-    gateway: Weak<Gateway>,
-    mut changed: tokio::sync::watch::Receiver<u64>,
-    closed: CancellationToken,
-) {
-    // What was last listed, so that a republished but identical list tells nobody.
-    if let Some(gw) = gateway.upgrade() {
-        let tools = gw.refresh_tool_view();
-        gw.tool_view.lock().listed = Some(tools);
-    }
-    loop {
-        tokio::select! {
-            _ = closed.cancelled() => return,
-            r = changed.changed() => if r.is_err() { return },
-        }
-        // A server's list arrives as one change, a restart as several: let them settle.
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        changed.mark_unchanged();
-        let Some(gw) = gateway.upgrade() else { return };
-        let tools = gw.refresh_tool_view();
-        let differs = {
-            let mut view = gw.tool_view.lock();
-            let differs = view.listed.as_ref() != Some(&tools);
-            view.listed = Some(tools);
-            differs
-        };
-        if differs {
-            tracing::debug!("the tool list changed: telling the clients");
-            gw.broadcast(ServerNotification::ToolListChangedNotification(
-                Default::default(),
-            ));
-        }
-    }
-}
-
-/// Follows the engine's events: approvals answered elsewhere (their elicitation is
-/// withdrawn), calls that ended (the same), servers that restarted (their prompts and
-/// resources may have changed, and subscriptions are renewed).
-async fn watch_events(
-    gateway: Weak<Gateway>,
-    mut events: toolwarden_core::Matching,
-    closed: CancellationToken,
-) {
-    loop {
-        let event = tokio::select! {
-            _ = closed.cancelled() => return,
-            r = events.recv() => match r { Some(event) => event, None => return },
-        };
-        let Some(gw) = gateway.upgrade() else { return };
-        match &event.kind {
-            EventKind::InteractionAnswered { interaction_id, .. }
-            | EventKind::InteractionTimedOut { interaction_id, .. } => {
-                gw.withdraw_elicitation(interaction_id.as_str());
-            }
-            EventKind::ToolResult { .. } => {
-                if let Some(call) = &event.scope.call_id {
-                    gw.withdraw_elicitations_of_call(
-                        event.scope.session_id.as_ref(),
-                        call.as_str(),
-                    );
-                }
-            }
-            EventKind::ServerState {
-                server,
-                state: ServerStateKind::Restarted,
-                ..
-            } => gw.server_restarted(server),
-            _ => {}
-        }
+        http::service(&self.state, shutdown)
     }
 }

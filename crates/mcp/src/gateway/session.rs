@@ -1,45 +1,32 @@
 //! One client connection: its toolwarden session, its calls in flight, and the requests the
-//! gateway sends it.
+//! gateway sends it. Whatever must find one of the client's calls or requests again — a stop
+//! from its closed response stream, a server's request raised during its call, the answer to a
+//! request sent on a call's response — finds it here.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
-use std::task::{Context, Poll};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use rmcp::ErrorData;
-use rmcp::model::{
-    CancelledNotificationParam, ClientCapabilities, ClientResult, ErrorCode, RequestId,
-    ServerNotification, ServerRequest,
-};
-use rmcp::service::{Peer, PeerRequestOptions, RoleServer};
-use tokio::io::{AsyncRead, ReadBuf};
+use rmcp::model::{ClientCapabilities, ClientResult, RequestId, ServerNotification, ServerRequest};
+use rmcp::service::{Peer, RoleServer};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use toolwarden_core::protocol::{CancelReason, SessionId};
+use toolwarden_protocol::{CancelReason, SessionId};
 
-use super::Gateway;
+use super::channel::{self, ClientChannel};
+use super::options::{ANSWER_ID_PREFIX, STREAM_CLOSE_SETTLE};
 
-/// Something to send to the client from a call's handler task (see [`ClientSession::request`]).
-pub(crate) type Job = Box<dyn FnOnce(ClientLink) -> BoxFuture<'static, ()> + Send>;
+/// Something to send to the client from a call's handler task (see [`ClientSession::request`]):
+/// given the call's way back to its client, the future that sends it.
+pub(crate) type Job = Box<dyn FnOnce(Arc<dyn ClientChannel>) -> BoxFuture<'static, ()> + Send>;
 
-/// How a request in flight reaches its client.
-#[derive(Clone)]
-pub(crate) enum ClientLink {
-    /// rmcp's peer of the request's handler: over Streamable HTTP what it sends rides the
-    /// request's own response stream.
-    Peer(Peer<RoleServer>),
-    /// A `tools/call` the gateway serves itself over Streamable HTTP (`super::fast`): what
-    /// it sends goes on that call's own response.
-    Response(super::fast::CallResponse),
-}
-
-/// A call in flight.
-pub(crate) struct CallSlot {
+/// A call of this client in flight.
+pub(crate) struct ClientCall {
     /// The MCP server that serves its tool, if one does.
     pub(crate) server: Option<Arc<str>>,
     /// When it started, in the gateway's order.
@@ -48,21 +35,17 @@ pub(crate) struct CallSlot {
     pub(crate) jobs: mpsc::UnboundedSender<Job>,
 }
 
-/// How long a closed response stream waits for the client's `notifications/cancelled` for its
-/// request before it counts as a disconnect.
-pub(crate) const STREAM_CLOSE_SETTLE: Duration = Duration::from_millis(200);
-
 /// How many stops of not-yet-registered requests are kept.
 const EARLY_STOPS_KEPT: usize = 256;
 
-/// A request in flight; dropped, it is unregistered.
-pub(crate) struct InFlight<'a> {
+/// A request of the client that the gateway is answering; dropped, it is unregistered.
+pub(crate) struct OpenRequest<'a> {
     session: &'a ClientSession,
     key: String,
     pub(crate) stop: Stop,
 }
 
-impl Drop for InFlight<'_> {
+impl Drop for OpenRequest<'_> {
     fn drop(&mut self) {
         self.session.requests.lock().remove(&self.key);
     }
@@ -95,15 +78,33 @@ impl Stop {
     }
 }
 
+/// The gateway's clock of recency: sessions and calls are ordered by the numbers it hands out
+/// (the most recent client of a server gets that server's requests).
+pub(crate) struct Recency(AtomicU64);
+
+impl Recency {
+    pub(crate) fn new() -> Self {
+        Self(AtomicU64::new(1))
+    }
+
+    /// The next number, larger than every one before.
+    pub(crate) fn next(&self) -> u64 {
+        self.0.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
 /// One MCP client connection.
 pub(crate) struct ClientSession {
     pub(crate) id: SessionId,
-    gateway: Weak<Gateway>,
+    /// Where its calls' and sessions' order comes from (shared by the gateway's sessions).
+    recency: Arc<Recency>,
+    /// The gateway's tasks: what the session sends on its own runs on them.
+    tasks: TaskTracker,
     peer: OnceLock<Peer<RoleServer>>,
     capabilities: OnceLock<ClientCapabilities>,
     http_id: OnceLock<String>,
     /// Calls in flight, by call id (the JSON-RPC request id).
-    calls: Mutex<HashMap<String, CallSlot>>,
+    calls: Mutex<HashMap<String, ClientCall>>,
     /// Requests in flight, by JSON-RPC request id.
     requests: Mutex<HashMap<String, Stop>>,
     /// Stops for requests not registered yet (the stream can close before rmcp hands the
@@ -122,15 +123,18 @@ pub(crate) struct ClientSession {
     next_answer: AtomicU64,
 }
 
-/// The prefix of the JSON-RPC ids of the requests the gateway sends on the responses of the
-/// calls it serves itself; rmcp numbers its own requests, so the two never meet.
-pub(crate) const ANSWER_ID_PREFIX: &str = "toolwarden-";
-
 impl ClientSession {
-    pub(crate) fn new(gateway: &Arc<Gateway>, shutdown: CancellationToken) -> Arc<Self> {
+    /// A session for a new connection; `shutdown` is that of whatever serves it.
+    pub(crate) fn new(
+        recency: Arc<Recency>,
+        tasks: TaskTracker,
+        shutdown: CancellationToken,
+    ) -> Arc<Self> {
+        let last_active = AtomicU64::new(recency.next());
         Arc::new(Self {
             id: SessionId::new(format!("mcp_{}", ulid::Ulid::new())),
-            gateway: Arc::downgrade(gateway),
+            recency,
+            tasks,
             peer: OnceLock::new(),
             capabilities: OnceLock::new(),
             http_id: OnceLock::new(),
@@ -141,7 +145,7 @@ impl ClientSession {
             subscriptions: Mutex::default(),
             ended: CancellationToken::new(),
             end_reason: Mutex::new(None),
-            last_active: AtomicU64::new(gateway.next_seq()),
+            last_active,
             answers: Mutex::default(),
             next_answer: AtomicU64::new(1),
         })
@@ -183,9 +187,6 @@ impl ClientSession {
         if let Some(id) = http_id {
             let _ = self.http_id.set(id);
         }
-        if let Some(gw) = self.gateway.upgrade() {
-            gw.register(self);
-        }
     }
 
     pub(crate) fn http_id(&self) -> Option<&str> {
@@ -204,9 +205,8 @@ impl ClientSession {
     }
 
     pub(crate) fn touch(&self) {
-        if let Some(gw) = self.gateway.upgrade() {
-            self.last_active.store(gw.next_seq(), Ordering::Relaxed);
-        }
+        self.last_active
+            .store(self.recency.next(), Ordering::Relaxed);
     }
 
     pub(crate) fn last_active(&self) -> u64 {
@@ -222,30 +222,28 @@ impl ClientSession {
         *self.end_reason.lock()
     }
 
-    /// Ends the session: its running calls end `cancelled{reason}` at once. Idempotent.
-    pub(crate) fn end(&self, reason: CancelReason) {
+    /// Marks the session ended for `reason`; whether this call ended it (the first reason
+    /// counts). What else a session's end undoes — its calls, its place in the gateway — is
+    /// the gateway's `end_session`, which calls this.
+    pub(crate) fn mark_ended(&self, reason: CancelReason) -> bool {
         {
             let mut why = self.end_reason.lock();
             if why.is_some() {
-                return;
+                return false;
             }
             *why = Some(reason);
         }
         self.ended.cancel();
-        let Some(gw) = self.gateway.upgrade() else {
-            return;
-        };
         let running = self.calls.lock().len();
         if self.peer.get().is_some() {
             tracing::info!(session = %self.id, reason = reason.as_str(), running,
                 "MCP client session ended");
         }
-        gw.engine.end_session(&self.id, reason);
-        gw.unregister(self);
+        true
     }
 
-    /// Registers a call in flight; `None` if the session already ended.
-    pub(crate) fn add_call(&self, call_id: &str, slot: CallSlot) {
+    /// Registers a call in flight.
+    pub(crate) fn add_call(&self, call_id: &str, slot: ClientCall) {
         self.calls.lock().insert(call_id.to_owned(), slot);
     }
 
@@ -271,7 +269,7 @@ impl ClientSession {
     /// other than by closing the session: its response stream closed (Streamable HTTP), or
     /// its `notifications/cancelled` arrived (seen by the HTTP session manager before rmcp).
     /// Dropping the guard unregisters the request.
-    pub(crate) fn request_started(&self, request_id: &RequestId) -> InFlight<'_> {
+    pub(crate) fn request_started(&self, request_id: &RequestId) -> OpenRequest<'_> {
         let stop = Stop::default();
         let key = request_id.to_string();
         let early = {
@@ -285,7 +283,7 @@ impl ClientSession {
             stop.fire(reason);
         }
         self.requests.lock().insert(key.clone(), stop.clone());
-        InFlight {
+        OpenRequest {
             session: self,
             key,
             stop,
@@ -306,14 +304,7 @@ impl ClientSession {
                     tokio::time::sleep(STREAM_CLOSE_SETTLE).await;
                     stop.fire(reason);
                 };
-                match self.gateway.upgrade() {
-                    Some(gw) => {
-                        gw.tasks.spawn(later);
-                    }
-                    None => {
-                        tokio::spawn(later);
-                    }
-                }
+                self.tasks.spawn(later);
             }
             Some(stop) => stop.fire(reason),
             None => {
@@ -362,12 +353,12 @@ impl ClientSession {
     }
 
     /// Sends a notification (on its own task: it must not hold up the caller).
-    pub(crate) fn notify(&self, tasks: &TaskTracker, notification: ServerNotification) {
+    pub(crate) fn notify(&self, notification: ServerNotification) {
         let Some(peer) = self.peer.get().cloned() else {
             return;
         };
         let session = self.id.clone();
-        tasks.spawn(async move {
+        self.tasks.spawn(async move {
             if let Err(e) = peer.send_notification(notification).await {
                 tracing::debug!(%session, error = %e, "a notification to the client failed");
             }
@@ -392,9 +383,9 @@ impl ClientSession {
             ));
         };
         let (tx, rx) = oneshot::channel();
-        let job: Job = Box::new(move |peer| {
+        let job: Job = Box::new(move |channel| {
             Box::pin(async move {
-                let _ = tx.send(send_request(peer, request, timeout, cancel).await);
+                let _ = tx.send(channel::ask(channel, request, timeout, cancel).await);
             })
         });
         let job = match during_call.and_then(|id| self.calls.lock().get(id).map(|c| c.jobs.clone()))
@@ -406,15 +397,8 @@ impl ClientSession {
             None => Some(job),
         };
         if let Some(job) = job {
-            let fut = job(ClientLink::Peer(peer));
-            match self.gateway.upgrade() {
-                Some(gw) => {
-                    gw.tasks.spawn(fut);
-                }
-                None => {
-                    tokio::spawn(fut);
-                }
-            }
+            let fut = job(Arc::new(peer));
+            self.tasks.spawn(fut);
         }
         rx.await.unwrap_or_else(|_| {
             Err(ErrorData::internal_error(
@@ -422,137 +406,5 @@ impl ClientSession {
                 None,
             ))
         })
-    }
-}
-
-/// Sends a request to the client; the client is told `notifications/cancelled` if we stop
-/// waiting for any reason but its answer.
-async fn send_request(
-    link: ClientLink,
-    request: ServerRequest,
-    timeout: Option<Duration>,
-    cancel: CancellationToken,
-) -> Result<ClientResult, ErrorData> {
-    let peer = match link {
-        ClientLink::Peer(peer) => peer,
-        ClientLink::Response(response) => return response.request(request, timeout, cancel).await,
-    };
-    let handle = peer
-        .send_request_with_option(request, PeerRequestOptions::no_options())
-        .await
-        .map_err(|e| ErrorData::internal_error(format!("the MCP client is gone: {e}"), None))?;
-    let withdrawal = Withdrawal::new(ClientLink::Peer(peer), handle.id.clone());
-    let answer = async {
-        match handle.rx.await {
-            Ok(Ok(result)) => Ok(result),
-            Ok(Err(rmcp::ServiceError::McpError(e))) => Err(e),
-            Ok(Err(e)) => Err(ErrorData::internal_error(
-                format!("the MCP client did not answer: {e}"),
-                None,
-            )),
-            Err(_) => Err(ErrorData::internal_error(
-                "the MCP client connection closed",
-                None,
-            )),
-        }
-    };
-    await_answer(answer, withdrawal, timeout, cancel).await
-}
-
-/// Waits for the answer to a request sent to the client, at most `timeout`, or until `cancel`
-/// fires; unless the answer came, `withdrawal` tells the client.
-pub(crate) async fn await_answer(
-    answer: impl std::future::Future<Output = Result<ClientResult, ErrorData>>,
-    mut withdrawal: Withdrawal,
-    timeout: Option<Duration>,
-    cancel: CancellationToken,
-) -> Result<ClientResult, ErrorData> {
-    let limit = async {
-        match timeout {
-            Some(t) => tokio::time::sleep(t).await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        answer = answer => {
-            withdrawal.link = None;
-            answer
-        }
-        _ = cancel.cancelled() => Err(ErrorData::new(
-            ErrorCode::INTERNAL_ERROR,
-            "the request was cancelled",
-            None,
-        )),
-        _ = limit => {
-            withdrawal.reason = "timed out";
-            Err(ErrorData::internal_error("the MCP client did not answer in time", None))
-        }
-    }
-}
-
-/// Tells the client a request of ours is withdrawn (`notifications/cancelled`), unless it was
-/// answered: on the call's own response if the request went there, else through rmcp.
-pub(crate) struct Withdrawal {
-    link: Option<ClientLink>,
-    id: RequestId,
-    reason: &'static str,
-}
-
-impl Withdrawal {
-    pub(crate) fn new(link: ClientLink, id: RequestId) -> Self {
-        Self {
-            link: Some(link),
-            id,
-            reason: "the request was withdrawn",
-        }
-    }
-}
-
-impl Drop for Withdrawal {
-    fn drop(&mut self) {
-        let param =
-            CancelledNotificationParam::new(Some(self.id.clone()), Some(self.reason.into()));
-        match self.link.take() {
-            None => {}
-            Some(ClientLink::Response(response)) => response.withdraw(param),
-            Some(ClientLink::Peer(peer)) => {
-                if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                    rt.spawn(async move {
-                        let _ = peer.notify_cancelled(param).await;
-                    });
-                }
-            }
-        }
-    }
-}
-
-/// Reads like `R` and fires `eof` when `R` ends or fails: the client closed its side.
-pub(crate) struct EofWatch<R> {
-    inner: R,
-    eof: CancellationToken,
-}
-
-impl<R> EofWatch<R> {
-    pub(crate) fn new(inner: R, eof: CancellationToken) -> Self {
-        Self { inner, eof }
-    }
-}
-
-impl<R: AsyncRead + Unpin> AsyncRead for EofWatch<R> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
-        match &polled {
-            Poll::Ready(Ok(())) if buf.filled().len() == before && buf.remaining() > 0 => {
-                self.eof.cancel()
-            }
-            Poll::Ready(Err(_)) => self.eof.cancel(),
-            _ => {}
-        }
-        polled
     }
 }

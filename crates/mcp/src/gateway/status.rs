@@ -1,28 +1,26 @@
-//! `toolwarden__status`: how the session's calls are doing, for the model.
+//! `toolwarden__status`: how the session's calls are doing, for the model. The gateway answers
+//! it itself, ungoverned (it cannot hang), from the engine's view of the session.
 
 use std::fmt::Write as _;
 
 use rmcp::model::{CallToolResult, ContentBlock};
-use toolwarden_core::protocol::{
-    BreakerStateKind, CallState, SessionStatus, Status, format_duration,
+use toolwarden_core::Engine;
+use toolwarden_protocol::{
+    BreakerStateKind, CallState, SessionId, SessionStatus, Status, format_duration,
 };
-
-use super::Gateway;
-use super::session::ClientSession;
 
 /// The status tool's answer: text the model can use, and the [`SessionStatus`] as structured
 /// content.
-pub(crate) fn result(gw: &Gateway, session: &ClientSession) -> CallToolResult {
-    let status = gw
-        .engine
-        .session_status(&session.id)
+pub(crate) fn result(engine: &Engine, session: &SessionId) -> CallToolResult {
+    let status = engine
+        .session_status(session)
         .unwrap_or_else(|| SessionStatus {
-            session_id: session.id.clone(),
+            session_id: session.clone(),
             running: Vec::new(),
             counts: Default::default(),
             timed_out_tools: Default::default(),
             recent_failures: Vec::new(),
-            open_breakers: gw.engine.open_breakers(),
+            open_breakers: engine.open_breakers(),
         });
     let mut r = CallToolResult::success(vec![ContentBlock::text(text(&status))]);
     r.structured_content = serde_json::to_value(&status).ok();
@@ -146,7 +144,7 @@ pub(crate) fn text(s: &SessionStatus) -> String {
 mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
-    use toolwarden_core::protocol::{
+    use toolwarden_protocol::{
         ActiveCall, BreakerInfo, ProgressInfo, RecentCall, RunningCall, TimeoutKind, Timestamp,
     };
 

@@ -1,4 +1,7 @@
-//! A server's own requests and notifications, on their way to a client.
+//! The upstream side: a server's own requests and notifications, on their way to a client.
+//! Which client gets them is decided here: the one whose call runs on that server, else the
+//! server's most recent caller, else the most recently active client; and a request goes out
+//! only if that client declared what it needs.
 
 #![allow(
     deprecated,
@@ -15,11 +18,11 @@ use rmcp::model::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::Gateway;
 use super::session::ClientSession;
-use crate::link::{Upstream, no_client, server_request_method};
+use super::state::GatewayState;
+use crate::client::link::{Upstream, no_client, server_request_method};
 
-impl Upstream for Gateway {
+impl Upstream for GatewayState {
     fn request(
         &self,
         server: Arc<str>,
@@ -27,7 +30,7 @@ impl Upstream for Gateway {
         cancel: CancellationToken,
     ) -> BoxFuture<'static, Result<ClientResult, ErrorData>> {
         let method = server_request_method(&request);
-        let Some((session, call)) = self.route_client(&server) else {
+        let Some((session, call)) = route_client(self, &server) else {
             return Box::pin(std::future::ready(Err(no_client(&method))));
         };
         if let Err(e) = supports(&session, &request, &method) {
@@ -45,8 +48,11 @@ impl Upstream for Gateway {
     fn notify(&self, server: Arc<str>, notification: ServerNotification) {
         match &notification {
             ServerNotification::ResourceUpdatedNotification(n) => {
-                for session in self.subscribers(&n.params.uri) {
-                    session.notify(&self.tasks, notification.clone());
+                let uri = &n.params.uri;
+                for session in self.live_sessions() {
+                    if session.is_subscribed(uri) {
+                        session.notify(notification.clone());
+                    }
                 }
             }
             ServerNotification::LoggingMessageNotification(_)
@@ -60,12 +66,57 @@ impl Upstream for Gateway {
             | ServerNotification::ProgressNotification(_)
             | ServerNotification::CancelledNotification(_) => {}
             _ => {
-                if let Some((session, _)) = self.route_client(&server) {
-                    session.notify(&self.tasks, notification);
+                if let Some((session, _)) = route_client(self, &server) {
+                    session.notify(notification);
                 }
             }
         }
     }
+}
+
+/// Records that `session` called a tool of `server` (for routing the server's requests).
+pub(crate) fn note_client(gw: &GatewayState, server: &Arc<str>, session: &Arc<ClientSession>) {
+    gw.last_client
+        .lock()
+        .insert(server.clone(), Arc::downgrade(session));
+}
+
+/// The client a server's request or notification goes to: the one whose call is running on
+/// that server (the most recent client of that server's calls when several are); else the most
+/// recent client of that server's calls; else the most recently active client. With it, the
+/// call the request belongs to, if one runs.
+fn route_client(gw: &GatewayState, server: &str) -> Option<(Arc<ClientSession>, Option<String>)> {
+    let live = gw.live_sessions();
+    let running: Vec<(Arc<ClientSession>, String, u64)> = live
+        .iter()
+        .filter_map(|s| {
+            s.latest_call_on(server)
+                .map(|(call, seq)| (s.clone(), call, seq))
+        })
+        .collect();
+    let last = gw
+        .last_client
+        .lock()
+        .get(server)
+        .and_then(std::sync::Weak::upgrade)
+        .filter(|s| !s.is_ended());
+    match running.as_slice() {
+        [(session, call, _)] => return Some((session.clone(), Some(call.clone()))),
+        [] => {}
+        several => {
+            let pick = last
+                .as_ref()
+                .and_then(|l| several.iter().find(|(s, _, _)| Arc::ptr_eq(s, l)))
+                .or_else(|| several.iter().max_by_key(|(_, _, seq)| *seq));
+            if let Some((session, call, _)) = pick {
+                return Some((session.clone(), Some(call.clone())));
+            }
+        }
+    }
+    if let Some(last) = last {
+        return Some((last, None));
+    }
+    live.into_iter().next().map(|s| (s, None))
 }
 
 /// Whether the client declared what the request needs; the error a client without it would

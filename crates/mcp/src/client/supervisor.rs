@@ -12,11 +12,10 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use toolwarden_core::protocol::ServerStateKind;
+use toolwarden_protocol::ServerStateKind;
 
-use crate::call::send_cancel;
-use crate::session::{self, Child, ConnEnd, Session, describe_exit};
-use crate::{RestartRequest, Shared};
+use super::session::{self, Child, ConnEnd, Session, describe_exit, send_cancel};
+use super::shared::{RestartRequest, Shared};
 
 /// Runs until the server is shut down.
 pub(crate) async fn supervise(
@@ -137,7 +136,7 @@ async fn start(
         Some(limit) => tokio::time::timeout(limit, connect).await.unwrap_or_else(|_| {
             Err(format!(
                 "did not start within {} (startup_timeout: spawn or connect, initialize and tools/list)",
-                toolwarden_core::protocol::format_duration(limit)
+                toolwarden_protocol::format_duration(limit)
             ))
         }),
     }

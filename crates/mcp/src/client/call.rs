@@ -17,21 +17,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::ServiceError;
-use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, ClientNotification, ClientRequest, CustomNotification,
-    RequestId, ServerResult,
-};
-use rmcp::service::{Peer, PeerRequestOptions, RoleClient};
-use serde_json::json;
+use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ServerResult};
+use rmcp::service::PeerRequestOptions;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
-use toolwarden_core::protocol::{OnStuck, ServerStateKind, StopHow};
 use toolwarden_core::{Attempt, AttemptEnd, AttemptError, AttemptMeta};
+use toolwarden_protocol::{OnStuck, StopHow};
 
-use crate::convert::{arguments, service_error, tool_output};
-use crate::router::Registration;
-use crate::session::{Conn, ConnEnd};
-use crate::{RestartRequest, Shared};
+use super::convert::{arguments, service_error, tool_output};
+use super::router::Registration;
+use super::session::{Conn, ConnEnd, send_cancel};
+use super::shared::{RestartRequest, Shared};
 
 /// How long an attempt whose request failed with a closed transport waits to learn why the
 /// connection ended (the supervisor needs a moment to see the exit status).
@@ -40,7 +36,7 @@ const END_REASON_WAIT: Duration = Duration::from_secs(3);
 type Answer = Result<Result<ServerResult, ServiceError>, oneshot::error::RecvError>;
 
 /// Runs one attempt to its end.
-pub(crate) async fn run(shared: Arc<Shared>, attempt: Attempt) -> AttemptEnd {
+pub(super) async fn run(shared: Arc<Shared>, attempt: Attempt) -> AttemptEnd {
     let Attempt {
         tool,
         input,
@@ -53,7 +49,7 @@ pub(crate) async fn run(shared: Arc<Shared>, attempt: Attempt) -> AttemptEnd {
     let conn = tokio::select! {
         biased;
         _ = stop.cancelled() => return AttemptEnd::Stopped(StopHow::Cooperative),
-        conn = ready_conn(&shared) => match conn {
+        conn = shared.ready_conn() => match conn {
             Ok(conn) => conn,
             Err(e) => return AttemptEnd::Done(Err(e)),
         },
@@ -153,79 +149,6 @@ pub(crate) async fn run(shared: Arc<Shared>, attempt: Attempt) -> AttemptEnd {
     }
     abandon(shared, conn, reg, rx, meta, tool, cancelled_at);
     AttemptEnd::Stopped(StopHow::Abandoned)
-}
-
-/// The live connection, waiting while the server is starting or restarting — at most its
-/// `startup_timeout` (the call's own deadlines and stop apply too). A server that is down for
-/// good (a bad config) or shut down fails at once.
-pub(crate) async fn ready_conn(shared: &Shared) -> Result<Arc<Conn>, AttemptError> {
-    let mut rx = shared.state.subscribe();
-    let deadline = shared.startup_timeout.map(|t| Instant::now() + t);
-    // Why it was down the last time it was, for the error when the wait ends.
-    let mut why: Option<String> = None;
-    loop {
-        {
-            let snap = rx.borrow_and_update();
-            if snap.kind == ServerStateKind::Down && snap.detail.is_some() {
-                why.clone_from(&snap.detail);
-            }
-            if snap.shut_down {
-                return Err(AttemptError::Transport(format!(
-                    "MCP server {:?} is shut down",
-                    shared.name
-                )));
-            }
-            match (snap.kind, &snap.conn) {
-                (ServerStateKind::Up, Some(conn)) if conn.end().is_none() => {
-                    return Ok(conn.clone());
-                }
-                (ServerStateKind::Down, _) if snap.permanent => {
-                    return Err(AttemptError::Transport(format!(
-                        "MCP server {:?} is down: {}",
-                        shared.name,
-                        snap.detail.as_deref().unwrap_or("unknown reason")
-                    )));
-                }
-                _ => {}
-            }
-        }
-        let changed = tokio::select! {
-            changed = rx.changed() => changed.is_ok(),
-            () = async {
-                match deadline {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            } => {
-                return Err(AttemptError::Transport(format!(
-                    "MCP server {:?} was not up within {}{}",
-                    shared.name,
-                    toolwarden_core::protocol::format_duration(
-                        shared.startup_timeout.unwrap_or_default()
-                    ),
-                    why.map(|d| format!(": {d}")).unwrap_or_default()
-                )));
-            }
-        };
-        if !changed {
-            return Err(AttemptError::Transport(format!(
-                "MCP server {:?} is gone",
-                shared.name
-            )));
-        }
-    }
-}
-
-/// Sends `notifications/cancelled` for `id` as a raw notification, so that rmcp keeps the
-/// request pending and whatever the server still sends for it reaches us (see the crate docs).
-pub(crate) async fn send_cancel(peer: &Peer<RoleClient>, id: RequestId, reason: &str) {
-    let notification = ClientNotification::CustomNotification(CustomNotification::new(
-        "notifications/cancelled",
-        Some(json!({"requestId": id, "reason": reason})),
-    ));
-    if let Err(e) = peer.send_notification(notification).await {
-        tracing::debug!(error = %e, %id, "sending notifications/cancelled failed");
-    }
 }
 
 /// The outcome of an answer that arrived before any stop.

@@ -1,10 +1,12 @@
-//! Between rmcp's model and toolwarden's: tools, results, errors.
+//! Between rmcp's model and toolwarden's: tools, results, errors. The engine never sees an rmcp
+//! type, and the translation's rules (a hint only when the server set it, content blocks passed
+//! through, which failure is which) are in one place.
 
 use rmcp::ServiceError;
 use rmcp::model::{ContentBlock, CustomResult, JsonObject, ServerResult, Tool};
 use serde_json::Value;
-use toolwarden_core::protocol::{Content, ToolAnnotations, ToolSpec};
 use toolwarden_core::{AttemptError, ToolOutput};
+use toolwarden_protocol::{Content, ToolAnnotations, ToolSpec};
 
 /// A server's tool as toolwarden describes it. Only the hints the server set are kept: an
 /// absent hint stays `None` (MCP's defaults would make every unannotated tool destructive).

@@ -1,5 +1,7 @@
 //! One connection to a server: a spawned stdio child or a Streamable HTTP session, from spawn or
-//! connect through `initialize` and `tools/list`.
+//! connect through `initialize` and `tools/list`. What the supervisor needs to watch the
+//! connection and tear it down — the child, its stderr, rmcp's service, why it ended — comes
+//! out of `connect`, so the supervisor never deals with transports.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::os::unix::process::ExitStatusExt as _;
@@ -10,21 +12,23 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::ServiceExt as _;
-use rmcp::model::Tool;
+use rmcp::model::{ClientNotification, CustomNotification, RequestId, Tool};
 use rmcp::service::{Peer, RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::common::client_side_sse::ExponentialBackoff;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use serde_json::json;
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, BufReader};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use toolwarden_process::GroupChild;
 use toolwarden_protocol::ServerConfig;
 
-use crate::McpOptions;
-use crate::frame::{self, OnBadFrame};
-use crate::link::Link;
-use crate::router::{Handler, Router};
+use super::frame::{self, OnBadFrame};
+use super::handler::Handler;
+use super::link::Link;
+use super::options::McpOptions;
+use super::router::Router;
 
 /// How to reach a server, from its config.
 #[derive(Clone, Debug)]
@@ -136,6 +140,18 @@ impl Conn {
     /// Why the connection ended, if it has.
     pub(crate) fn end(&self) -> Option<ConnEnd> {
         self.end.borrow().clone()
+    }
+}
+
+/// Sends `notifications/cancelled` for `id` as a raw notification, so that rmcp keeps the
+/// request pending and whatever the server still sends for it reaches us (see the crate docs).
+pub(crate) async fn send_cancel(peer: &Peer<RoleClient>, id: RequestId, reason: &str) {
+    let notification = ClientNotification::CustomNotification(CustomNotification::new(
+        "notifications/cancelled",
+        Some(json!({"requestId": id, "reason": reason})),
+    ));
+    if let Err(e) = peer.send_notification(notification).await {
+        tracing::debug!(error = %e, %id, "sending notifications/cancelled failed");
     }
 }
 

@@ -1,0 +1,190 @@
+//! The frame guard: a filter between a stdio server's stdout and rmcp.
+//!
+//! rmcp's stdio transport never closes the connection over a bad line — which is good — but it
+//! drops the line silently: text that is not JSON is ignored, an oversized line is discarded, and
+//! JSON of the wrong shape gets an `Invalid Request` reply. When the bad line was the *answer* to
+//! one of our calls, that call would wait for an answer that will never come. The guard reads
+//! every line first, forwards only well-formed ones, and for a bad one reports which request it
+//! touched (the top-level `"id"`, scanned even from a truncated or oversized frame), so that call
+//! ends at once with a clear transport error. Lines that touch no call are only logged.
+//!
+//! It also takes the hot path off rmcp's parser: an answer to one of our `tools/call` requests
+//! (the guard is told their ids as they go out) is parsed straight into a `CallToolResult` and
+//! handed over as a message, where rmcp would try every kind of result in turn.
+//!
+//! This file is the guard's read loop and the transport rmcp talks through. What a line is
+//! (`check`), which request a broken line names (`id_scanner`) and which ids are our unanswered
+//! calls (`pending`) each have a module below it.
+
+mod check;
+mod id_scanner;
+mod pending;
+
+use std::sync::Arc;
+
+use rmcp::RoleClient;
+use rmcp::model::{ClientJsonRpcMessage, ClientRequest, JsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::transport::Transport;
+use rmcp::transport::async_rw::AsyncRwTransport;
+use tokio::io::{
+    AsyncBufReadExt as _, AsyncRead, AsyncWrite, AsyncWriteExt as _, BufReader, DuplexStream,
+};
+use tokio::sync::mpsc;
+
+pub(crate) use check::BadFrame;
+use check::{Verdict, check};
+use id_scanner::IdScanner;
+use pending::PendingCalls;
+
+/// Receives the bad frames of one connection.
+pub(crate) type OnBadFrame = Arc<dyn Fn(BadFrame) + Send + Sync>;
+
+/// Starts guarding `src` (a server's stdout) and returns the transport rmcp talks to the server
+/// through: it writes to `stdin` and reads what the guard lets through. rmcp sees the server
+/// close its pipe when `src` ends (or fails).
+pub(crate) fn guard<W>(
+    src: impl AsyncRead + Unpin + Send + 'static,
+    stdin: W,
+    max_line: usize,
+    on_bad: OnBadFrame,
+) -> Guarded<W>
+where
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (for_rmcp, to_rmcp) = tokio::io::duplex(256 * 1024);
+    let (answers_tx, answers) = mpsc::unbounded_channel();
+    let calls = Arc::new(PendingCalls::default());
+    tokio::spawn(run(
+        src,
+        to_rmcp,
+        answers_tx,
+        calls.clone(),
+        max_line,
+        on_bad,
+    ));
+    Guarded {
+        inner: AsyncRwTransport::new(for_rmcp, stdin),
+        answers,
+        calls,
+    }
+}
+
+/// rmcp's stdio transport behind the guard, plus the answers the guard parsed itself.
+pub(crate) struct Guarded<W: AsyncWrite> {
+    inner: AsyncRwTransport<RoleClient, DuplexStream, W>,
+    answers: mpsc::UnboundedReceiver<ServerJsonRpcMessage>,
+    calls: Arc<PendingCalls>,
+}
+
+impl<W> Transport<RoleClient> for Guarded<W>
+where
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: ClientJsonRpcMessage,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        if let JsonRpcMessage::Request(request) = &item
+            && matches!(request.request, ClientRequest::CallToolRequest(_))
+        {
+            self.calls.insert(request.id.clone());
+        }
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<ServerJsonRpcMessage> {
+        // What rmcp reads first when both are ready, so that a call's progress, read before
+        // its answer, is handled before it too.
+        tokio::select! {
+            biased;
+            message = self.inner.receive() => match message {
+                Some(message) => Some(message),
+                // The guard sends every answer it parsed before it closes rmcp's stream.
+                None => self.answers.try_recv().ok(),
+            },
+            Some(answer) = self.answers.recv() => Some(answer),
+        }
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
+}
+
+async fn run(
+    src: impl AsyncRead + Unpin,
+    mut dst: DuplexStream,
+    answers: mpsc::UnboundedSender<ServerJsonRpcMessage>,
+    calls: Arc<PendingCalls>,
+    max_line: usize,
+    on_bad: OnBadFrame,
+) {
+    let mut src = BufReader::with_capacity(64 * 1024, src);
+    let mut line: Vec<u8> = Vec::new();
+    // Set while skipping the rest of an oversized line: its id scanner and size so far.
+    let mut oversized: Option<(IdScanner, usize)> = None;
+    loop {
+        let (take, complete) = {
+            let buf = match src.fill_buf().await {
+                Ok(buf) => buf,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading the server's stdout failed");
+                    break;
+                }
+            };
+            if buf.is_empty() {
+                break;
+            }
+            let newline = buf.iter().position(|b| *b == b'\n');
+            let take = newline.map_or(buf.len(), |i| i + 1);
+            let chunk = &buf[..take];
+            if let Some((scanner, size)) = oversized.as_mut() {
+                scanner.feed(chunk);
+                *size += take;
+            } else if line.len() + take > max_line {
+                let mut scanner = IdScanner::default();
+                scanner.feed(&line);
+                scanner.feed(chunk);
+                oversized = Some((scanner, line.len() + take));
+                line = Vec::new();
+            } else {
+                line.extend_from_slice(chunk);
+            }
+            (take, newline.is_some())
+        };
+        src.consume(take);
+        if !complete {
+            continue;
+        }
+        if let Some((scanner, size)) = oversized.take() {
+            on_bad(BadFrame {
+                id: scanner.finish(),
+                problem: format!(
+                    "the server sent a message of {size} bytes, over the {max_line}-byte limit"
+                ),
+            });
+            continue;
+        }
+        match check(&line, &|id| calls.take(id)) {
+            Verdict::Forward => {
+                if dst.write_all(&line).await.is_err() {
+                    break;
+                }
+            }
+            Verdict::Answer(answer) => {
+                if answers.send(*answer).is_err() {
+                    break;
+                }
+            }
+            Verdict::Skip => {}
+            Verdict::Bad(bad) => on_bad(bad),
+        }
+        line.clear();
+        if line.capacity() > 1 << 20 {
+            line.shrink_to(64 * 1024);
+        }
+    }
+    // An unterminated last line is dropped, as rmcp would. Dropping `dst` ends rmcp's input.
+}

@@ -1,0 +1,173 @@
+//! What an [`McpServer`](super::McpServer), its supervisor task and its calls share: the
+//! server's state as watchers see it, its live connection, and the reports to the host. It sits
+//! below all three so that each can read it without reaching back into the others.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use rmcp::model::{ServerPeerInfo, Tool};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use toolwarden_core::{AttemptError, Backend, BackendHost};
+use toolwarden_protocol::{ServerStateKind, ToolSpec};
+
+use super::convert;
+use super::link::Link;
+use super::options::McpOptions;
+use super::session::{Conn, Endpoint};
+
+/// What the server's state watchers see.
+#[derive(Clone)]
+pub(super) struct Snapshot {
+    pub(super) kind: ServerStateKind,
+    pub(super) detail: Option<String>,
+    /// The live connection while `Up`.
+    pub(super) conn: Option<Arc<Conn>>,
+    /// Start attempts begun so far.
+    pub(super) starts: u64,
+    /// Down for good (a config error): no start attempt will follow.
+    pub(super) permanent: bool,
+    pub(super) shut_down: bool,
+}
+
+/// Asks the supervisor to kill and restart the server of connection `generation`.
+pub(super) struct RestartRequest {
+    pub(super) generation: u64,
+    pub(super) reason: String,
+    /// Answered once the old process group is dead.
+    pub(super) done: oneshot::Sender<()>,
+}
+
+/// State shared by an [`McpServer`](super::McpServer), its supervisor task and its calls.
+pub(super) struct Shared {
+    pub(super) name: Arc<str>,
+    pub(super) host: Arc<dyn BackendHost>,
+    pub(super) opts: McpOptions,
+    pub(super) endpoint: Result<Endpoint, String>,
+    pub(super) startup_timeout: Option<Duration>,
+    /// The server itself, as the backend the host is given with its tools.
+    pub(super) me: Weak<dyn Backend>,
+    pub(super) state: watch::Sender<Snapshot>,
+    pub(super) shutdown: CancellationToken,
+    pub(super) restart_tx: mpsc::UnboundedSender<RestartRequest>,
+    pub(super) abandoned: Mutex<u64>,
+    /// Watchers of abandoned calls.
+    pub(super) tasks: TaskTracker,
+    pub(super) finished: watch::Sender<bool>,
+    /// Where the server's requests and notifications for its client go.
+    pub(super) link: Arc<Link>,
+    /// The tools as the server last listed them (rmcp's own type: titles, icons, `_meta`).
+    pub(super) raw_tools: Mutex<Arc<Vec<Tool>>>,
+    /// What the server said about itself at its last `initialize`.
+    pub(super) info: Mutex<Option<Arc<ServerPeerInfo>>>,
+}
+
+impl Shared {
+    pub(super) fn set_state(
+        &self,
+        kind: ServerStateKind,
+        detail: Option<String>,
+        conn: Option<Arc<Conn>>,
+    ) {
+        match &detail {
+            Some(d) if kind == ServerStateKind::Down => {
+                tracing::warn!(server = %self.name, detail = %d, "MCP server down")
+            }
+            _ => {
+                tracing::info!(server = %self.name, state = ?kind, detail = ?detail, "MCP server state")
+            }
+        }
+        self.state.send_modify(|s| {
+            s.kind = kind;
+            s.detail = detail.clone();
+            s.conn = conn;
+            if kind == ServerStateKind::Starting {
+                s.starts += 1;
+            }
+        });
+        self.host.server_state(&self.name, kind, detail);
+    }
+
+    /// Reports an event without changing the state kind (`restarted`).
+    pub(super) fn event(&self, kind: ServerStateKind, detail: Option<String>) {
+        tracing::info!(server = %self.name, state = ?kind, detail = ?detail, "MCP server event");
+        self.host.server_state(&self.name, kind, detail);
+    }
+
+    pub(super) fn publish_tools(&self, tools: Vec<Tool>) {
+        let specs: Vec<ToolSpec> = tools.iter().map(convert::tool_spec).collect();
+        *self.raw_tools.lock() = Arc::new(tools);
+        if let Some(me) = self.me.upgrade() {
+            self.host.set_tools(&self.name, me, specs);
+        }
+    }
+
+    /// Counts one more (`+1`) or one fewer (`-1`) abandoned call and reports the total.
+    pub(super) fn add_abandoned(&self, delta: i64) {
+        let mut n = self.abandoned.lock();
+        *n = n.saturating_add_signed(delta);
+        self.host.set_abandoned(&self.name, *n);
+    }
+
+    /// The live connection, waiting while the server is starting or restarting — at most its
+    /// `startup_timeout` (the call's own deadlines and stop apply too). A server that is down for
+    /// good (a bad config) or shut down fails at once.
+    pub(super) async fn ready_conn(&self) -> Result<Arc<Conn>, AttemptError> {
+        let mut rx = self.state.subscribe();
+        let deadline = self.startup_timeout.map(|t| Instant::now() + t);
+        // Why it was down the last time it was, for the error when the wait ends.
+        let mut why: Option<String> = None;
+        loop {
+            {
+                let snap = rx.borrow_and_update();
+                if snap.kind == ServerStateKind::Down && snap.detail.is_some() {
+                    why.clone_from(&snap.detail);
+                }
+                if snap.shut_down {
+                    return Err(AttemptError::Transport(format!(
+                        "MCP server {:?} is shut down",
+                        self.name
+                    )));
+                }
+                match (snap.kind, &snap.conn) {
+                    (ServerStateKind::Up, Some(conn)) if conn.end().is_none() => {
+                        return Ok(conn.clone());
+                    }
+                    (ServerStateKind::Down, _) if snap.permanent => {
+                        return Err(AttemptError::Transport(format!(
+                            "MCP server {:?} is down: {}",
+                            self.name,
+                            snap.detail.as_deref().unwrap_or("unknown reason")
+                        )));
+                    }
+                    _ => {}
+                }
+            }
+            let changed = tokio::select! {
+                changed = rx.changed() => changed.is_ok(),
+                () = async {
+                    match deadline {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    return Err(AttemptError::Transport(format!(
+                        "MCP server {:?} was not up within {}{}",
+                        self.name,
+                        toolwarden_protocol::format_duration(self.startup_timeout.unwrap_or_default()),
+                        why.map(|d| format!(": {d}")).unwrap_or_default()
+                    )));
+                }
+            };
+            if !changed {
+                return Err(AttemptError::Transport(format!(
+                    "MCP server {:?} is gone",
+                    self.name
+                )));
+            }
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! What the gateway is configured with, and what it fixes: the names it exposes, the protocol
+//! revisions it speaks, and the waits and limits of its transports. One place, so that the
+//! rmcp side and the gateway's own HTTP path cannot disagree about them.
+
+use std::time::Duration;
+
+use rmcp::model::ProtocolVersion;
+
+/// The name of the gateway's own tool: the session's running, timed-out and failed calls and
+/// open breakers, for the model.
+pub const STATUS_TOOL: &str = "toolwarden__status";
+
+/// The name of the elicitation interactor the gateway attaches to the engine.
+pub const ELICITATION_INTERACTOR: &str = "mcp-elicitation";
+
+/// How the gateway exposes what it governs.
+#[derive(Clone, Debug)]
+pub struct GatewayOptions {
+    /// Prompts are named `SERVER__PROMPT` (default `true`), like tools. Tool names come from
+    /// the engine, so this must match the `prefix` the servers' host was made with
+    /// ([`Engine::host`](toolwarden_core::Engine::host)); `false` is meant for a single server.
+    pub prefix: bool,
+    /// Streamable HTTP: `Host` values accepted besides loopback (`localhost`, `127.0.0.1`,
+    /// `::1`), as `host` or `host:port`. The binary puts its own Host/Origin guard in front;
+    /// this is rmcp's own check behind it.
+    pub allowed_hosts: Vec<String>,
+    /// Streamable HTTP: a session with no request from its client for this long and no call
+    /// running is closed (default 5 min).
+    pub http_session_idle: Duration,
+    /// Streamable HTTP: keep-alive comment interval on response streams (default 15 s).
+    pub sse_keep_alive: Duration,
+}
+
+impl Default for GatewayOptions {
+    fn default() -> Self {
+        Self {
+            prefix: true,
+            allowed_hosts: Vec::new(),
+            http_session_idle: Duration::from_secs(300),
+            sse_keep_alive: Duration::from_secs(15),
+        }
+    }
+}
+
+/// The protocol revisions the gateway speaks: those with an `initialize` handshake. The
+/// 2026-07-28 revision has no sessions (every request stands alone), and the gateway governs
+/// per session, so its per-request lifecycle is refused as an unsupported version.
+pub(crate) fn versions() -> &'static [ProtocolVersion] {
+    ProtocolVersion::known_up_to(&ProtocolVersion::LATEST_WITH_INITIALIZE)
+}
+
+/// How long a closed response stream waits for the client's `notifications/cancelled` for its
+/// request before it counts as a disconnect.
+pub(crate) const STREAM_CLOSE_SETTLE: Duration = Duration::from_millis(200);
+
+/// How long the fast path waits for a call's answer before its response starts as an event
+/// stream anyway (see `super::fast`).
+pub(crate) const JSON_WINDOW: Duration = Duration::from_secs(1);
+
+/// The largest request body the fast path reads (rmcp's own limit; larger ones go to rmcp,
+/// which refuses them).
+pub(crate) const BODY_LIMIT: u64 = 4 * 1024 * 1024;
+
+/// The prefix of the JSON-RPC ids of the requests the gateway sends on the responses of the
+/// calls it serves itself; rmcp numbers its own requests, so the two never meet.
+pub(crate) const ANSWER_ID_PREFIX: &str = "toolwarden-";

@@ -1,0 +1,197 @@
+//! What every request that passes through to a server shares, and the ones that need nothing
+//! else: a client's request sent to one server and cancelled with it, every page of a list,
+//! answers re-read as the type asked for, which servers offer what; and `logging/setLevel` and
+//! `notifications/roots/list_changed`, which go to every server.
+//!
+//! Passthrough requests are not tool calls, so they are not governed; they only need the live
+//! connection and a way to be cancelled.
+
+#![allow(
+    deprecated,
+    reason = "logging is deprecated by SEP-2577 (MCP 2026-07-28), but the session-based \
+              revisions the gateway speaks still use it"
+)]
+
+use std::sync::Arc;
+
+use rmcp::ErrorData;
+use rmcp::model::{
+    ClientNotification, ClientRequest, PaginatedRequestParams, RequestMetaObject,
+    RootsListChangedNotification, ServerResult, SetLevelRequest, SetLevelRequestParams,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use tokio_util::sync::CancellationToken;
+
+use crate::McpServer;
+use crate::client::link::retype;
+
+use super::session::ClientSession;
+use super::state::GatewayState;
+
+/// Which capability a list needs.
+#[derive(Clone, Copy)]
+pub(crate) enum Kind {
+    Prompts,
+    Resources,
+}
+
+/// The servers that offer `kind` (or whose capabilities are not known yet).
+pub(crate) fn servers_with(servers: &[Arc<McpServer>], kind: Kind) -> Vec<Arc<McpServer>> {
+    servers
+        .iter()
+        .filter(|s| {
+            s.info().is_none_or(|i| match kind {
+                Kind::Prompts => i.capabilities.prompts.is_some(),
+                Kind::Resources => i.capabilities.resources.is_some(),
+            })
+        })
+        .cloned()
+        .collect()
+}
+
+/// Sends `request` to `server` for the client's request in `ctx`, cancelled with it: by the
+/// client's `notifications/cancelled`, its closed response stream, or its session's end.
+pub(crate) async fn forward(
+    session: &ClientSession,
+    server: &McpServer,
+    request: ClientRequest,
+    ctx: &RequestContext<RoleServer>,
+) -> Result<ServerResult, ErrorData> {
+    let open = session.request_started(&ctx.id);
+    let stop = open.stop.clone();
+    let cancel = CancellationToken::new();
+    let _guard = cancel.clone().drop_guard();
+    let watch = {
+        let cancel = cancel.clone();
+        let ct = ctx.ct.clone();
+        async move {
+            tokio::select! {
+                _ = ct.cancelled() => cancel.cancel(),
+                _ = stop.token().cancelled() => cancel.cancel(),
+                _ = cancel.cancelled() => {}
+            }
+        }
+    };
+    let call = server.request(request, forward_meta(ctx), &cancel);
+    let (result, ()) = tokio::join!(
+        async {
+            let r = call.await;
+            cancel.cancel();
+            r
+        },
+        watch
+    );
+    drop(open);
+    result
+}
+
+/// The client's `_meta` for the server (rmcp sets its own progress token on each hop).
+fn forward_meta(ctx: &RequestContext<RoleServer>) -> RequestMetaObject {
+    let mut meta = ctx.meta.clone();
+    meta.remove("progressToken");
+    meta
+}
+
+/// A list request's paging parameters, without the client's `_meta` (it goes with the
+/// request's own).
+pub(crate) fn page(params: Option<PaginatedRequestParams>) -> Option<PaginatedRequestParams> {
+    params.map(|mut p| {
+        p.meta = None;
+        p
+    })
+}
+
+/// The error for a name or reference no server serves.
+pub(crate) fn unknown(what: String) -> ErrorData {
+    ErrorData::invalid_params(what, None)
+}
+
+/// Every item of a paginated `*/list` request to one server, page after page: `request` makes
+/// the request for a page, `split` takes a page apart into its items and the next cursor.
+pub(crate) async fn all_pages<P, T>(
+    server: &McpServer,
+    what: &str,
+    request: impl Fn(PaginatedRequestParams) -> ClientRequest,
+    split: impl Fn(P) -> (Vec<T>, Option<String>),
+) -> Result<Vec<T>, ErrorData>
+where
+    P: serde::de::DeserializeOwned,
+{
+    let mut all = Vec::new();
+    let mut cursor = None;
+    loop {
+        let mut params = PaginatedRequestParams::default();
+        params.cursor = cursor;
+        let page: P = as_list(
+            server
+                .request(
+                    request(params),
+                    RequestMetaObject::new(),
+                    &CancellationToken::new(),
+                )
+                .await?,
+            what,
+        )?;
+        let (items, next) = split(page);
+        all.extend(items);
+        cursor = next;
+        if cursor.is_none() {
+            return Ok(all);
+        }
+    }
+}
+
+/// A list answer as its type (rmcp may have parsed it as a structurally similar variant).
+pub(crate) fn as_list<T: serde::de::DeserializeOwned>(
+    result: ServerResult,
+    what: &str,
+) -> Result<T, ErrorData> {
+    match result {
+        ServerResult::EmptyResult(_) => retype(serde_json::json!({}), what),
+        other => retype(other, what),
+    }
+}
+
+/// `logging/setLevel`: every server that offers logging (an error only if all fail).
+pub(crate) async fn set_level(
+    gw: &GatewayState,
+    session: &ClientSession,
+    mut params: SetLevelRequestParams,
+    ctx: RequestContext<RoleServer>,
+) -> Result<(), ErrorData> {
+    params.meta = None;
+    let servers: Vec<Arc<McpServer>> = gw
+        .servers
+        .iter()
+        .filter(|s| s.info().is_none_or(|i| i.capabilities.logging.is_some()))
+        .cloned()
+        .collect();
+    let mut last = None;
+    let mut any = false;
+    for server in &servers {
+        let request = ClientRequest::SetLevelRequest(SetLevelRequest::new(params.clone()));
+        match forward(session, server, request, &ctx).await {
+            Ok(_) => any = true,
+            Err(e) => {
+                tracing::warn!(server = %server.server_name(), error = %e.message,
+                    "logging/setLevel failed");
+                last = Some(e);
+            }
+        }
+    }
+    match last {
+        Some(e) if !any => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// The client's roots changed: every server hears it.
+pub(crate) async fn roots_list_changed(gw: &GatewayState) {
+    for server in &gw.servers {
+        server
+            .notify(ClientNotification::RootsListChangedNotification(
+                RootsListChangedNotification::default(),
+            ))
+            .await;
+    }
+}

@@ -1,0 +1,231 @@
+//! The gateway's shared state: its engine and servers, the registry of connected clients, the
+//! tool view, the route tables and the recency order. Every part of the gateway reads it; it
+//! reads none of them, so it sits at the bottom, below the features and the transports.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
+use rmcp::model::{ClientRequest, RequestMetaObject, ServerNotification, Tool};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use toolwarden_core::Engine;
+use toolwarden_protocol::{CancelReason, SessionId};
+
+use crate::McpServer;
+
+use super::convert;
+use super::options::{ELICITATION_INTERACTOR, GatewayOptions};
+use super::route_table::RouteTable;
+use super::session::{ClientSession, Recency};
+
+/// What the [`Gateway`](super::Gateway) handle, its connections and its background tasks
+/// share. Dropped with the last of them: then the background tasks end and the elicitation
+/// interactor leaves the engine.
+pub(crate) struct GatewayState {
+    pub(super) engine: Engine,
+    pub(super) servers: Vec<Arc<McpServer>>,
+    pub(super) opts: GatewayOptions,
+    /// Live client sessions by toolwarden session id.
+    sessions: Mutex<HashMap<SessionId, Weak<ClientSession>>>,
+    /// Live Streamable HTTP sessions by `Mcp-Session-Id`.
+    http_sessions: Mutex<HashMap<String, Weak<ClientSession>>>,
+    /// Which server serves each exposed tool, and the list last sent to clients.
+    tool_view: Mutex<ToolView>,
+    /// Where resources, templates and prompts live.
+    pub(super) routes: RouteTable,
+    /// Per server, the client that most recently called one of its tools.
+    pub(super) last_client: Mutex<HashMap<Arc<str>, Weak<ClientSession>>>,
+    /// Orders calls and sessions by recency.
+    recency: Arc<Recency>,
+    /// Fires when the state is dropped: the background tasks end.
+    pub(super) closed: CancellationToken,
+    pub(super) tasks: TaskTracker,
+}
+
+#[derive(Default)]
+struct ToolView {
+    /// Every exposed tool, with the MCP server that serves it (none for `exec` and in-process).
+    backends: HashMap<String, Option<Arc<str>>>,
+    listed: Option<Arc<Vec<Tool>>>,
+}
+
+impl GatewayState {
+    pub(super) fn new(
+        engine: Engine,
+        servers: Vec<Arc<McpServer>>,
+        opts: GatewayOptions,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            engine,
+            servers,
+            opts,
+            sessions: Mutex::default(),
+            http_sessions: Mutex::default(),
+            tool_view: Mutex::default(),
+            routes: RouteTable::default(),
+            last_client: Mutex::default(),
+            recency: Arc::new(Recency::new()),
+            closed: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+        })
+    }
+
+    /// How many clients are connected.
+    pub(super) fn clients(&self) -> usize {
+        self.sessions
+            .lock()
+            .values()
+            .filter(|s| s.strong_count() > 0)
+            .count()
+    }
+
+    /// How many sessions are registered (live or just dropped), for `Debug`.
+    pub(super) fn registered(&self) -> usize {
+        self.sessions.lock().len()
+    }
+
+    /// The toolwarden session ids of the connected clients.
+    pub(super) fn client_sessions(&self) -> Vec<SessionId> {
+        self.sessions
+            .lock()
+            .iter()
+            .filter(|(_, s)| s.strong_count() > 0)
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// The next number in the order of calls and sessions.
+    pub(super) fn next_seq(&self) -> u64 {
+        self.recency.next()
+    }
+
+    /// A session for a new connection, served until `shutdown`.
+    pub(super) fn new_session(&self, shutdown: CancellationToken) -> Arc<ClientSession> {
+        ClientSession::new(self.recency.clone(), self.tasks.clone(), shutdown)
+    }
+
+    /// The MCP server of that name.
+    pub(super) fn server(&self, name: &str) -> Option<&Arc<McpServer>> {
+        self.servers.iter().find(|s| s.server_name() == name)
+    }
+
+    /// A session whose `initialize` succeeded.
+    pub(super) fn register(&self, session: &Arc<ClientSession>) {
+        self.sessions
+            .lock()
+            .insert(session.id.clone(), Arc::downgrade(session));
+        if let Some(http) = session.http_id() {
+            self.http_sessions
+                .lock()
+                .insert(http.to_owned(), Arc::downgrade(session));
+        }
+        tracing::info!(session = %session.id, http_session = ?session.http_id(), "MCP client connected");
+    }
+
+    /// Ends a session: its running calls end `cancelled{reason}` at once, it leaves the
+    /// registry, and its subscriptions go. Idempotent.
+    pub(super) fn end_session(&self, session: &ClientSession, reason: CancelReason) {
+        if !session.mark_ended(reason) {
+            return;
+        }
+        self.engine.end_session(&session.id, reason);
+        self.sessions.lock().remove(&session.id);
+        if let Some(http) = session.http_id() {
+            self.http_sessions.lock().remove(http);
+        }
+        for (uri, server) in self.routes.forget_session(&session.id) {
+            // It was the last subscriber: the server is unsubscribed.
+            if let Some(server) = self.server(&server).cloned() {
+                self.tasks.spawn(unsubscribe(server, uri));
+            }
+        }
+    }
+
+    /// Live sessions, most recently active first.
+    pub(super) fn live_sessions(&self) -> Vec<Arc<ClientSession>> {
+        let mut live: Vec<Arc<ClientSession>> = self
+            .sessions
+            .lock()
+            .values()
+            .filter_map(Weak::upgrade)
+            .filter(|s| !s.is_ended())
+            .collect();
+        live.sort_by_key(|s| std::cmp::Reverse(s.last_active()));
+        live
+    }
+
+    /// A live session by its toolwarden id.
+    pub(super) fn session(&self, id: &SessionId) -> Option<Arc<ClientSession>> {
+        self.sessions.lock().get(id).and_then(Weak::upgrade)
+    }
+
+    /// A live session by its `Mcp-Session-Id`.
+    pub(super) fn http_session(&self, id: &str) -> Option<Arc<ClientSession>> {
+        self.http_sessions.lock().get(id).and_then(Weak::upgrade)
+    }
+
+    /// Sends a notification to every live client.
+    pub(super) fn broadcast(&self, notification: ServerNotification) {
+        for session in self.live_sessions() {
+            session.notify(notification.clone());
+        }
+    }
+
+    /// The server that serves an exposed tool, if an MCP server does.
+    pub(super) fn backend_of(&self, tool: &str) -> Option<Arc<str>> {
+        if let Some(server) = self.tool_view.lock().backends.get(tool) {
+            return server.clone();
+        }
+        // A tool registered since the last look (or none at all).
+        self.refresh_tool_view();
+        self.tool_view.lock().backends.get(tool).cloned().flatten()
+    }
+
+    /// Re-reads which server serves which tool; returns the list clients would see now.
+    pub(super) fn refresh_tool_view(&self) -> Arc<Vec<Tool>> {
+        let infos = self.engine.tools();
+        let mut backends = HashMap::new();
+        for info in &infos {
+            let server = self
+                .server(&info.backend)
+                .map(|s| Arc::from(s.server_name()));
+            backends.insert(info.name.clone(), server);
+        }
+        let tools = Arc::new(convert::list_tools(&self.servers, &infos));
+        self.tool_view.lock().backends = backends;
+        tools
+    }
+
+    /// Re-reads the tool list; whether it differs from the one last listed to clients (a
+    /// server that republishes the same list, as at every restart, changes nothing).
+    pub(super) fn relist_tools(&self) -> bool {
+        let tools = self.refresh_tool_view();
+        let mut view = self.tool_view.lock();
+        let differs = view.listed.as_ref() != Some(&tools);
+        view.listed = Some(tools);
+        differs
+    }
+}
+
+impl Drop for GatewayState {
+    fn drop(&mut self) {
+        self.closed.cancel();
+        self.engine.interactions().detach(ELICITATION_INTERACTOR);
+    }
+}
+
+/// Unsubscribes `server` from `uri`, whose last subscriber is gone.
+#[allow(
+    deprecated,
+    reason = "resources/unsubscribe is deprecated by SEP-2577 (MCP 2026-07-28), but the \
+              session-based revisions the gateway speaks still use it"
+)]
+async fn unsubscribe(server: Arc<McpServer>, uri: String) {
+    let mut params = rmcp::model::UnsubscribeRequestParams::new(uri);
+    params.meta = None;
+    let request = ClientRequest::UnsubscribeRequest(rmcp::model::UnsubscribeRequest::new(params));
+    let _ = server
+        .request(request, RequestMetaObject::new(), &CancellationToken::new())
+        .await;
+}
