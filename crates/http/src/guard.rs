@@ -7,18 +7,19 @@
 //! the origin check; a request without any `Host` (HTTP/1.0) passes the host check, since every
 //! browser sends one.
 
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::http::{HeaderMap, Request, Uri, header};
 use axum::response::{IntoResponse, Response};
 use futures::future::{Either, Ready, ready};
+use toolwarden_hosts::{HostPort, Origin};
 use tower::{Layer, Service};
 
 use crate::error::{ApiError, ErrorCode};
 
-/// The allowed extras, lower-cased.
+/// The allowed extras, as configured (parsed when compared, by the one parser of
+/// `toolwarden-hosts`).
 #[derive(Debug, Default)]
 struct Allowed {
     hosts: Vec<String>,
@@ -95,27 +96,6 @@ where
     }
 }
 
-/// The host part of `host[:port]` or `[v6]:port`, lower-cased.
-fn host_of(authority: &str) -> String {
-    let a = authority.trim();
-    let host = if let Some(rest) = a.strip_prefix('[') {
-        rest.split(']').next().unwrap_or("")
-    } else {
-        match a.rsplit_once(':') {
-            Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
-            _ => a,
-        }
-    };
-    host.trim_end_matches('.').to_ascii_lowercase()
-}
-
-fn is_loopback_host(host: &str) -> bool {
-    host == "localhost"
-        || host
-            .parse::<IpAddr>()
-            .is_ok_and(|ip| ip.to_canonical().is_loopback())
-}
-
 impl Allowed {
     fn check(&self, uri: &Uri, headers: &HeaderMap) -> Result<(), ApiError> {
         // HTTP/2 carries the host as the URI's authority; HTTP/1.1 as the Host header.
@@ -125,9 +105,8 @@ impl Allowed {
                 .map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned())
         });
         if let Some(host) = host {
-            let full = host.trim().to_ascii_lowercase();
-            let bare = host_of(&host);
-            let ok = is_loopback_host(&bare) || self.hosts.iter().any(|h| *h == full || *h == bare);
+            let ok = HostPort::parse(&host)
+                .is_some_and(|h| h.is_loopback() || self.hosts.iter().any(|a| h.is(a)));
             if !ok {
                 return Err(ApiError::new(
                     ErrorCode::Forbidden,
@@ -139,14 +118,9 @@ impl Allowed {
         }
         if let Some(origin) = headers.get(header::ORIGIN) {
             let origin = String::from_utf8_lossy(origin.as_bytes()).into_owned();
-            let norm = origin.trim().trim_end_matches('/').to_ascii_lowercase();
-            let loopback = norm
-                .split_once("://")
-                .filter(|(scheme, _)| *scheme == "http" || *scheme == "https")
-                .is_some_and(|(_, rest)| {
-                    is_loopback_host(&host_of(rest.split('/').next().unwrap_or("")))
-                });
-            if !loopback && !self.origins.contains(&norm) {
+            let ok = Origin::parse(&origin)
+                .is_some_and(|o| o.is_loopback_web() || self.origins.iter().any(|a| o.is(a)));
+            if !ok {
                 return Err(ApiError::new(
                     ErrorCode::Forbidden,
                     format!(

@@ -126,6 +126,15 @@ pub(crate) fn gateway_options(stack: &Stack) -> GatewayOptions {
     GatewayOptions {
         prefix: stack.config.prefixed(),
         allowed_hosts: stack.config.file.http.allowed_hosts.clone(),
+        // The same limit as the HTTP API's: `http.max_body` holds on every door.
+        max_body: stack
+            .config
+            .file
+            .http
+            .max_body
+            .map_or(toolwarden_http::DEFAULT_MAX_BODY, |s| {
+                usize::try_from(s.bytes()).unwrap_or(usize::MAX)
+            }),
         ..GatewayOptions::default()
     }
 }

@@ -13,6 +13,7 @@ mod call;
 mod check;
 mod config;
 mod help;
+mod limits;
 mod mcp;
 mod readme;
 mod serve;

@@ -40,7 +40,9 @@ use toolwarden_protocol::CancelReason;
 use super::call::{CallContext, call_tool};
 use super::channel::{ClientChannel, Sent};
 use super::http_sessions::HttpSessions;
-use super::options::{ANSWER_ID_PREFIX, BODY_LIMIT, versions};
+use toolwarden_hosts::HostPort;
+
+use super::options::{ANSWER_ID_PREFIX, versions};
 use super::session::ClientSession;
 use super::state::GatewayState;
 
@@ -132,15 +134,10 @@ pub(crate) struct FastPath {
     pub(crate) keep_alive: Duration,
 }
 
-/// Whether a POST could be one the fast path serves, before its body is read: it names a
-/// session and says how long its body is.
+/// Whether a POST could be one the fast path serves: it names a session and says how long its
+/// body is (its size was checked against the limit before).
 pub(crate) fn candidate(headers: &HeaderMap) -> bool {
-    headers.contains_key("mcp-session-id")
-        && headers
-            .get(http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok())
-            .is_some_and(|n| n <= BODY_LIMIT)
+    headers.contains_key("mcp-session-id") && headers.contains_key(http::header::CONTENT_LENGTH)
 }
 
 /// Serves the POST if it is a plain `tools/call` or the client's answer to a request the
@@ -301,18 +298,11 @@ fn plain_headers(headers: &HeaderMap, hosts: &[String]) -> bool {
     })
 }
 
-/// Whether `host` (a `Host` header) names one of `allowed` exactly, with or without its port.
+/// Whether `host` (a `Host` header) names one of `allowed` (`host`, any port, or `host:port`),
+/// by the same parser as the HTTP API's guard: a value that is not a valid authority allows
+/// nothing.
 fn host_allowed(host: &str, allowed: &[String]) -> bool {
-    let name = match host.strip_prefix('[') {
-        Some(rest) => match rest.split_once(']') {
-            Some((name, port)) if port.is_empty() || port.starts_with(':') => name,
-            _ => return false,
-        },
-        None => host.split(':').next().unwrap_or(host),
-    };
-    allowed
-        .iter()
-        .any(|a| a.eq_ignore_ascii_case(name) || a.eq_ignore_ascii_case(host))
+    HostPort::parse(host).is_some_and(|h| allowed.iter().any(|a| h.is(a)))
 }
 
 fn accepted() -> Response<BoxBody> {
@@ -503,6 +493,8 @@ mod tests {
         assert!(!host_allowed("example.com:80", &allowed));
         assert!(!host_allowed("localhost.evil", &allowed));
         assert!(!host_allowed("[::1", &allowed));
+        // Not an authority at all: the guard refuses it, and so does the fast path.
+        assert!(!host_allowed("localhost:1:2", &allowed));
     }
 
     #[test]

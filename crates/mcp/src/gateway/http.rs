@@ -44,7 +44,7 @@ impl std::fmt::Debug for GatewayHttpService {
 impl<B> tower_service::Service<http::Request<B>> for GatewayHttpService
 where
     B: http_body::Body + Send + 'static,
-    B::Error: std::fmt::Display,
+    B::Error: std::fmt::Display + Into<Box<dyn std::error::Error + Send + Sync>>,
     B::Data: Send + 'static,
 {
     type Response = http::Response<BoxBody>;
@@ -62,29 +62,45 @@ where
             if req.method() != http::Method::POST {
                 return Ok(this.inner.handle(req).await);
             }
-            if !fast::candidate(req.headers()) {
-                return Ok(this.inner.handle(req).await);
+            // Every POST body is read within the limit, whichever path it takes: rmcp's own
+            // service would read any size.
+            let limit = this.gateway.opts.max_body;
+            let declared = req
+                .headers()
+                .get(http::header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok());
+            if declared.is_some_and(|n| n > limit as u64) {
+                return Ok(too_large(limit));
             }
             let (parts, body) = req.into_parts();
-            let body = match http_body_util::BodyExt::collect(body).await {
-                Ok(body) => body.to_bytes(),
-                Err(e) => {
-                    let mut response =
-                        http::Response::new(BoxBody::new(http_body_util::Full::new(Bytes::from(
-                            format!("Bad Request: cannot read the request body: {e}"),
-                        ))));
-                    *response.status_mut() = http::StatusCode::BAD_REQUEST;
-                    return Ok(response);
-                }
-            };
-            if let Some(response) = fast::serve(
-                &this.gateway,
-                &this.sessions,
-                &this.fast,
-                &parts.headers,
-                &body,
-            )
-            .await
+            let body =
+                match http_body_util::BodyExt::collect(http_body_util::Limited::new(body, limit))
+                    .await
+                {
+                    Ok(body) => body.to_bytes(),
+                    Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                        return Ok(too_large(limit));
+                    }
+                    Err(e) => {
+                        let mut response = http::Response::new(BoxBody::new(
+                            http_body_util::Full::new(Bytes::from(format!(
+                                "Bad Request: cannot read the request body: {e}"
+                            ))),
+                        ));
+                        *response.status_mut() = http::StatusCode::BAD_REQUEST;
+                        return Ok(response);
+                    }
+                };
+            if fast::candidate(&parts.headers)
+                && let Some(response) = fast::serve(
+                    &this.gateway,
+                    &this.sessions,
+                    &this.fast,
+                    &parts.headers,
+                    &body,
+                )
+                .await
             {
                 return Ok(response);
             }
@@ -92,6 +108,29 @@ where
             Ok(this.inner.handle(req).await)
         })
     }
+}
+
+/// 413 with a JSON-RPC error (the request's id is unknown: its body was not read).
+fn too_large(limit: usize) -> http::Response<BoxBody> {
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {
+            "code": -32600,
+            "message": format!(
+                "the request body is larger than this server's limit of {limit} bytes (http.max_body)"
+            ),
+        },
+    });
+    let mut response = http::Response::new(BoxBody::new(http_body_util::Full::new(Bytes::from(
+        body.to_string(),
+    ))));
+    *response.status_mut() = http::StatusCode::PAYLOAD_TOO_LARGE;
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 pub(crate) fn service(

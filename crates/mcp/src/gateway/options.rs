@@ -29,6 +29,10 @@ pub struct GatewayOptions {
     pub http_session_idle: Duration,
     /// Streamable HTTP: keep-alive comment interval on response streams (default 15 s).
     pub sse_keep_alive: Duration,
+    /// Streamable HTTP: the largest request body, in bytes (default 4 MiB; the binary uses
+    /// `http.max_body`). A larger one is answered 413 with a JSON-RPC error, whichever path it
+    /// would have taken.
+    pub max_body: usize,
 }
 
 impl Default for GatewayOptions {
@@ -38,6 +42,7 @@ impl Default for GatewayOptions {
             allowed_hosts: Vec::new(),
             http_session_idle: Duration::from_secs(300),
             sse_keep_alive: Duration::from_secs(15),
+            max_body: DEFAULT_MAX_BODY,
         }
     }
 }
@@ -57,9 +62,8 @@ pub(crate) const STREAM_CLOSE_SETTLE: Duration = Duration::from_millis(200);
 /// stream anyway (see `super::fast`).
 pub(crate) const JSON_WINDOW: Duration = Duration::from_secs(1);
 
-/// The largest request body the fast path reads (rmcp's own limit; larger ones go to rmcp,
-/// which refuses them).
-pub(crate) const BODY_LIMIT: u64 = 4 * 1024 * 1024;
+/// The default largest request body on Streamable HTTP: 4 MiB.
+pub(crate) const DEFAULT_MAX_BODY: usize = 4 * 1024 * 1024;
 
 /// The prefix of the JSON-RPC ids of the requests the gateway sends on the responses of the
 /// calls it serves itself; rmcp numbers its own requests, so the two never meet.
