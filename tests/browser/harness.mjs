@@ -185,10 +185,12 @@ export async function launchBrowser({ colorScheme = "light", viewport = { width:
   return { context, page, problems, close };
 }
 
-export async function screenshot(page, name, { fullPage = true } = {}) {
+/** Saves a screenshot of a page (whole, or its viewport) or of one element (a locator). */
+export async function screenshot(target, name, { fullPage = true } = {}) {
   mkdirSync(SCREENSHOTS, { recursive: true });
   const path = join(SCREENSHOTS, `${name}.png`);
-  await page.screenshot({ path, fullPage });
+  if (typeof target.goto === "function") await target.screenshot({ path, fullPage });
+  else await target.screenshot({ path });
   return path;
 }
 
