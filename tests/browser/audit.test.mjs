@@ -275,6 +275,7 @@ describe("the audit history", { timeout: 240_000 }, () => {
     await fetch(`${server.url}/v1/turns/${turnId}/calls/live-1/abort`, { method: "POST" });
     await waitText(page, "#audit-ended", /^A call shown as running has ended since: Refresh to see how\.$/);
     assert.match(await textOf(page, `${row} .outcome`), /running ended since/);
+    await screenshot(page.locator("#audit-section"), "audit-ended-since");
 
     const refresh = page.getByRole("button", { name: "Refresh the audit history" });
     await refresh.focus();
