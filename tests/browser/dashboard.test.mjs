@@ -255,9 +255,11 @@ describe("the dashboard with a token", { timeout: 120_000 }, () => {
     const { page, problems } = await launchBrowser();
     const urls = [];
     const eventAuth = [];
+    const auditAuth = [];
     page.on("request", (r) => {
       urls.push(r.url());
       if (new URL(r.url()).pathname === "/v1/events") eventAuth.push(r.headers().authorization ?? null);
+      if (new URL(r.url()).pathname === "/v1/audit/calls") auditAuth.push(r.headers().authorization ?? null);
     });
     await page.goto(`${server.url}/`);
     const dialog = page.getByRole("dialog", { name: "This server needs a token" });
@@ -271,10 +273,18 @@ describe("the dashboard with a token", { timeout: 120_000 }, () => {
     await waitText(page, "#conn", /^live$/);
     await waitText(page, '#servers-body tr[data-server="test"]', /up/);
     assert.ok(eventAuth.includes(`Bearer ${token}`), JSON.stringify(eventAuth));
+    // The audit history reads with the token too; its search goes in the URL, the token does not.
+    await page.locator("#audit-section").waitFor({ state: "visible" });
+    await page.getByRole("combobox", { name: "Status" }).selectOption("running");
+    await page.getByRole("button", { name: "Search" }).click();
+    await waitText(page, "#audit-status", /^No call with status running in the audit trail\.$/);
+    assert.equal(new URL(page.url()).hash, "#audit?status=running");
+    assert.ok(auditAuth.length >= 2 && auditAuth.every((a) => a === `Bearer ${token}`), JSON.stringify(auditAuth));
 
     await page.reload();
     await waitText(page, "#conn", /^live$/);
     assert.equal(await dialog.isVisible(), false, "not asked again in the same tab");
+    await waitText(page, "#audit-status", /^No call with status running/);
     assert.ok(urls.length > 0);
     assert.ok(!urls.some((u) => u.includes(token)), "the token is in no URL");
     // Without the token the API refuses, while the page itself is open.

@@ -113,7 +113,9 @@ export async function startServe({ extra = "", env = {} } = {}) {
   const dir = tempDir("tw-browser-");
   const config = `[servers.test]\ncommand = ${tomlStr(testServerBin())}\n\n${extra}\n`;
   writeFileSync(join(dir, "toolwarden.toml"), config);
-  const childEnv = { ...process.env, ...env };
+  // The audit trail, unless `extra` gives it a [store] path, goes to the platform data dir: this
+  // temp dir's, never the user's (two tests there would also fight over the one writer's lock).
+  const childEnv = { ...process.env, XDG_DATA_HOME: join(dir, "data"), ...env };
   for (const k of ["TOOLWARDEN_CONFIG", "TOOLWARDEN_TOOL_TIMEOUT", "RUST_LOG"]) delete childEnv[k];
   if (!("TOOLWARDEN_TOKEN" in env)) delete childEnv.TOOLWARDEN_TOKEN;
   const child = spawn(toolwardenBin(), ["serve", "--config", "toolwarden.toml", "--listen", "127.0.0.1:0"], {
@@ -172,8 +174,8 @@ export async function launchBrowser({ colorScheme = "light", viewport = { width:
   const problems = [];
   page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
   page.on("console", (m) => {
-    // The audit probe's 404 is how the page learns the server has no audit trail yet.
-    if (m.type() === "error" && !/status of 404/.test(m.text())) problems.push(`console: ${m.text()}`);
+    // The audit probe's 503 is how the page learns the server keeps no audit trail.
+    if (m.type() === "error" && !/status of 503/.test(m.text())) problems.push(`console: ${m.text()}`);
   });
   // The page may only ever talk to 127.0.0.1.
   page.on("request", (r) => {
@@ -183,10 +185,12 @@ export async function launchBrowser({ colorScheme = "light", viewport = { width:
   return { context, page, problems, close };
 }
 
-export async function screenshot(page, name, { fullPage = true } = {}) {
+/** Saves a screenshot of a page (whole, or its viewport) or of one element (a locator). */
+export async function screenshot(target, name, { fullPage = true } = {}) {
   mkdirSync(SCREENSHOTS, { recursive: true });
   const path = join(SCREENSHOTS, `${name}.png`);
-  await page.screenshot({ path, fullPage });
+  if (typeof target.goto === "function") await target.screenshot({ path, fullPage });
+  else await target.screenshot({ path });
   return path;
 }
 

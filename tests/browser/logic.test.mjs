@@ -1,15 +1,20 @@
 // The page's logic without a browser: the event-stream parser, the model the events build, the
-// token handling and the formatting. These are the files the server embeds, imported as they are.
+// token handling, the formatting and the audit history's URL and timelines. These are the files
+// the server embeds, imported as they are.
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 
 import { Api } from "../../crates/http/assets/api.js";
+import { callsPath, callTimeline, eventLabel, hashOf, payloadText, searchFromHash } from "../../crates/http/assets/audit.js";
 import {
+  dateTime,
   elapsedBand,
   formatCountdown,
   formatElapsed,
+  outcomeTag,
   outcomeText,
+  preciseTime,
   progressText,
   shortId,
 } from "../../crates/http/assets/format.js";
@@ -182,6 +187,81 @@ describe("the model", () => {
     // A snapshot taken before the answer does not bring it back.
     m.applyInteractions([interaction], 0);
     assert.equal(m.interactions.size, 0);
+  });
+});
+
+describe("the audit history", () => {
+  test("a search travels in the URL's fragment and back, and becomes the API's query", () => {
+    const search = { filters: { session: "coder agent", tool: "test__sleep", status: "timeout" }, cursor: "c812" };
+    const hash = hashOf(search);
+    assert.equal(hash, "#audit?session=coder+agent&tool=test__sleep&status=timeout&cursor=c812");
+    assert.deepEqual(searchFromHash(hash), search);
+    assert.equal(callsPath(search), "/v1/audit/calls?session=coder+agent&tool=test__sleep&status=timeout&cursor=c812&limit=100");
+    assert.equal(hashOf({ filters: {}, cursor: null }), "#audit");
+    assert.deepEqual(searchFromHash("#audit"), { filters: {}, cursor: null });
+    // Not the history's (a skip link's), and what the server would refuse, left out.
+    assert.equal(searchFromHash("#audit-heading"), null);
+    assert.equal(searchFromHash(""), null);
+    assert.deepEqual(searchFromHash("#audit?status=fine&token=x&turn=%20t_1%20"), { filters: { turn: "t_1" }, cursor: null });
+  });
+
+  const T0 = Date.parse("2026-11-22T10:00:00.000Z");
+  const ev = (type, ms, fields = {}) => ({ seq: ms, ts: new Date(T0 + ms).toISOString(), type, ...fields });
+
+  test("a call's timeline: its marks along its life, in words too", () => {
+    const call = {
+      started_at: new Date(T0).toISOString(),
+      status: "timeout",
+      events: [
+        ev("tool_start", 0, { timeout_ms: 1000 }),
+        ...[100, 101, 102, 300].map((ms) => ev("tool_progress", ms, { progress: ms, elapsed_ms: ms })),
+        ev("tool_retry", 400, { attempt: 2, delay_ms: 50, cause: "attempt timeout" }),
+        ev("tool_timeout", 1000, { kind: "total", after_ms: 1000 }),
+        ev("tool_result", 1000, { outcome: { status: "timeout", kind: "total" }, duration_ms: 1000 }),
+        ev("tool_stopped", 2000, { how: "cooperative", after_ms: 1000 }),
+      ],
+    };
+    const tl = callTimeline(call);
+    assert.equal(tl.span, 2000);
+    // Progress ticks: one per half percent (100, 101 and 102 ms share one); the outcome moved off the
+    // timeout it coincides with, so both show.
+    assert.deepEqual(
+      tl.marks.map((m) => [m.kind, m.x]),
+      [["start", 0], ["progress", 5], ["progress", 15], ["retry", 20], ["timeout", 50], ["result", 52.5], ["stop", 100]],
+    );
+    assert.deepEqual([tl.resultX, tl.afterX, tl.progress], [52.5, 100, 4]);
+    assert.equal(
+      tl.text,
+      `start ${preciseTime(T0)} → progress ×4 → retry #2 in 50 ms (attempt timeout) → timeout total (1.0 s) → timeout{total} after 1.0 s → stopped cooperative after 1.0 s`,
+    );
+  });
+
+  test("marks of an instant call stay apart, and a running call's timeline runs to now", () => {
+    const denied = callTimeline({ status: "denied", started_at: new Date(T0).toISOString(), events: [ev("tool_call_denied", 0, { decider: "policy", reason: "rule" }), ev("tool_result", 0, { outcome: { status: "denied", reason: "rule" }, duration_ms: 0 })] });
+    assert.deepEqual(denied.marks.map((m) => [m.kind, m.x]), [["denied", 0], ["result", 2.5]]);
+    assert.equal(denied.text, "denied by policy (rule) → denied{rule} after 0 ms");
+
+    const running = callTimeline({ status: null, started_at: new Date(T0).toISOString(), events: [ev("tool_start", 0)] }, T0 + 4000);
+    assert.deepEqual([running.running, running.span, running.resultX], [true, 4000, 100]);
+    assert.equal(running.text, `start ${preciseTime(T0)} → running`);
+    // Crowded at the end: pushed back from 100 %.
+    const late = callTimeline({ status: "cancelled", started_at: new Date(T0).toISOString(), events: [ev("tool_start", 0), ev("tool_result", 1000, { outcome: { status: "cancelled", reason: "user" } }), ev("tool_stopped", 1000, { how: "killed" })] });
+    assert.deepEqual(late.marks.map((m) => m.x), [0, 97.5, 100]);
+  });
+
+  test("events in words, payloads as the trail keeps them", () => {
+    assert.equal(eventLabel(ev("interaction_answered", 0, { action: "deny", by: "http" })), "denied by http");
+    assert.equal(eventLabel(ev("cache_hit", 0, { origin_call_id: "c3" })), "cache hit (result of call c3)");
+    assert.equal(eventLabel(ev("tool_late_result", 0, { is_error: false, after_ms: 2500 })), "late answer after 2.5 s (discarded)");
+    assert.deepEqual(payloadText({ truncated: true, bytes: 70000, head: '{"a":' }), {
+      text: '{"a":…',
+      note: "truncated by the audit trail: 70000 bytes, the first 5 shown",
+    });
+    assert.equal(payloadText({ api_key: "[MASKED]" }).text, '{\n  "api_key": "[MASKED]"\n}');
+    assert.equal(outcomeTag("interrupted"), "[INTERRUPTED]");
+    const noon = new Date(2026, 10, 22, 12, 0, 5).getTime();
+    assert.equal(dateTime(noon, noon + 3_600_000), "12:00:05");
+    assert.equal(dateTime(noon, noon + 86_400_000), "2026-11-22 12:00:05");
   });
 });
 

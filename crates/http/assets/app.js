@@ -5,10 +5,12 @@
 // - `GET /v1/events` (sse.js), from the first event the server still keeps, then live; after a
 //   dropped connection it resumes with Last-Event-ID, so what happened meanwhile is replayed;
 // - snapshots of what is true now (`/v1/turns/active`, `/v1/interactions`, `/v1/tools`,
-//   `/healthz`) when the page opens and whenever the stream says events were lost.
+//   `/healthz`) when the page opens and whenever the stream says events were lost;
+// - the audit history (audit.js) reads `/v1/audit/calls` when asked, and learns from the stream
+//   only which of the calls it shows as running have ended since.
 
 import { Api, ApiError } from "./api.js";
-import { mountAudit } from "./audit.js";
+import { AuditHistory } from "./audit.js";
 import { callKey, Model } from "./model.js";
 import { EventStream } from "./sse.js";
 import { outcomeText } from "./format.js";
@@ -169,6 +171,7 @@ function afterEvent(ev) {
   if (ev.type === "tool_result" && ev.turn_id && ev.call_id) {
     const call = model.recentByKey.get(callKey(ev.turn_id, ev.call_id));
     if (call?.cancelRequested) announce(`Call ${call.callId} (${call.tool}) ended ${outcomeText(call.outcome)}`);
+    audit.noteEnded(ev.turn_id, ev.call_id);
   } else if (ev.type === "server_state") {
     // A server that (re)started may list other tools.
     clearTimeout(toolsRefresh);
@@ -255,11 +258,22 @@ async function answer(id, action, button) {
   }
 }
 
+// --- the audit history ----------------------------------------------------------------------
+
+const audit = new AuditHistory({
+  api,
+  section: document.getElementById("audit-section"),
+  // The server's clock, for how long a running call has run so far.
+  serverNow: () => Date.now() - (Number.isFinite(model.offset) ? model.offset : 0),
+  toolNames: () => model.tools.keys(),
+  hasEnded: (turnId, callId) => Boolean(model.recentByKey.get(callKey(turnId, callId))?.outcome),
+});
+
 // --- start ----------------------------------------------------------------------------------
 
 // For a person debugging the page from the browser's console (and for the browser tests).
-window.toolwardenDashboard = { model, view, stream, resync };
+window.toolwardenDashboard = { model, view, stream, resync, audit };
 
 stream.start();
-mountAudit({ api, section: document.getElementById("audit-section") });
+audit.mount();
 requestFrame();

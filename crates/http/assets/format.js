@@ -52,6 +52,7 @@ const TAGS = {
   denied: "[DENIED]",
   circuit_open: "[CIRCUIT OPEN]",
   invalid: "[INVALID]",
+  interrupted: "[INTERRUPTED]",
 };
 
 export function outcomeTag(status) {
@@ -138,6 +139,24 @@ export function clockTime(epochMs) {
   if (!Number.isFinite(epochMs)) return "";
   const d = new Date(epochMs);
   return [d.getHours(), d.getMinutes(), d.getSeconds()].map((n) => String(n).padStart(2, "0")).join(":");
+}
+
+/** A wall-clock time to the millisecond, HH:MM:SS.mmm, in the browser's zone. */
+export function preciseTime(epochMs) {
+  if (!Number.isFinite(epochMs)) return "";
+  return `${clockTime(epochMs)}.${String(new Date(epochMs).getMilliseconds()).padStart(3, "0")}`;
+}
+
+/**
+ * When something happened, for a list that reaches back days: the time of day for today
+ * ("14:03:07"), with the date before it otherwise ("2026-11-22 14:03:07").
+ */
+export function dateTime(epochMs, nowMs = Date.now()) {
+  if (!Number.isFinite(epochMs)) return "";
+  const d = new Date(epochMs);
+  const day = (x) => `${x.getFullYear()}-${String(x.getMonth() + 1).padStart(2, "0")}-${String(x.getDate()).padStart(2, "0")}`;
+  const time = clockTime(epochMs);
+  return day(d) === day(new Date(nowMs)) ? time : `${day(d)} ${time}`;
 }
 
 /** A long id shortened for a column, keeping its end (ULIDs differ at the end within a run). */

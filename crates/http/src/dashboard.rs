@@ -5,9 +5,10 @@
 //! Its files (`crates/http/assets/`) are compiled into the binary, so a user runs no build step and
 //! the page always matches the server it comes from. They hold no data, so they are served without
 //! the bearer token (the page asks for it and sends it with each API request); everything the page
-//! shows comes from `/v1/events`, `/v1/turns/active`, `/v1/interactions`, `/v1/tools` and
-//! `/healthz`. Every answer carries a Content-Security-Policy that lets the page load nothing but
-//! its own files and talk to nothing but this server.
+//! shows comes from `/v1/events`, `/v1/turns/active`, `/v1/interactions`, `/v1/tools`,
+//! `/healthz` and, for its audit history, `/v1/audit` and `/v1/audit/calls`. Every answer carries
+//! a Content-Security-Policy that lets the page load nothing but its own files and talk to nothing
+//! but this server.
 
 use axum::Router;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
