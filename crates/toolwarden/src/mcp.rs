@@ -25,6 +25,7 @@ pub(crate) async fn run(config_path: Option<&Path>) -> anyhow::Result<Exit> {
     let mut signals = Signals::new().context("cannot install signal handlers")?;
     let config = stack::load_config(config_path)?;
     let mut stack = Stack::build(config, false, stack::Record::Yes)?;
+    let reporter = stack::report_servers(&stack.engine);
     stack.start_servers(|_| true);
     // MCP clients list tools once, right after they connect: wait for the servers (each at most
     // its startup_timeout) so that list is whole. A server that fails to start is reported and
@@ -80,6 +81,7 @@ pub(crate) async fn run(config_path: Option<&Path>) -> anyhow::Result<Exit> {
             stack.close_store().await;
         }
     }
+    reporter.abort();
     match served {
         Some(Err(e)) => Err(e).context("the MCP client connection failed"),
         _ => Ok(Exit::Ok),

@@ -12,10 +12,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use toolwarden_core::Engine;
 use toolwarden_http::{HttpOptions, listen_allowed};
 use toolwarden_mcp::{Gateway, GatewayOptions};
-use toolwarden_protocol::{EventKind, ServerStateKind};
 
 use crate::cli::ServeArgs;
 use crate::exit::{Exit, usage};
@@ -50,14 +48,8 @@ pub(crate) async fn run(config_path: Option<&Path>, args: ServeArgs) -> anyhow::
     let bound = listener.local_addr()?;
     let shutdown = CancellationToken::new();
 
-    // Subscribed before the servers start, so that every state they report is printed.
-    let reporter = tokio::spawn(report_servers(
-        stack.engine.clone(),
-        stack
-            .engine
-            .events()
-            .subscribe_matching(|e| matches!(e.kind, EventKind::ServerState { .. })),
-    ));
+    // Started before the servers, so that every state they report is printed.
+    let reporter = stack::report_servers(&stack.engine);
     stack.start_servers(|_| true);
     // The MCP gateway's Streamable HTTP endpoint, behind the API's bearer check and always
     // behind the Host/Origin guard.
@@ -211,44 +203,5 @@ fn announce(stack: &Stack, bound: SocketAddr, headless: bool, authenticated: boo
         eprintln!(
             "toolwarden: approvals: answered at POST {base}/v1/interactions/{{id}} (listed at GET {base}/v1/interactions); unanswered ones are denied at their deadline"
         );
-    }
-}
-
-/// Prints every server state change, with the tool count once a server is up.
-async fn report_servers(engine: Engine, mut events: toolwarden_core::Matching) {
-    while let Some(event) = events.recv().await {
-        let EventKind::ServerState {
-            server,
-            state,
-            detail,
-        } = &event.kind
-        else {
-            continue;
-        };
-        match state {
-            ServerStateKind::Up => {
-                let tools = engine.tools();
-                let own = tools.iter().filter(|t| &t.backend == server).count();
-                eprintln!(
-                    "toolwarden: server {server:?} is up: {own} tools ({} tools in all)",
-                    tools.len()
-                );
-            }
-            ServerStateKind::Down => eprintln!(
-                "toolwarden: server {server:?} is down{}",
-                detail
-                    .as_deref()
-                    .map(|d| format!(": {d}"))
-                    .unwrap_or_default()
-            ),
-            ServerStateKind::Restarted => eprintln!(
-                "toolwarden: server {server:?} restarted{}",
-                detail
-                    .as_deref()
-                    .map(|d| format!(": {d}"))
-                    .unwrap_or_default()
-            ),
-            ServerStateKind::Starting => {}
-        }
     }
 }

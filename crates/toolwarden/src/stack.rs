@@ -11,7 +11,7 @@ use toolwarden_core::AuditStore as _;
 use toolwarden_core::{Config, ConfigOrigin, Engine, ToolOrigin};
 use toolwarden_exec::{ExecBackend, ExecConfigError, ExecSettings};
 use toolwarden_mcp::{McpServer, ReadyError};
-use toolwarden_protocol::ServerConfig;
+use toolwarden_protocol::{EventKind, ServerConfig, ServerStateKind};
 use toolwarden_store::{OpenError, SqliteStore, StoreOptions};
 
 use crate::exit::usage;
@@ -318,6 +318,54 @@ fn key_error(config: &Config, table: &str, key: &str, message: &str) -> String {
     match line {
         Some(line) => format!("{file}:{line}: {table}.{key}: {message}"),
         None => format!("{file}: {table}.{key}: {message}"),
+    }
+}
+
+/// Prints every server state change on stderr — one line each, with the tool count once a
+/// server is up (the MCP backend logs its state changes only at `debug`) — until the engine is
+/// gone. Start it before the servers, so that it sees every state they report.
+pub(crate) fn report_servers(engine: &Engine) -> tokio::task::JoinHandle<()> {
+    let events = engine
+        .events()
+        .subscribe_matching(|e| matches!(e.kind, EventKind::ServerState { .. }));
+    tokio::spawn(print_server_states(engine.clone(), events))
+}
+
+async fn print_server_states(engine: Engine, mut events: toolwarden_core::Matching) {
+    while let Some(event) = events.recv().await {
+        let EventKind::ServerState {
+            server,
+            state,
+            detail,
+        } = &event.kind
+        else {
+            continue;
+        };
+        match state {
+            ServerStateKind::Up => {
+                let tools = engine.tools();
+                let own = tools.iter().filter(|t| &t.backend == server).count();
+                eprintln!(
+                    "toolwarden: server {server:?} is up: {own} tools ({} tools in all)",
+                    tools.len()
+                );
+            }
+            ServerStateKind::Down => eprintln!(
+                "toolwarden: server {server:?} is down{}",
+                detail
+                    .as_deref()
+                    .map(|d| format!(": {d}"))
+                    .unwrap_or_default()
+            ),
+            ServerStateKind::Restarted => eprintln!(
+                "toolwarden: server {server:?} restarted{}",
+                detail
+                    .as_deref()
+                    .map(|d| format!(": {d}"))
+                    .unwrap_or_default()
+            ),
+            ServerStateKind::Starting => {}
+        }
     }
 }
 

@@ -72,14 +72,8 @@ impl Shared {
         detail: Option<String>,
         conn: Option<Arc<Conn>>,
     ) {
-        match &detail {
-            Some(d) if kind == ServerStateKind::Down => {
-                tracing::warn!(server = %self.name, detail = %d, "MCP server down")
-            }
-            _ => {
-                tracing::info!(server = %self.name, state = ?kind, detail = ?detail, "MCP server state")
-            }
-        }
+        // The host reports state changes (the binary prints one line each): debug here.
+        tracing::debug!(server = %self.name, state = ?kind, detail = ?detail, "MCP server state");
         self.state.send_modify(|s| {
             s.kind = kind;
             s.detail = detail.clone();
@@ -93,7 +87,7 @@ impl Shared {
 
     /// Reports an event without changing the state kind (`restarted`).
     pub(super) fn event(&self, kind: ServerStateKind, detail: Option<String>) {
-        tracing::info!(server = %self.name, state = ?kind, detail = ?detail, "MCP server event");
+        tracing::debug!(server = %self.name, state = ?kind, detail = ?detail, "MCP server event");
         self.host.server_state(&self.name, kind, detail);
     }
 
