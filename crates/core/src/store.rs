@@ -1,4 +1,4 @@
-//! The audit trail as the engine and front doors see it (SPEC §9): one trait, [`AuditStore`],
+//! The audit trail as the engine and front doors see it (docs/AUDIT.md): one trait, [`AuditStore`],
 //! that a durable store implements (SQLite in `toolwarden-store`; PostgreSQL would be one more
 //! implementation), and the engine's three hooks into it.
 //!

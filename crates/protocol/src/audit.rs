@@ -1,4 +1,4 @@
-//! The audit trail as front doors read it (SPEC §9): filters, pages of events, pages of calls,
+//! The audit trail as front doors read it (docs/AUDIT.md): filters, pages of events, pages of calls,
 //! and a turn's record. `GET /v1/audit`, `GET /v1/audit/calls`, `GET /v1/turns/{id}` and
 //! `toolwarden audit` all speak these types.
 

@@ -1,4 +1,4 @@
-//! The toolwarden audit trail (SPEC §9): every event of the engine in an SQLite file, committed
+//! The toolwarden audit trail (docs/AUDIT.md): every event of the engine in an SQLite file, committed
 //! before a call's backend runs, recovered after a crash, masked and truncated, pruned by age.
 //!
 //! The key design choice: **one writer thread, many events per transaction.** The engine hands

@@ -1,5 +1,5 @@
 //! What the trail keeps of an event: its JSON as `/v1/events` sends it, with the values of keys
-//! named like secrets masked and large payloads truncated (SPEC §9).
+//! named like secrets masked and large payloads truncated (docs/AUDIT.md).
 //!
 //! Only payloads are touched — a call's input, its result's content, a turn's results, an
 //! interaction's input — never the event's own fields. Most events carry no payload, or a small
