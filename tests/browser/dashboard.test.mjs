@@ -79,7 +79,7 @@ describe("the dashboard", { timeout: 240_000 }, () => {
     assert.equal(again.status, 200, "another file, another tag");
     const same = await fetch(`${server.url}/`, { headers: { "if-none-match": etag } });
     assert.equal(same.status, 304);
-    await waitText(page, '#servers-body tr[data-server="test"]', /test\s*up\s*22/);
+    await waitText(page, '#servers-body tr[data-server="test"]', /test\s*up\s*25/);
   });
 
   test("a call that hangs ticks, and Cancel (by keyboard) ends it cancelled{user} and reaches its server", async () => {

@@ -234,9 +234,15 @@ def add_config(setup: Setup, toml: str) -> None:
 async def gateway(setup: Setup, transport: str, **client_options) -> AsyncIterator:
     """An official `mcp.Client` connected to toolwarden's gateway over `transport`:
     `stdio` (`toolwarden mcp`, started and stopped by the SDK's stdio client) or `http`
-    (`toolwarden serve`, at `/mcp`, with the SDK's Streamable HTTP client)."""
+    (`toolwarden serve`, at `/mcp`, with the SDK's Streamable HTTP client).
+
+    The client speaks the handshake era (`mode="legacy"`: `initialize`, a session) unless the
+    test pins another `mode` (`"2026-07-28"`: stateless). The SDK's own default, `"auto"`,
+    would discover that toolwarden speaks 2026-07-28 and go stateless."""
     from mcp import Client, StdioServerParameters
     from mcp.client.stdio import stdio_client
+
+    client_options.setdefault("mode", "legacy")
 
     if transport == "stdio":
         params = StdioServerParameters(

@@ -6,6 +6,11 @@
 //! "${CARGO_TARGET_DIR:-target}/release/gateway-bench" [CALLS]
 //! ```
 //!
+//! The last rows (`everything.rs`) put the official reference server,
+//! `@modelcontextprotocol/server-everything` (`scripts/setup-test-deps.sh` installs it), behind
+//! `toolwarden serve` and call it with rmcp's client on a pooled connection, side by side with the
+//! same client straight to the server over stdio, at concurrency 1 and 16.
+//!
 //! It finds `toolwarden` and `tw-test-server` next to itself, writes a temporary config, starts
 //! every process it measures, and prints one markdown table: p50 and p99 latency seen by the
 //! client and calls per second. Each row warms up first. The machine is what it is: compare rows
@@ -16,28 +21,20 @@
     reason = "a benchmark measures wall time"
 )]
 
+mod everything;
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
-use rmcp::service::RunningService;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::{RoleClient, ServiceExt};
+use rmcp::transport::StreamableHttpClientTransport;
 use serde_json::{Map, Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-type Client = RunningService<RoleClient, ()>;
-
-struct Row {
-    path: &'static str,
-    concurrency: usize,
-    p50: Duration,
-    p99: Duration,
-    per_second: f64,
-}
+use support::{Client, Row, ready, run, spawn_printing_addr, start_serve, stdio_client, stop};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
@@ -136,6 +133,11 @@ async fn main() -> Result<()> {
             added.push((pair[1].path, pair[1].p50.saturating_sub(pair[0].p50)));
         }
         rows.extend(pairs);
+    }
+    // The official reference server behind toolwarden, with rmcp's client on a pooled
+    // connection (`everything.rs`).
+    if wanted("everything") {
+        rows.extend(everything::rows(&toolwarden, &tmp, calls).await?);
     }
     let _ = std::fs::remove_dir_all(&tmp);
 
@@ -271,17 +273,9 @@ where
     }
     Ok([(paths[0], la), (paths[1], lb)]
         .into_iter()
-        .map(|(path, mut lat)| {
+        .map(|(path, lat)| {
             let total: Duration = lat.iter().sum();
-            lat.sort();
-            let at = |p: f64| lat[((lat.len() - 1) as f64 * p) as usize];
-            let row = Row {
-                path,
-                concurrency: 1,
-                p50: at(0.5),
-                p99: at(0.99),
-                per_second: lat.len() as f64 / total.as_secs_f64(),
-            };
+            let row = Row::new(path, 1, lat, total);
             eprintln!("{path}: p50 {:?} p99 {:?}", row.p50, row.p99);
             row
         })
@@ -299,13 +293,6 @@ fn sibling(dir: &Path, name: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
-async fn stdio_client(mut cmd: Command) -> Result<Client> {
-    cmd.stderr(Stdio::null()).kill_on_drop(true);
-    // Dies with the benchmark, even when the benchmark is killed.
-    toolwarden_process::isolate(&mut cmd);
-    ready(().serve(TokioChildProcess::new(cmd)?).await?).await
-}
-
 /// An rmcp client of `toolwarden mcp` (over stdio) with `config`.
 async fn gateway_stdio(toolwarden: &Path, config: &Path) -> Result<Client> {
     let mut cmd = Command::new(toolwarden);
@@ -321,112 +308,12 @@ async fn start_http_server(server: &Path) -> Result<(Child, String)> {
     spawn_printing_addr(Command::new(server).arg("--http").arg("127.0.0.1:0"), false).await
 }
 
-/// `toolwarden serve` with `config` on a free port, once it lists the echo tool; its address.
-async fn start_serve(toolwarden: &Path, config: &Path) -> Result<(Child, String)> {
-    let mut cmd = Command::new(toolwarden);
-    cmd.arg("serve")
-        .arg("--config")
-        .arg(config)
-        .arg("--listen")
-        .arg("127.0.0.1:0")
-        .env("RUST_LOG", "warn");
-    let (serve, addr) = spawn_printing_addr(&mut cmd, true).await?;
-    wait_for_tools(&addr).await?;
-    Ok((serve, addr))
-}
-
 async fn http_client(url: &str) -> Result<Client> {
     ready(
         ().serve(StreamableHttpClientTransport::from_uri(url.to_owned()))
             .await?,
     )
     .await
-}
-
-/// Waits until the client sees the echo tool.
-async fn ready(client: Client) -> Result<Client> {
-    for _ in 0..600 {
-        if client
-            .peer()
-            .list_all_tools()
-            .await?
-            .iter()
-            .any(|t| t.name == "echo")
-        {
-            return Ok(client);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    bail!("the echo tool never appeared")
-}
-
-/// Starts a process that announces its bound address (`tw-test-server --http` on its first stdout
-/// line; `toolwarden serve` in a `listening on http://ADDR` line on stderr).
-async fn spawn_printing_addr(cmd: &mut Command, on_stderr: bool) -> Result<(Child, String)> {
-    cmd.stdin(Stdio::null()).kill_on_drop(true);
-    toolwarden_process::isolate(cmd);
-    if on_stderr {
-        cmd.stdout(Stdio::null()).stderr(Stdio::piped());
-    } else {
-        cmd.stdout(Stdio::piped()).stderr(Stdio::null());
-    }
-    let mut child = cmd.spawn()?;
-    let pipe: Box<dyn tokio::io::AsyncRead + Unpin + Send> = if on_stderr {
-        Box::new(child.stderr.take().context("stderr")?)
-    } else {
-        Box::new(child.stdout.take().context("stdout")?)
-    };
-    let mut lines = BufReader::new(pipe).lines();
-    let addr = tokio::time::timeout(Duration::from_secs(120), async {
-        while let Some(line) = lines.next_line().await? {
-            let found = match line.split_once("http://") {
-                Some((_, rest)) => rest.split(['/', ' ']).next().map(str::to_owned),
-                None if !on_stderr => Some(line.trim().trim_start_matches("http://").to_owned()),
-                None => None,
-            };
-            if let Some(addr) = found.filter(|a| a.contains(':')) {
-                return Ok::<_, anyhow::Error>(addr);
-            }
-        }
-        bail!("the process exited before saying where it listens")
-    })
-    .await??;
-    // Keep draining so the child never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Ok((child, addr))
-}
-
-async fn stop(child: &mut Child) {
-    if let Some(pid) = child.id() {
-        // SIGTERM first: toolwarden shuts down its servers on it.
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(pid.to_string())
-            .status()
-            .await;
-    }
-    if tokio::time::timeout(Duration::from_secs(10), child.wait())
-        .await
-        .is_err()
-    {
-        let _ = child.kill().await;
-    }
-}
-
-async fn wait_for_tools(addr: &str) -> Result<()> {
-    let http = reqwest::Client::new();
-    for _ in 0..600 {
-        if let Ok(r) = http.get(format!("http://{addr}/v1/tools")).send().await
-            && let Ok(v) = r.json::<Value>().await
-            && v["tools"]
-                .as_array()
-                .is_some_and(|t| t.iter().any(|t| t["name"] == "echo"))
-        {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    bail!("toolwarden serve did not list the echo tool")
 }
 
 fn echo_args() -> Map<String, Value> {
@@ -552,49 +439,4 @@ async fn measure_api(path: &'static str, addr: &str, concurrency: usize, n: usiz
         }
     };
     run(path, concurrency, n, one).await
-}
-
-/// Runs `n` calls (after a warm-up) with `concurrency` workers; latencies are per call.
-async fn run<F, Fut>(path: &'static str, concurrency: usize, n: usize, one: F) -> Result<Row>
-where
-    F: Fn() -> Fut + Clone + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<()>> + Send,
-{
-    for _ in 0..(n / 10).max(200) {
-        one().await?;
-    }
-    let per_worker = n / concurrency;
-    let started = Instant::now();
-    let mut workers = Vec::new();
-    for _ in 0..concurrency {
-        let one = one.clone();
-        workers.push(tokio::spawn(async move {
-            let mut lat = Vec::with_capacity(per_worker);
-            for _ in 0..per_worker {
-                let t = Instant::now();
-                one().await?;
-                lat.push(t.elapsed());
-            }
-            Ok::<_, anyhow::Error>(lat)
-        }));
-    }
-    let mut all = Vec::with_capacity(n);
-    for w in workers {
-        all.extend(w.await??);
-    }
-    let elapsed = started.elapsed();
-    all.sort();
-    let at = |p: f64| all[((all.len() - 1) as f64 * p) as usize];
-    let row = Row {
-        path,
-        concurrency,
-        p50: at(0.5),
-        p99: at(0.99),
-        per_second: all.len() as f64 / elapsed.as_secs_f64(),
-    };
-    eprintln!(
-        "{path} c={concurrency}: p50 {:?} p99 {:?} {:.0}/s",
-        row.p50, row.p99, row.per_second
-    );
-    Ok(row)
 }

@@ -29,7 +29,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use toolwarden_protocol::{
     CallId, CancelReason, Content, OnStuck, ProgressInfo, ServerStateKind, SessionId, StopHow,
-    ToolSpec, TurnId,
+    ToolSpec, TraceParent, TurnId,
 };
 
 /// A boxed, sendable future (what backends return).
@@ -75,6 +75,9 @@ pub struct AttemptMeta {
     pub call_id: CallId,
     /// 1 for the first attempt, 2 for the first retry, ...
     pub attempt: u32,
+    /// The trace context to pass on to the server (MCP: `_meta.traceparent`): the attempt's own
+    /// span when spans are exported, else the client's context as it came, if any.
+    pub traceparent: Option<TraceParent>,
 }
 
 /// How an attempt ended.

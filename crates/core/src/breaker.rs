@@ -172,6 +172,39 @@ impl CircuitBreaker {
         change
     }
 
+    /// Takes in a change another replica made (docs/SCALE-OUT.md): opened there, it opens here
+    /// until the same time (never shorter than it already is); closed there by a probe, it closes
+    /// here. Returns the new state when it changed.
+    pub(crate) fn apply_shared(
+        &self,
+        change: crate::shared::BreakerChange,
+        now: Instant,
+    ) -> Option<BreakerStateKind> {
+        use crate::shared::BreakerChange;
+        let mut state = self.state.lock();
+        let changed = match (change, &*state) {
+            (BreakerChange::Open { for_ }, State::Open { until }) => {
+                if now + for_ > *until {
+                    *state = State::Open { until: now + for_ };
+                }
+                None
+            }
+            (BreakerChange::Open { for_ }, _) => {
+                *state = State::Open { until: now + for_ };
+                Some(BreakerStateKind::Open)
+            }
+            (BreakerChange::Closed, State::Closed { .. }) => None,
+            (BreakerChange::Closed, _) => {
+                *state = State::Closed {
+                    failures: VecDeque::new(),
+                };
+                Some(BreakerStateKind::Closed)
+            }
+        };
+        self.note(&state);
+        changed
+    }
+
     /// The current state (open past its time reads as half-open) and, when open, the time left.
     pub(crate) fn state(&self, now: Instant) -> (BreakerStateKind, Option<Duration>) {
         match &*self.state.lock() {
@@ -342,6 +375,49 @@ mod tests {
             b.record(&p, Admission::Pass, Verdict::Failure, t0);
         }
         assert_eq!(b.admit(&p, t0).0, Admission::Pass);
+    }
+
+    #[test]
+    fn another_replicas_changes_apply_here() {
+        use crate::shared::BreakerChange;
+        let b = CircuitBreaker::default();
+        let p = policy();
+        let t0 = Instant::now();
+        let open = BreakerChange::Open {
+            for_: Duration::from_secs(10),
+        };
+        assert_eq!(b.apply_shared(open, t0), Some(BreakerStateKind::Open));
+        // Told again (a replica's resync): still open, no new change.
+        assert_eq!(b.apply_shared(open, t0), None);
+        assert_eq!(
+            b.admit(&p, t0 + Duration::from_secs(4)).0,
+            Admission::Rejected {
+                retry_after: Duration::from_secs(6)
+            }
+        );
+        assert_eq!(
+            b.admit(&p, t0 + Duration::from_secs(10)).0,
+            Admission::Probe
+        );
+        assert_eq!(
+            b.apply_shared(BreakerChange::Closed, t0 + Duration::from_secs(11)),
+            Some(BreakerStateKind::Closed)
+        );
+        assert_eq!(b.admit(&p, t0 + Duration::from_secs(11)).0, Admission::Pass);
+        // The local probe that was out when the other replica closed it moves nothing.
+        assert_eq!(
+            b.record(
+                &p,
+                Admission::Probe,
+                Verdict::Failure,
+                t0 + Duration::from_secs(12)
+            ),
+            None
+        );
+        assert_eq!(
+            b.state(t0 + Duration::from_secs(12)).0,
+            BreakerStateKind::Closed
+        );
     }
 
     #[derive(Clone, Debug)]

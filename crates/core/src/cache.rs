@@ -32,6 +32,23 @@ impl CachedResult {
     pub(crate) fn origin_call_id(&self) -> &CallId {
         &self.result.outcome.call_id
     }
+
+    /// The form other replicas read (docs/SCALE-OUT.md): JSON of the result and its tool blocks.
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let wire = serde_json::json!({"tool_blocks": self.tool_blocks, "result": &*self.result});
+        serde_json::to_vec(&wire).unwrap_or_default()
+    }
+
+    /// Reads what [`CachedResult::encode`] made; `None` for anything else.
+    pub(crate) fn decode(bytes: &[u8]) -> Option<Self> {
+        let mut wire: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+        let tool_blocks = usize::try_from(wire.get("tool_blocks")?.as_u64()?).ok()?;
+        let result: CallResult = serde_json::from_value(wire.get_mut("result")?.take()).ok()?;
+        Some(Self {
+            result: Arc::new(result),
+            tool_blocks,
+        })
+    }
 }
 
 struct Entry {

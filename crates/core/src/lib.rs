@@ -58,8 +58,10 @@ mod registry;
 mod retry;
 mod servers;
 mod session;
+pub mod shared;
 pub mod store;
 mod text;
+mod trace;
 mod turn;
 
 pub use backend::{
@@ -70,7 +72,7 @@ pub use call::CallProgress;
 pub use config::{
     Config, ConfigDiagnostic, ConfigError, ConfigErrorKind, ConfigOrigin, apply_hints,
 };
-pub use engine::{Engine, EngineBuilder};
+pub use engine::{Engine, EngineBuilder, ToolBacking};
 pub use events::{EventBus, EventScope, EventSink, Matching, Received, Subscription};
 pub use ids::PREFIX_SEPARATOR;
 pub use inproc::{INPROCESS, InProcessTool, IntoToolOutput, ToolContext, ToolError};
@@ -83,4 +85,5 @@ pub use servers::ServerStatus;
 pub use store::{AuditStore, StoreHealth, StoreReadError, StoreUnavailable};
 pub use text::outcome_text;
 pub use toolwarden_protocol as protocol;
+pub use trace::{attempt_span, call_span};
 pub use turn::{NotFound, ResultRenderer, TurnError, TurnHandle, TurnOutput, TurnRequest};

@@ -72,6 +72,36 @@ pub struct Metrics {
     /// `completed`, `partial`, `aborted`: counted on every turn, so kept at hand.
     turn_outcomes: [Counter; 3],
     server_up: Family<ServerLabel, Gauge>,
+    /// Registered when state is shared with other replicas.
+    shared: OnceLock<SharedMetrics>,
+}
+
+/// The metrics of the state shared with other replicas (docs/SCALE-OUT.md):
+/// `toolwarden_redis_up` (1 reached, 0 not) and `toolwarden_redis_fallbacks_total{op}`, every
+/// operation that could not reach Redis and fell back to this replica's local state.
+#[derive(Clone, Debug)]
+pub struct SharedMetrics {
+    up: Gauge,
+    fallbacks: Family<OpLabel, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OpLabel {
+    op: String,
+}
+
+impl SharedMetrics {
+    /// Sets whether Redis is reached.
+    pub fn set_up(&self, up: bool) {
+        self.up.set(i64::from(up));
+    }
+
+    /// Counts one operation that fell back to local state.
+    pub fn fallback(&self, op: &str) {
+        self.fallbacks
+            .get_or_create(&OpLabel { op: op.to_owned() })
+            .inc();
+    }
 }
 
 impl std::fmt::Debug for Metrics {
@@ -165,11 +195,33 @@ impl Metrics {
             interactions,
             turns,
             server_up,
+            shared: OnceLock::new(),
         }
     }
 
+    /// The metrics of shared state, registered on first use.
+    pub fn shared(&self) -> &SharedMetrics {
+        self.shared.get_or_init(|| {
+            let metrics = SharedMetrics {
+                up: Gauge::default(),
+                fallbacks: Family::default(),
+            };
+            self.register(
+                "redis_up",
+                "Whether Redis, which replicas share state through, is reached (1) or not (0)",
+                metrics.up.clone(),
+            );
+            self.register(
+                "redis_fallbacks",
+                "Operations that could not reach Redis and fell back to local state, by operation",
+                metrics.fallbacks.clone(),
+            );
+            metrics
+        })
+    }
+
     /// Registers one more metric (under the `toolwarden_` prefix).
-    pub(crate) fn register(
+    pub fn register(
         &self,
         name: &str,
         help: &str,

@@ -66,6 +66,12 @@ impl Registry {
             .clone()
     }
 
+    /// The breaker and metric handles of tool `name`, made now if it has none yet (another
+    /// replica's breaker may open before this replica's server lists the tool).
+    pub(crate) fn runtime_of(&self, name: &str) -> Arc<ToolRuntime> {
+        self.runtime(&Arc::from(name))
+    }
+
     /// Builds the entry of tool `name`: resolves its policy, compiles its input schema.
     pub(crate) fn entry(
         &self,

@@ -115,6 +115,7 @@ fn attempt(tool: &str, input: Value, stop: &StopSignals, heartbeat: &Heartbeat) 
             turn_id: "t".into(),
             call_id: "c".into(),
             attempt: 1,
+            traceparent: None,
         },
         stop: stop.clone(),
         heartbeat: heartbeat.clone(),

@@ -16,7 +16,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use toolwarden_core::{AuditStore, ResultRenderer, TurnRequest};
 use toolwarden_protocol::{
-    AUDIT_MAX_LIMIT, AuditPage, AuditQuery, CallsPage, Timestamp, TurnId, parse_calls_cursor,
+    AUDIT_MAX_LIMIT, AuditPage, AuditQuery, CallsPage, Timestamp, TraceParent, TurnId,
+    parse_calls_cursor,
 };
 
 use crate::app::App;
@@ -237,6 +238,7 @@ pub(crate) fn detach(
     app: &App,
     turn: TurnBody,
     render: ResultRenderer,
+    traceparent: Option<TraceParent>,
 ) -> Result<Response, ApiError> {
     if app.engine.store().is_none() {
         return Err(ApiError::invalid(
@@ -248,6 +250,7 @@ pub(crate) fn detach(
         parent_turn_id: turn.parent_turn_id,
         calls: turn.calls,
         render: Some(render),
+        traceparent,
         ..TurnRequest::default()
     };
     let handle = app.engine.start_turn(request).map_err(turn_error)?;

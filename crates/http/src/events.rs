@@ -48,6 +48,13 @@ pub(crate) async fn stream(
         other => other.map(SessionId::from),
     };
     let bus = app.engine.events();
+    // With replicas sharing state, every replica's events (live only: a resume replays this
+    // replica's own).
+    let remote = app
+        .engine
+        .shared_health()
+        .is_some()
+        .then(|| app.engine.remote_events());
     let mut stored = None;
     let (notice, replay, sub) = match last_event_id(&headers)? {
         None => (None, Vec::new(), bus.subscribe()),
@@ -84,7 +91,7 @@ pub(crate) async fn stream(
         }
     };
     Ok(sse::response(
-        sse::all_events(notice, stored, replay, sub, session),
+        sse::all_events(notice, stored, replay, sub, remote, session),
         app.keep_alive,
     ))
 }

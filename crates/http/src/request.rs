@@ -6,6 +6,7 @@ use axum::extract::Path;
 use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::http::{HeaderMap, header};
 use toolwarden_core::TurnError;
+use toolwarden_protocol::TraceParent;
 
 use crate::error::{ApiError, ErrorCode};
 
@@ -53,6 +54,16 @@ pub(crate) fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
 }
 
 /// Whether the client asked for an event stream.
+/// The client's trace context: one valid `traceparent` header (two, or an invalid value, are
+/// none, as W3C Trace Context says).
+pub(crate) fn traceparent(headers: &HeaderMap) -> Option<TraceParent> {
+    let mut values = headers.get_all("traceparent").iter();
+    match (values.next(), values.next()) {
+        (Some(value), None) => TraceParent::parse(value.to_str().ok()?),
+        _ => None,
+    }
+}
+
 pub(crate) fn wants_events(headers: &HeaderMap) -> bool {
     headers
         .get_all(header::ACCEPT)

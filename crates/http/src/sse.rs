@@ -19,6 +19,8 @@ use axum::response::{IntoResponse, Response};
 use futures::Stream;
 use futures::StreamExt as _;
 use serde_json::{Value, json};
+use tokio::sync::broadcast;
+use toolwarden_core::shared::RemoteEvent;
 use toolwarden_core::{AuditStore, Received, ResultRenderer, Subscription, TurnHandle, TurnOutput};
 use toolwarden_protocol::{
     AUDIT_MAX_LIMIT, AuditEvent, AuditQuery, Event, EventKind, SessionId, Status, ToolCall, TurnId,
@@ -126,6 +128,7 @@ impl StoredRange {
                         .events(AuditQuery {
                             session: range.session.clone(),
                             after: Some(range.after),
+                            own: true,
                             limit: AUDIT_MAX_LIMIT,
                             ..AuditQuery::default()
                         })
@@ -175,6 +178,7 @@ pub(crate) fn all_events(
     stored: Option<StoredRange>,
     replay: Vec<Arc<Event>>,
     sub: Subscription,
+    remote: Option<broadcast::Receiver<RemoteEvent>>,
     session: Option<SessionId>,
 ) -> impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static {
     let keep = move |e: &Event| {
@@ -182,6 +186,7 @@ pub(crate) fn all_events(
             .as_ref()
             .is_none_or(|s| e.scope.session_id.as_ref() == Some(s))
     };
+    let keep_remote = keep.clone();
     let first: Vec<SseEvent> = notice
         .map(lost_frame)
         .into_iter()
@@ -201,10 +206,40 @@ pub(crate) fn all_events(
             }
         }
     });
+    let others = futures::stream::unfold(remote, move |remote| {
+        let keep = keep_remote.clone();
+        async move {
+            let mut remote = remote?;
+            loop {
+                match remote.recv().await {
+                    Ok(e) if keep(&e.event) => return Some((remote_frame(&e), Some(remote))),
+                    Ok(_) => {}
+                    Err(broadcast::error::RecvError::Lagged(missed)) => {
+                        return Some((lost_frame(Lost::Lagged { missed }), Some(remote)));
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        }
+    });
     let stored = futures::stream::iter(stored)
         .map(StoredRange::frames)
         .flatten();
+    let live = futures::stream::select(live, others);
     futures::StreamExt::map(stored.chain(futures::stream::iter(first)).chain(live), Ok)
+}
+
+/// Another replica's event: `event:` its type, `data:` the event as JSON with `replica` beside
+/// its fields, and no `id:` — its `seq` is that replica's, so a client's `Last-Event-ID` stays on
+/// this replica's last event.
+pub(crate) fn remote_frame(remote: &RemoteEvent) -> SseEvent {
+    let mut data = serde_json::to_value(&*remote.event).unwrap_or_else(|_| json!({}));
+    if let Value::Object(obj) = &mut data {
+        obj.insert("replica".into(), Value::from(&*remote.replica));
+    }
+    SseEvent::default()
+        .event(remote.event.kind.name())
+        .data(data.to_string())
 }
 
 type Finish = Pin<Box<dyn Future<Output = TurnOutput> + Send>>;

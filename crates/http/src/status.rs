@@ -8,6 +8,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use toolwarden_core::StoreHealth;
+use toolwarden_core::shared::SharedHealth;
 use toolwarden_protocol::{ServerStateKind, SessionId};
 
 use crate::app::App;
@@ -65,28 +66,40 @@ pub(crate) async fn metrics(State(app): State<App>) -> Response {
         .into_response()
 }
 
-/// `GET /healthz`: 200 while the process serves and its audit trail can write; 503 with
-/// `"status": "degraded"` when the trail cannot write (`store_error` says why). `store` is
-/// `skipped` when the server runs without a trail; Redis does not exist yet (`skipped`). A down
-/// MCP server shows in `servers` without changing the status.
+/// `GET /healthz`: 200 while the process serves, its audit trail can write and (when replicas
+/// share state) Redis answers; 503 with `"status": "degraded"` when either fails (`store_error`,
+/// `redis_error` say why). `store` and `redis` are `skipped` when the server runs without them.
+/// A down MCP server shows in `servers` without changing the status.
 pub(crate) async fn healthz(State(app): State<App>) -> Response {
-    let (store, error) = match app.engine.store().map(|s| s.health()) {
+    let (store, store_error) = match app.engine.store().map(|s| s.health()) {
         None => ("skipped", None),
         Some(StoreHealth::Ok) => ("ok", None),
         Some(StoreHealth::Degraded(why)) => ("degraded", Some(why)),
     };
+    let (redis, redis_error) = match app.engine.shared_health() {
+        None => ("skipped", None),
+        Some(SharedHealth::Ok) => ("ok", None),
+        Some(SharedHealth::Degraded(why)) => ("degraded", Some(why)),
+    };
+    let degraded = store_error.is_some() || redis_error.is_some();
     let mut body = json!({
-        "status": if error.is_some() { "degraded" } else { "ok" },
+        "status": if degraded { "degraded" } else { "ok" },
         "store": store,
-        "redis": "skipped",
+        "redis": redis,
         "servers": app.engine.servers(),
     });
-    let code = match (error, &mut body) {
-        (Some(why), Value::Object(obj)) => {
+    if let Value::Object(obj) = &mut body {
+        if let Some(why) = store_error {
             obj.insert("store_error".into(), json!(why));
-            StatusCode::SERVICE_UNAVAILABLE
         }
-        _ => StatusCode::OK,
+        if let Some(why) = redis_error {
+            obj.insert("redis_error".into(), json!(why));
+        }
+    }
+    let code = if degraded {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
     };
     (code, Json(body)).into_response()
 }

@@ -12,7 +12,7 @@ use toolwarden_protocol::{CallId, CancelReason, SessionId, TurnId};
 
 use crate::app::App;
 use crate::error::ApiError;
-use crate::request::{body_bytes, path, require_json, turn_error, wants_events};
+use crate::request::{body_bytes, path, require_json, traceparent, turn_error, wants_events};
 use crate::{format, sse};
 
 /// `POST /v1/turns`: runs a turn; answers JSON, or streams its events.
@@ -25,8 +25,9 @@ pub(crate) async fn create(
     let body = body_bytes(body)?;
     let turn = format::parse_turn(&body)?;
     let render = format::renderer(turn.family);
+    let traceparent = traceparent(&headers);
     if turn.detach {
-        return crate::audit::detach(&app, turn, render);
+        return crate::audit::detach(&app, turn, render, traceparent);
     }
     let calls = turn.calls.clone();
     let request = TurnRequest {
@@ -34,6 +35,7 @@ pub(crate) async fn create(
         parent_turn_id: turn.parent_turn_id,
         calls: turn.calls,
         render: Some(render.clone()),
+        traceparent,
         ..TurnRequest::default()
     };
     if wants_events(&headers) {
@@ -69,14 +71,15 @@ pub(crate) async fn active(State(app): State<App>) -> Json<Value> {
     Json(json!({"turns": app.engine.active_turns()}))
 }
 
-/// `POST /v1/turns/{id}/abort`.
+/// `POST /v1/turns/{id}/abort`: here, or on the replica that runs the turn.
 pub(crate) async fn abort(
     State(app): State<App>,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let turn_id = TurnId::from(path(id)?);
     app.engine
-        .abort_turn(&turn_id, CancelReason::User)
+        .abort_anywhere(&turn_id, None, CancelReason::User)
+        .await
         .map_err(|e| ApiError::not_found(e.to_string()))?;
     Ok(Json(json!({"ok": true, "turn_id": turn_id})))
 }
@@ -89,7 +92,8 @@ pub(crate) async fn abort_call(
     let (turn_id, call_id) = path(ids)?;
     let (turn_id, call_id) = (TurnId::from(turn_id), CallId::from(call_id));
     app.engine
-        .abort_call(&turn_id, &call_id, CancelReason::User)
+        .abort_anywhere(&turn_id, Some(&call_id), CancelReason::User)
+        .await
         .map_err(|e| ApiError::not_found(e.to_string()))?;
     Ok(Json(
         json!({"ok": true, "turn_id": turn_id, "call_id": call_id}),

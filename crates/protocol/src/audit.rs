@@ -32,6 +32,11 @@ pub struct AuditQuery {
     pub since: Option<Timestamp>,
     /// Events with a `seq` above this (the paging cursor of events).
     pub after: Option<u64>,
+    /// Only the events the reading process wrote itself, `after` being one of its own `seq`s (how
+    /// `/v1/events` resumes). A trail that several replicas write orders events across replicas
+    /// by its own cursor, and each replica numbers its events with its own `seq`; a trail one
+    /// process writes (SQLite) is the same either way.
+    pub own: bool,
     /// Calls older than this cursor (the paging cursor of calls, as [`CallsPage::next`] gave it).
     pub cursor: Option<u64>,
     /// At most this many items (capped at [`AUDIT_MAX_LIMIT`]).

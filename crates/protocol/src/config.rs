@@ -38,6 +38,29 @@ pub struct ConfigFile {
     /// `[store]`: the audit trail.
     #[serde(default)]
     pub store: StoreConfig,
+    /// `[redis]`: state shared by replicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redis: Option<RedisConfig>,
+    /// `[otel]`: traces over OTLP/HTTP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub otel: Option<OtelConfig>,
+}
+
+/// `[redis]`: replicas share breakers, the cache, aborts and events through Redis.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisConfig {
+    /// `redis://HOST:PORT/DB` (or `rediss://`); required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Prepended to every key and channel, so several deployments can share one Redis (default
+    /// `"toolwarden:"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    /// Longest wait for any one Redis operation before falling back to local state (default
+    /// `"250ms"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<DurationValue>,
 }
 
 with_policy_keys! {
@@ -147,6 +170,9 @@ pub struct StoreConfig {
     /// SQLite file (default: the platform data dir).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+    /// A PostgreSQL database (`postgres://…`) instead of the SQLite file, shared by replicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
     /// `before_execution` or `async`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub durability: Option<StoreDurability>,
@@ -160,4 +186,14 @@ pub struct StoreConfig {
     /// How long rows are kept (default `"30d"`; `0` = forever).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retain: Option<DurationValue>,
+}
+
+/// `[otel]`: every turn, call and attempt exported as a span over OTLP/HTTP.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OtelConfig {
+    /// The collector's OTLP/HTTP base URL (`http://127.0.0.1:4318`); spans go to
+    /// `ENDPOINT/v1/traces`. Unset: no spans are made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
 }

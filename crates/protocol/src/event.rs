@@ -88,6 +88,9 @@ pub enum EventKind {
         parent_turn_id: Option<TurnId>,
         /// Its calls, in order: `{"call_id", "tool"}`.
         calls: Vec<TurnCall>,
+        /// Its place in a trace, when toolwarden exports spans (`[otel]`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trace: Option<crate::trace::TurnTrace>,
     },
     /// A turn ended; `results` is the list a front door answers with, in call order.
     TurnEnd {

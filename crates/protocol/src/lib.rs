@@ -22,6 +22,7 @@ mod policy;
 mod status;
 mod time;
 mod tool;
+mod trace;
 
 pub use audit::{
     AUDIT_DEFAULT_LIMIT, AUDIT_MAX_LIMIT, AuditCall, AuditEvent, AuditPage, AuditQuery, CallsPage,
@@ -29,7 +30,8 @@ pub use audit::{
 };
 pub use call::{CallResult, Content, ToolCall};
 pub use config::{
-    ConfigFile, ExecConfig, GatewayConfig, HttpConfig, ServerConfig, StoreConfig, StoreDurability,
+    ConfigFile, ExecConfig, GatewayConfig, HttpConfig, OtelConfig, RedisConfig, ServerConfig,
+    StoreConfig, StoreDurability,
 };
 pub use duration::{
     DurationValue, ParseError, SizeValue, format_duration, parse_duration, parse_size,
@@ -56,3 +58,4 @@ pub use status::{
 };
 pub use time::Timestamp;
 pub use tool::{ToolAnnotations, ToolSpec};
+pub use trace::{SpanId, TraceId, TraceParent, TurnTrace};

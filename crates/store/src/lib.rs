@@ -9,12 +9,14 @@
 //! so the cost of a commit is spread over all of them. The database is in WAL mode: readers
 //! (`GET /v1/audit`, `toolwarden audit`) use their own connections and never block the writer.
 //!
-//! Everything SQLite-specific sits behind [`toolwarden_core::AuditStore`]; a PostgreSQL store
-//! would be another implementation of it, with the same schema's tables.
+//! Everything SQLite-specific sits behind [`toolwarden_core::AuditStore`]; the PostgreSQL store
+//! ([`PgStore`], `store.url`) is another implementation of it, sharing the writer thread, the
+//! redaction and the recovery rules, with its own schema and a replica id on every row.
 #![deny(missing_docs)]
 
 mod apply;
 mod options;
+mod pg;
 mod read;
 mod recover;
 mod redact;
@@ -36,9 +38,10 @@ use toolwarden_protocol::{
 };
 
 pub use options::{
-    DEFAULT_FILE, DEFAULT_MAX_PAYLOAD, DEFAULT_QUEUE_CAPACITY, DEFAULT_RETAIN, StoreOptions,
-    default_path,
+    DEFAULT_FILE, DEFAULT_MAX_PAYLOAD, DEFAULT_QUEUE_CAPACITY, DEFAULT_RETAIN, REPLICA_ENV,
+    StoreOptions, default_path, default_replica,
 };
+pub use pg::{PG_SCHEMA_VERSION, PgReader, PgStore, shown_url};
 pub use read::RUNNING;
 pub use redact::{DEFAULT_MASK_KEYS, MASKED, Redactor};
 pub use schema::LATEST as SCHEMA_VERSION;
@@ -95,6 +98,42 @@ pub enum OpenError {
         found: u32,
         /// The newest this build knows.
         supported: u32,
+    },
+    /// The PostgreSQL database cannot be reached or used.
+    #[error("cannot open the PostgreSQL audit trail at {url}: {detail}")]
+    Postgres {
+        /// The database's URL, without its password.
+        url: String,
+        /// Why.
+        detail: String,
+    },
+    /// A PostgreSQL trail written by a newer toolwarden.
+    #[error(
+        "the PostgreSQL audit trail at {url} was written by a newer toolwarden (audit schema version {found}; this one knows up to {supported}); it was left untouched — use the newer toolwarden, or set [store] url to another database"
+    )]
+    PostgresNewer {
+        /// The database's URL, without its password.
+        url: String,
+        /// Its schema version.
+        found: u32,
+        /// The newest this build knows.
+        supported: u32,
+    },
+    /// Another process writes as this replica.
+    #[error("replica {replica:?} of the PostgreSQL audit trail at {url} is in use by another toolwarden process; give each replica its own id (${env} or its own config file)", env = options::REPLICA_ENV)]
+    ReplicaInUse {
+        /// The database's URL, without its password.
+        url: String,
+        /// The replica id.
+        replica: String,
+    },
+    /// Reading a PostgreSQL trail that does not exist.
+    #[error(
+        "there is no audit trail in the PostgreSQL database at {url} yet (it is created by the first `toolwarden serve`, `mcp` or `call` that records)"
+    )]
+    PostgresMissing {
+        /// The database's URL, without its password.
+        url: String,
     },
     /// Reading a store that does not exist.
     #[error("there is no audit trail at {} yet (it is created by the first `toolwarden serve`, `mcp` or `call` that records)", path.display())]
@@ -292,12 +331,15 @@ impl SqliteStore {
         if let Some(retain) = options.retain {
             writer::prune(&conn, retain, Timestamp::now()).map_err(|e| sqlite_error(&path, e))?;
         }
-        let shared = writer::start(conn, lock, redactor, &options, last_seq).map_err(|e| {
-            OpenError::Open {
+        let backend = writer::SqliteWriter {
+            conn,
+            rows: apply::Rows::default(),
+        };
+        let shared = writer::start(Box::new(backend), Some(lock), redactor, &options, last_seq)
+            .map_err(|e| OpenError::Open {
                 path: path.clone(),
                 detail: format!("cannot start its writer thread: {e}"),
-            }
-        })?;
+            })?;
         Ok(SqliteStore {
             path,
             durability: options.durability,
@@ -472,5 +514,85 @@ impl AuditReader {
     /// The highest `seq` stored.
     pub fn last_seq(&self) -> Result<u64, OpenError> {
         read::last_seq(&self.conn).map_err(|e| self.err(e))
+    }
+}
+
+/// A store of either kind, opened.
+pub struct Opened {
+    /// The store.
+    pub store: Arc<dyn AuditStore>,
+    /// Where it is: the SQLite file, or the PostgreSQL URL (without password) and replica id.
+    pub location: String,
+    /// How many calls recovery recorded as `interrupted` when it opened.
+    pub interrupted: usize,
+}
+
+impl std::fmt::Debug for Opened {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Opened")
+            .field("location", &self.location)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Opens the store `options` name: PostgreSQL when `options.url` is set, else the SQLite file.
+pub fn open(options: StoreOptions) -> Result<Opened, OpenError> {
+    if options.url.is_some() {
+        let store = PgStore::open(options)?;
+        Ok(Opened {
+            location: format!("{} (replica {:?})", store.url(), store.replica()),
+            interrupted: store.interrupted(),
+            store: Arc::new(store),
+        })
+    } else {
+        let store = SqliteStore::open(options)?;
+        Ok(Opened {
+            location: store.path().display().to_string(),
+            interrupted: store.interrupted(),
+            store: Arc::new(store),
+        })
+    }
+}
+
+/// The trail read-only, for `toolwarden audit`, whichever database holds it.
+#[derive(Debug)]
+pub enum TrailReader {
+    /// An SQLite file.
+    Sqlite(AuditReader),
+    /// A PostgreSQL database.
+    Postgres(PgReader),
+}
+
+impl TrailReader {
+    /// Opens the trail `options` name, read-only.
+    pub fn open(options: &StoreOptions) -> Result<TrailReader, OpenError> {
+        match &options.url {
+            Some(url) => PgReader::open(url).map(TrailReader::Postgres),
+            None => AuditReader::open(&options.path).map(TrailReader::Sqlite),
+        }
+    }
+
+    /// A page of calls, newest first.
+    pub fn calls(&self, query: &AuditQuery) -> Result<CallsPage, OpenError> {
+        match self {
+            TrailReader::Sqlite(r) => r.calls(query),
+            TrailReader::Postgres(r) => r.calls(query),
+        }
+    }
+
+    /// A page of events, in the trail's order.
+    pub fn events(&self, query: &AuditQuery) -> Result<AuditPage, OpenError> {
+        match self {
+            TrailReader::Sqlite(r) => r.events(query),
+            TrailReader::Postgres(r) => r.events(query),
+        }
+    }
+
+    /// Where the trail ends now: the cursor `after` goes on from.
+    pub fn head(&self) -> Result<u64, OpenError> {
+        match self {
+            TrailReader::Sqlite(r) => r.last_seq(),
+            TrailReader::Postgres(r) => r.last_pos(),
+        }
     }
 }

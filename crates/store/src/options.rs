@@ -20,8 +20,12 @@ pub const DEFAULT_FILE: &str = "toolwarden.db";
 /// How to open a store.
 #[derive(Clone, Debug)]
 pub struct StoreOptions {
-    /// The SQLite file.
+    /// The SQLite file (unused when `url` names a PostgreSQL database).
     pub path: PathBuf,
+    /// A PostgreSQL database (`postgres://…`) instead of the SQLite file.
+    pub url: Option<String>,
+    /// This process's replica id in a shared PostgreSQL store (see [`default_replica`]).
+    pub replica: String,
     /// When a call's `tool_start` must be committed.
     pub durability: StoreDurability,
     /// Payloads longer than this (bytes of JSON) are stored truncated.
@@ -39,12 +43,54 @@ impl StoreOptions {
     pub fn new(path: impl Into<PathBuf>) -> Self {
         Self {
             path: path.into(),
+            url: None,
+            replica: default_replica(None),
             durability: StoreDurability::BeforeExecution,
             max_payload: DEFAULT_MAX_PAYLOAD,
             mask_keys: DEFAULT_MASK_KEYS.iter().map(|k| (*k).to_owned()).collect(),
             retain: Some(DEFAULT_RETAIN),
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
         }
+    }
+}
+
+impl StoreOptions {
+    /// The defaults for a store in the PostgreSQL database at `url`, written as `replica`.
+    pub fn postgres(url: impl Into<String>, replica: impl Into<String>) -> Self {
+        let mut options = Self::new(PathBuf::new());
+        options.url = Some(url.into());
+        options.replica = replica.into();
+        options
+    }
+}
+
+/// The environment variable that names this process's replica.
+pub const REPLICA_ENV: &str = "TOOLWARDEN_REPLICA";
+
+/// This process's replica id: `$TOOLWARDEN_REPLICA` when set, else the host's name and the
+/// config file's absolute path (`host:/etc/toolwarden/toolwarden.toml`; the host alone without a
+/// config file). It is the same every time the same replica starts on the same host, and differs
+/// between two replicas on one host as long as each has its own config file.
+pub fn default_replica(config_file: Option<&std::path::Path>) -> String {
+    if let Some(name) = std::env::var(REPLICA_ENV)
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+    {
+        return name.trim().to_owned();
+    }
+    let host = ["/proc/sys/kernel/hostname", "/etc/hostname"]
+        .iter()
+        .find_map(|f| std::fs::read_to_string(f).ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()))
+        .unwrap_or_else(|| "localhost".to_owned());
+    match config_file {
+        Some(file) => {
+            let file = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_owned());
+            format!("{host}:{}", file.display())
+        }
+        None => host,
     }
 }
 

@@ -16,14 +16,14 @@ use crate::apply::{Prepared, Rows, apply};
 use crate::redact::Redactor;
 
 /// One call of an unfinished turn, as the trail knows it.
-struct OpenCall {
-    call_id: String,
-    tool: Option<String>,
+pub(crate) struct OpenCall {
+    pub(crate) call_id: String,
+    pub(crate) tool: Option<String>,
     /// Its recorded result (the stored `tool_result`'s fields), if it has one.
-    result: Option<Value>,
-    started_at: Option<i64>,
-    attempts: Option<u32>,
-    ran: bool,
+    pub(crate) result: Option<Value>,
+    pub(crate) started_at: Option<i64>,
+    pub(crate) attempts: Option<u32>,
+    pub(crate) ran: bool,
 }
 
 /// Records the outcome of every call and turn a dead process left open; returns how many calls
@@ -38,43 +38,23 @@ pub(crate) fn recover(
         .prepare("SELECT id, turn_id, session_id, start_seq FROM turns WHERE ended_at IS NULL ORDER BY id")?
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
         .collect::<rusqlite::Result<_>>()?;
-    let mut events = Vec::new();
-    let mut interrupted = 0;
+    let mut open = Vec::with_capacity(turns.len());
     for (turn_row, turn_id, session_id, start_seq) in turns {
-        let calls = open_calls(conn, turn_row, start_seq)?;
-        let turn_id = TurnId::from(turn_id.as_str());
-        let session_id = session_id.map(|s| SessionId::from(s.as_str()));
-        let mut results = Vec::with_capacity(calls.len());
-        for call in calls {
-            let result = match call.result {
-                Some(result) => result,
-                None => {
-                    interrupted += 1;
-                    seq += 1;
-                    let (event, result) =
-                        interrupted_call(seq, now, &turn_id, session_id.clone(), &call);
-                    events.push(event);
-                    serde_json::to_value(&*result).unwrap_or(Value::Null)
-                }
-            };
-            results.push(result);
-        }
-        seq += 1;
-        events.push(Event {
-            seq,
-            ts: now,
-            scope: Arc::new(EventScope {
-                session_id: session_id.clone(),
-                turn_id: Some(turn_id.clone()),
-                call_id: None,
-                tool: None,
-            }),
-            kind: EventKind::TurnEnd {
-                outcome: "interrupted".into(),
-                results: TurnResults::Rendered(Arc::new(results)),
-            },
+        let start: Option<String> = match start_seq {
+            Some(start) => conn
+                .prepare_cached("SELECT body FROM events WHERE seq = ?1")?
+                .query_row([start], |r| r.get(0))
+                .ok(),
+            None => None,
+        };
+        let calls = open_calls(conn, turn_row, start.as_deref())?;
+        open.push(OpenTurn {
+            turn_id,
+            session_id,
+            calls,
         });
     }
+    let (events, interrupted) = close_turns(&mut seq, now, open);
     if events.is_empty() {
         return Ok(0);
     }
@@ -91,32 +71,109 @@ pub(crate) fn recover(
     Ok(interrupted)
 }
 
+/// A turn a dead process left open, with its calls.
+pub(crate) struct OpenTurn {
+    pub(crate) turn_id: String,
+    pub(crate) session_id: Option<String>,
+    pub(crate) calls: Vec<OpenCall>,
+}
+
+/// The events that end `turns`: an `interrupted` `tool_result` for each call without an outcome
+/// and a `turn_end` for each turn, numbered after `seq` (which ends at the last). Also answers
+/// how many calls were interrupted.
+pub(crate) fn close_turns(
+    seq: &mut u64,
+    now: Timestamp,
+    turns: Vec<OpenTurn>,
+) -> (Vec<Event>, usize) {
+    let mut events = Vec::new();
+    let mut interrupted = 0;
+    for turn in turns {
+        let turn_id = TurnId::from(turn.turn_id.as_str());
+        let session_id = turn.session_id.map(|s| SessionId::from(s.as_str()));
+        let mut results = Vec::with_capacity(turn.calls.len());
+        for call in turn.calls {
+            let result = match call.result {
+                Some(result) => result,
+                None => {
+                    interrupted += 1;
+                    *seq += 1;
+                    let (event, result) =
+                        interrupted_call(*seq, now, &turn_id, session_id.clone(), &call);
+                    events.push(event);
+                    serde_json::to_value(&*result).unwrap_or(Value::Null)
+                }
+            };
+            results.push(result);
+        }
+        *seq += 1;
+        events.push(Event {
+            seq: *seq,
+            ts: now,
+            scope: Arc::new(EventScope {
+                session_id: session_id.clone(),
+                turn_id: Some(turn_id.clone()),
+                call_id: None,
+                tool: None,
+            }),
+            kind: EventKind::TurnEnd {
+                outcome: "interrupted".into(),
+                results: TurnResults::Rendered(Arc::new(results)),
+            },
+        });
+    }
+    (events, interrupted)
+}
+
+/// The calls its `turn_start` (`start`, the stored body) listed, as (call id, tool), in order.
+pub(crate) fn listed_calls(start: Option<&str>) -> Vec<(String, Option<String>)> {
+    let mut listed = Vec::new();
+    if let Some(Value::Array(calls)) = start
+        .and_then(|b| serde_json::from_str::<Value>(b).ok())
+        .and_then(|mut v| v.get_mut("calls").map(Value::take))
+    {
+        for c in calls {
+            if let Some(id) = c.get("call_id").and_then(Value::as_str) {
+                let tool = c.get("tool").and_then(Value::as_str).map(str::to_owned);
+                listed.push((id.to_owned(), tool));
+            }
+        }
+    }
+    listed
+}
+
+/// The calls listed first, in their order, each with its row when it has one; then the rows no
+/// listing names.
+pub(crate) fn merge_calls(
+    listed: Vec<(String, Option<String>)>,
+    mut rows: Vec<OpenCall>,
+) -> Vec<OpenCall> {
+    let mut out = Vec::with_capacity(listed.len().max(rows.len()));
+    for (call_id, tool) in listed {
+        match rows.iter().position(|r| r.call_id == call_id) {
+            Some(i) => out.push(rows.remove(i)),
+            None => out.push(OpenCall {
+                call_id,
+                tool,
+                result: None,
+                started_at: None,
+                attempts: None,
+                ran: false,
+            }),
+        }
+    }
+    out.extend(rows);
+    out
+}
+
 /// The calls of an open turn: those its `turn_start` listed, in order, then any other the trail
 /// has a row for.
 fn open_calls(
     conn: &Connection,
     turn_row: i64,
-    start_seq: Option<i64>,
+    start: Option<&str>,
 ) -> rusqlite::Result<Vec<OpenCall>> {
-    let mut listed: Vec<(String, Option<String>)> = Vec::new();
-    if let Some(start) = start_seq {
-        let body: Option<String> = conn
-            .prepare_cached("SELECT body FROM events WHERE seq = ?1")?
-            .query_row([start], |r| r.get(0))
-            .ok();
-        if let Some(Value::Array(calls)) = body
-            .and_then(|b| serde_json::from_str::<Value>(&b).ok())
-            .and_then(|mut v| v.get_mut("calls").map(Value::take))
-        {
-            for c in calls {
-                if let Some(id) = c.get("call_id").and_then(Value::as_str) {
-                    let tool = c.get("tool").and_then(Value::as_str).map(str::to_owned);
-                    listed.push((id.to_owned(), tool));
-                }
-            }
-        }
-    }
-    let mut rows: Vec<OpenCall> = conn
+    let rows: Vec<OpenCall> = conn
         .prepare_cached(
             "SELECT c.call_id, c.tool, c.status, c.started_at, c.attempts, c.ran, \
              (SELECT body FROM events e WHERE e.call_row = c.id AND e.type = 'tool_result' \
@@ -136,26 +193,11 @@ fn open_calls(
             })
         })?
         .collect::<rusqlite::Result<_>>()?;
-    let mut out = Vec::with_capacity(listed.len().max(rows.len()));
-    for (call_id, tool) in listed {
-        match rows.iter().position(|r| r.call_id == call_id) {
-            Some(i) => out.push(rows.remove(i)),
-            None => out.push(OpenCall {
-                call_id,
-                tool,
-                result: None,
-                started_at: None,
-                attempts: None,
-                ran: false,
-            }),
-        }
-    }
-    out.extend(rows);
-    Ok(out)
+    Ok(merge_calls(listed_calls(start), rows))
 }
 
 /// A stored `tool_result`'s result fields (`outcome`, `content`, ...), as `turn_end` lists them.
-fn stored_result(body: &str) -> Option<Value> {
+pub(crate) fn stored_result(body: &str) -> Option<Value> {
     let Value::Object(mut map) = serde_json::from_str::<Value>(body).ok()? else {
         return None;
     };

@@ -14,6 +14,7 @@ use toolwarden_core::{StoreHealth, StoreUnavailable};
 use toolwarden_protocol::{Event, Timestamp};
 
 use crate::apply::{Prepared, Rows, apply};
+
 use crate::options::StoreOptions;
 use crate::redact::Redactor;
 
@@ -59,10 +60,10 @@ pub(crate) struct Shared {
     state: Mutex<Option<Conn>>,
 }
 
-/// Starts the writer thread over `conn` (which holds `lock` until it ends).
+/// Starts the writer thread over `backend` (the thread holds `lock`, if any, until it ends).
 pub(crate) fn start(
-    conn: Connection,
-    lock: File,
+    backend: Box<dyn Backend>,
+    lock: Option<File>,
     redactor: Redactor,
     options: &StoreOptions,
     last_seq: u64,
@@ -83,11 +84,7 @@ pub(crate) fn start(
         closed: watch::Sender::new(false),
         state: Mutex::new(None),
     });
-    *shared.state.lock() = Some(Conn {
-        conn,
-        rows: Rows::default(),
-        redactor,
-    });
+    *shared.state.lock() = Some(Conn { backend, redactor });
     let writer = Writer {
         shared: shared.clone(),
         _lock: lock,
@@ -100,20 +97,57 @@ pub(crate) fn start(
     Ok(shared)
 }
 
-/// The write connection and what goes with it, used by the writer thread.
+/// Where the writer thread writes: one implementation per database.
+pub(crate) trait Backend: Send {
+    /// Writes `items` in one transaction and commits. On an error nothing of them is written
+    /// (the backend forgets what it cached about rows the transaction made).
+    fn write(&mut self, items: &[Prepared<'_>]) -> Result<(), String>;
+    /// Deletes rows older than `retain`.
+    fn prune(&mut self, retain: Duration, now: Timestamp) -> Result<(), String>;
+    /// The store is closing: leaves the database tidy for readers.
+    fn close(&mut self);
+}
+
+/// The SQLite writer: its connection and the rows it remembers.
+pub(crate) struct SqliteWriter {
+    pub(crate) conn: Connection,
+    pub(crate) rows: Rows,
+}
+
+impl Backend for SqliteWriter {
+    fn write(&mut self, items: &[Prepared<'_>]) -> Result<(), String> {
+        let result = (|| {
+            let tx = self.conn.transaction()?;
+            for item in items {
+                apply(&tx, &mut self.rows, item)?;
+            }
+            tx.commit()
+        })();
+        result.map_err(|e| {
+            self.rows.clear();
+            e.to_string()
+        })
+    }
+
+    fn prune(&mut self, retain: Duration, now: Timestamp) -> Result<(), String> {
+        prune(&self.conn, retain, now).map_err(|e| e.to_string())
+    }
+
+    fn close(&mut self) {
+        // Let readers see a clean database: checkpoint the WAL into it.
+        let _ = self.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);");
+    }
+}
+
+/// The write backend and what goes with it, used by the writer thread.
 pub(crate) struct Conn {
-    conn: Connection,
-    rows: Rows,
+    backend: Box<dyn Backend>,
     redactor: Redactor,
 }
 
 impl Conn {
-    fn write(&mut self, items: &[Prepared<'_>]) -> rusqlite::Result<()> {
-        let tx = self.conn.transaction()?;
-        for item in items {
-            apply(&tx, &mut self.rows, item)?;
-        }
-        tx.commit()
+    fn write(&mut self, items: &[Prepared<'_>]) -> Result<(), String> {
+        self.backend.write(items)
     }
 
     fn prepare<'a>(&self, batch: &'a [Arc<Event>]) -> Vec<Prepared<'a>> {
@@ -221,7 +255,7 @@ impl Shared {
             match conn.write(&items) {
                 Ok(()) => break,
                 Err(e) => {
-                    self.failed(conn, &e);
+                    self.failed(&e);
                     let mut q = self.queue.lock();
                     if q.closing {
                         // Closing: one more try after the wait, then give up on this batch.
@@ -248,9 +282,8 @@ impl Shared {
     }
 
     /// A write failed: the store is degraded; waiters hear why.
-    fn failed(&self, conn: &mut Conn, e: &rusqlite::Error) {
-        conn.rows.clear();
-        let why: Arc<str> = e.to_string().into();
+    fn failed(&self, e: &str) {
+        let why: Arc<str> = e.into();
         if !self.failing.swap(true, Ordering::AcqRel) {
             tracing::error!(error = %why, "the audit trail cannot be written; retrying");
         }
@@ -279,7 +312,7 @@ impl Shared {
 
 struct Writer {
     shared: Arc<Shared>,
-    _lock: File,
+    _lock: Option<File>,
     retain: Option<Duration>,
     last_prune: i64,
 }
@@ -316,11 +349,10 @@ impl Writer {
             }
             self.maybe_prune();
         }
-        // Let readers see a clean database: checkpoint the WAL into it.
         // The connection and the lock go before anyone hears that the store is closed, so that
         // the next writer can open it at once.
-        if let Some(conn) = self.shared.state.lock().take() {
-            let _ = conn.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);");
+        if let Some(mut conn) = self.shared.state.lock().take() {
+            conn.backend.close();
         }
         let Writer { shared, _lock, .. } = self;
         drop(_lock);
@@ -334,9 +366,9 @@ impl Writer {
             return;
         }
         self.last_prune = now.unix_millis();
-        let guard = self.shared.state.lock();
-        if let Some(conn) = guard.as_ref()
-            && let Err(e) = prune(&conn.conn, retain, now)
+        let mut guard = self.shared.state.lock();
+        if let Some(conn) = guard.as_mut()
+            && let Err(e) = conn.backend.prune(retain, now)
         {
             tracing::warn!(error = %e, "pruning the audit trail failed");
         }

@@ -1,5 +1,7 @@
 //! The audit trail under a real engine: what is stored, when, what survives a crash, what is never
-//! written, and how bad files are refused.
+//! written, and how bad files are refused. Every scenario that is not about SQLite's file runs
+//! twice, on SQLite and on PostgreSQL (`NAME::sqlite`, `NAME::postgres`): one suite, two
+//! backends. PostgreSQL tests each use a schema of their own (see `toolwarden_testkit::pg`).
 
 // clippy's allow-unwrap-in-tests covers #[test] functions only, not this file's helpers.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -16,7 +18,8 @@ use toolwarden_core::protocol::{
     TurnRunState,
 };
 use toolwarden_core::{AnswerSender, AuditStore, Engine, InProcessTool, StoreHealth, ToolError};
-use toolwarden_store::{AuditReader, OpenError, SqliteStore, StoreOptions};
+use toolwarden_store::{AuditReader, OpenError, Opened, SqliteStore, StoreOptions, TrailReader};
+use toolwarden_testkit::pg::TestSchema;
 
 fn dir() -> tempfile::TempDir {
     tempfile::Builder::new()
@@ -25,14 +28,119 @@ fn dir() -> tempfile::TempDir {
         .unwrap()
 }
 
+/// Where a test's trail lives: an SQLite file in a temporary directory, or a PostgreSQL schema.
+enum Trail {
+    Sqlite {
+        _dir: tempfile::TempDir,
+        path: PathBuf,
+    },
+    Postgres {
+        schema: TestSchema,
+        /// The URL the store connects to (the schema's, or a proxy's in front of it).
+        url: String,
+    },
+}
+
+impl Trail {
+    fn sqlite() -> Trail {
+        let dir = dir();
+        let path = dir.path().join("audit.db");
+        Trail::Sqlite { _dir: dir, path }
+    }
+
+    fn postgres() -> Trail {
+        let schema = TestSchema::new();
+        let url = schema.url().to_owned();
+        Trail::Postgres { schema, url }
+    }
+
+    fn options(&self) -> StoreOptions {
+        self.options_as("replica-a")
+    }
+
+    fn options_as(&self, replica: &str) -> StoreOptions {
+        match self {
+            Trail::Sqlite { path, .. } => StoreOptions::new(path),
+            Trail::Postgres { url, .. } => StoreOptions::postgres(url.as_str(), replica),
+        }
+    }
+
+    fn open_with(&self, options: StoreOptions) -> Opened {
+        toolwarden_store::open(options).unwrap()
+    }
+
+    fn open(&self) -> Opened {
+        self.open_with(self.options())
+    }
+
+    fn reader(&self) -> TrailReader {
+        TrailReader::open(&self.options()).unwrap()
+    }
+
+    fn events(&self, query: AuditQuery) -> Vec<Value> {
+        self.reader()
+            .events(&query)
+            .unwrap()
+            .events
+            .iter()
+            .map(|e| serde_json::from_str(e.body.get()).unwrap())
+            .collect()
+    }
+
+    /// Everything the database holds, as bytes: the SQLite file and its WAL, or every row of
+    /// the trail's tables as text.
+    fn contents(&self) -> Vec<u8> {
+        match self {
+            Trail::Sqlite { path, .. } => file_bytes(path),
+            Trail::Postgres { schema, .. } => schema
+                .query(
+                    "SELECT string_agg(t::text, ' ') FROM toolwarden_events t UNION ALL \
+                     SELECT string_agg(t::text, ' ') FROM toolwarden_calls t UNION ALL \
+                     SELECT string_agg(t::text, ' ') FROM toolwarden_turns t",
+                )
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .into_bytes(),
+        }
+    }
+}
+
+/// Runs scenario `$name(Trail)` once per backend, as `$name::sqlite` and `$name::postgres`.
+macro_rules! both_backends {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            // On two worker threads, as the binary runs.
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                super::$name(super::Trail::sqlite()).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                super::$name(super::Trail::postgres()).await;
+            }
+        }
+    )*};
+}
+
+both_backends!(
+    every_event_is_stored_in_order_and_seq_goes_on_after_a_restart,
+    with_before_execution_a_tool_runs_only_once_its_start_is_committed,
+    reads_filter_and_page_events_calls_and_turns,
+    a_call_left_running_by_a_dead_process_is_recorded_interrupted_on_the_next_open,
+    a_password_answer_and_an_api_key_input_never_reach_the_database,
+    async_durability_does_not_wait_and_still_stores_everything,
+);
+
 fn open(path: &Path) -> Arc<SqliteStore> {
     Arc::new(SqliteStore::open(StoreOptions::new(path)).unwrap())
 }
 
 /// An engine recording into `store`, with `echo`, `hang` and `check_recorded` (which reads the
 /// trail itself to see whether its own `tool_start` was committed before it ran).
-fn engine(store: Arc<SqliteStore>) -> Engine {
-    let path = store.path().to_owned();
+fn engine(store: Arc<dyn AuditStore>) -> Engine {
+    let reads = store.clone();
     let engine = Engine::builder().store(store).build();
     engine.register(InProcessTool::new(
         "echo",
@@ -54,15 +162,15 @@ fn engine(store: Arc<SqliteStore>) -> Engine {
         "Says whether its own tool_start is in the trail",
         json!({"type": "object"}),
         move |_input, ctx| {
-            let path = path.clone();
+            let reads = reads.clone();
             async move {
-                let reader = AuditReader::open(&path).map_err(|e| ToolError::new(e.to_string()))?;
-                let page = reader
-                    .events(&AuditQuery {
+                let page = reads
+                    .events(AuditQuery {
                         turn: Some(ctx.meta().turn_id.clone()),
                         kind: Some("tool_start".into()),
                         ..AuditQuery::default()
                     })
+                    .await
                     .map_err(|e| ToolError::new(e.to_string()))?;
                 Ok::<_, ToolError>(format!("{}", page.events.len()))
             }
@@ -71,23 +179,8 @@ fn engine(store: Arc<SqliteStore>) -> Engine {
     engine
 }
 
-fn events_of(path: &Path, query: AuditQuery) -> Vec<Value> {
-    let reader = AuditReader::open(path).unwrap();
-    reader
-        .events(&query)
-        .unwrap()
-        .events
-        .iter()
-        .map(|e| serde_json::from_str(e.body.get()).unwrap())
-        .collect()
-}
-
-// On two worker threads, as the binary runs.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_event_is_stored_in_order_and_seq_goes_on_after_a_restart() {
-    let tmp = dir();
-    let path = tmp.path().join("audit.db");
-    let store = open(&path);
+async fn every_event_is_stored_in_order_and_seq_goes_on_after_a_restart(trail: Trail) {
+    let store = trail.open().store;
     let engine = engine(store.clone());
     for i in 0..20 {
         let r = engine
@@ -104,13 +197,12 @@ async fn every_event_is_stored_in_order_and_seq_goes_on_after_a_restart() {
         .unwrap();
     let last = engine.events().last_seq();
     store.close().await;
-    let all = events_of(
-        &path,
-        AuditQuery {
-            limit: 1000,
-            ..AuditQuery::default()
-        },
-    );
+    drop(engine);
+    drop(store);
+    let all = trail.events(AuditQuery {
+        limit: 1000,
+        ..AuditQuery::default()
+    });
     assert_eq!(
         all.iter()
             .map(|e| e["seq"].as_u64().unwrap())
@@ -123,7 +215,7 @@ async fn every_event_is_stored_in_order_and_seq_goes_on_after_a_restart() {
         "turn_start, tool_start, tool_result, turn_end per call"
     );
 
-    let store = open(&path);
+    let store = trail.open().store;
     assert_eq!(store.last_seq(), last);
     let engine = self::engine(store.clone());
     engine
@@ -136,6 +228,7 @@ async fn every_event_is_stored_in_order_and_seq_goes_on_after_a_restart() {
     let page = store
         .events(AuditQuery {
             after: Some(last),
+            own: true,
             ..AuditQuery::default()
         })
         .await
@@ -144,12 +237,8 @@ async fn every_event_is_stored_in_order_and_seq_goes_on_after_a_restart() {
     assert_eq!(page.events.len(), 4);
 }
 
-// On two worker threads, as the binary runs.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_before_execution_a_tool_runs_only_once_its_start_is_committed() {
-    let tmp = dir();
-    let store = open(&tmp.path().join("audit.db"));
-    let engine = engine(store);
+async fn with_before_execution_a_tool_runs_only_once_its_start_is_committed(trail: Trail) {
+    let engine = engine(trail.open().store);
     for i in 0..10 {
         let r = engine
             .call(
@@ -161,10 +250,8 @@ async fn with_before_execution_a_tool_runs_only_once_its_start_is_committed() {
     }
 }
 
-#[tokio::test]
-async fn reads_filter_and_page_events_calls_and_turns() {
-    let tmp = dir();
-    let store = open(&tmp.path().join("audit.db"));
+async fn reads_filter_and_page_events_calls_and_turns(trail: Trail) {
+    let store = trail.open().store;
     let engine = engine(store.clone());
     for i in 0..5 {
         engine
@@ -263,11 +350,10 @@ async fn reads_filter_and_page_events_calls_and_turns() {
     assert!(store.turn(TurnId::from("t_nope")).await.unwrap().is_none());
 }
 
-#[tokio::test]
-async fn a_call_left_running_by_a_dead_process_is_recorded_interrupted_on_the_next_open() {
-    let tmp = dir();
-    let path = tmp.path().join("audit.db");
-    let store = open(&path);
+async fn a_call_left_running_by_a_dead_process_is_recorded_interrupted_on_the_next_open(
+    trail: Trail,
+) {
+    let store = trail.open().store;
     let engine = engine(store.clone());
     let handle = engine
         .start_turn(toolwarden_core::TurnRequest::new(
@@ -287,6 +373,21 @@ async fn a_call_left_running_by_a_dead_process_is_recorded_interrupted_on_the_ne
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // ... and `b` has ended, its result committed.
+    for _ in 0..500 {
+        let ended = store
+            .calls(AuditQuery {
+                call: Some("b".into()),
+                status: Some("ok".into()),
+                ..AuditQuery::default()
+            })
+            .await
+            .unwrap();
+        if !ended.calls.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     engine
         .store_caught_up(Duration::from_secs(5))
         .await
@@ -295,8 +396,9 @@ async fn a_call_left_running_by_a_dead_process_is_recorded_interrupted_on_the_ne
     store.close().await;
     handle.detach();
 
-    let store = open(&path);
-    assert_eq!(store.interrupted(), 1);
+    let opened = trail.open();
+    assert_eq!(opened.interrupted, 1);
+    let store = opened.store;
     let page = store
         .calls(AuditQuery {
             turn: Some(turn_id.clone()),
@@ -337,7 +439,7 @@ async fn a_call_left_running_by_a_dead_process_is_recorded_interrupted_on_the_ne
     // Opening again finds nothing more to recover.
     store.close().await;
     drop(store);
-    assert_eq!(open(&path).interrupted(), 0);
+    assert_eq!(trail.open().interrupted, 0);
 }
 
 struct Passive;
@@ -367,11 +469,8 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
         .any(|w| w == needle.as_bytes())
 }
 
-#[tokio::test]
-async fn a_password_answer_and_an_api_key_input_never_reach_the_file() {
-    let tmp = dir();
-    let path = tmp.path().join("audit.db");
-    let store = open(&path);
+async fn a_password_answer_and_an_api_key_input_never_reach_the_database(trail: Trail) {
+    let store = trail.open().store;
     let engine = engine(store.clone());
     engine.interactions().attach(Arc::new(Passive));
     let asker = {
@@ -427,7 +526,7 @@ async fn a_password_answer_and_an_api_key_input_never_reach_the_file() {
         .store_caught_up(Duration::from_secs(5))
         .await
         .unwrap();
-    let bytes = file_bytes(&path);
+    let bytes = trail.contents();
     assert!(
         contains(&bytes, "interaction_answered"),
         "the answer is recorded"
@@ -442,7 +541,7 @@ async fn a_password_answer_and_an_api_key_input_never_reach_the_file() {
     );
     assert!(!contains(&bytes, key), "the api_key is in the file");
     store.close().await;
-    let bytes = file_bytes(&path);
+    let bytes = trail.contents();
     assert!(!contains(&bytes, secret) && !contains(&bytes, key));
 }
 
@@ -614,17 +713,14 @@ async fn bad_files_are_refused_by_name_and_left_untouched() {
     ));
 }
 
-#[tokio::test]
-async fn async_durability_does_not_wait_and_still_stores_everything() {
-    let tmp = dir();
-    let path = tmp.path().join("audit.db");
-    let store = Arc::new(
-        SqliteStore::open(StoreOptions {
+async fn async_durability_does_not_wait_and_still_stores_everything(trail: Trail) {
+    let store = trail
+        .open_with(StoreOptions {
             durability: StoreDurability::Async,
-            ..StoreOptions::new(&path)
+            ..trail.options()
         })
-        .unwrap(),
-    );
+        .store;
+    assert_eq!(store.durability(), StoreDurability::Async);
     let engine = engine(store.clone());
     for i in 0..50 {
         engine
@@ -644,4 +740,380 @@ async fn async_durability_does_not_wait_and_still_stores_everything() {
         .await
         .unwrap();
     assert_eq!(calls.calls.len(), 50);
+}
+
+// ---- PostgreSQL only: what sharing one database between replicas brings. ----
+
+/// Starts a turn with one `hang` call and waits until the call runs and its start is committed.
+async fn hanging_turn(engine: &Engine, call_id: &str) -> TurnId {
+    let handle = engine
+        .start_turn(toolwarden_core::TurnRequest::new(
+            "s",
+            vec![ToolCall::new(call_id, "hang", json!({}))],
+        ))
+        .unwrap();
+    let turn_id = handle.turn_id().clone();
+    handle.detach();
+    for _ in 0..500 {
+        let running = engine.active_turns().iter().any(|t| {
+            t.turn_id == turn_id
+                && t.calls[0].state == toolwarden_core::protocol::CallState::Running
+        });
+        if running {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    engine
+        .store_caught_up(Duration::from_secs(5))
+        .await
+        .unwrap();
+    turn_id
+}
+
+async fn status_of(store: &Arc<dyn AuditStore>, turn_id: &TurnId) -> Option<String> {
+    let page = store
+        .calls(AuditQuery {
+            turn: Some(turn_id.clone()),
+            ..AuditQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(page.calls.len(), 1, "{turn_id}");
+    page.calls[0].status.clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_recovery_closes_only_this_replicas_calls_and_seq_is_per_replica() {
+    let trail = Trail::postgres();
+    let a = trail.open_with(trail.options_as("a")).store;
+    let b = trail.open_with(trail.options_as("b")).store;
+    let engine_a = engine(a.clone());
+    let engine_b = engine(b.clone());
+    let turn_a = hanging_turn(&engine_a, "ha").await;
+    let turn_b = hanging_turn(&engine_b, "hb").await;
+    for i in 0..3 {
+        engine_b
+            .call("s", ToolCall::new(format!("e{i}"), "echo", json!({"i": i})))
+            .await;
+    }
+    engine_b
+        .store_caught_up(Duration::from_secs(5))
+        .await
+        .unwrap();
+
+    // Each replica numbers its own events from 1: its own stream resumes by its own seq.
+    for (store, engine) in [(&a, &engine_a), (&b, &engine_b)] {
+        let own = store
+            .events(AuditQuery {
+                after: Some(0),
+                own: true,
+                limit: 1000,
+                ..AuditQuery::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            own.events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            (1..=engine.events().last_seq()).collect::<Vec<_>>()
+        );
+    }
+    // The shared trail has both, paged by its own cursor without a miss or a repeat.
+    let total = engine_a.events().last_seq() + engine_b.events().last_seq();
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let page = a
+            .events(AuditQuery {
+                after,
+                limit: 3,
+                ..AuditQuery::default()
+            })
+            .await
+            .unwrap();
+        seen.extend(page.events.iter().map(|e| {
+            let v: Value = serde_json::from_str(e.body.get()).unwrap();
+            (v["turn_id"].as_str().map(str::to_owned), e.seq)
+        }));
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len() as u64, total, "{seen:?}");
+    let mut unique = seen.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), seen.len(), "no event twice: {seen:?}");
+
+    // A dies with its call running. Another replica starting meanwhile leaves A's call alone.
+    a.close().await;
+    drop(engine_a);
+    drop(a);
+    let c = trail.open_with(trail.options_as("c"));
+    assert_eq!(c.interrupted, 0);
+    assert_eq!(
+        status_of(&c.store, &turn_a).await,
+        None,
+        "A's call is untouched"
+    );
+
+    // A starts again with the same id: its call is interrupted; B's call still runs.
+    let a = trail.open_with(trail.options_as("a"));
+    assert_eq!(a.interrupted, 1);
+    assert_eq!(
+        status_of(&a.store, &turn_a).await.as_deref(),
+        Some("interrupted")
+    );
+    assert_eq!(status_of(&a.store, &turn_b).await, None, "B's call runs on");
+    assert_eq!(
+        a.store.turn(turn_b.clone()).await.unwrap().unwrap().state,
+        TurnRunState::Running
+    );
+    // B's call ends normally, and the trail has it.
+    engine_b.shutdown(Duration::from_secs(5)).await;
+    engine_b
+        .store_caught_up(Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(
+        status_of(&a.store, &turn_b).await.as_deref(),
+        Some("cancelled")
+    );
+    // A second process as replica B while B runs is refused.
+    let e = toolwarden_store::open(trail.options_as("b")).unwrap_err();
+    assert!(matches!(e, OpenError::ReplicaInUse { .. }), "{e}");
+    assert!(e.to_string().contains("\"b\""), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_retain_prunes_rows_older_than_it_on_open() {
+    let trail = Trail::postgres();
+    let Trail::Postgres { schema, .. } = &trail else {
+        unreachable!()
+    };
+    let store = trail.open().store;
+    let engine = engine(store.clone());
+    for i in 0..4 {
+        engine
+            .call("s", ToolCall::new(format!("c{i}"), "echo", json!({})))
+            .await;
+    }
+    engine
+        .store_caught_up(Duration::from_secs(5))
+        .await
+        .unwrap();
+    store.close().await;
+    drop(engine);
+    drop(store);
+    // Two of the calls are made 40 days old.
+    let day = "86400000::bigint";
+    schema.query(&format!(
+        "UPDATE toolwarden_events SET ts = ts - 40 * {day} WHERE call_id IN ('c0', 'c1') \
+         OR turn_id IN (SELECT turn_id FROM toolwarden_calls WHERE call_id IN ('c0', 'c1')); \
+         UPDATE toolwarden_calls SET started_at = started_at - 40 * {day}, \
+         ended_at = ended_at - 40 * {day} WHERE call_id IN ('c0', 'c1'); \
+         UPDATE toolwarden_turns SET started_at = started_at - 40 * {day}, \
+         ended_at = ended_at - 40 * {day} WHERE turn_id IN \
+         (SELECT turn_id FROM toolwarden_calls WHERE call_id IN ('c0', 'c1')); SELECT 1"
+    ));
+    let store = trail.open().store; // retain: 30 days by default
+    let calls = store.calls(AuditQuery::default()).await.unwrap();
+    let mut left: Vec<_> = calls.calls.iter().map(|c| c.call_id.to_string()).collect();
+    left.sort();
+    assert_eq!(left, vec!["c2", "c3"]);
+    assert_eq!(
+        schema.query("SELECT count(*) FROM toolwarden_events"),
+        vec![Some("8".to_owned())]
+    );
+    assert_eq!(
+        schema.query("SELECT count(*) FROM toolwarden_turns"),
+        vec![Some("2".to_owned())]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_bad_databases_are_refused_with_clear_errors() {
+    // Nobody listens there.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let url = format!("postgres://someone:hunter2@127.0.0.1:{port}/x");
+    let e = toolwarden_store::open(StoreOptions::postgres(url.as_str(), "a")).unwrap_err();
+    assert!(matches!(e, OpenError::Postgres { .. }), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains(&format!("postgres://someone@127.0.0.1:{port}/x")),
+        "{text}"
+    );
+    assert!(
+        !text.contains("hunter2"),
+        "the password is not shown: {text}"
+    );
+
+    // No trail yet, for a reader.
+    let trail = Trail::postgres();
+    assert!(matches!(
+        TrailReader::open(&trail.options()),
+        Err(OpenError::PostgresMissing { .. })
+    ));
+
+    // Written by a newer toolwarden: refused, untouched.
+    let Trail::Postgres { schema, .. } = &trail else {
+        unreachable!()
+    };
+    trail.open().store.close().await;
+    schema.query("UPDATE toolwarden_schema SET version = 99; SELECT 1");
+    let e = toolwarden_store::open(trail.options()).unwrap_err();
+    assert!(
+        matches!(e, OpenError::PostgresNewer { found: 99, .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("newer toolwarden"), "{e}");
+    assert!(matches!(
+        TrailReader::open(&trail.options()),
+        Err(OpenError::PostgresNewer { .. })
+    ));
+    assert_eq!(
+        schema.query("SELECT version::text FROM toolwarden_schema"),
+        vec![Some("99".to_owned())]
+    );
+}
+
+/// A TCP relay in front of the PostgreSQL server that a test can cut (every connection dropped,
+/// new ones refused) and restore: a database that goes away and comes back.
+struct Relay {
+    port: u16,
+    cut: Arc<std::sync::atomic::AtomicBool>,
+    dropped: Arc<tokio::sync::Notify>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Relay {
+    async fn start(target: String) -> Relay {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let dropped = Arc::new(tokio::sync::Notify::new());
+        let task = {
+            let cut = cut.clone();
+            let dropped = dropped.clone();
+            tokio::spawn(async move {
+                while let Ok((mut client, _)) = listener.accept().await {
+                    if cut.load(Ordering::SeqCst) {
+                        continue; // dropped at once
+                    }
+                    let target = target.clone();
+                    let dropped = dropped.clone();
+                    tokio::spawn(async move {
+                        let Ok(mut server) = tokio::net::TcpStream::connect(target).await else {
+                            return;
+                        };
+                        tokio::select! {
+                            _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                            () = dropped.notified() => {}
+                        }
+                    });
+                }
+            })
+        };
+        Relay {
+            port,
+            cut,
+            dropped,
+            task,
+        }
+    }
+
+    fn cut(&self, on: bool) {
+        self.cut.store(on, std::sync::atomic::Ordering::SeqCst);
+        if on {
+            self.dropped.notify_waiters();
+        }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// `url` with its `host:port` replaced by `127.0.0.1:port`; also answers the old `host:port`.
+fn through(url: &str, port: u16) -> (String, String) {
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let (user, rest) = rest.split_once('@').map_or(("", rest), |(u, r)| (u, r));
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let host = &rest[..end];
+    let host = if host.contains(':') {
+        host.to_owned()
+    } else {
+        format!("{host}:5432")
+    };
+    let at = if user.is_empty() { "" } else { "@" };
+    (
+        format!("{scheme}://{user}{at}127.0.0.1:{port}{}", &rest[end..]),
+        host,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_lost_connection_degrades_the_store_runs_no_backend_and_reconnects() {
+    let schema = TestSchema::new();
+    let (_, target) = through(schema.url(), 0);
+    let relay = Relay::start(target).await;
+    let (url, _) = through(schema.url(), relay.port);
+    let trail = Trail::Postgres { schema, url };
+    let store = trail.open().store;
+    let engine = engine(store.clone());
+    engine
+        .call("s", ToolCall::new("before", "echo", json!({})))
+        .await;
+    engine
+        .store_caught_up(Duration::from_secs(5))
+        .await
+        .unwrap();
+
+    relay.cut(true);
+    let r = engine
+        .call("s", ToolCall::new("blocked", "echo", json!({})))
+        .await;
+    assert_eq!(r.outcome.status.name(), "error", "{r:?}");
+    assert!(
+        r.text().contains("audit trail cannot be written"),
+        "{}",
+        r.text()
+    );
+    assert!(matches!(store.health(), StoreHealth::Degraded(_)));
+
+    relay.cut(false);
+    for _ in 0..300 {
+        if store.health() == StoreHealth::Ok {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(store.health(), StoreHealth::Ok, "reconnected");
+    engine
+        .store_caught_up(Duration::from_secs(5))
+        .await
+        .unwrap();
+    let all = store
+        .events(AuditQuery {
+            limit: 1000,
+            ..AuditQuery::default()
+        })
+        .await
+        .unwrap();
+    let seqs: Vec<u64> = all.events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=engine.events().last_seq()).collect::<Vec<_>>());
+    let blocked = store
+        .calls(AuditQuery {
+            call: Some("blocked".into()),
+            ..AuditQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(blocked.calls[0].status.as_deref(), Some("error"));
 }

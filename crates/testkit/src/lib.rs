@@ -16,6 +16,8 @@
     reason = "test support: a broken assumption must fail the test that relies on it, loudly"
 )]
 
+pub mod pg;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::OnceLock;
@@ -350,6 +352,7 @@ impl AttemptKit {
                 turn_id: TurnId::from("t1"),
                 call_id: CallId::from(call_id),
                 attempt: 1,
+                traceparent: None,
             },
             stop: stop.clone(),
             heartbeat: heartbeat.clone(),

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use serde_json::Value;
 use toolwarden_protocol::{AuditCall, AuditQuery, Timestamp, parse_duration};
-use toolwarden_store::{AuditReader, RUNNING};
+use toolwarden_store::{RUNNING, TrailReader};
 
 use crate::cli::AuditArgs;
 use crate::exit::{Exit, usage};
@@ -43,8 +43,8 @@ pub(crate) async fn run(config_path: Option<&Path>, args: AuditArgs) -> anyhow::
             stack::describe_origin(&config)
         );
     };
-    let reader = AuditReader::open(&options.path)?;
-    let mut seen_end = reader.last_seq()?;
+    let reader = TrailReader::open(&options)?;
+    let mut seen_end = reader.head()?;
     let page = reader.calls(&query)?;
     let mut calls = page.calls;
     // Newest first from the trail; oldest first on the screen.
@@ -81,7 +81,7 @@ pub(crate) async fn run(config_path: Option<&Path>, args: AuditArgs) -> anyhow::
             _ = signals.recv() => return Ok(Exit::Ok),
             _ = tick.tick() => {}
         }
-        let head = reader.last_seq()?;
+        let head = reader.head()?;
         if head <= seen_end {
             continue;
         }

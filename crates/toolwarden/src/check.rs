@@ -84,6 +84,12 @@ pub(crate) async fn run(config_path: Option<&Path>, args: CheckArgs) -> anyhow::
     // Where the audit trail is (the check does not open it).
     let store = stack::store_options(&stack.config, &stack.base_dir)?;
     let store_json = match &store {
+        Some(o) if o.url.is_some() => json!({
+            "enabled": true,
+            "url": toolwarden_store::shown_url(o.url.as_deref().unwrap_or_default()),
+            "replica": o.replica,
+            "durability": o.durability,
+        }),
         Some(o) => json!({
             "enabled": true,
             "path": o.path.display().to_string(),
@@ -93,6 +99,12 @@ pub(crate) async fn run(config_path: Option<&Path>, args: CheckArgs) -> anyhow::
         None => json!({"enabled": false}),
     };
     let store_line = match &store {
+        Some(o) if o.url.is_some() => format!(
+            "store: {} as replica {:?} ({})",
+            toolwarden_store::shown_url(o.url.as_deref().unwrap_or_default()),
+            o.replica,
+            snake(&o.durability),
+        ),
         Some(o) => format!(
             "store: {} ({}{})",
             o.path.display(),

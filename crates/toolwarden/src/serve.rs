@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 use tokio_util::sync::CancellationToken;
 use toolwarden_http::{HttpOptions, listen_allowed};
 use toolwarden_mcp::{Gateway, GatewayOptions};
@@ -23,6 +23,12 @@ use crate::stack::{self, Stack};
 /// After the engine and servers are down, how long answers still in flight get to be written
 /// before the remaining connections (event streams never end by themselves) are dropped.
 const DRAIN_CONNECTIONS: Duration = Duration::from_secs(2);
+
+/// How many connections the kernel may hold for `serve` before it accepts them (capped by
+/// `net.core.somaxconn`). The usual 1,024 overflows when a burst of agents' calls opens
+/// connections faster than a busy machine schedules the accept loop: the kernel then drops the
+/// handshakes and the clients see their connections reset.
+const LISTEN_BACKLOG: u32 = 4096;
 
 pub(crate) async fn run(config_path: Option<&Path>, args: ServeArgs) -> anyhow::Result<Exit> {
     // Installed first, so that a signal during start-up also shuts down in order.
@@ -42,9 +48,7 @@ pub(crate) async fn run(config_path: Option<&Path>, args: ServeArgs) -> anyhow::
     opts.headless = args.headless;
     let authenticated = opts.token.is_some();
 
-    let listener = TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr}"))?;
+    let listener = listen(addr).with_context(|| format!("cannot listen on {addr}"))?;
     let bound = listener.local_addr()?;
     let shutdown = CancellationToken::new();
 
@@ -111,6 +115,19 @@ pub(crate) async fn run(config_path: Option<&Path>, args: ServeArgs) -> anyhow::
     }
     eprintln!("toolwarden: stopped");
     Ok(Exit::Ok)
+}
+
+/// A listening socket on `addr` with a backlog of `LISTEN_BACKLOG`; like `TcpListener::bind`, it
+/// may reuse an address whose old connections are still in TIME_WAIT.
+fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// The gateway's options from the config: the same naming the engine's host uses.

@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use futures::future::join_all;
-use toolwarden_core::AuditStore as _;
 use toolwarden_core::{Config, ConfigOrigin, Engine, ToolOrigin};
 use toolwarden_exec::{ExecBackend, ExecConfigError, ExecSettings};
 use toolwarden_mcp::{McpServer, ReadyError};
 use toolwarden_protocol::{EventKind, ServerConfig, ServerStateKind};
-use toolwarden_store::{OpenError, SqliteStore, StoreOptions};
+use toolwarden_redis::{Options as RedisOptions, RedisShared};
+use toolwarden_store::{OpenError, Opened, StoreOptions};
 
 use crate::exit::usage;
 
@@ -92,7 +92,12 @@ pub(crate) fn store_options(
     if store.enabled == Some(false) {
         return Ok(None);
     }
+    let config_file = match &config.origin {
+        ConfigOrigin::File(path) => Some(path.as_path()),
+        ConfigOrigin::Builtin => None,
+    };
     let path = match store.path.as_deref() {
+        _ if store.url.is_some() => PathBuf::new(),
         Some("") => usage!(
             "{}",
             key_error(config, "store", "path", "must not be empty")
@@ -112,6 +117,10 @@ pub(crate) fn store_options(
         },
     };
     let mut options = StoreOptions::new(path);
+    if let Some(url) = &store.url {
+        options.url = Some(url.clone());
+        options.replica = toolwarden_store::default_replica(config_file);
+    }
     options.durability = store.durability.unwrap_or_default();
     if let Some(size) = store.max_payload {
         options.max_payload = usize::try_from(size.bytes()).unwrap_or(usize::MAX);
@@ -127,13 +136,11 @@ pub(crate) fn store_options(
 }
 
 /// Opens the audit trail. A directory that cannot be created is a config error (exit 2) naming
-/// `store.path`; a damaged, newer or busy database is an error (exit 1) naming the file.
-pub(crate) fn open_store(
-    config: &Config,
-    options: StoreOptions,
-) -> anyhow::Result<Arc<SqliteStore>> {
-    match SqliteStore::open(options) {
-        Ok(store) => Ok(Arc::new(store)),
+/// `store.path`; a damaged, newer or busy database is an error (exit 1) naming the file (or the
+/// PostgreSQL database).
+pub(crate) fn open_store(config: &Config, options: StoreOptions) -> anyhow::Result<Opened> {
+    match toolwarden_store::open(options) {
+        Ok(store) => Ok(store),
         Err(e @ OpenError::CreateDir { .. }) => {
             usage!("{}", key_error(config, "store", "path", &e.to_string()))
         }
@@ -146,19 +153,16 @@ pub(crate) fn describe_store(stack: &Stack) -> String {
     let Some(store) = &stack.store else {
         return "audit trail: off ([store] enabled = false)".to_owned();
     };
-    let durability = match store.durability() {
+    let durability = match store.store.durability() {
         toolwarden_protocol::StoreDurability::BeforeExecution => "before_execution",
         toolwarden_protocol::StoreDurability::Async => "async",
     };
-    let recovered = match store.interrupted() {
+    let recovered = match store.interrupted {
         0 => String::new(),
         1 => "; 1 call an earlier run left running was recorded as interrupted".to_owned(),
         n => format!("; {n} calls an earlier run left running were recorded as interrupted"),
     };
-    format!(
-        "audit trail: {} ({durability}){recovered}",
-        store.path().display()
-    )
+    format!("audit trail: {} ({durability}){recovered}", store.location)
 }
 
 /// An engine, its `exec` tool and its MCP servers.
@@ -168,7 +172,9 @@ pub(crate) struct Stack {
     pub(crate) base_dir: PathBuf,
     pub(crate) servers: Vec<Arc<McpServer>>,
     /// The audit trail, when the command records.
-    pub(crate) store: Option<Arc<SqliteStore>>,
+    pub(crate) store: Option<Opened>,
+    /// The span exporter, when `[otel] endpoint` is set and the command records.
+    traces: parking_lot::Mutex<Option<toolwarden_otel::ExportHandle>>,
 }
 
 /// Whether a command records its calls in the audit trail.
@@ -198,9 +204,43 @@ impl Stack {
             .headless(headless)
             .interaction_ceiling(config.interaction_ceiling());
         if let Some(store) = &store {
-            builder = builder.store(store.clone());
+            builder = builder.store(store.store.clone());
         }
-        let engine = builder.build();
+        let metrics = Arc::new(toolwarden_core::Metrics::new());
+        let shared = match (&config.file.redis, record) {
+            (Some(redis), Record::Yes) => Some(connect_redis(&config, redis, &metrics)?),
+            _ => None,
+        };
+        if let Some(shared) = &shared {
+            builder = builder.shared(Arc::new(shared.clone()));
+        }
+        let endpoint = config
+            .file
+            .otel
+            .as_ref()
+            .and_then(|o| o.endpoint.clone())
+            .filter(|_| record == Record::Yes);
+        // The exporter names attempt spans from the engine's registry, which exists only once
+        // the engine that gets the exporter's sink is built.
+        let built: Arc<std::sync::OnceLock<Engine>> = Arc::default();
+        let traces = endpoint.map(|endpoint| {
+            let engine = built.clone();
+            let (sink, handle) = toolwarden_otel::start(
+                toolwarden_otel::OtelOptions::new(endpoint),
+                Arc::new(move |tool: &str| engine.get().and_then(|e| e.tool_backing(tool))),
+            );
+            builder = std::mem::take(&mut builder).trace_sink(sink.clone());
+            (sink, handle)
+        });
+        let engine = builder.metrics(metrics).build();
+        let _ = built.set(engine.clone());
+        if let Some(shared) = &shared {
+            shared.attach(engine.clone())?;
+        }
+        let traces = traces.map(|(sink, handle)| {
+            sink.register_metrics(engine.metrics());
+            handle
+        });
         if let Some(exec) = config.file.exec.as_ref().filter(|e| e.enabled) {
             let mut settings = match ExecSettings::from_config(exec, &base_dir) {
                 Ok(settings) => settings,
@@ -223,6 +263,7 @@ impl Stack {
             base_dir,
             servers: Vec::new(),
             store,
+            traces: parking_lot::Mutex::new(traces),
         })
     }
 
@@ -289,13 +330,22 @@ impl Stack {
         let stopped = self.engine.shutdown(self.shutdown_wait()).await;
         self.shutdown_servers().await;
         self.close_store().await;
+        self.close_traces().await;
         stopped
+    }
+
+    /// Sends the spans still queued and stops the exporter. Idempotent.
+    pub(crate) async fn close_traces(&self) {
+        let handle = self.traces.lock().take();
+        if let Some(handle) = handle {
+            handle.shutdown().await;
+        }
     }
 
     /// Commits what the audit trail still has queued and closes it. Idempotent.
     pub(crate) async fn close_store(&self) {
         if let Some(store) = &self.store {
-            store.close().await;
+            store.store.close().await;
         }
     }
 
@@ -304,6 +354,22 @@ impl Stack {
     pub(crate) async fn shutdown_servers(&self) {
         join_all(self.servers.iter().map(|s| s.shutdown())).await;
     }
+}
+
+/// The state shared with other replicas through Redis (`[redis]`); a bad table is a usage error.
+fn connect_redis(
+    config: &Config,
+    redis: &toolwarden_protocol::RedisConfig,
+    metrics: &toolwarden_core::Metrics,
+) -> anyhow::Result<RedisShared> {
+    let options = match RedisOptions::from_config(redis) {
+        Ok(options) => options,
+        Err(e @ toolwarden_redis::OptionsError::ZeroTimeout) => {
+            usage!("{}", key_error(config, "redis", "timeout", &e.to_string()))
+        }
+        Err(e) => usage!("{}", key_error(config, "redis", "url", &e.to_string())),
+    };
+    Ok(RedisShared::new(options, metrics.shared().clone())?)
 }
 
 /// A message about `[table] key` as a config diagnostic: `FILE:LINE: table.key: message`.

@@ -1,5 +1,7 @@
 //! The audit trail on the real binary: a crash mid-call (`kill -9`) and a restart, no event lost
 //! under load, secrets never in the file, a trail that cannot be written, and bad files refused.
+//! The scenarios that are not about SQLite's file run on both backends (`NAME::sqlite`,
+//! `NAME::postgres`), and two replicas sharing one PostgreSQL database survive one's `kill -9`.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -11,9 +13,133 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use crate::serve::{config, serve, turn};
+use toolwarden_testkit::pg::TestSchema;
+
 use crate::util::{Dir, Sse, assert_no_process, http, marker, wait_for_process};
 
 const STORE: &str = "[store]\npath = \"audit.db\"\n";
+
+/// Where a test's trail lives: `audit.db` in the test's directory, or a PostgreSQL schema of
+/// its own.
+enum Trail {
+    Sqlite,
+    Postgres(TestSchema),
+}
+
+impl Trail {
+    fn sqlite() -> Trail {
+        Trail::Sqlite
+    }
+
+    fn postgres() -> Trail {
+        Trail::Postgres(TestSchema::new())
+    }
+
+    /// The config's `[store]` section.
+    fn section(&self) -> String {
+        match self {
+            Trail::Sqlite => STORE.to_owned(),
+            Trail::Postgres(schema) => format!("[store]\nurl = {:?}\n", schema.url()),
+        }
+    }
+
+    /// Everything the database holds, as bytes (the file and its WAL, or every row as text).
+    fn contents(&self, dir: &Dir) -> Vec<u8> {
+        match self {
+            Trail::Sqlite => file_bytes(&dir.path().join("audit.db")),
+            Trail::Postgres(schema) => schema
+                .query(
+                    "SELECT string_agg(t::text, ' ') FROM toolwarden_events t UNION ALL \
+                     SELECT string_agg(t::text, ' ') FROM toolwarden_calls t",
+                )
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .into_bytes(),
+        }
+    }
+
+    /// (events, highest seq, calls ok, events per turn) in the trail.
+    fn counts(&self, dir: &Dir) -> (i64, i64, i64, HashMap<String, i64>) {
+        match self {
+            Trail::Sqlite => {
+                let db = rusqlite::Connection::open(dir.path().join("audit.db")).unwrap();
+                let (count, max): (i64, i64) = db
+                    .query_row("SELECT count(*), max(seq) FROM events", [], |r| {
+                        Ok((r.get(0)?, r.get(1)?))
+                    })
+                    .unwrap();
+                let per_turn = db
+                    .prepare(
+                        "SELECT t.turn_id, count(*) FROM events e \
+                         JOIN turns t ON t.id = e.turn_row GROUP BY t.turn_id",
+                    )
+                    .unwrap()
+                    .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .unwrap()
+                    .map(Result::unwrap)
+                    .collect();
+                let ok: i64 = db
+                    .query_row("SELECT count(*) FROM calls WHERE status = 'ok'", [], |r| {
+                        r.get(0)
+                    })
+                    .unwrap();
+                (count, max, ok, per_turn)
+            }
+            Trail::Postgres(schema) => {
+                let one = |sql: &str| -> i64 {
+                    schema.query(sql)[0]
+                        .as_deref()
+                        .unwrap_or("0")
+                        .parse()
+                        .unwrap()
+                };
+                let per_turn = schema
+                    .query(
+                        "SELECT turn_id || ' ' || count(*) FROM toolwarden_events \
+                         WHERE turn_id IS NOT NULL GROUP BY turn_id",
+                    )
+                    .into_iter()
+                    .flatten()
+                    .map(|l| {
+                        let (t, n) = l.rsplit_once(' ').unwrap();
+                        (t.to_owned(), n.parse().unwrap())
+                    })
+                    .collect();
+                (
+                    one("SELECT count(*) FROM toolwarden_events"),
+                    one("SELECT coalesce(max(seq), 0) FROM toolwarden_events"),
+                    one("SELECT count(*) FROM toolwarden_calls WHERE status = 'ok'"),
+                    per_turn,
+                )
+            }
+        }
+    }
+}
+
+/// Runs scenario `$name(Trail)` once per backend, as `$name::sqlite` and `$name::postgres`.
+macro_rules! both_backends {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test]
+            async fn sqlite() {
+                super::$name(super::Trail::sqlite()).await;
+            }
+            #[tokio::test]
+            async fn postgres() {
+                super::$name(super::Trail::postgres()).await;
+            }
+        }
+    )*};
+}
+
+both_backends!(
+    a_crash_mid_call_is_recorded_interrupted_and_events_resume_without_a_gap,
+    under_load_every_calls_events_are_in_the_trail,
+    an_api_key_input_never_reaches_the_database,
+    a_local_call_is_recorded_and_audit_filters_and_follows,
+);
 
 async fn get(url: &str) -> (u16, Value) {
     let resp = http().get(url).send().await.unwrap();
@@ -51,11 +177,10 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
         .any(|w| w == needle.as_bytes())
 }
 
-#[tokio::test]
-async fn a_crash_mid_call_is_recorded_interrupted_and_events_resume_without_a_gap() {
+async fn a_crash_mid_call_is_recorded_interrupted_and_events_resume_without_a_gap(trail: Trail) {
     let dir = Dir::new();
     let mark = marker("audit-crash");
-    dir.create("toolwarden.toml", &config(&mark, STORE));
+    dir.create("toolwarden.toml", &config(&mark, &trail.section()));
     let (mut server, url) = serve(&dir, &[]).await;
     server
         .wait_stderr("server \"test\" is up", Duration::from_secs(30))
@@ -241,15 +366,14 @@ async fn a_crash_mid_call_is_recorded_interrupted_and_events_resume_without_a_ga
     server.wait(Duration::from_secs(10)).await.expect_code(0);
 }
 
-#[tokio::test]
-async fn under_load_every_calls_events_are_in_the_trail() {
+async fn under_load_every_calls_events_are_in_the_trail(trail: Trail) {
     // The bounded version of the soak benchmark (docs/PERFORMANCE.md): calls at a steady rate for
     // 10 s through POST /v1/turns; then every call's four events are counted in the database.
     const RATE: u64 = 400;
     const SECONDS: u64 = 10;
     let dir = Dir::new();
     let mark = marker("audit-load");
-    dir.create("toolwarden.toml", &config(&mark, STORE));
+    dir.create("toolwarden.toml", &config(&mark, &trail.section()));
     let (mut server, url) = serve(&dir, &[]).await;
     server
         .wait_stderr("server \"test\" is up", Duration::from_secs(30))
@@ -285,34 +409,14 @@ async fn under_load_every_calls_events_are_in_the_trail() {
     server.signal(Signal::SIGTERM);
     server.wait(Duration::from_secs(20)).await.expect_code(0);
 
-    let db = rusqlite::Connection::open(dir.path().join("audit.db")).unwrap();
-    let (count, max): (i64, i64) = db
-        .query_row("SELECT count(*), max(seq) FROM events", [], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })
-        .unwrap();
+    let (count, max, ok, per_turn) = trail.counts(&dir);
     assert_eq!(count, max, "seq has holes: events were lost");
-    let per_turn: HashMap<String, (i64, String)> = db
-        .prepare(
-            "SELECT t.turn_id, count(*), group_concat(e.type, ',') FROM events e \
-             JOIN turns t ON t.id = e.turn_row GROUP BY t.turn_id",
-        )
-        .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, (r.get(1)?, r.get(2)?))))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
     for id in &turns {
-        let (n, types) = per_turn
+        let n = per_turn
             .get(id)
             .unwrap_or_else(|| panic!("turn {id} is missing"));
-        assert_eq!(*n, 4, "turn {id}: {types}");
+        assert_eq!(*n, 4, "turn {id}");
     }
-    let ok: i64 = db
-        .query_row("SELECT count(*) FROM calls WHERE status = 'ok'", [], |r| {
-            r.get(0)
-        })
-        .unwrap();
     assert_eq!(ok as usize, turns.len());
     eprintln!(
         "{} calls in {took:?} ({:.0}/s), {count} events, all stored",
@@ -321,11 +425,10 @@ async fn under_load_every_calls_events_are_in_the_trail() {
     );
 }
 
-#[tokio::test]
-async fn an_api_key_input_never_reaches_the_file() {
+async fn an_api_key_input_never_reaches_the_database(trail: Trail) {
     let dir = Dir::new();
     let mark = marker("audit-redact");
-    dir.create("toolwarden.toml", &config(&mark, STORE));
+    dir.create("toolwarden.toml", &config(&mark, &trail.section()));
     let (mut server, url) = serve(&dir, &[]).await;
     server
         .wait_stderr("server \"test\" is up", Duration::from_secs(30))
@@ -341,8 +444,7 @@ async fn an_api_key_input_never_reaches_the_file() {
     let events = all_events(&url, "&type=tool_start").await;
     assert_eq!(events[0]["input"]["api_key"], "[MASKED]");
     assert_eq!(events[0]["input"]["headers"]["Authorization"], "[MASKED]");
-    let path = dir.path().join("audit.db");
-    let bytes = file_bytes(&path);
+    let bytes = trail.contents(&dir);
     assert!(contains(&bytes, "[MASKED]"));
     assert!(
         !contains(&bytes, key),
@@ -350,7 +452,7 @@ async fn an_api_key_input_never_reaches_the_file() {
     );
     server.signal(Signal::SIGTERM);
     server.wait(Duration::from_secs(10)).await.expect_code(0);
-    assert!(!contains(&file_bytes(&path), key));
+    assert!(!contains(&trail.contents(&dir), key));
 }
 
 #[tokio::test]
@@ -491,12 +593,11 @@ async fn bad_store_files_are_refused_by_name_and_left_untouched() {
     );
 }
 
-#[tokio::test]
-async fn a_local_call_is_recorded_and_audit_filters_and_follows() {
+async fn a_local_call_is_recorded_and_audit_filters_and_follows(trail: Trail) {
     let dir = Dir::new();
     dir.create(
         "toolwarden.toml",
-        &format!("[exec]\nenabled = true\n{STORE}"),
+        &format!("[exec]\nenabled = true\n{}", trail.section()),
     );
     let call = dir
         .command(&[
@@ -544,4 +645,166 @@ async fn a_local_call_is_recorded_and_audit_filters_and_follows() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     follower.signal(Signal::SIGINT);
+}
+
+/// Waits until the trail behind `url` has `n` `tool_start` events of `turn_id`.
+async fn starts_committed(url: &str, turn_id: &str, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while all_events(url, &format!("&turn={turn_id}&type=tool_start"))
+        .await
+        .len()
+        < n
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the tool_start events of {turn_id} were not committed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Posts a detached turn of `calls`; its id.
+async fn detached(url: &str, calls: Value) -> String {
+    let resp = http()
+        .post(format!("{url}/v1/turns"))
+        .json(&json!({"detach": true, "calls": calls}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 202);
+    resp.json::<Value>().await.unwrap()["turn_id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// The statuses of a turn's calls in the shared trail, by call id.
+async fn statuses(url: &str, turn_id: &str) -> Vec<(String, Value)> {
+    let (status, page) = get(&format!("{url}/v1/audit/calls?turn={turn_id}")).await;
+    assert_eq!(status, 200, "{page}");
+    let mut out: Vec<(String, Value)> = page["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["call_id"].as_str().unwrap().to_owned(),
+                c["status"].clone(),
+            )
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+#[tokio::test]
+async fn two_replicas_share_one_postgres_trail_and_a_killed_one_recovers_only_its_own_calls() {
+    let schema = TestSchema::new();
+    let section = format!("[store]\nurl = {:?}\n", schema.url());
+    // Two replicas on one machine: each its own directory and config file, hence its own id.
+    let (dir_a, dir_b) = (Dir::new(), Dir::new());
+    let (mark_a, mark_b) = (marker("replica-a"), marker("replica-b"));
+    dir_a.create("toolwarden.toml", &config(&mark_a, &section));
+    dir_b.create("toolwarden.toml", &config(&mark_b, &section));
+    let (mut a, url_a) = serve(&dir_a, &[]).await;
+    let (mut b, url_b) = serve(&dir_b, &[]).await;
+    for server in [&mut a, &mut b] {
+        server
+            .wait_stderr("server \"test\" is up", Duration::from_secs(30))
+            .await;
+    }
+    let turn_a = detached(
+        &url_a,
+        json!([
+            {"id": "a1", "name": "test__sleep", "input": {"ms": 600_000}},
+            {"id": "a2", "name": "exec", "input": {"command": format!("sleep 600; echo {mark_a}")}},
+        ]),
+    )
+    .await;
+    let turn_b = detached(
+        &url_b,
+        json!([{"id": "b1", "name": "exec", "input": {"command": format!("sleep 600; echo {mark_b}")}}]),
+    )
+    .await;
+    wait_for_process(a.pid(), &mark_a, Duration::from_secs(10)).await;
+    wait_for_process(b.pid(), &mark_b, Duration::from_secs(10)).await;
+    starts_committed(&url_a, &turn_a, 2).await;
+    starts_committed(&url_b, &turn_b, 1).await;
+    // One trail: each replica reads the other's calls.
+    assert_eq!(
+        statuses(&url_b, &turn_a).await,
+        vec![("a1".into(), Value::Null), ("a2".into(), Value::Null)]
+    );
+    assert_eq!(
+        statuses(&url_a, &turn_b).await,
+        vec![("b1".into(), Value::Null)]
+    );
+
+    a.signal(Signal::SIGKILL);
+    a.wait(Duration::from_secs(10)).await;
+    assert_no_process(&mark_a, Duration::from_secs(5)).await;
+    // While A is down its calls stay open, and B, still running, did not touch them.
+    assert_eq!(
+        statuses(&url_b, &turn_a).await,
+        vec![("a1".into(), Value::Null), ("a2".into(), Value::Null)]
+    );
+
+    // A starts again with the same id: its two calls are interrupted, B's call is not.
+    let (mut a, url_a) = serve(&dir_a, &[]).await;
+    a.wait_stderr(
+        "2 calls an earlier run left running were recorded as interrupted",
+        Duration::from_secs(10),
+    )
+    .await;
+    let interrupted = json!("interrupted");
+    assert_eq!(
+        statuses(&url_b, &turn_a).await,
+        vec![
+            ("a1".into(), interrupted.clone()),
+            ("a2".into(), interrupted)
+        ]
+    );
+    assert_eq!(
+        statuses(&url_a, &turn_b).await,
+        vec![("b1".into(), Value::Null)]
+    );
+    let (_, record) = get(&format!("{url_b}/v1/turns/{turn_b}")).await;
+    assert_eq!(record["state"], "running");
+    let (_, record) = get(&format!("{url_b}/v1/turns/{turn_a}")).await;
+    assert_eq!(
+        (&record["state"], &record["outcome"]),
+        (&json!("ended"), &json!("interrupted"))
+    );
+    // B's command is still running: its process is alive.
+    wait_for_process(b.pid(), &mark_b, Duration::from_secs(1)).await;
+
+    // `toolwarden audit` (from A's directory) reads the shared trail: A's two interrupted calls.
+    let out = dir_a
+        .command(&["audit", "--status", "interrupted", "--json"])
+        .run()
+        .await;
+    out.expect_code(0);
+    let mut ids: Vec<String> = out
+        .stdout
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["call_id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    ids.sort();
+    assert_eq!(ids, vec!["a1", "a2"]);
+
+    // B shuts down: its call ends `cancelled`, recorded by B, seen through A.
+    b.signal(Signal::SIGTERM);
+    b.wait(Duration::from_secs(20)).await.expect_code(0);
+    assert_eq!(
+        statuses(&url_a, &turn_b).await,
+        vec![("b1".into(), json!("cancelled"))]
+    );
+    assert_no_process(&mark_b, Duration::from_secs(5)).await;
+    a.signal(Signal::SIGTERM);
+    a.wait(Duration::from_secs(20)).await.expect_code(0);
 }

@@ -53,7 +53,7 @@ async fn one_call(client: &reqwest::Client, url: &str, call: Value) -> Result<St
         .json(&json!({ "calls": [call] }))
         .send()
         .await
-        .map_err(|e| format!("request failed: {e}"))?;
+        .map_err(|e| format!("request failed: {e:?}"))?;
     if resp.status() != 200 {
         return Err(format!("HTTP {}", resp.status()));
     }

@@ -15,6 +15,8 @@ mod config;
 mod help;
 mod limits;
 mod mcp;
+mod otel;
 mod readme;
+mod scale_out;
 mod serve;
 mod soak;

@@ -73,6 +73,7 @@ impl Dir {
             .current_dir(self.path())
             .env("XDG_DATA_HOME", self.path().join("data"))
             .env_remove("TOOLWARDEN_CONFIG")
+            .env_remove("TOOLWARDEN_REPLICA")
             .env_remove("TOOLWARDEN_TOKEN")
             .env_remove("TOOLWARDEN_TOOL_TIMEOUT")
             .env_remove("RUST_LOG")

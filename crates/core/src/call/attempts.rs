@@ -162,6 +162,7 @@ async fn one_attempt(
             turn_id: turn.id.clone(),
             call_id: slot.call_id.clone(),
             attempt: n,
+            traceparent: turn.trace.map(|t| t.for_attempt(&slot.call_id, n)),
         },
         stop: signals.clone(),
         heartbeat: heartbeat.clone(),

@@ -1,5 +1,6 @@
 //! What a call borrows from its engine: the event bus, the cache, retry jitter, the tracker of
-//! stop tasks, the interaction broker and the audit trail — nothing more. The pipeline can run on a `CallEnv`
+//! stop tasks, the interaction broker, the audit trail and the state shared with other replicas —
+//! nothing more. The pipeline can run on a `CallEnv`
 //! made by hand, without an engine around it.
 
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use crate::events::{EventBus, EventScope};
 use crate::interaction::Interactions;
 use crate::registry::ToolRuntime;
 use crate::retry::Jitter;
+use crate::shared::{BreakerChange, SharedState};
 use crate::store::StoreHook;
 
 /// The environment every call of an engine shares.
@@ -25,17 +27,33 @@ pub(crate) struct CallEnv {
     /// The audit trail, if any: a call's backend may have to wait for its `tool_start` to be
     /// committed.
     pub(crate) store: Option<StoreHook>,
+    /// State shared with other replicas, if any (docs/SCALE-OUT.md).
+    pub(crate) shared: Option<Arc<dyn SharedState>>,
+    /// Whether spans are exported: each turn then gets its own span id (see [`crate::trace`]).
+    pub(crate) export_spans: bool,
 }
 
 impl CallEnv {
-    /// A tool's breaker changed state: its gauge and a `breaker_state` event say so.
+    /// A tool's breaker changed state: its gauge and a `breaker_state` event say so, and other
+    /// replicas learn it (opened and closed; each moves to half-open on its own clock).
     pub(crate) fn breaker_changed(
         &self,
+        tool: &str,
         runtime: &ToolRuntime,
         scope: &Arc<EventScope>,
         state: BreakerStateKind,
+        open_for: std::time::Duration,
     ) {
         runtime.metrics.breaker(state);
         self.bus.emit(scope, EventKind::BreakerState { state });
+        if let Some(shared) = &self.shared {
+            match state {
+                BreakerStateKind::Open => {
+                    shared.breaker_changed(tool, BreakerChange::Open { for_: open_for });
+                }
+                BreakerStateKind::Closed => shared.breaker_changed(tool, BreakerChange::Closed),
+                BreakerStateKind::HalfOpen => {}
+            }
+        }
     }
 }

@@ -18,6 +18,7 @@ use crate::config::apply_hints;
 use crate::gate::Ticket;
 use crate::maps::CallDigest;
 use crate::registry::{ToolEntry, ToolRuntime};
+use crate::shared::{SharedState, lease_ttl};
 use crate::text::human_size;
 
 use super::approve::approve;
@@ -46,12 +47,15 @@ pub(crate) struct CallJob {
     pub(crate) ticket: Option<Ticket>,
 }
 
-/// A half-open probe hands its slot back if the call ends without a verdict.
+/// A half-open probe hands its slot back if the call ends without a verdict, and its lease
+/// across replicas whichever way it ends.
 struct ProbeGuard<'a> {
     runtime: &'a ToolRuntime,
     policy: &'a toolwarden_protocol::Breaker,
     admission: Admission,
     armed: bool,
+    /// The shared state and the tool, when this probe holds the lease of every replica.
+    lease: Option<(&'a dyn SharedState, &'a str)>,
 }
 
 impl Drop for ProbeGuard<'_> {
@@ -64,8 +68,14 @@ impl Drop for ProbeGuard<'_> {
                 Instant::now(),
             );
         }
+        if let Some((shared, tool)) = self.lease.take() {
+            shared.probe_release(tool);
+        }
     }
 }
+
+/// How long a call turned away while another replica probes should wait before trying again.
+const PROBE_ELSEWHERE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Runs one call through the whole pipeline. Always returns (and records) exactly one result,
 /// into the call's slot.
@@ -235,9 +245,10 @@ async fn pipeline(
     let cache_key = (policy.idempotent && !policy.cache_ttl.is_zero()).then_some(call_digest);
     let gate_free = ticket.as_ref().is_none_or(Ticket::ready);
     let mut flight = None;
+    let lock_ttl = lease_ttl(policy.timeout, policy.cancel_grace);
     if let Some(key) = &cache_key {
         if gate_free {
-            match lead_or_follow(&mut fin, key, &mut now).await {
+            match lead_or_follow(&mut fin, key, &mut now, lock_ttl).await {
                 Some(guard) => flight = Some(guard),
                 None => return,
             }
@@ -249,9 +260,33 @@ async fn pipeline(
     // Breaker. (A leader turned away here drops its guard: its followers look again.)
     let runtime = &entry.runtime;
     // Microseconds after arrival: the arrival instant is good enough for the breaker's clock.
-    let (admission, change) = runtime.breaker.admit(&policy.breaker, now);
+    let (mut admission, change) = runtime.breaker.admit(&policy.breaker, now);
     if let Some(state) = change {
-        env.breaker_changed(runtime, &fin.scope, state);
+        env.breaker_changed(
+            &entry.name,
+            runtime,
+            &fin.scope,
+            state,
+            policy.breaker.open_for,
+        );
+    }
+    // Across replicas, the one probe is the one holding the lease; a replica that does not get it
+    // hands its local probe back and turns the call away as an open breaker would.
+    let mut leased = None;
+    if admission == Admission::Probe
+        && let Some(shared) = &env.shared
+    {
+        let ttl = lease_ttl(policy.timeout, policy.cancel_grace);
+        if Box::pin(shared.probe_lease(&entry.name, ttl)).await {
+            leased = Some(shared);
+        } else {
+            runtime
+                .breaker
+                .record(&policy.breaker, admission, Verdict::Neutral, Instant::now());
+            admission = Admission::Rejected {
+                retry_after: PROBE_ELSEWHERE_RETRY.min(policy.breaker.open_for),
+            };
+        }
     }
     if let Admission::Rejected { retry_after } = admission {
         let retry_after_ms = retry_after.as_millis().max(1) as u64;
@@ -262,6 +297,7 @@ async fn pipeline(
         policy: &policy.breaker,
         admission,
         armed: admission == Admission::Probe,
+        lease: leased.map(|shared| (shared.as_ref(), &*entry.name)),
     };
 
     // Concurrency gate.
@@ -284,7 +320,7 @@ async fn pipeline(
         }
         now = Instant::now();
         if let Some(key) = &cache_key {
-            match lead_or_follow(&mut fin, key, &mut now).await {
+            match lead_or_follow(&mut fin, key, &mut now, lock_ttl).await {
                 Some(guard) => flight = Some(guard),
                 None => return,
             }
@@ -318,8 +354,15 @@ async fn pipeline(
         .breaker
         .record(&policy.breaker, admission, verdict, ended_at)
     {
-        env.breaker_changed(runtime, &fin.scope, state);
+        env.breaker_changed(
+            &entry.name,
+            runtime,
+            &fin.scope,
+            state,
+            policy.breaker.open_for,
+        );
     }
+    drop(probe);
 
     // Cache store and outcome.
     match last {

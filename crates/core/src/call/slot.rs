@@ -13,6 +13,7 @@ use toolwarden_protocol::{CallId, CallResult, CallState, ProgressInfo, TurnId};
 use crate::backend::ProgressRelay;
 use crate::cancel::Scope;
 use crate::session::Session;
+use crate::trace::TurnContext;
 
 /// Receives every progress report of every call of a turn as it happens.
 pub type CallProgress = Arc<dyn Fn(&CallId, &ProgressInfo) + Send + Sync>;
@@ -72,6 +73,8 @@ pub(crate) struct CallTurn {
     pub(crate) started: Instant,
     /// Live progress of the calls, if the turn has a listener.
     pub(crate) progress: Option<CallProgress>,
+    /// The turn's trace context, if spans are exported or the client gave one.
+    pub(crate) trace: Option<TurnContext>,
     stream: Mutex<Option<mpsc::UnboundedSender<Completion>>>,
     /// Whether `stream` was ever set: a turn nobody streams never locks it.
     streaming: AtomicBool,
@@ -83,12 +86,14 @@ impl CallTurn {
         session: Arc<Session>,
         started: Instant,
         progress: Option<CallProgress>,
+        trace: Option<TurnContext>,
     ) -> Self {
         Self {
             id,
             session,
             started,
             progress,
+            trace,
             stream: Mutex::new(None),
             streaming: AtomicBool::new(false),
         }

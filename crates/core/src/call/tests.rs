@@ -63,6 +63,8 @@ fn kit() -> Kit {
         tracker: TaskTracker::new(),
         interactions: Interactions::new(bus, metrics.clone(), Duration::from_secs(60)),
         store: None,
+        shared: None,
+        export_spans: false,
     };
     let registry = Registry::new(Arc::new(Config::builtin()), metrics);
     let root = Scope::root();
@@ -71,7 +73,7 @@ fn kit() -> Kit {
         root.child(ScopeKind::Session),
     ));
     let scope = session.scope.child(ScopeKind::Turn);
-    let turn = CallTurn::new(TurnId::from("t1"), session, Instant::now(), None);
+    let turn = CallTurn::new(TurnId::from("t1"), session, Instant::now(), None, None);
     Kit {
         env,
         turn,

@@ -139,6 +139,15 @@ impl<'a> Checker<'a> {
             if let Some(v) = server.startup_timeout {
                 self.duration(&path(&["servers", name, "startup_timeout"]), v);
             }
+            if server.command.is_some() && !server.env_prompt.is_empty() {
+                self.warn(
+                    &path(&["servers", name, "env_prompt"]),
+                    format!(
+                        "env_prompt is not acted on yet: server {name:?} starts without asking anyone for {}; give the values in env (e.g. env = {{ VAR = \"${{VAR}}\" }})",
+                        server.env_prompt.join(", ")
+                    ),
+                );
+            }
         }
     }
 
@@ -460,7 +469,7 @@ impl<'a> Checker<'a> {
             if v.duration().is_zero() {
                 self.warn(
                     &at,
-                    "interaction_ceiling is 0s: every approval and confirm will time out at once and its call be denied; write e.g. \"15m\"".to_owned(),
+                    "interaction_ceiling is 0s: no approval or confirm can be asked, so every call that needs one is denied at once; write e.g. \"15m\"".to_owned(),
                 );
             }
         }
@@ -475,6 +484,46 @@ impl<'a> Checker<'a> {
         }
         if let Some(v) = file.store.retain {
             self.duration(&path(&["store", "retain"]), v);
+        }
+        if let Some(url) = &file.store.url {
+            let at = path(&["store", "url"]);
+            if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+                self.fail(
+                    ConfigErrorKind::InvalidValue,
+                    &at,
+                    "expected a PostgreSQL URL starting postgres:// or postgresql:// \
+                     (postgres://user@host:5432/database)"
+                        .to_owned(),
+                );
+            } else if file.store.path.is_some() {
+                self.fail(
+                    ConfigErrorKind::InvalidValue,
+                    &at,
+                    "set one of [store] path (an SQLite file) and url (a PostgreSQL database), not both"
+                        .to_owned(),
+                );
+            }
+        }
+        if let Some(v) = file.redis.as_ref().and_then(|r| r.timeout) {
+            self.duration(&path(&["redis", "timeout"]), v);
+        }
+        if let Some(endpoint) = file.otel.as_ref().and_then(|o| o.endpoint.as_deref()) {
+            let message = match endpoint.split_once("://") {
+                Some(("http", rest)) if !rest.is_empty() => None,
+                Some(("https", _)) => Some(format!(
+                    "{endpoint:?}: toolwarden sends spans over plain HTTP only; point it at a collector reached over http:// (a local OpenTelemetry Collector or agent that forwards over TLS)"
+                )),
+                _ => Some(format!(
+                    "{endpoint:?} is not an http:// URL; write the collector's OTLP/HTTP address, e.g. \"http://127.0.0.1:4318\""
+                )),
+            };
+            if let Some(message) = message {
+                self.fail(
+                    ConfigErrorKind::InvalidValue,
+                    &path(&["otel", "endpoint"]),
+                    message,
+                );
+            }
         }
     }
 

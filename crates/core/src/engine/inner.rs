@@ -14,4 +14,6 @@ pub(super) struct EngineInner {
     pub(super) turns: Arc<TurnRuntime>,
     pub(super) servers: Arc<Servers>,
     pub(super) inproc: Arc<InProcessBackend>,
+    /// Other replicas' events, for the front doors' event streams.
+    pub(super) remote_events: tokio::sync::broadcast::Sender<crate::shared::RemoteEvent>,
 }

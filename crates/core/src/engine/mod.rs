@@ -4,6 +4,7 @@
 
 mod host;
 mod inner;
+mod shared;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +20,7 @@ use crate::backend::{Backend, BackendHost};
 use crate::cache::Cache;
 use crate::call::CallEnv;
 use crate::config::Config;
-use crate::events::{EventBus, Subscription};
+use crate::events::{EventBus, EventSink, Subscription};
 use crate::ids::new_id;
 use crate::inproc::{InProcessBackend, InProcessTool};
 use crate::interaction::Interactions;
@@ -28,6 +29,7 @@ use crate::policy::{PolicySource, ToolOrigin};
 use crate::registry::Registry;
 use crate::retry::Jitter;
 use crate::servers::{ServerStatus, Servers};
+use crate::shared::SharedState;
 use crate::store::{self, AuditStore, StoreUnavailable};
 use crate::turn::{
     NotFound, TurnError, TurnHandle, TurnOutput, TurnRequest, TurnRuntime, drive_turn, prepare,
@@ -35,6 +37,19 @@ use crate::turn::{
 
 use host::Host;
 use inner::EngineInner;
+
+/// Where a tool runs (see [`Engine::tool_backing`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolBacking {
+    /// The MCP server that serves it, for a server's tool.
+    pub server: Option<String>,
+    /// The backend's name (the server's name, `exec`, `inprocess`).
+    pub backend: String,
+    /// The backend's own name for the tool (without a `SERVER__` prefix).
+    pub tool: std::sync::Arc<str>,
+    /// Its description.
+    pub description: Option<String>,
+}
 
 /// Settings of an engine.
 pub struct EngineBuilder {
@@ -46,6 +61,9 @@ pub struct EngineBuilder {
     cache_entries: usize,
     blocking_threads: usize,
     store: Option<Arc<dyn AuditStore>>,
+    shared: Option<Arc<dyn SharedState>>,
+    metrics: Option<Arc<Metrics>>,
+    trace_sink: Option<Arc<dyn EventSink>>,
 }
 
 impl Default for EngineBuilder {
@@ -59,6 +77,9 @@ impl Default for EngineBuilder {
             cache_entries: 10_000,
             blocking_threads: 64,
             store: None,
+            shared: None,
+            metrics: None,
+            trace_sink: None,
         }
     }
 }
@@ -112,15 +133,41 @@ impl EngineBuilder {
         self
     }
 
+    /// State shared with other replicas (docs/SCALE-OUT.md); without it, everything is local.
+    pub fn shared(mut self, shared: Arc<dyn SharedState>) -> Self {
+        self.shared = Some(shared);
+        self
+    }
+
+    /// The metrics the engine counts into (default: its own), for parts built before it that
+    /// count into them too (the shared state).
+    pub fn metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Exports spans: every turn gets a span in a trace (the `trace` of `turn_start`), each
+    /// attempt's backend is told its attempt's span as the context to pass on, and `sink` gets
+    /// every event to build the spans from (see the `toolwarden-otel` crate). Without it, a
+    /// client's trace context is passed on to backends unchanged and no ids are made.
+    pub fn trace_sink(mut self, sink: Arc<dyn EventSink>) -> Self {
+        self.trace_sink = Some(sink);
+        self
+    }
+
     /// The engine.
     pub fn build(self) -> Engine {
         let bus = Arc::new(EventBus::new(self.event_capacity));
-        let metrics = Arc::new(Metrics::new());
+        let metrics = self.metrics.unwrap_or_else(|| Arc::new(Metrics::new()));
         let interactions =
             Interactions::new(bus.clone(), metrics.clone(), self.interaction_ceiling);
         interactions.set_headless(self.headless);
         // `seq` continues after the trail's, and every event is appended to it.
         let store = self.store.map(|s| store::attach(&bus, &metrics, s));
+        let export_spans = self.trace_sink.is_some();
+        if let Some(sink) = self.trace_sink {
+            bus.add_sink(sink);
+        }
         let env = CallEnv {
             bus: bus.clone(),
             cache: Cache::new(self.cache_entries),
@@ -128,8 +175,11 @@ impl EngineBuilder {
             tracker: TaskTracker::new(),
             interactions,
             store,
+            shared: self.shared,
+            export_spans,
         };
         let inner = Arc::new(EngineInner {
+            remote_events: tokio::sync::broadcast::channel(self.event_capacity.max(16)).0,
             registry: Arc::new(Registry::new(self.policies, metrics.clone())),
             servers: Arc::new(Servers::new(metrics.clone(), bus)),
             inproc: Arc::new(InProcessBackend::new(
@@ -348,6 +398,20 @@ impl Engine {
                 breaker: e.runtime.breaker.state(now).0,
             })
             .collect()
+    }
+
+    /// Where tool `name` runs: the backend it comes from, that backend's own name for it, and
+    /// its description (an exporter names an attempt's span by them).
+    pub fn tool_backing(&self, name: &str) -> Option<ToolBacking> {
+        self.inner.registry.get(name).map(|e| ToolBacking {
+            server: match &e.origin {
+                ToolOrigin::Server(s) => Some(s.clone()),
+                ToolOrigin::Exec | ToolOrigin::InProcess(_) => None,
+            },
+            backend: e.origin.backend_name().to_owned(),
+            tool: e.backend_tool.clone(),
+            description: e.spec.description.clone(),
+        })
     }
 
     /// Changes whenever the set of tools changes: a tool registered or removed, a server's

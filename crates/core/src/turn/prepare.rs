@@ -16,6 +16,7 @@ use crate::ids::{new_id, new_id_at};
 use crate::policy::ToolOrigin;
 use crate::registry::Registry;
 use crate::servers::Servers;
+use crate::trace::TurnContext;
 
 use super::request::{TurnError, TurnRequest};
 use super::runtime::TurnRuntime;
@@ -115,8 +116,19 @@ pub(crate) fn prepare(
             ticket,
         });
     }
+    let trace = TurnContext::new(
+        rt.env.export_spans,
+        req.traceparent,
+        parent.as_ref().and_then(|p| p.base.trace),
+    );
     let turn = Arc::new(TurnState {
-        base: CallTurn::new(turn_id.clone(), session.clone(), started, req.progress),
+        base: CallTurn::new(
+            turn_id.clone(),
+            session.clone(),
+            started,
+            req.progress,
+            trace,
+        ),
         parent: req.parent_turn_id,
         scope,
         started_at,

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use serde_json::Value;
-use toolwarden_protocol::{CallId, CallResult, SessionId, ToolCall, TurnId};
+use toolwarden_protocol::{CallId, CallResult, SessionId, ToolCall, TraceParent, TurnId};
 
 use crate::call::CallProgress;
 
@@ -26,6 +26,9 @@ pub struct TurnRequest {
     pub render: Option<ResultRenderer>,
     /// Live progress of the calls (the MCP gateway relays it to its client).
     pub progress: Option<CallProgress>,
+    /// The client's trace context (a `traceparent` header or `_meta.traceparent`): the turn's
+    /// span is its child, and backends are passed it on.
+    pub traceparent: Option<TraceParent>,
 }
 
 impl std::fmt::Debug for TurnRequest {
@@ -35,6 +38,7 @@ impl std::fmt::Debug for TurnRequest {
             .field("parent_turn_id", &self.parent_turn_id)
             .field("turn_id", &self.turn_id)
             .field("calls", &self.calls)
+            .field("traceparent", &self.traceparent)
             .finish_non_exhaustive()
     }
 }

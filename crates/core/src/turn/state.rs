@@ -56,6 +56,7 @@ impl TurnState {
                         tool: s.tool.clone(),
                     })
                     .collect(),
+                trace: self.base.trace.and_then(|t| t.turn_trace()),
             }
         });
     }

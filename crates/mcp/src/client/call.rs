@@ -3,6 +3,9 @@
 //! 1. Wait for the server to be up: while it starts or restarts, at most its `startup_timeout`
 //!    (a server down for good, or past that wait, fails with a transport error).
 //! 2. Send the request and register it (its progress token routes progress to the heartbeat).
+//!    A 2026-07-28 server may answer `input_required`: its input requests are asked of the
+//!    client across the link (`input`), and the call is sent again with the answers, as a new
+//!    request; at most `input::MAX_ROUNDS` times.
 //! 3. Wait for the answer, a bad frame naming it, the connection's end — or the cancel.
 //! 4. On cancel: send `notifications/cancelled` for this request with the reason, and keep
 //!    listening. An answer before the forced stop is a late answer (reported with
@@ -17,7 +20,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::ServiceError;
-use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ServerResult};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, ClientRequest, RequestMetaObject, ServerResult,
+};
 use rmcp::service::PeerRequestOptions;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -25,15 +30,30 @@ use toolwarden_core::{Attempt, AttemptEnd, AttemptError, AttemptMeta};
 use toolwarden_protocol::{OnStuck, StopHow};
 
 use super::convert::{arguments, service_error, tool_output};
+use super::input;
 use super::router::Registration;
-use super::session::{Conn, ConnEnd, send_cancel};
+use super::session::{Conn, ConnEnd};
 use super::shared::{RestartRequest, Shared};
+use super::task;
 
 /// How long an attempt whose request failed with a closed transport waits to learn why the
 /// connection ended (the supervisor needs a moment to see the exit status).
 const END_REASON_WAIT: Duration = Duration::from_secs(3);
 
 type Answer = Result<Result<ServerResult, ServiceError>, oneshot::error::RecvError>;
+type Receiver = oneshot::Receiver<Result<ServerResult, ServiceError>>;
+
+/// Puts the attempt's trace context in the request's `_meta.traceparent` (rmcp adds its
+/// `progressToken` beside it, keeping the other keys).
+fn add_trace_context(params: &mut CallToolRequestParams, meta: &AttemptMeta) {
+    if let Some(tp) = meta.traceparent {
+        params
+            .meta
+            .get_or_insert_with(RequestMetaObject::new)
+            .0
+            .set_traceparent(tp.to_string());
+    }
+}
 
 /// Runs one attempt to its end.
 pub(super) async fn run(shared: Arc<Shared>, attempt: Attempt) -> AttemptEnd {
@@ -62,35 +82,58 @@ pub(super) async fn run(shared: Arc<Shared>, attempt: Attempt) -> AttemptEnd {
     if let Some(args) = args {
         params = params.with_arguments(args);
     }
-    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-    // Queue and register under the send lock, so that no progress can overtake the
-    // registration (see `router`).
-    let (reg, mut rx) = {
-        let _queued = conn.router.send_lock.lock().await;
-        match conn
-            .peer
-            .send_request_with_option(request, PeerRequestOptions::no_options())
-            .await
-        {
-            Ok(handle) => {
-                let reg = conn.router.register(
-                    handle.id.clone(),
-                    handle.progress_token.clone(),
-                    heartbeat.clone(),
-                );
-                (reg, handle.rx)
-            }
+    add_trace_context(&mut params, &meta);
+    // Rounds: a 2026-07-28 server may answer `input_required`; the call is then sent again
+    // with the client's answers, as a new request.
+    let mut rounds = 0;
+    let (reg, mut rx) = loop {
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params.clone()));
+        let (reg, mut rx) = match send(&conn, request, &heartbeat).await {
+            Ok(sent) => sent,
             Err(e) => return AttemptEnd::Done(Err(request_failed(&conn, &shared, &e).await)),
+        };
+        let call = reg.call.clone();
+        let asked = tokio::select! {
+            biased;
+            error = call.failed() => return AttemptEnd::Done(Err(error)),
+            answer = &mut rx => match answer {
+                Ok(Ok(ServerResult::InputRequiredResult(asked))) => asked,
+                Ok(Ok(ServerResult::CreateTaskResult(created))) => {
+                    // The registration stays: progress for the request still beats.
+                    let attempt = TaskAttempt { shared: &shared, conn: &conn, meta: &meta,
+                        tool: &tool, on_stuck, stop: &stop, heartbeat: &heartbeat };
+                    return attempt.follow(created.task).await;
+                }
+                answer => return AttemptEnd::Done(answered(&conn, &shared, answer).await),
+            },
+            end = conn.ended() => return AttemptEnd::Done(Err(end_error(&shared, end))),
+            _ = stop.cancelled() => break (reg, rx),
+        };
+        drop(reg);
+        rounds += 1;
+        if rounds > input::MAX_ROUNDS {
+            return AttemptEnd::Done(Err(AttemptError::Transport(format!(
+                "MCP server {:?} still asked for input after {} rounds",
+                shared.name,
+                input::MAX_ROUNDS
+            ))));
+        }
+        // Nothing runs on the server while its client is asked: a cancel ends it here.
+        let retry = tokio::select! {
+            biased;
+            _ = stop.cancelled() => return AttemptEnd::Stopped(StopHow::Cooperative),
+            retry = input::fulfil(&shared.link, &shared.name, asked) => retry,
+        };
+        match retry {
+            Ok(retry) => {
+                heartbeat.beat();
+                params.input_responses = retry.responses;
+                params.request_state = retry.request_state;
+            }
+            Err(e) => return AttemptEnd::Done(Err(e)),
         }
     };
     let call = reg.call.clone();
-    tokio::select! {
-        biased;
-        error = call.failed() => return AttemptEnd::Done(Err(error)),
-        answer = &mut rx => return AttemptEnd::Done(answered(&conn, &shared, answer).await),
-        end = conn.ended() => return AttemptEnd::Done(Err(end_error(&shared, end))),
-        _ = stop.cancelled() => {}
-    }
 
     // Cancelled: tell the server, keep listening.
     let cancelled_at = Instant::now();
@@ -100,8 +143,15 @@ pub(super) async fn run(shared: Arc<Shared>, attempt: Attempt) -> AttemptEnd {
         .map(|r| r.as_str())
         .unwrap_or("cancelled")
         .to_owned();
-    let peer = conn.peer.clone();
-    let cancel = send_cancel(&peer, call.id.clone(), &reason);
+    if conn.cancel_closes_stream() {
+        // Streamable HTTP from 2026-07-28 on: closing the request's stream is the cancel, and
+        // nothing more can arrive for it, so there is nothing to wait for.
+        conn.send_cancel(call.id.clone(), &reason).await;
+        return AttemptEnd::Stopped(StopHow::Cooperative);
+    }
+    let canceller = conn.clone();
+    let id = call.id.clone();
+    let cancel = async move { canceller.send_cancel(id, &reason).await };
     let mut cancel = std::pin::pin!(cancel);
     let mut cancel_sent = false;
     loop {
@@ -149,6 +199,100 @@ pub(super) async fn run(shared: Arc<Shared>, attempt: Attempt) -> AttemptEnd {
     }
     abandon(shared, conn, reg, rx, meta, tool, cancelled_at);
     AttemptEnd::Stopped(StopHow::Abandoned)
+}
+
+/// An attempt answered with a task (see `task`).
+struct TaskAttempt<'a> {
+    shared: &'a Arc<Shared>,
+    conn: &'a Arc<Conn>,
+    meta: &'a AttemptMeta,
+    tool: &'a Arc<str>,
+    on_stuck: OnStuck,
+    stop: &'a toolwarden_core::StopSignals,
+    heartbeat: &'a toolwarden_core::Heartbeat,
+}
+
+impl TaskAttempt<'_> {
+    async fn follow(self, created: rmcp::model::Task) -> AttemptEnd {
+        let id = created.task_id.clone();
+        let asker = task::Asker {
+            link: &self.shared.link,
+            server: &self.shared.name,
+        };
+        let followed = tokio::select! {
+            biased;
+            end = self.conn.ended() => return match self.stop.reason() {
+                Some(_) => stopped_by_end(self.conn).await,
+                None => AttemptEnd::Done(Err(end_error(self.shared, end))),
+            },
+            followed = task::follow(&self.conn.peer, asker, created, self.stop, self.heartbeat)
+                => followed,
+        };
+        match followed {
+            task::Followed::Done(result) => AttemptEnd::Done(result),
+            task::Followed::Stopped { late, since } => {
+                if let Some(is_error) = late {
+                    report_late(self.shared, self.meta, self.tool, is_error, since);
+                }
+                AttemptEnd::Stopped(StopHow::Cooperative)
+            }
+            task::Followed::Stuck => {
+                tracing::warn!(server = %self.shared.name, tool = %self.tool,
+                    call = %self.meta.call_id, task = %id, on_stuck = ?self.on_stuck,
+                    "the server's task ignored tasks/cancel past the grace period");
+                if self.on_stuck == OnStuck::Restart && self.conn.stdio {
+                    let reason = format!(
+                        "tool {:?} (call {}) kept running its task past the grace period",
+                        self.tool, self.meta.call_id
+                    );
+                    restart(self.shared, self.conn, reason).await;
+                    return AttemptEnd::Stopped(StopHow::Restarted);
+                }
+                abandon_task(self.shared.clone(), self.conn.clone(), id);
+                AttemptEnd::Stopped(StopHow::Abandoned)
+            }
+        }
+    }
+}
+
+/// Keeps a stuck task counted as abandoned until it reaches a final status, the server forgets
+/// it, or the connection ends.
+fn abandon_task(shared: Arc<Shared>, conn: Arc<Conn>, id: String) {
+    shared.add_abandoned(1);
+    let watcher = shared.clone();
+    shared.tasks.spawn(async move {
+        loop {
+            tokio::select! {
+                _ = conn.ended() => break,
+                _ = tokio::time::sleep(task::DEFAULT_POLL_INTERVAL) => {}
+            }
+            match task::TaskServer::get(&conn.peer, &id).await {
+                Ok(got) if !got.task.status().is_terminal() => {}
+                _ => break,
+            }
+        }
+        watcher.add_abandoned(-1);
+    });
+}
+
+/// Queues `request` and registers it under the send lock, so that no progress can overtake
+/// the registration (see `router`).
+async fn send(
+    conn: &Conn,
+    request: ClientRequest,
+    heartbeat: &toolwarden_core::Heartbeat,
+) -> Result<(Registration, Receiver), ServiceError> {
+    let _queued = conn.router.send_lock.lock().await;
+    let handle = conn
+        .peer
+        .send_request_with_option(request, PeerRequestOptions::no_options())
+        .await?;
+    let reg = conn.router.register(
+        handle.id.clone(),
+        handle.progress_token.clone(),
+        heartbeat.clone(),
+    );
+    Ok((reg, handle.rx))
 }
 
 /// The outcome of an answer that arrived before any stop.
@@ -274,7 +418,7 @@ fn abandon(
     shared: Arc<Shared>,
     conn: Arc<Conn>,
     reg: Registration,
-    rx: oneshot::Receiver<Result<ServerResult, ServiceError>>,
+    rx: Receiver,
     meta: AttemptMeta,
     tool: Arc<str>,
     cancelled_at: Instant,

@@ -16,9 +16,10 @@ use rmcp::model::{
     CustomResult, ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationCapability,
     FormElicitationCapability, GetMeta as _, Implementation, JsonObject, ListRootsRequest,
     ListRootsResult, LoggingMessageNotification, LoggingMessageNotificationParam,
-    ProgressNotificationParam, PromptListChangedNotification, ResourceListChangedNotification,
-    ResourceUpdatedNotification, ResourceUpdatedNotificationParam, RootsCapabilities,
-    SamplingCapability, ServerNotification, ServerRequest, UrlElicitationCapability,
+    ProgressNotificationParam, PromptListChangedNotification, ProtocolVersion,
+    ResourceListChangedNotification, ResourceUpdatedNotification, ResourceUpdatedNotificationParam,
+    RootsCapabilities, SamplingCapability, ServerNotification, ServerRequest, TASKS_EXTENSION_ID,
+    UrlElicitationCapability,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleClient};
 use rmcp::{ClientHandler, ErrorData};
@@ -184,9 +185,17 @@ impl ClientHandler for Handler {
             elicitation.url = Some(UrlElicitationCapability::default());
             capabilities.elicitation = Some(elicitation);
         }
-        ClientConfig::new(
+        // Servers may answer with tasks: the backend follows them (`task`).
+        capabilities
+            .extensions
+            .get_or_insert_with(Default::default)
+            .insert(TASKS_EXTENSION_ID.to_owned(), JsonObject::new());
+        let mut config = ClientConfig::new(
             capabilities,
             Implementation::new("toolwarden", env!("CARGO_PKG_VERSION")),
-        )
+        );
+        // What `initialize` offers; `server/discover` offers 2026-07-28 (see `session`).
+        config.protocol_version = ProtocolVersion::LATEST_WITH_INITIALIZE;
+        config
     }
 }

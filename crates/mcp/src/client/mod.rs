@@ -9,12 +9,14 @@ mod convert;
 mod forward;
 mod frame;
 mod handler;
+mod input;
 pub(crate) mod link;
 mod options;
 mod router;
 mod session;
 mod shared;
 mod supervisor;
+mod task;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Weak};

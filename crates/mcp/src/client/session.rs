@@ -1,5 +1,6 @@
-//! One connection to a server: a spawned stdio child or a Streamable HTTP session, from spawn or
-//! connect through `initialize` and `tools/list`. What the supervisor needs to watch the
+//! One connection to a server: a spawned stdio child or a Streamable HTTP endpoint, from spawn
+//! or connect through the lifecycle (`server/discover`, else the `initialize` handshake) and
+//! `tools/list`. What the supervisor needs to watch the
 //! connection and tear it down — the child, its stderr, rmcp's service, why it ended — comes
 //! out of `connect`, so the supervisor never deals with transports.
 
@@ -11,9 +12,13 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use reqwest::header::{HeaderName, HeaderValue};
-use rmcp::ServiceExt as _;
-use rmcp::model::{ClientNotification, CustomNotification, RequestId, Tool};
-use rmcp::service::{Peer, RoleClient, RunningService};
+use rmcp::model::{
+    CancelledNotificationParam, ClientNotification, CustomNotification, ProtocolVersion, RequestId,
+    Tool,
+};
+use rmcp::service::{
+    ClientLifecycleMode, Peer, RoleClient, RunningService, serve_client_with_lifecycle_and_ct,
+};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::common::client_side_sse::ExponentialBackoff;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -106,12 +111,22 @@ pub(crate) enum ConnEnd {
     Lost(String),
 }
 
+/// Which era of MCP a connection speaks, as its lifecycle settled it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Era {
+    /// `initialize` and a session (revisions 2024-11-05 to 2025-11-25).
+    Handshake,
+    /// `server/discover` and a self-contained `_meta` on every request (2026-07-28 on).
+    Stateless,
+}
+
 /// A live connection, shared by the calls that use it.
 pub(crate) struct Conn {
     pub(crate) generation: u64,
     pub(crate) peer: Peer<RoleClient>,
     pub(crate) router: Arc<Router>,
     pub(crate) stdio: bool,
+    pub(crate) era: Era,
     end: watch::Sender<Option<ConnEnd>>,
 }
 
@@ -141,17 +156,33 @@ impl Conn {
     pub(crate) fn end(&self) -> Option<ConnEnd> {
         self.end.borrow().clone()
     }
-}
 
-/// Sends `notifications/cancelled` for `id` as a raw notification, so that rmcp keeps the
-/// request pending and whatever the server still sends for it reaches us (see the crate docs).
-pub(crate) async fn send_cancel(peer: &Peer<RoleClient>, id: RequestId, reason: &str) {
-    let notification = ClientNotification::CustomNotification(CustomNotification::new(
-        "notifications/cancelled",
-        Some(json!({"requestId": id, "reason": reason})),
-    ));
-    if let Err(e) = peer.send_notification(notification).await {
-        tracing::debug!(error = %e, %id, "sending notifications/cancelled failed");
+    /// Whether a request is cancelled by closing its response stream (Streamable HTTP from
+    /// 2026-07-28 on), after which nothing more can arrive for it.
+    pub(crate) fn cancel_closes_stream(&self) -> bool {
+        !self.stdio && self.era == Era::Stateless
+    }
+
+    /// Cancels request `id` the way the connection's era and transport want it:
+    /// - Streamable HTTP, 2026-07-28: rmcp's typed cancel, which closes the request's response
+    ///   stream (that is the cancel; nothing is POSTed);
+    /// - otherwise `notifications/cancelled` sent as a raw notification, so that rmcp keeps
+    ///   the request pending and whatever the server still sends for it reaches us (see the
+    ///   crate docs).
+    pub(crate) async fn send_cancel(&self, id: RequestId, reason: &str) {
+        let sent = if self.cancel_closes_stream() {
+            let param = CancelledNotificationParam::new(Some(id.clone()), Some(reason.to_owned()));
+            self.peer.notify_cancelled(param).await
+        } else {
+            let notification = ClientNotification::CustomNotification(CustomNotification::new(
+                "notifications/cancelled",
+                Some(json!({"requestId": id, "reason": reason})),
+            ));
+            self.peer.send_notification(notification).await
+        };
+        if let Err(e) = sent {
+            tracing::debug!(error = %e, %id, "cancelling a request failed");
+        }
     }
 }
 
@@ -200,13 +231,46 @@ pub(crate) struct Session {
     pub(crate) service: RunningService<RoleClient, Handler>,
 }
 
-/// Spawns or connects, then `initialize` and `tools/list`. A spawned child is put in
+/// How a start settles the connection's era (see `docs/MCP-BACKEND.md`, "Eras").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lifecycle {
+    /// `server/discover` first, offering 2026-07-28; a server that answers it with a JSON-RPC
+    /// error (it does not know the method) gets the `initialize` handshake on the same
+    /// connection, offering 2025-11-25. rmcp waits 10 s for an answer to the probe before
+    /// falling back.
+    DiscoverFirst,
+    /// The `initialize` handshake alone, offering 2025-11-25.
+    HandshakeOnly,
+}
+
+impl Lifecycle {
+    /// The one to try after a failed start.
+    pub(crate) fn other(self) -> Self {
+        match self {
+            Lifecycle::DiscoverFirst => Lifecycle::HandshakeOnly,
+            Lifecycle::HandshakeOnly => Lifecycle::DiscoverFirst,
+        }
+    }
+
+    fn mode(self) -> ClientLifecycleMode {
+        match self {
+            Lifecycle::DiscoverFirst => ClientLifecycleMode::Auto {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
+            },
+            Lifecycle::HandshakeOnly => ClientLifecycleMode::Initialize,
+        }
+    }
+}
+
+/// Spawns or connects, then the lifecycle (`server/discover` or `initialize`) and `tools/list`. A spawned child is put in
 /// `child_slot` before anything is awaited, so the caller still holds it (to kill and reap it)
 /// when this future fails or is dropped by the start-up timeout.
 pub(crate) async fn connect(
     endpoint: &Endpoint,
     server: &Arc<str>,
     generation: u64,
+    lifecycle: Lifecycle,
     opts: &McpOptions,
     link: Arc<Link>,
     child_slot: &mut Option<Child>,
@@ -257,8 +321,7 @@ pub(crate) async fn connect(
                 Arc::new(move |bad| router.bad_frame(bad))
             };
             let transport = frame::guard(stdout, stdin, max_message_bytes, on_bad);
-            handler
-                .serve_with_ct(transport, ct.clone())
+            serve_client_with_lifecycle_and_ct(handler, transport, lifecycle.mode(), ct.clone())
                 .await
                 .map_err(|e| format!("initialize failed: {e}"))?
         }
@@ -274,11 +337,14 @@ pub(crate) async fn connect(
             retry.max_delay = Some(std::time::Duration::from_secs(2));
             config.retry_config = Arc::new(retry);
             let transport = StreamableHttpClientTransport::from_config(config);
-            handler
-                .serve_with_ct(transport, ct.clone())
+            serve_client_with_lifecycle_and_ct(handler, transport, lifecycle.mode(), ct.clone())
                 .await
                 .map_err(|e| format!("cannot connect to {url}: {e}"))?
         }
+    };
+    let era = match service.peer().peer_info() {
+        Some(info) if !info.protocol_version.has_initialize() => Era::Stateless,
+        _ => Era::Handshake,
     };
     let tools = service
         .peer()
@@ -290,6 +356,7 @@ pub(crate) async fn connect(
         peer: service.peer().clone(),
         router,
         stdio: endpoint.is_stdio(),
+        era,
         end: watch::Sender::new(None),
     });
     Ok((Session { conn, ct, service }, tools))

@@ -1,7 +1,7 @@
 //! The supervisor: one task per server that starts it, watches it, restarts it and shuts it down.
 //!
-//! States it reports: `starting` at every start attempt; `up` once `initialize` and
-//! `tools/list` succeeded (preceded by a `restarted` event when an earlier instance had been up
+//! States it reports: `starting` at every start attempt; `up` once the lifecycle
+//! (`server/discover` or `initialize`) and `tools/list` succeeded (preceded by a `restarted` event when an earlier instance had been up
 //! and went down); `down` with a detail when a start fails, the server exits or is restarted on
 //! purpose, and at shutdown. Restarts after failures wait a capped exponential backoff; a
 //! restart for a stuck call (`on_stuck = "restart"`) happens at once.
@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use toolwarden_protocol::ServerStateKind;
 
-use super::session::{self, Child, ConnEnd, Session, describe_exit, send_cancel};
+use super::session::{self, Child, ConnEnd, Session, describe_exit};
 use super::shared::{RestartRequest, Shared};
 
 /// Runs until the server is shut down.
@@ -41,6 +41,11 @@ pub(crate) async fn supervise(
     let mut failures = 0u32;
     // Why the next successful start is a restart (`None` until an instance was up).
     let mut restart_cause: Option<String> = None;
+    // How the next start settles the era: `server/discover` first (falling back to
+    // `initialize`), or the handshake alone. A failed start flips it, so a server that breaks
+    // on the probe (some close the connection on any first request but `initialize`) is
+    // reached by the handshake at its next start; a start that works keeps it.
+    let mut lifecycle = session::Lifecycle::DiscoverFirst;
     loop {
         if shared.shutdown.is_cancelled() {
             break;
@@ -49,7 +54,7 @@ pub(crate) async fn supervise(
         shared.set_state(ServerStateKind::Starting, None, None);
         let mut child: Option<Child> = None;
         let started = tokio::select! {
-            r = start(&shared, &endpoint, generation, &mut child) => Some(r),
+            r = start(&shared, &endpoint, generation, lifecycle, &mut child) => Some(r),
             _ = shared.shutdown.cancelled() => None,
         };
         let delay_after: Option<String> = match started {
@@ -58,6 +63,7 @@ pub(crate) async fn supervise(
                 break;
             }
             Some(Err(detail)) => {
+                lifecycle = lifecycle.other();
                 let detail = failed_child_detail(child, detail).await;
                 shared.set_state(ServerStateKind::Down, Some(detail.clone()), None);
                 Some(detail)
@@ -121,12 +127,14 @@ async fn start(
     shared: &Shared,
     endpoint: &session::Endpoint,
     generation: u64,
+    lifecycle: session::Lifecycle,
     child: &mut Option<Child>,
 ) -> Result<(Session, Vec<rmcp::model::Tool>), String> {
     let connect = session::connect(
         endpoint,
         &shared.name,
         generation,
+        lifecycle,
         &shared.opts,
         shared.link.clone(),
         child,
@@ -270,7 +278,7 @@ async fn watch_session(
         let ids = conn.router.in_flight();
         let cancels = futures::future::join_all(
             ids.iter()
-                .map(|id| send_cancel(&conn.peer, id.clone(), "shutdown")),
+                .map(|id| conn.send_cancel(id.clone(), "shutdown")),
         );
         let _ = tokio::time::timeout(Duration::from_millis(500), cancels).await;
     }

@@ -22,7 +22,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use toolwarden_core::{CallProgress, Engine, TurnRequest};
-use toolwarden_protocol::{CallId, CancelReason, ProgressInfo, ToolCall};
+use toolwarden_protocol::{CallId, CancelReason, ProgressInfo, ToolCall, TraceParent};
 
 use super::channel::ClientChannel;
 use super::options::STATUS_TOOL;
@@ -39,8 +39,66 @@ pub(crate) struct CallContext {
     /// Where progress and the call's own requests to the client go.
     pub(crate) channel: Arc<dyn ClientChannel>,
     /// rmcp's cancellation of the request's handler (its client's `notifications/cancelled`,
-    /// or the connection's end); the gateway's own calls are stopped through the session.
+    /// its closed response stream for a stateless HTTP request, or the connection's end); the
+    /// gateway's own calls are stopped through the session.
     pub(crate) ct: CancellationToken,
+    /// How the request reached its session.
+    pub(crate) door: Door,
+}
+
+/// How a request reached the session it runs in, which says why its client stopped waiting
+/// when `ct` fires.
+pub(crate) enum Door {
+    /// Through its connection, whose own session it runs in (handshake clients; stateless
+    /// clients on stdio that name no session): `ct` is the client's cancel, else the
+    /// connection's end.
+    Connection,
+    /// A stateless request on stdio, in the session it named: the connection (this session)
+    /// ending ends the call too.
+    Joined(Arc<ClientSession>),
+    /// A stateless request over Streamable HTTP: `ct` fires when its response stream closes
+    /// (the revision's cancel), or at the server's shutdown (this token).
+    Stream(CancellationToken),
+}
+
+impl Door {
+    /// Why the client stopped waiting, when `ct` fired, for a call in `session`.
+    fn cancel_reason(&self, session: &ClientSession) -> CancelReason {
+        match self {
+            Door::Connection => session.cancel_reason(),
+            Door::Joined(connection) => connection.cancel_reason(),
+            Door::Stream(shutdown) if shutdown.is_cancelled() => CancelReason::Shutdown,
+            Door::Stream(_) => CancelReason::ClientDisconnect,
+        }
+    }
+
+    /// Resolves with the reason when the connection of a joined request ends.
+    async fn connection_ended(&self) -> CancelReason {
+        match self {
+            Door::Joined(connection) => {
+                connection.ended().await;
+                connection
+                    .end_reason()
+                    .unwrap_or(CancelReason::ClientDisconnect)
+            }
+            _ => std::future::pending().await,
+        }
+    }
+}
+
+/// Over Streamable HTTP, a `traceparent` header is the trace context of a request whose
+/// `_meta` has none (`_meta.traceparent` wins: it is the request's own).
+pub(crate) fn trace_from_header(headers: &http::HeaderMap, meta: &mut RequestMetaObject) {
+    if meta.0.get_traceparent().is_some() {
+        return;
+    }
+    let mut values = headers.get_all("traceparent").iter();
+    // Two `traceparent` headers are no valid context.
+    if let (Some(value), None) = (values.next(), values.next())
+        && let Ok(value) = value.to_str()
+    {
+        meta.0.set_traceparent(value);
+    }
 }
 
 /// Runs one `tools/call` to its result.
@@ -77,28 +135,39 @@ pub(crate) async fn call_tool(
         turn_id: Some(turn_id.clone()),
         calls: vec![call],
         progress,
+        traceparent: ctx.meta.0.get_traceparent().and_then(TraceParent::parse),
         ..TurnRequest::default()
     };
     // Registered before the turn starts: an approval may be asked at once, and goes through
     // this handler.
     let server = gw.backend_of(&params.name);
     let (jobs_tx, mut jobs_rx) = mpsc::unbounded_channel::<Job>();
+    let seq = gw.next_seq();
+    // A connection's ids are its own; the requests of a stateless session come from many
+    // clients, whose ids may meet: there, the call is known by its turn.
+    let slot = match ctx.door {
+        Door::Connection => call_id.clone(),
+        _ => turn_id.to_string(),
+    };
     session.add_call(
-        &call_id,
+        &slot,
         ClientCall {
             server: server.clone(),
-            seq: gw.next_seq(),
+            seq,
             jobs: jobs_tx,
         },
     );
     let _registered = Registered {
         session,
-        call_id: &call_id,
+        call_id: &slot,
     };
     if let Some(server) = &server {
         upstream::note_client(gw, server, session);
     }
-    let open = session.request_started(&ctx.id);
+    let open = session.request_started_as(match ctx.door {
+        Door::Connection => ctx.id.to_string(),
+        _ => slot.clone(),
+    });
     let stop = &open.stop;
     let mut relay = token.map(Relay::new);
     let mut outbound = FuturesUnordered::new();
@@ -131,7 +200,11 @@ pub(crate) async fn call_tool(
                 aborted = true;
                 // rmcp fires this on the client's notifications/cancelled, and when the
                 // connection's loop ends (its session ended, or the server shuts down).
-                abort(gw, &turn_id, &call_id, session.cancel_reason());
+                abort(gw, &turn_id, &call_id, ctx.door.cancel_reason(session));
+            }
+            reason = ctx.door.connection_ended(), if !aborted => {
+                aborted = true;
+                abort(gw, &turn_id, &call_id, reason);
             }
             reason = stop.stopped(), if !aborted => {
                 aborted = true;

@@ -172,7 +172,10 @@ async fn ask(
             return;
         }
     };
-    let call = interaction.call_id.as_ref().map(|c| c.to_string());
+    let call = session.call_key(
+        interaction.call_id.as_ref().map(|c| c.as_str()),
+        interaction.turn_id.as_ref().map(|t| t.as_str()),
+    );
     let answered = session
         .request(
             call.as_deref(),

@@ -37,7 +37,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use toolwarden_protocol::CancelReason;
 
-use super::call::{CallContext, call_tool};
+use super::call::{CallContext, Door, call_tool};
 use super::channel::{ClientChannel, Sent};
 use super::http_sessions::HttpSessions;
 use toolwarden_hosts::HostPort;
@@ -202,7 +202,7 @@ pub(crate) async fn serve(
                 return None;
             }
             let params: CallParams = serde_json::from_str(message.params?.get()).ok()?;
-            let meta = params.meta.unwrap_or_default();
+            let mut meta = params.meta.unwrap_or_default();
             if meta
                 .keys()
                 .any(|k| k.starts_with("io.modelcontextprotocol/"))
@@ -211,6 +211,7 @@ pub(crate) async fn serve(
             }
             sessions.touch(&session_id.into());
             session.touch();
+            super::call::trace_from_header(headers, &mut meta);
             let mut call = CallToolRequestParams::new(params.name);
             call.arguments = params.arguments;
             Some(respond(gw, session, call, id, meta, fast).await)
@@ -311,8 +312,14 @@ fn accepted() -> Response<BoxBody> {
     response
 }
 
-/// Runs the call on a task of its own and answers: JSON if the answer comes first and within
-/// the window, else an event stream of everything the call sends.
+/// Runs the call and answers: JSON if the answer comes first and within the window, else an
+/// event stream of everything the call sends.
+///
+/// The call is driven by this request's own task until its answer, its first message or the
+/// window's end: a quick call then costs no task of its own and no wake-up between two tasks
+/// (the spawn and the hand-over were a good part of a call's cost at high rates). When its
+/// response turns into an event stream, or this request is dropped before the answer, the call
+/// goes on on a task of its own, exactly as if it had started there ([`Detach`]).
 async fn respond(
     gw: &Arc<GatewayState>,
     session: Arc<ClientSession>,
@@ -322,19 +329,36 @@ async fn respond(
     fast: &FastPath,
 ) -> Response<BoxBody> {
     let (out, mut rx) = mpsc::unbounded_channel();
-    gw.tasks.spawn(run(
-        gw.clone(),
-        session,
-        call,
-        id,
-        meta,
-        out,
-        fast.keep_alive,
-    ));
-    let first = tokio::select! {
-        biased;
-        first = rx.recv() => first,
-        () = tokio::time::sleep(fast.json_window) => None,
+    let mut call = Detach {
+        call: Some(Box::pin(run(
+            gw.clone(),
+            session,
+            call,
+            id,
+            meta,
+            out,
+            fast.keep_alive,
+        ))),
+        tasks: gw.tasks.clone(),
+    };
+    let window = tokio::time::sleep(fast.json_window);
+    tokio::pin!(window);
+    let first = loop {
+        // The call's task sends its answer (or ends the channel) before it ends: once it has
+        // ended, only the channel is left to read.
+        let Some(running) = call.call.as_mut() else {
+            break tokio::select! {
+                biased;
+                first = rx.recv() => first,
+                () = &mut window => None,
+            };
+        };
+        tokio::select! {
+            biased;
+            first = rx.recv() => break first,
+            () = running => call.call = None,
+            () = &mut window => break None,
+        }
     };
     if let Some(Out::Answer(answer)) = first {
         let mut response = Response::new(BoxBody::new(http_body_util::Full::new(answer)));
@@ -344,6 +368,7 @@ async fn respond(
         );
         return response;
     }
+    call.detach();
     let rest = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
     let events = futures::stream::iter(first)
         .chain(rest)
@@ -356,6 +381,33 @@ async fn respond(
     );
     headers.insert(CACHE_CONTROL, http::HeaderValue::from_static("no-cache"));
     response
+}
+
+/// A call's task ([`run`]) while the request's own task drives it: whenever it leaves that
+/// task unfinished — its response became an event stream, or the request was dropped — it is
+/// spawned, and goes on to its end (it sees its response closed, if it was, and stops the call
+/// as a client disconnect).
+struct Detach {
+    call: Option<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>>,
+    tasks: tokio_util::task::TaskTracker,
+}
+
+impl Detach {
+    fn detach(&mut self) {
+        // Outside a runtime (it is shutting down) the call is dropped instead, which records its
+        // outcome as any dropped call does.
+        if let Some(call) = self.call.take()
+            && tokio::runtime::Handle::try_current().is_ok()
+        {
+            self.tasks.spawn(call);
+        }
+    }
+}
+
+impl Drop for Detach {
+    fn drop(&mut self) {
+        self.detach();
+    }
 }
 
 /// One event-stream event.
@@ -391,6 +443,7 @@ async fn run(
         meta,
         channel: Arc::new(response),
         ct: CancellationToken::new(),
+        door: Door::Connection,
     };
     let result = call_tool(&gw, &session, call, context);
     tokio::pin!(result);

@@ -9,55 +9,169 @@
 )]
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
-    GetPromptRequestParams, GetPromptResponse, InitializeRequestParams, InitializeResult,
-    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
-    PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
-    SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
+    CacheScope, CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
+    GetPromptRequestParams, GetPromptResponse, Implementation, InitializeRequestParams,
+    InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
+    ReadResourceResponse, SetLevelRequestParams, SubscribeRequestParams, Tool,
+    UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+use toolwarden_protocol::SessionId;
 
+use super::call::Door;
 use super::http_sessions::HttpSessionTag;
-use super::options::versions;
+use super::options::{TOOLS_TTL, versions};
 use super::session::ClientSession;
 use super::state::GatewayState;
 use super::{completion, convert, passthrough, prompts, resources};
 
 /// One MCP client's connection to the [`Gateway`](super::Gateway): rmcp's `ServerHandler`. The
-/// gateway makes one per stdio connection and per Streamable HTTP session; dropping it (the
-/// connection is gone) ends the client's session.
+/// gateway makes one per stdio connection, per Streamable HTTP session and per stateless HTTP
+/// request; dropping it (the connection is gone) ends the connection's own session.
+///
+/// Which toolwarden session a request belongs to is [`GatewayConnection::session_of`]: the
+/// connection's own for handshake clients; for stateless (2026-07-28) requests, the one they
+/// name, else one per client identity (see `docs/GATEWAY.md`, "Both eras").
 pub struct GatewayConnection {
     gateway: Arc<GatewayState>,
-    session: Arc<ClientSession>,
+    shutdown: CancellationToken,
+    /// The connection's own session, made when first needed: at `initialize`, with the
+    /// connection on stdio, never for a stateless HTTP request.
+    own: OnceLock<Arc<ClientSession>>,
+    /// The own session was registered for stateless requests (stdio).
+    registered: AtomicBool,
+}
+
+/// The session a request belongs to, and how its client stops waiting for it.
+pub(crate) struct Served {
+    pub(crate) session: Arc<ClientSession>,
+    pub(crate) door: Door,
+    /// The request is of the stateless revision: nothing but its answer may reach its client.
+    pub(crate) stateless: bool,
 }
 
 impl GatewayConnection {
     pub(crate) fn new(gateway: Arc<GatewayState>, shutdown: CancellationToken) -> Self {
-        let session = gateway.new_session(shutdown);
-        Self { gateway, session }
+        Self {
+            gateway,
+            shutdown,
+            own: OnceLock::new(),
+            registered: AtomicBool::new(false),
+        }
     }
 
+    /// The connection's own session (made now if it was not yet).
     pub(crate) fn session(&self) -> &Arc<ClientSession> {
-        &self.session
+        self.own
+            .get_or_init(|| self.gateway.new_session(self.shutdown.clone()))
     }
+
+    /// The session a request belongs to, touched, with the capabilities a stateless request
+    /// declared. A handshake request: the connection's. A stateless request (its `_meta`
+    /// names a revision without `initialize`): the session `_meta["toolwarden/session"]`
+    /// names; else over HTTP the one of its client identity (bearer token and client name);
+    /// else (stdio) the connection's.
+    pub(crate) fn session_of(&self, context: &RequestContext<RoleServer>) -> Served {
+        if !stateless(context) {
+            let session = self.session().clone();
+            session.touch();
+            return Served {
+                session,
+                door: Door::Connection,
+                stateless: false,
+            };
+        }
+        let parts = context.extensions.get::<http::request::Parts>();
+        let named = context
+            .meta
+            .get(SESSION_META)
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|name| !name.is_empty() && name.len() <= MAX_SESSION_NAME);
+        let (session, door) = match (named, parts) {
+            (Some(name), _) => {
+                let session = self
+                    .gateway
+                    .stateless_session(SessionId::new(name), &self.shutdown);
+                let door = match parts {
+                    Some(_) => Door::Stream(self.shutdown.clone()),
+                    None => Door::Joined(self.session().clone()),
+                };
+                (session, door)
+            }
+            (None, Some(parts)) => {
+                let id = identity_session(parts, context.meta.client_info().as_ref());
+                let session = self.gateway.stateless_session(id, &self.shutdown);
+                (session, Door::Stream(self.shutdown.clone()))
+            }
+            (None, None) => {
+                let session = self.session().clone();
+                if !self.registered.swap(true, Ordering::Relaxed) {
+                    self.gateway.register(&session);
+                }
+                (session, Door::Connection)
+            }
+        };
+        if let Some(capabilities) = context.meta.client_capabilities() {
+            session.declare(capabilities);
+        }
+        session.touch();
+        Served {
+            session,
+            door,
+            stateless: true,
+        }
+    }
+}
+
+/// The `_meta` key a stateless request names its toolwarden session with.
+pub(crate) const SESSION_META: &str = "toolwarden/session";
+
+/// The longest session name taken from `_meta["toolwarden/session"]`; a longer one is ignored.
+const MAX_SESSION_NAME: usize = 200;
+
+/// The session of a stateless HTTP client that names none: one per client identity — its
+/// bearer token (the whole `Authorization` value) and its client name — as `mcp_` and a digest
+/// of both, so the token never shows.
+fn identity_session(parts: &http::request::Parts, client: Option<&Implementation>) -> SessionId {
+    use sha2::Digest as _;
+    let mut digest = sha2::Sha256::new();
+    digest.update(b"toolwarden stateless session\0");
+    if let Some(auth) = parts.headers.get(http::header::AUTHORIZATION) {
+        digest.update(auth.as_bytes());
+    }
+    digest.update(b"\0");
+    if let Some(client) = client {
+        digest.update(client.name.as_bytes());
+    }
+    let hex: String = digest.finalize()[..12]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    SessionId::new(format!("mcp_{hex}"))
 }
 
 impl Drop for GatewayConnection {
     fn drop(&mut self) {
-        self.gateway
-            .end_session(&self.session, self.session.disconnect_reason());
+        if let Some(session) = self.own.get() {
+            self.gateway
+                .end_session(session, session.disconnect_reason());
+        }
     }
 }
 
 impl std::fmt::Debug for GatewayConnection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GatewayConnection")
-            .field("session", &self.session.id)
+            .field("session", &self.own.get().map(|s| s.id.clone()))
             .finish()
     }
 }
@@ -81,10 +195,10 @@ impl ServerHandler for GatewayConnection {
             .extensions
             .get::<HttpSessionTag>()
             .map(|t| t.0.clone());
-        self.session
-            .initialized(context.peer.clone(), request.capabilities.clone(), http);
-        self.gateway.register(&self.session);
-        tracing::debug!(session = %self.session.id, client = %request.client_info.name,
+        let session = self.session();
+        session.initialized(context.peer.clone(), request.capabilities.clone(), http);
+        self.gateway.register(session);
+        tracing::debug!(session = %session.id, client = %request.client_info.name,
             version = %request.protocol_version, "MCP client initialize");
         self.negotiate_initialize(&request)
     }
@@ -92,11 +206,21 @@ impl ServerHandler for GatewayConnection {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        self.session.touch();
+        self.session_of(&context);
         let tools = self.gateway.refresh_tool_view();
-        Ok(ListToolsResult::with_all_items((*tools).clone()))
+        let mut result = ListToolsResult::with_all_items((*tools).clone());
+        if stateless(&context) {
+            // The list is the same for every client; it changes when a server's does.
+            result.ttl_ms = Some(TOOLS_TTL.as_millis() as u64);
+            result.cache_scope = Some(CacheScope::Private);
+        }
+        Ok(result)
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.gateway.tool(name)
     }
 
     async fn call_tool(
@@ -104,14 +228,33 @@ impl ServerHandler for GatewayConnection {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        self.session.touch();
+        let Served {
+            session,
+            door,
+            stateless,
+        } = self.session_of(&context);
+        let mut meta = context.meta;
+        if let Some(parts) = context.extensions.get::<http::request::Parts>() {
+            super::call::trace_from_header(&parts.headers, &mut meta);
+        }
+        if stateless {
+            let driver = super::rounds::Driver {
+                id: context.id,
+                meta,
+                peer: context.peer,
+                ct: context.ct,
+                door,
+            };
+            return super::rounds::call_tool(&self.gateway, &session, request, driver).await;
+        }
         let context = super::call::CallContext {
             id: context.id,
-            meta: context.meta,
+            meta,
             channel: Arc::new(context.peer),
             ct: context.ct,
+            door,
         };
-        super::call::call_tool(&self.gateway, &self.session, request, context)
+        super::call::call_tool(&self.gateway, &session, request, context)
             .await
             .map(CallToolResponse::Complete)
     }
@@ -121,8 +264,8 @@ impl ServerHandler for GatewayConnection {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        self.session.touch();
-        prompts::list(&self.gateway, &self.session, request, context).await
+        let session = self.session_of(&context).session;
+        prompts::list(&self.gateway, &session, request, context).await
     }
 
     async fn get_prompt(
@@ -130,8 +273,8 @@ impl ServerHandler for GatewayConnection {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        self.session.touch();
-        prompts::get(&self.gateway, &self.session, request, context)
+        let session = self.session_of(&context).session;
+        prompts::get(&self.gateway, &session, request, context)
             .await
             .map(Into::into)
     }
@@ -141,8 +284,8 @@ impl ServerHandler for GatewayConnection {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        self.session.touch();
-        resources::list(&self.gateway, &self.session, request, context).await
+        let session = self.session_of(&context).session;
+        resources::list(&self.gateway, &session, request, context).await
     }
 
     async fn list_resource_templates(
@@ -150,8 +293,8 @@ impl ServerHandler for GatewayConnection {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        self.session.touch();
-        resources::list_templates(&self.gateway, &self.session, request, context).await
+        let session = self.session_of(&context).session;
+        resources::list_templates(&self.gateway, &session, request, context).await
     }
 
     async fn read_resource(
@@ -159,8 +302,8 @@ impl ServerHandler for GatewayConnection {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        self.session.touch();
-        resources::read(&self.gateway, &self.session, request, context)
+        let session = self.session_of(&context).session;
+        resources::read(&self.gateway, &session, request, context)
             .await
             .map(Into::into)
     }
@@ -170,8 +313,8 @@ impl ServerHandler for GatewayConnection {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.session.touch();
-        resources::subscribe(&self.gateway, &self.session, request, context).await
+        let session = self.session_of(&context).session;
+        resources::subscribe(&self.gateway, &session, request, context).await
     }
 
     async fn unsubscribe(
@@ -179,8 +322,8 @@ impl ServerHandler for GatewayConnection {
         request: UnsubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.session.touch();
-        resources::unsubscribe(&self.gateway, &self.session, request, context).await
+        let session = self.session_of(&context).session;
+        resources::unsubscribe(&self.gateway, &session, request, context).await
     }
 
     async fn complete(
@@ -188,8 +331,8 @@ impl ServerHandler for GatewayConnection {
         request: CompleteRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        self.session.touch();
-        completion::complete(&self.gateway, &self.session, request, context).await
+        let session = self.session_of(&context).session;
+        completion::complete(&self.gateway, &session, request, context).await
     }
 
     async fn set_level(
@@ -197,11 +340,19 @@ impl ServerHandler for GatewayConnection {
         request: SetLevelRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.session.touch();
-        passthrough::set_level(&self.gateway, &self.session, request, context).await
+        let session = self.session_of(&context).session;
+        passthrough::set_level(&self.gateway, &session, request, context).await
     }
 
     async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {
         passthrough::roots_list_changed(&self.gateway).await;
     }
+}
+
+/// Whether a request is of the stateless revision (its `_meta` names one without `initialize`).
+fn stateless(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .meta
+        .protocol_version()
+        .is_some_and(|v| !v.has_initialize())
 }

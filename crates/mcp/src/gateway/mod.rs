@@ -37,9 +37,11 @@ mod handler;
 mod http;
 mod http_sessions;
 mod options;
+mod parked;
 mod passthrough;
 mod prompts;
 mod resources;
+mod rounds;
 mod route_table;
 mod session;
 mod state;
@@ -105,8 +107,8 @@ impl std::fmt::Debug for Gateway {
 
 impl Gateway {
     /// A gateway over `engine` and its MCP `servers`. Call it within a Tokio runtime: it
-    /// starts two background tasks (tool-list changes, engine events), which end when the
-    /// gateway is dropped. It attaches itself to the servers (their requests and notifications
+    /// starts three background tasks (tool-list changes, engine events, idle stateless
+    /// sessions), which end when the gateway is dropped. It attaches itself to the servers (their requests and notifications
     /// for a client come here) and an elicitation interactor to the engine.
     pub fn new(engine: Engine, servers: Vec<Arc<McpServer>>, opts: GatewayOptions) -> Arc<Gateway> {
         let state = GatewayState::new(engine, servers, opts);
@@ -126,6 +128,11 @@ impl Gateway {
         state.tasks.spawn(watch::tools(
             Arc::downgrade(&state),
             state.engine.tools_changed(),
+            state.closed.clone(),
+        ));
+        state.tasks.spawn(watch::stateless(
+            Arc::downgrade(&state),
+            state.opts.http_session_idle,
             state.closed.clone(),
         ));
         let eliciting = elicitations.clone();

@@ -47,12 +47,16 @@ impl Default for GatewayOptions {
     }
 }
 
-/// The protocol revisions the gateway speaks: those with an `initialize` handshake. The
-/// 2026-07-28 revision has no sessions (every request stands alone), and the gateway governs
-/// per session, so its per-request lifecycle is refused as an unsupported version.
+/// The protocol revisions the gateway speaks: those with an `initialize` handshake
+/// (2024-11-05 to 2025-11-25) and the stateless 2026-07-28, whose requests each carry their
+/// own version and client capabilities.
 pub(crate) fn versions() -> &'static [ProtocolVersion] {
-    ProtocolVersion::known_up_to(&ProtocolVersion::LATEST_WITH_INITIALIZE)
+    ProtocolVersion::known_up_to(&ProtocolVersion::V_2026_07_28)
 }
+
+/// How long a stateless client may keep the tool list (`ttlMs` of `tools/list`): it changes
+/// only when a server's list does, and a stateless client hears of no change.
+pub(crate) const TOOLS_TTL: Duration = Duration::from_secs(10);
 
 /// How long a closed response stream waits for the client's `notifications/cancelled` for its
 /// request before it counts as a disconnect.

@@ -101,7 +101,8 @@ pub(crate) struct ClientSession {
     /// The gateway's tasks: what the session sends on its own runs on them.
     tasks: TaskTracker,
     peer: OnceLock<Peer<RoleServer>>,
-    capabilities: OnceLock<ClientCapabilities>,
+    /// What the client declared: at `initialize`, or (stateless) with its latest request.
+    capabilities: Mutex<Option<Arc<ClientCapabilities>>>,
     http_id: OnceLock<String>,
     /// Calls in flight, by call id (the JSON-RPC request id).
     calls: Mutex<HashMap<String, ClientCall>>,
@@ -130,13 +131,24 @@ impl ClientSession {
         tasks: TaskTracker,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
+        let id = SessionId::new(format!("mcp_{}", ulid::Ulid::new()));
+        Self::with_id(id, recency, tasks, shutdown)
+    }
+
+    /// A session of a chosen id (the session of stateless requests).
+    pub(crate) fn with_id(
+        id: SessionId,
+        recency: Arc<Recency>,
+        tasks: TaskTracker,
+        shutdown: CancellationToken,
+    ) -> Arc<Self> {
         let last_active = AtomicU64::new(recency.next());
         Arc::new(Self {
-            id: SessionId::new(format!("mcp_{}", ulid::Ulid::new())),
+            id,
             recency,
             tasks,
             peer: OnceLock::new(),
-            capabilities: OnceLock::new(),
+            capabilities: Mutex::new(None),
             http_id: OnceLock::new(),
             calls: Mutex::default(),
             requests: Mutex::default(),
@@ -183,7 +195,7 @@ impl ClientSession {
         http_id: Option<String>,
     ) {
         let _ = self.peer.set(peer);
-        let _ = self.capabilities.set(capabilities);
+        *self.capabilities.lock() = Some(Arc::new(capabilities));
         if let Some(id) = http_id {
             let _ = self.http_id.set(id);
         }
@@ -193,14 +205,23 @@ impl ClientSession {
         self.http_id.get().map(String::as_str)
     }
 
-    pub(crate) fn capabilities(&self) -> Option<&ClientCapabilities> {
-        self.capabilities.get()
+    pub(crate) fn capabilities(&self) -> Option<Arc<ClientCapabilities>> {
+        self.capabilities.lock().clone()
+    }
+
+    /// A stateless client declared `capabilities` with its latest request (each request of
+    /// the 2026-07-28 revision carries them).
+    pub(crate) fn declare(&self, capabilities: ClientCapabilities) {
+        let mut current = self.capabilities.lock();
+        if current.as_deref() != Some(&capabilities) {
+            *current = Some(Arc::new(capabilities));
+        }
     }
 
     /// Whether the client can answer a form elicitation (`elicitation: {}` means form).
     pub(crate) fn supports_form_elicitation(&self) -> bool {
         self.capabilities()
-            .and_then(|c| c.elicitation.as_ref())
+            .and_then(|c| c.elicitation.clone())
             .is_some_and(|e| e.form.is_some() || e.url.is_none())
     }
 
@@ -211,6 +232,11 @@ impl ClientSession {
 
     pub(crate) fn last_active(&self) -> u64 {
         self.last_active.load(Ordering::Relaxed)
+    }
+
+    /// Resolves once the session ended.
+    pub(crate) async fn ended(&self) {
+        self.ended.cancelled().await;
     }
 
     pub(crate) fn is_ended(&self) -> bool {
@@ -255,6 +281,16 @@ impl ClientSession {
         !self.calls.lock().is_empty()
     }
 
+    /// The key this session knows a call by: its turn (a stateless session's calls), else its
+    /// call id (a connection's).
+    pub(crate) fn call_key(&self, call_id: Option<&str>, turn_id: Option<&str>) -> Option<String> {
+        let calls = self.calls.lock();
+        turn_id
+            .filter(|t| calls.contains_key(*t))
+            .or(call_id)
+            .map(str::to_owned)
+    }
+
     /// The most recent call of this session running on `server`: (call id, its seq).
     pub(crate) fn latest_call_on(&self, server: &str) -> Option<(String, u64)> {
         self.calls
@@ -270,8 +306,13 @@ impl ClientSession {
     /// its `notifications/cancelled` arrived (seen by the HTTP session manager before rmcp).
     /// Dropping the guard unregisters the request.
     pub(crate) fn request_started(&self, request_id: &RequestId) -> OpenRequest<'_> {
+        self.request_started_as(request_id.to_string())
+    }
+
+    /// [`request_started`](Self::request_started) under a key of the gateway's choosing: the
+    /// requests of a stateless session come from many clients, whose JSON-RPC ids may meet.
+    pub(crate) fn request_started_as(&self, key: String) -> OpenRequest<'_> {
         let stop = Stop::default();
-        let key = request_id.to_string();
         let early = {
             let mut early = self.early_stops.lock();
             early
@@ -376,12 +417,6 @@ impl ClientSession {
         timeout: Option<Duration>,
         cancel: CancellationToken,
     ) -> Result<ClientResult, ErrorData> {
-        let Some(peer) = self.peer.get().cloned() else {
-            return Err(ErrorData::internal_error(
-                "the MCP client has not finished initialize",
-                None,
-            ));
-        };
         let (tx, rx) = oneshot::channel();
         let job: Job = Box::new(move |channel| {
             Box::pin(async move {
@@ -397,6 +432,14 @@ impl ClientSession {
             None => Some(job),
         };
         if let Some(job) = job {
+            // Outside a call, only a connection's peer reaches the client; a stateless client
+            // has none (it is reached only through its calls).
+            let Some(peer) = self.peer.get().cloned() else {
+                return Err(ErrorData::internal_error(
+                    "the MCP client can be reached only during its calls",
+                    None,
+                ));
+            };
             let fut = job(Arc::new(peer));
             self.tasks.spawn(fut);
         }

@@ -4,9 +4,11 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use rmcp::model::{ClientRequest, RequestMetaObject, ServerNotification, Tool};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use toolwarden_core::Engine;
@@ -16,6 +18,7 @@ use crate::McpServer;
 
 use super::convert;
 use super::options::{ELICITATION_INTERACTOR, GatewayOptions};
+use super::parked::Parked;
 use super::route_table::RouteTable;
 use super::session::{ClientSession, Recency};
 
@@ -30,6 +33,11 @@ pub(crate) struct GatewayState {
     sessions: Mutex<HashMap<SessionId, Weak<ClientSession>>>,
     /// Live Streamable HTTP sessions by `Mcp-Session-Id`.
     http_sessions: Mutex<HashMap<String, Weak<ClientSession>>>,
+    /// The sessions of stateless (2026-07-28) requests, which no connection owns, by their
+    /// toolwarden session id, with when a request last came.
+    stateless: Mutex<HashMap<SessionId, (Arc<ClientSession>, Instant)>>,
+    /// Calls of stateless clients waiting for their client's next request.
+    pub(super) parked: Parked,
     /// Which server serves each exposed tool, and the list last sent to clients.
     tool_view: Mutex<ToolView>,
     /// Where resources, templates and prompts live.
@@ -62,6 +70,8 @@ impl GatewayState {
             opts,
             sessions: Mutex::default(),
             http_sessions: Mutex::default(),
+            stateless: Mutex::default(),
+            parked: Parked::default(),
             tool_view: Mutex::default(),
             routes: RouteTable::default(),
             last_client: Mutex::default(),
@@ -103,6 +113,61 @@ impl GatewayState {
     /// A session for a new connection, served until `shutdown`.
     pub(super) fn new_session(&self, shutdown: CancellationToken) -> Arc<ClientSession> {
         ClientSession::new(self.recency.clone(), self.tasks.clone(), shutdown)
+    }
+
+    /// The session of a stateless request that is not its connection's: the live session of
+    /// that id if there is one (a handshake client's, or one a stateless request made before),
+    /// else a new one, registered, that lives until it has been idle for
+    /// [`http_session_idle`](GatewayOptions::http_session_idle) with no call running.
+    pub(super) fn stateless_session(
+        &self,
+        id: SessionId,
+        shutdown: &CancellationToken,
+    ) -> Arc<ClientSession> {
+        let now = Instant::now();
+        let mut stateless = self.stateless.lock();
+        if let Some((session, last)) = stateless.get_mut(&id)
+            && !session.is_ended()
+        {
+            *last = now;
+            return session.clone();
+        }
+        if let Some(session) = self.session(&id).filter(|s| !s.is_ended()) {
+            return session;
+        }
+        let session = ClientSession::with_id(
+            id.clone(),
+            self.recency.clone(),
+            self.tasks.clone(),
+            shutdown.clone(),
+        );
+        stateless.insert(id, (session.clone(), now));
+        drop(stateless);
+        self.register(&session);
+        session
+    }
+
+    /// Ends the stateless sessions idle for `idle` with no call running.
+    pub(super) fn sweep_stateless(&self, idle: Duration) {
+        let now = Instant::now();
+        let stale: Vec<Arc<ClientSession>> = {
+            let mut stateless = self.stateless.lock();
+            let stale: Vec<SessionId> = stateless
+                .iter()
+                .filter(|(_, (session, last))| {
+                    now.duration_since(*last) >= idle && !session.has_calls()
+                })
+                .map(|(id, _)| id.clone())
+                .collect();
+            stale
+                .iter()
+                .filter_map(|id| stateless.remove(id).map(|(s, _)| s))
+                .collect()
+        };
+        for session in stale {
+            tracing::debug!(session = %session.id, "an idle stateless MCP session ended");
+            self.end_session(&session, CancelReason::ClientDisconnect);
+        }
     }
 
     /// The MCP server of that name.
@@ -180,6 +245,13 @@ impl GatewayState {
         // A tool registered since the last look (or none at all).
         self.refresh_tool_view();
         self.tool_view.lock().backends.get(tool).cloned().flatten()
+    }
+
+    /// An exposed tool as clients see it (from the list last made).
+    pub(super) fn tool(&self, name: &str) -> Option<Tool> {
+        let listed = self.tool_view.lock().listed.clone();
+        let tools = listed.unwrap_or_else(|| self.refresh_tool_view());
+        tools.iter().find(|t| t.name == name).cloned()
     }
 
     /// Re-reads which server serves which tool; returns the list clients would see now.

@@ -127,6 +127,7 @@ fn supports(
     method: &str,
 ) -> Result<(), ErrorData> {
     let caps = session.capabilities();
+    let caps = caps.as_deref();
     let ok = match request {
         ServerRequest::CreateMessageRequest(_) => caps.is_some_and(|c| c.sampling.is_some()),
         ServerRequest::ListRootsRequest(_) => caps.is_some_and(|c| c.roots.is_some()),

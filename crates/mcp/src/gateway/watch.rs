@@ -1,6 +1,6 @@
-//! The gateway's two background tasks: what clients must hear that no request of theirs
-//! asked about — a changed tool list, an approval answered elsewhere, a call that ended while
-//! its approval was being asked, a server that restarted.
+//! The gateway's background tasks: what clients must hear that no request of theirs asked
+//! about — a changed tool list, an approval answered elsewhere, a call that ended while its
+//! approval was being asked, a server that restarted — and the end of idle stateless sessions.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -77,5 +77,23 @@ pub(crate) async fn events(
             }
             _ => {}
         }
+    }
+}
+
+/// Ends the sessions of stateless clients once idle (see `GatewayState::stateless_session`).
+pub(crate) async fn stateless(
+    gateway: Weak<GatewayState>,
+    idle: Duration,
+    closed: CancellationToken,
+) {
+    let every = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = closed.cancelled() => return,
+        }
+        let Some(gw) = gateway.upgrade() else { return };
+        gw.sweep_stateless(idle);
+        gw.parked.sweep();
     }
 }

@@ -47,9 +47,17 @@ pub struct Setup {
 
 /// `[servers.NAME]` for a `tw-test-server` (with `--tag NAME`).
 pub fn server_toml(name: &str) -> String {
+    server_toml_with(name, &[])
+}
+
+/// `[servers.NAME]` for a `tw-test-server` with `--tag NAME` and `args`.
+pub fn server_toml_with(name: &str, args: &[&str]) -> String {
+    let mut all = vec!["--tag", name];
+    all.extend_from_slice(args);
     format!(
-        "[servers.{name}]\ncommand = {:?}\nargs = [\"--tag\", {name:?}]\n",
-        test_server_path().display().to_string()
+        "[servers.{name}]\ncommand = {:?}\nargs = {:?}\n",
+        test_server_path().display().to_string(),
+        all
     )
 }
 
@@ -57,10 +65,17 @@ pub fn server_toml(name: &str) -> String {
 /// `extra` config, and in-process tools: `add {a, b}`, `guarded` (approval `ask`) and
 /// `counter {count}` (reports progress, then answers).
 pub async fn setup(names: &[&str], prefix: bool, extra: &str) -> Setup {
+    let servers: Vec<(&str, &[&str])> = names.iter().map(|n| (*n, &[][..])).collect();
+    setup_with(&servers, prefix, extra).await
+}
+
+/// [`setup`] with extra command-line arguments for each test server.
+pub async fn setup_with(servers: &[(&str, &[&str])], prefix: bool, extra: &str) -> Setup {
+    let names: Vec<&str> = servers.iter().map(|(n, _)| *n).collect();
     let mut toml = String::new();
     toml.push_str(&format!("[gateway]\nprefix = {prefix}\n\n"));
-    for name in names {
-        toml.push_str(&server_toml(name));
+    for (name, args) in servers {
+        toml.push_str(&server_toml_with(name, args));
         toml.push('\n');
     }
     toml.push_str(extra);
@@ -84,7 +99,7 @@ pub async fn setup(names: &[&str], prefix: bool, extra: &str) -> Setup {
     }
     let host = engine.host(prefix);
     let mut servers = Vec::new();
-    for name in names {
+    for name in &names {
         let cfg = config.file.servers[*name].clone();
         let server = McpServer::start_with(
             name.to_string(),

@@ -13,7 +13,7 @@ fn unknown_keys_are_errors() {
         "# toolwarden\nlisten = \"x\"\n",
         &[],
         UnknownKey,
-        "toolwarden.toml:2: listen: unknown key \"listen\": expected one of interaction_ceiling, defaults, servers, tools, exec, gateway, http, store",
+        "toolwarden.toml:2: listen: unknown key \"listen\": expected one of interaction_ceiling, defaults, servers, tools, exec, gateway, http, store, redis, otel",
     );
     check_error(
         "[servers.everything]\ncommand = \"x\"\ntimout = \"1s\"\n",
@@ -81,6 +81,18 @@ fn unknown_keys_are_errors() {
 #[test]
 fn bad_values_are_errors() {
     use ConfigErrorKind::{InvalidValue, Syntax};
+    check_error(
+        "[otel]\nendpoint = \"127.0.0.1:4318\"\n",
+        &[],
+        InvalidValue,
+        "toolwarden.toml:2: otel.endpoint: \"127.0.0.1:4318\" is not an http:// URL; write the collector's OTLP/HTTP address, e.g. \"http://127.0.0.1:4318\"",
+    );
+    check_error(
+        "[otel]\nendpoint = \"https://collector:4318\"\n",
+        &[],
+        InvalidValue,
+        "toolwarden.toml:2: otel.endpoint: \"https://collector:4318\": toolwarden sends spans over plain HTTP only; point it at a collector reached over http:// (a local OpenTelemetry Collector or agent that forwards over TLS)",
+    );
     check_error(
         "[servers.everything]\ncommand = \"x\"\n\ntimeout = \"10x\"\n",
         &[],
@@ -350,5 +362,20 @@ retries = 3
     assert_eq!(
         config.unknown_tool_warnings("fs", &["write"])[0].to_string(),
         "toolwarden.toml:8: tools.read: server \"fs\" does not list a tool \"read\", so these keys apply to no tool; it lists write"
+    );
+}
+
+#[test]
+fn a_key_whose_feature_is_not_built_yet_is_a_warning() {
+    check_warnings(
+        r#"
+[servers.db]
+command = "db-server"
+env_prompt = ["DB_PASSWORD"]
+"#,
+        &[],
+        &[
+            "toolwarden.toml:3: servers.db.env_prompt: env_prompt is not acted on yet: server \"db\" starts without asking anyone for DB_PASSWORD; give the values in env (e.g. env = { VAR = \"${VAR}\" })",
+        ],
     );
 }

@@ -35,7 +35,7 @@ max_payload = "-1KiB"
         &[],
         &[
             "toolwarden.toml:1: interaction_ceiling: negative duration -1s is treated as 0s; write 0 or a positive duration such as \"30s\"",
-            "toolwarden.toml:1: interaction_ceiling: interaction_ceiling is 0s: every approval and confirm will time out at once and its call be denied; write e.g. \"15m\"",
+            "toolwarden.toml:1: interaction_ceiling: interaction_ceiling is 0s: no approval or confirm can be asked, so every call that needs one is denied at once; write e.g. \"15m\"",
             "toolwarden.toml:4: defaults.timeout: negative duration -5s is treated as 0s; write 0 or a positive duration such as \"30s\"",
             "toolwarden.toml:5: defaults.retries: negative value -1 is treated as 0; write 0 or a positive number",
             "toolwarden.toml:6: defaults.breaker.failures: negative value -2 is treated as 0; write 0 or a positive number",

@@ -12,13 +12,17 @@
 //! (the guard is told their ids as they go out) is parsed straight into a `CallToolResult` and
 //! handed over as a message, where rmcp would try every kind of result in turn.
 //!
+//! And it writes the server's stdin in batches (`writer`): messages sent while a write is under
+//! way go out together, so a busy server reads several per wake-up.
+//!
 //! This file is the guard's read loop and the transport rmcp talks through. What a line is
-//! (`check`), which request a broken line names (`id_scanner`) and which ids are our unanswered
-//! calls (`pending`) each have a module below it.
+//! (`check`), which request a broken line names (`id_scanner`), which ids are our unanswered
+//! calls (`pending`) and the batching writer (`writer`) each have a module below it.
 
 mod check;
 mod id_scanner;
 mod pending;
+mod writer;
 
 use std::sync::Arc;
 
@@ -35,22 +39,20 @@ pub(crate) use check::BadFrame;
 use check::{Verdict, check};
 use id_scanner::IdScanner;
 use pending::PendingCalls;
+use writer::BatchedWriter;
 
 /// Receives the bad frames of one connection.
 pub(crate) type OnBadFrame = Arc<dyn Fn(BadFrame) + Send + Sync>;
 
 /// Starts guarding `src` (a server's stdout) and returns the transport rmcp talks to the server
-/// through: it writes to `stdin` and reads what the guard lets through. rmcp sees the server
-/// close its pipe when `src` ends (or fails).
-pub(crate) fn guard<W>(
+/// through: it writes to `stdin` (in batches) and reads what the guard lets through. rmcp sees
+/// the server close its pipe when `src` ends (or fails).
+pub(crate) fn guard(
     src: impl AsyncRead + Unpin + Send + 'static,
-    stdin: W,
+    stdin: impl AsyncWrite + Unpin + Send + 'static,
     max_line: usize,
     on_bad: OnBadFrame,
-) -> Guarded<W>
-where
-    W: AsyncWrite + Unpin + Send + 'static,
-{
+) -> Guarded {
     let (for_rmcp, to_rmcp) = tokio::io::duplex(256 * 1024);
     let (answers_tx, answers) = mpsc::unbounded_channel();
     let calls = Arc::new(PendingCalls::default());
@@ -63,23 +65,20 @@ where
         on_bad,
     ));
     Guarded {
-        inner: AsyncRwTransport::new(for_rmcp, stdin),
+        inner: AsyncRwTransport::new(for_rmcp, BatchedWriter::spawn(stdin)),
         answers,
         calls,
     }
 }
 
 /// rmcp's stdio transport behind the guard, plus the answers the guard parsed itself.
-pub(crate) struct Guarded<W: AsyncWrite> {
-    inner: AsyncRwTransport<RoleClient, DuplexStream, W>,
+pub(crate) struct Guarded {
+    inner: AsyncRwTransport<RoleClient, DuplexStream, BatchedWriter>,
     answers: mpsc::UnboundedReceiver<ServerJsonRpcMessage>,
     calls: Arc<PendingCalls>,
 }
 
-impl<W> Transport<RoleClient> for Guarded<W>
-where
-    W: AsyncWrite + Unpin + Send + 'static,
-{
+impl Transport<RoleClient> for Guarded {
     type Error = std::io::Error;
 
     fn send(

@@ -7,21 +7,29 @@
               (MCP 2026-07-28), but the session-based revisions still use them"
 )]
 
-use std::sync::atomic::Ordering;
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CancelledNotificationParam, CompleteRequestParams,
-    CompleteResult, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, CancelledNotificationParam,
+    CompleteRequestParams, CompleteResult, DiscoverRequestMethod, DiscoverResult,
+    GetPromptRequestParams, GetPromptResponse, GetPromptResult, GetTaskParams, GetTaskResult,
     InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, ServerCapabilities, ServerConfig,
-    SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    ServerCapabilities, ServerConfig, SetLevelRequestParams, SubscribeRequestParams,
+    UnsubscribeRequestParams, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use serde_json::{Value, json};
 
-use crate::state::{TAG, TestServer};
+use crate::mrtr;
+use crate::state::{Era, TAG, TestServer};
+
+/// What a 2026-07-28-only server supports.
+const STATELESS_ONLY: &[ProtocolVersion] = &[ProtocolVersion::V_2026_07_28];
 use crate::tools::{ITEM_IDS, NAMES, id_json, tools, wire};
 
 /// What `resources/read` answers for `uri`.
@@ -46,7 +54,8 @@ impl rmcp::ServerHandler for TestServer {
             "resources": {"subscribe": true, "listChanged": true},
             "prompts": {"listChanged": true},
             "completions": {},
-            "logging": {}
+            "logging": {},
+            "extensions": {"io.modelcontextprotocol/tasks": {}}
         }))
         .unwrap_or_default();
         let mut info = InitializeResult::new(capabilities);
@@ -199,7 +208,30 @@ impl rmcp::ServerHandler for TestServer {
     ) -> Result<InitializeResult, McpError> {
         tokio::time::sleep(self.state.startup_delay).await;
         context.peer.set_peer_info(request.clone());
+        // A 2026-07-28-only server refuses it: no version it supports has a handshake.
         self.negotiate_initialize(&request)
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        match self.state.era {
+            Era::Stateless => Cow::Borrowed(STATELESS_ONLY),
+            Era::Handshake | Era::Both => Cow::Borrowed(ProtocolVersion::KNOWN_VERSIONS),
+        }
+    }
+
+    async fn discover(
+        &self,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<DiscoverResult, McpError> {
+        if self.state.era == Era::Handshake {
+            // A server written before 2026-07-28 does not know the method.
+            return Err(McpError::method_not_found::<DiscoverRequestMethod>());
+        }
+        tokio::time::sleep(self.state.startup_delay).await;
+        Ok(DiscoverResult::from_server_info(
+            self.supported_protocol_versions().into_owned(),
+            self.get_info(),
+        ))
     }
 
     async fn list_tools(
@@ -217,14 +249,60 @@ impl rmcp::ServerHandler for TestServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let args = request.arguments.unwrap_or_default();
+        let args = request.arguments.clone().unwrap_or_default();
         self.state.calls.lock().insert(
             id_json(&context.id).to_string(),
             json!({"tool": request.name.as_ref(), "arguments": Value::Object(args.clone())}),
         );
+        let stateless = context
+            .protocol_version()
+            .is_some_and(|v| !v.has_initialize());
+        if stateless && mrtr::asks(&request.name) {
+            return mrtr::round(
+                &request.name,
+                &args,
+                request.input_responses.as_ref(),
+                request.request_state.as_deref(),
+            );
+        }
+        // Over Streamable HTTP in 2026-07-28 a cancel is the closing of the request's
+        // stream, not a notification: note it as one, for `cancels`.
+        if request.name == "task" {
+            return crate::tasks::run(&self.state, args, &context).await;
+        }
+        let over_http = stateless && self.state.injector.is_none();
+        let _closed = over_http.then(|| self.note_stream_close(&context));
+        if over_http && let Some(token) = context.meta.get_progress_token() {
+            let started = ProgressNotificationParam::new(token, 0.0).with_message("started");
+            let _ = context.peer.notify_progress(started).await;
+        }
         self.run(&request.name, args, context)
             .await
             .map(CallToolResponse::Complete)
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        crate::tasks::get(&self.state, &request.task_id).map(GetTaskResult::new)
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        crate::tasks::update(&self.state, &request.task_id, request.input_responses)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        crate::tasks::cancel(&self.state, &request.task_id)
     }
 
     async fn on_cancelled(
@@ -241,5 +319,64 @@ impl rmcp::ServerHandler for TestServer {
             "requestId": id,
             "reason": notification.reason,
         }));
+    }
+}
+
+impl TestServer {
+    /// Until the returned guard drops (the handler finished), a cancel of the request's token
+    /// — its response stream closed — is recorded like a `notifications/cancelled` with the
+    /// reason `stream closed`.
+    fn note_stream_close(&self, context: &RequestContext<RoleServer>) -> StreamWatch {
+        let closed = context.ct.clone();
+        let note = Note {
+            state: self.state.clone(),
+            id: id_json(&context.id),
+            noted: Arc::default(),
+        };
+        let watcher = note.clone();
+        let task = tokio::spawn(async move {
+            closed.cancelled().await;
+            watcher.record();
+        });
+        StreamWatch {
+            note,
+            closed: context.ct.clone(),
+            task,
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Note {
+    state: Arc<crate::state::State>,
+    id: Value,
+    noted: Arc<AtomicBool>,
+}
+
+impl Note {
+    fn record(&self) {
+        if !self.noted.swap(true, Ordering::SeqCst) {
+            self.state
+                .cancels
+                .lock()
+                .push(json!({"requestId": self.id, "reason": "stream closed"}));
+        }
+    }
+}
+
+/// Watches one request's stream while its handler runs.
+pub(crate) struct StreamWatch {
+    note: Note,
+    closed: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for StreamWatch {
+    fn drop(&mut self) {
+        // A handler that returned because its stream closed finishes before the watcher runs.
+        if self.closed.is_cancelled() {
+            self.note.record();
+        }
+        self.task.abort();
     }
 }

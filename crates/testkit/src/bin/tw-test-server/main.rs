@@ -5,11 +5,21 @@
 //! crash, flood, write garbage to stdout, answer after a cancel, and spawn grandchildren — the
 //! behaviours a governing client must survive. See `tools.rs` for the list.
 //!
+//! `--era` picks the revisions it speaks: `handshake` (the default) is a server written before
+//! 2026-07-28, which knows no `server/discover`; `2026-07-28` speaks only that revision (no
+//! `initialize`: `server/discover` and a `_meta` envelope on every request; over HTTP, no
+//! sessions); `both` answers either. In 2026-07-28, `elicit`, `sample` and `roots` ask through
+//! `input_required` instead of a request to the client (see `mrtr.rs`). Over HTTP in 2026-07-28,
+//! every call first sends a progress of 0 ("started"): rmcp holds a response's head until the
+//! handler's first message, and only an open stream can be closed (the cancel).
+//!
 //! On stdio, everything rmcp writes goes through a *pump* that also accepts raw lines from the
 //! tools, so a tool can put garbage or a hand-made frame on stdout between two whole messages.
 
 mod handler;
+mod mrtr;
 mod state;
+mod tasks;
 mod tools;
 
 use std::net::SocketAddr;
@@ -22,7 +32,7 @@ use rmcp::ServiceExt as _;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::sync::{mpsc, oneshot};
 
-use state::{Injector, TestServer};
+use state::{Era, Injector, TestServer};
 
 /// Command line.
 #[derive(Debug, Parser)]
@@ -43,6 +53,9 @@ struct Args {
     /// Write this line to stderr at start (to check that stderr is captured).
     #[arg(long)]
     stderr_line: Option<String>,
+    /// Which revisions of MCP to speak.
+    #[arg(long, value_enum, default_value_t = Era::Handshake)]
+    era: Era,
     /// Tell this instance apart: it also serves `test://TAG/mine`, and its greeting ends with
     /// ` (TAG)` (for routing tests with several servers).
     #[arg(long)]
@@ -75,16 +88,16 @@ fn main() -> anyhow::Result<()> {
     runtime.block_on(async move {
         let startup_delay = Duration::from_millis(args.startup_delay_ms);
         match args.http {
-            Some(addr) => serve_http(addr, startup_delay).await,
-            None => serve_stdio(startup_delay).await,
+            Some(addr) => serve_http(addr, startup_delay, args.era).await,
+            None => serve_stdio(startup_delay, args.era).await,
         }
     })
 }
 
-async fn serve_stdio(startup_delay: Duration) -> anyhow::Result<()> {
+async fn serve_stdio(startup_delay: Duration, era: Era) -> anyhow::Result<()> {
     let (to_pump, from_rmcp) = tokio::io::duplex(64 * 1024);
     let (inject_tx, inject_rx) = mpsc::channel(16);
-    let server = TestServer::new(startup_delay, Some(Injector::new(inject_tx)));
+    let server = TestServer::new(startup_delay, Some(Injector::new(inject_tx)), era);
     // Pipes through the event loop (as toolwarden's own stdio), else tokio's blocking stdio.
     let (pump, running) = match toolwarden_process::stdio_pipes() {
         Some((stdin, stdout)) => (
@@ -144,7 +157,7 @@ async fn pump(
     }
 }
 
-async fn serve_http(addr: SocketAddr, startup_delay: Duration) -> anyhow::Result<()> {
+async fn serve_http(addr: SocketAddr, startup_delay: Duration, era: Era) -> anyhow::Result<()> {
     use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
     };
@@ -154,11 +167,16 @@ async fn serve_http(addr: SocketAddr, startup_delay: Duration) -> anyhow::Result
     let bound = listener.local_addr()?;
     // The first line on stdout is the bound address; tests read it to find the port.
     println!("{bound}");
-    let shared = TestServer::new(startup_delay, None);
+    let shared = TestServer::new(startup_delay, None, era);
     let service = StreamableHttpService::new(
         move || Ok(shared.clone()),
         Arc::new(LocalSessionManager::default()),
-        StreamableHttpServerConfig::default().with_sse_keep_alive(None),
+        StreamableHttpServerConfig::default()
+            // In 2026-07-28 a closed response stream is a cancel; rmcp's server notices it
+            // when it writes, so a quiet call's stream gets a keep-alive to write.
+            .with_sse_keep_alive((era == Era::Stateless).then_some(Duration::from_millis(100)))
+            // A 2026-07-28-only server keeps no sessions.
+            .with_legacy_session_mode(era != Era::Stateless),
     );
     let app = axum::Router::new().nest_service("/mcp", service);
     // Without `TCP_NODELAY` an event written after the response's head waits for the client's

@@ -35,6 +35,18 @@ impl Injector {
     }
 }
 
+/// Which revisions of MCP the server speaks (`--era`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Era {
+    /// Only the `initialize` handshake: `server/discover` is an unknown method.
+    Handshake,
+    /// Only 2026-07-28: `server/discover` and per-request `_meta`; `initialize` is refused.
+    #[value(name = "2026-07-28")]
+    Stateless,
+    /// Either.
+    Both,
+}
+
 /// The server; cheap to clone (HTTP sessions share one state).
 #[derive(Clone)]
 pub(crate) struct TestServer {
@@ -43,6 +55,7 @@ pub(crate) struct TestServer {
 
 pub(crate) struct State {
     pub(crate) startup_delay: Duration,
+    pub(crate) era: Era,
     pub(crate) injector: Option<Injector>,
     pub(crate) cancels: Mutex<Vec<Value>>,
     /// Every `tools/call` received: request id → `{tool, arguments}`.
@@ -54,13 +67,16 @@ pub(crate) struct State {
     pub(crate) log_level: Mutex<Option<Value>>,
     /// How many `notifications/roots/list_changed` arrived.
     pub(crate) roots_changed: Mutex<u64>,
+    /// The tasks of the `task` tool.
+    pub(crate) tasks: crate::tasks::Tasks,
 }
 
 impl TestServer {
-    pub(crate) fn new(startup_delay: Duration, injector: Option<Injector>) -> Self {
+    pub(crate) fn new(startup_delay: Duration, injector: Option<Injector>, era: Era) -> Self {
         Self {
             state: Arc::new(State {
                 startup_delay,
+                era,
                 injector,
                 cancels: Mutex::new(Vec::new()),
                 calls: Mutex::new(HashMap::new()),
@@ -68,6 +84,7 @@ impl TestServer {
                 subscriptions: Mutex::new(Vec::new()),
                 log_level: Mutex::new(None),
                 roots_changed: Mutex::new(0),
+                tasks: Default::default(),
             }),
         }
     }

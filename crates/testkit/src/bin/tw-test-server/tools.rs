@@ -24,6 +24,8 @@
 //! | `touch {uri}` | sends `notifications/resources/updated` for `uri` |
 //! | `lists_changed` | sends `notifications/resources/list_changed` and `notifications/prompts/list_changed` |
 //! | `seen` | what the server saw besides calls: `{subscriptions, log_level, roots_changed}` |
+//! | `task {ms, steps?, poll_ms?, ask?, ignore_cancel?}` | answers with a task to a client that declared the tasks extension (see `tasks.rs`) |
+//! | `version` | the protocol version the request speaks (`2026-07-28` in its `_meta`, else the session's) |
 //!
 //! Besides tools it serves what a gateway passes through: a resource `test://static/hello`
 //! (text `hello`), a template `test://items/{id}` (text `item ID`; an unknown URI is
@@ -113,6 +115,11 @@ pub(crate) fn tools(bonus: bool) -> Vec<Tool> {
             "Lists the cancel notifications received.",
             json!({}),
         ),
+        tool(
+            "meta",
+            "Answers the _meta of its own request (structured).",
+            json!({}),
+        ),
         tool("wipe", "Destructive (does nothing).", json!({}))
             .with_annotations(ToolAnnotations::new().destructive(true)),
         tool(
@@ -155,6 +162,14 @@ pub(crate) fn tools(bonus: bool) -> Vec<Tool> {
             json!({}),
         ),
         tool("seen", "What the server saw besides calls.", json!({})),
+        tool("version", "The request's protocol version.", json!({})),
+        tool(
+            "task",
+            "Works as a task (to clients that declared the tasks extension).",
+            json!({"ms": {"type": "integer"}, "steps": {"type": "integer"},
+                "poll_ms": {"type": "integer"}, "ask": {"type": "boolean"},
+                "ignore_cancel": {"type": "boolean"}}),
+        ),
     ];
     if bonus {
         list.push(tool("bonus", "Listed after toggle_tools.", json!({})));
@@ -360,6 +375,12 @@ impl TestServer {
                     )),
                 }
             }
+            "meta" => {
+                let meta = serde_json::to_value(&ctx.meta).unwrap_or(Value::Null);
+                let mut r = text(meta.to_string());
+                r.structured_content = Some(json!({"meta": meta}));
+                Ok(r)
+            }
             "cancels" => {
                 // Named here, not when the cancel arrived: rmcp handles each message on its
                 // own task, so a cancel may be seen before its call was registered.
@@ -483,6 +504,11 @@ impl TestServer {
                 let _ = ctx.peer.notify_prompt_list_changed().await;
                 Ok(text("said so"))
             }
+            "version" => Ok(text(
+                ctx.protocol_version()
+                    .map(|v| v.to_string())
+                    .unwrap_or_default(),
+            )),
             "seen" => Ok(json_result(json!({
                 "subscriptions": *self.state.subscriptions.lock(),
                 "log_level": *self.state.log_level.lock(),

@@ -1,0 +1,162 @@
+//! Starting `toolwarden serve` in front of the echo server, and driving it with one-call turns.
+
+#![allow(
+    clippy::disallowed_types,
+    clippy::disallowed_methods,
+    reason = "a benchmark measures wall time"
+)]
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+pub(crate) fn sibling(dir: &Path, name: &str) -> Result<PathBuf> {
+    let path = dir.join(name);
+    if !path.exists() {
+        bail!(
+            "{} is missing: build it first with `cargo build --release -p toolwarden -p toolwarden-testkit -p toolwarden-bench`",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// A config with the echo server and the given `[store]` table, in a directory of its own (on
+/// PostgreSQL, the config file's path names the replica).
+pub(crate) fn write_config(dir: &Path, tmp: &Path, name: &str, store: &str) -> Result<PathBuf> {
+    let server = sibling(dir, "tw-test-server")?;
+    let home = tmp.join(name);
+    std::fs::create_dir_all(&home)?;
+    let path = home.join("toolwarden.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[servers.echo]\ncommand = {:?}\n\n[gateway]\nprefix = false\n\n[defaults]\ntimeout = \"30s\"\n\n[defaults.loop]\nwarn_after = 0\nblock_after = 0\n\n[store]\n{store}\n",
+            server.display().to_string()
+        ),
+    )?;
+    Ok(path)
+}
+
+/// `toolwarden serve` with `config` on a free port, once it lists the echo tool; its address.
+pub(crate) async fn start_serve(dir: &Path, config: &Path) -> Result<(Child, String)> {
+    let mut cmd = Command::new(sibling(dir, "toolwarden")?);
+    cmd.arg("serve")
+        .arg("--config")
+        .arg(config)
+        .arg("--listen")
+        .arg("127.0.0.1:0")
+        .env("RUST_LOG", "warn")
+        .env_remove("TOOLWARDEN_REPLICA")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    toolwarden_process::isolate(&mut cmd);
+    let mut child = cmd.spawn()?;
+    let mut lines = BufReader::new(child.stderr.take().context("stderr")?).lines();
+    let addr = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await? {
+            if let Some((_, rest)) = line.split_once("listening on http://") {
+                return Ok::<_, anyhow::Error>(rest.trim().to_owned());
+            }
+        }
+        bail!("toolwarden serve exited before listening")
+    })
+    .await??;
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let http = reqwest::Client::new();
+    for _ in 0..600 {
+        if let Ok(r) = http.get(format!("http://{addr}/v1/tools")).send().await
+            && let Ok(v) = r.json::<Value>().await
+            && v["tools"]
+                .as_array()
+                .is_some_and(|t| t.iter().any(|t| t["name"] == "echo"))
+        {
+            return Ok((child, addr));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bail!("toolwarden serve did not list the echo tool")
+}
+
+pub(crate) async fn stop(child: &mut Child) {
+    if let Some(pid) = child.id() {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(pid.to_string())
+            .status()
+            .await;
+    }
+    if tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .is_err()
+    {
+        let _ = child.kill().await;
+    }
+}
+
+/// One echo call as a one-call turn; the turn's id.
+pub(crate) async fn one_turn(http: &reqwest::Client, url: &str, text: &str) -> Result<String> {
+    let body = json!({"calls": [{"id": "c1", "name": "echo", "input": {"text": text}}]});
+    let v: Value = http.post(url).json(&body).send().await?.json().await?;
+    if v["results"][0]["is_error"] != json!(false) {
+        bail!("echo failed: {v}");
+    }
+    Ok(v["turn_id"].as_str().unwrap_or_default().to_owned())
+}
+
+pub(crate) struct Measured {
+    pub(crate) per_second: f64,
+    pub(crate) p50: Duration,
+    pub(crate) p99: Duration,
+}
+
+/// `n` calls with `concurrency` workers.
+pub(crate) async fn measure(addr: &str, concurrency: usize, n: usize) -> Result<Measured> {
+    let http = reqwest::Client::new();
+    let url = format!("http://{addr}/v1/turns");
+    let per_worker = n / concurrency;
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for w in 0..concurrency {
+        let (http, url) = (http.clone(), url.clone());
+        workers.push(tokio::spawn(async move {
+            let mut lat = Vec::with_capacity(per_worker);
+            for i in 0..per_worker {
+                let t = Instant::now();
+                one_turn(&http, &url, &format!("w{w}-{i}")).await?;
+                lat.push(t.elapsed());
+            }
+            Ok::<_, anyhow::Error>(lat)
+        }));
+    }
+    let mut all = Vec::with_capacity(n);
+    for w in workers {
+        all.extend(w.await??);
+    }
+    let elapsed = started.elapsed();
+    all.sort();
+    let at = |p: f64| all[((all.len() - 1) as f64 * p) as usize];
+    Ok(Measured {
+        per_second: all.len() as f64 / elapsed.as_secs_f64(),
+        p50: at(0.5),
+        p99: at(0.99),
+    })
+}
+
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+pub(crate) fn file_size(path: &Path) -> u64 {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    std::fs::metadata(path).map_or(0, |m| m.len()) + std::fs::metadata(wal).map_or(0, |m| m.len())
+}

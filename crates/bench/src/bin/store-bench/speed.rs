@@ -1,0 +1,126 @@
+//! `speed`: store off, `before_execution` and `async` side by side (calls/s at concurrency 32,
+//! latency at concurrency 1, size per 1,000 calls); [`compare`] measures any list of stores so.
+
+#![allow(
+    clippy::disallowed_types,
+    clippy::disallowed_methods,
+    reason = "a benchmark measures wall time"
+)]
+
+use std::path::Path;
+
+use anyhow::Result;
+
+use crate::common::{file_size, measure, median, start_serve, stop, write_config};
+
+pub(crate) async fn speed(dir: &Path, tmp: &Path, rounds: usize, calls: usize) -> Result<()> {
+    let store = |file: &str, durability: &str| {
+        format!(
+            "path = {:?}\ndurability = \"{durability}\"",
+            tmp.join(file).display().to_string()
+        )
+    };
+    let modes: Vec<(String, String)> = vec![
+        ("store off".into(), "enabled = false".into()),
+        (
+            "before_execution".into(),
+            store("before.db", "before_execution"),
+        ),
+        ("async".into(), store("async.db", "async")),
+    ];
+    compare(dir, tmp, &modes, rounds, calls).await?;
+    println!("\n| store | calls recorded | events | file size | per 1,000 calls |");
+    println!("|---|---:|---:|---:|---:|");
+    for (name, file) in [("before_execution", "before.db"), ("async", "async.db")] {
+        let path = tmp.join(file);
+        let db = rusqlite::Connection::open(&path)?;
+        let calls: i64 = db.query_row("SELECT count(*) FROM calls", [], |r| r.get(0))?;
+        let events: i64 = db.query_row("SELECT count(*) FROM events", [], |r| r.get(0))?;
+        drop(db);
+        let size = file_size(&path);
+        println!(
+            "| {name} | {calls} | {events} | {:.1} MiB | {:.0} KiB |",
+            size as f64 / 1048576.0,
+            size as f64 / 1024.0 / (calls.max(1) as f64 / 1000.0)
+        );
+    }
+    Ok(())
+}
+
+/// Starts one `serve` per mode (a name and its `[store]` table), measures them in turn, round
+/// after round, in a rotating order, stops them and prints the table (the first mode is the
+/// baseline of "× store off" and "added p50").
+pub(crate) async fn compare(
+    dir: &Path,
+    tmp: &Path,
+    modes: &[(String, String)],
+    rounds: usize,
+    calls: usize,
+) -> Result<()> {
+    let m_count = modes.len();
+    let mut servers = Vec::new();
+    for (i, (_, store)) in modes.iter().enumerate() {
+        let config = write_config(dir, tmp, &format!("mode{i}"), store)?;
+        servers.push(start_serve(dir, &config).await?);
+    }
+    // Warm-up: connections, the servers' first calls, SQLite's caches.
+    for (_, addr) in &servers {
+        measure(addr, 8, 2000).await?;
+    }
+    let mut c32: Vec<Vec<f64>> = vec![Vec::new(); m_count];
+    let mut c1: Vec<Vec<f64>> = vec![Vec::new(); m_count];
+    let mut c1_p99: Vec<Vec<f64>> = vec![Vec::new(); m_count];
+    let mut added: Vec<Vec<f64>> = vec![Vec::new(); m_count];
+    let mut ratio: Vec<Vec<f64>> = vec![Vec::new(); m_count];
+    for round in 0..rounds {
+        let mut tput = vec![0.0; m_count];
+        let mut lat = vec![0.0; m_count];
+        for k in 0..m_count {
+            let i = (round + k) % m_count;
+            let addr = &servers[i].1;
+            let m = measure(addr, 32, calls).await?;
+            tput[i] = m.per_second;
+            let l = measure(addr, 1, calls / 8).await?;
+            lat[i] = l.p50.as_secs_f64() * 1e6;
+            c1_p99[i].push(l.p99.as_secs_f64() * 1e6);
+            eprintln!(
+                "round {round}: {:<16} c32 {:>7.0}/s (p50 {:?} p99 {:?})   c1 p50 {:>4.0} µs p99 {:>5.0} µs",
+                modes[i].0,
+                m.per_second,
+                m.p50,
+                m.p99,
+                lat[i],
+                l.p99.as_secs_f64() * 1e6
+            );
+        }
+        for i in 0..m_count {
+            c32[i].push(tput[i]);
+            c1[i].push(lat[i]);
+            added[i].push(lat[i] - lat[0]);
+            ratio[i].push(tput[i] / tput[0]);
+        }
+    }
+    for (child, _) in &mut servers {
+        stop(child).await;
+    }
+    println!(
+        "| store | calls/s at concurrency 32 | × store off | p50 at concurrency 1 | added p50 | p99 at concurrency 1 |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    for i in 0..m_count {
+        println!(
+            "| {} | {:.0} | {:.2} | {:.0} µs | {:+.0} µs | {:.0} µs |",
+            modes[i].0,
+            median(c32[i].clone()),
+            median(ratio[i].clone()),
+            median(c1[i].clone()),
+            median(added[i].clone()),
+            median(c1_p99[i].clone()),
+        );
+    }
+    println!(
+        "\n(medians of {rounds} rounds; each round measures {calls} calls at concurrency 32 and {} at concurrency 1 per store)",
+        calls / 8
+    );
+    Ok(())
+}

@@ -1,0 +1,77 @@
+//! The engine's side of scale-out (docs/SCALE-OUT.md): what the shared state tells this replica
+//! (another replica's breaker change, an abort, an event) and what front doors ask of all
+//! replicas (an abort wherever the turn runs, the shared state's health).
+
+use tokio::sync::broadcast;
+use tokio::time::Instant;
+use toolwarden_protocol::{CallId, CancelReason, TurnId};
+
+use crate::shared::{AbortRequest, BreakerChange, RemoteEvent, SharedHealth};
+use crate::turn::NotFound;
+
+use super::Engine;
+
+impl Engine {
+    /// Whether state is shared with other replicas and reached: `None` without shared state.
+    pub fn shared_health(&self) -> Option<SharedHealth> {
+        self.inner.turns.env.shared.as_ref().map(|s| s.health())
+    }
+
+    /// Takes in another replica's breaker change for `tool`. The gauge follows; the `breaker_state` event is the other
+    /// replica's, seen through [`Engine::remote_events`].
+    pub fn apply_shared_breaker(&self, tool: &str, change: BreakerChange) {
+        let runtime = self.inner.registry.runtime_of(tool);
+        if let Some(state) = runtime.breaker.apply_shared(change, Instant::now()) {
+            runtime.metrics.breaker(state);
+        }
+    }
+
+    /// Carries out an abort here; `true` when this replica runs the turn (and the call).
+    pub fn abort_here(&self, abort: &AbortRequest) -> bool {
+        match &abort.call_id {
+            None => self.abort_turn(&abort.turn_id, abort.reason).is_ok(),
+            Some(call) => self.abort_call(&abort.turn_id, call, abort.reason).is_ok(),
+        }
+    }
+
+    /// Aborts a turn (or one of its calls) wherever it runs: here if this replica runs it, else
+    /// on the replica that does, asked through the shared state. `NotFound` when no replica runs
+    /// it.
+    pub async fn abort_anywhere(
+        &self,
+        turn_id: &TurnId,
+        call_id: Option<&CallId>,
+        reason: CancelReason,
+    ) -> Result<(), NotFound> {
+        let local = match call_id {
+            None => self.abort_turn(turn_id, reason),
+            Some(call) => self.abort_call(turn_id, call, reason),
+        };
+        let Err(not_found) = local else {
+            return Ok(());
+        };
+        let Some(shared) = self.inner.turns.env.shared.clone() else {
+            return Err(not_found);
+        };
+        let abort = AbortRequest {
+            turn_id: turn_id.clone(),
+            call_id: call_id.cloned(),
+            reason,
+        };
+        if shared.abort_elsewhere(abort).await {
+            Ok(())
+        } else {
+            Err(not_found)
+        }
+    }
+
+    /// Hands the front doors' event streams an event of another replica. Never blocks.
+    pub fn push_remote_event(&self, event: RemoteEvent) {
+        let _ = self.inner.remote_events.send(event);
+    }
+
+    /// Other replicas' events, as they arrive (a subscriber that falls behind loses the oldest).
+    pub fn remote_events(&self) -> broadcast::Receiver<RemoteEvent> {
+        self.inner.remote_events.subscribe()
+    }
+}

@@ -1,0 +1,118 @@
+//! The seam of scale-out: state several replicas share (docs/SCALE-OUT.md).
+//!
+//! Core defines what it needs from the others and nothing of how it is shared: the
+//! [`SharedState`] trait, which `toolwarden-redis` implements on Redis. The engine keeps every
+//! rule local and fast — each breaker, cache entry and running turn lives in this process — and
+//! asks the shared state only at the moments where replicas must agree: a breaker changing state,
+//! the one half-open probe, a cacheable call that missed locally, an abort for a turn this replica
+//! does not run. What other replicas tell this one arrives through [`crate::Engine`]'s
+//! `apply_shared_breaker`, `abort_turn`/`abort_call` and `remote_events`.
+//!
+//! **Nothing here may make a call fail or wait long.** Every future is bounded by the
+//! implementation's own timeout and answers "unavailable" (the local rule then applies) when the
+//! shared state cannot be reached; methods without a future only enqueue.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use toolwarden_protocol::{CallId, CancelReason, Event, TurnId};
+
+use crate::backend::BoxFuture;
+
+/// Whether the shared state can be reached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SharedHealth {
+    /// Reached; replicas share state.
+    Ok,
+    /// Not reached: this replica runs on its local state. The text says why.
+    Degraded(String),
+}
+
+/// A breaker's change as other replicas must learn it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BreakerChange {
+    /// Opened (or opened again by a failed probe) for this long from now.
+    Open {
+        /// How long it stays open.
+        for_: Duration,
+    },
+    /// Closed by a successful probe.
+    Closed,
+}
+
+/// The answer to a cacheable call that found nothing in this replica's cache.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CacheClaim {
+    /// Another replica stored this result (the bytes its leader put), fresh for `ttl` more.
+    Hit {
+        /// The stored result.
+        value: Vec<u8>,
+        /// How long it stays fresh.
+        ttl: Duration,
+    },
+    /// Nobody runs this call: this replica does, and must put or release the key.
+    Lead,
+    /// Another replica runs it now: look again a little later.
+    Follow,
+    /// The shared state cannot be reached: run it here, sharing nothing.
+    Unavailable,
+}
+
+/// An abort that the replica running the turn must carry out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AbortRequest {
+    /// The turn.
+    pub turn_id: TurnId,
+    /// One call of it, or the whole turn.
+    pub call_id: Option<CallId>,
+    /// Why.
+    pub reason: CancelReason,
+}
+
+/// An event of another replica.
+#[derive(Clone, Debug)]
+pub struct RemoteEvent {
+    /// The replica it happened on.
+    pub replica: Arc<str>,
+    /// The event, with that replica's `seq`.
+    pub event: Arc<Event>,
+}
+
+/// State shared with the other replicas. Implemented by `toolwarden-redis`.
+pub trait SharedState: Send + Sync + 'static {
+    /// Whether the shared state is reached now.
+    fn health(&self) -> SharedHealth;
+
+    /// A breaker of this replica changed state: tell the others. Only enqueues.
+    fn breaker_changed(&self, tool: &str, change: BreakerChange);
+
+    /// Asks for the one half-open probe of `tool` across replicas, for at most `ttl`. `true`: this
+    /// replica probes (also when the shared state cannot be reached); `false`: another one does.
+    fn probe_lease(&self, tool: &str, ttl: Duration) -> BoxFuture<bool>;
+
+    /// The probe of `tool` ended: another replica may probe. Only enqueues.
+    fn probe_release(&self, tool: &str);
+
+    /// Looks a cacheable call up across replicas, taking the right to run it when nobody has.
+    fn cache_claim(&self, key: &[u8; 32], lock_ttl: Duration) -> BoxFuture<CacheClaim>;
+
+    /// Stores the result of a call this replica led, for `ttl`, and frees its key. Only enqueues.
+    fn cache_put(&self, key: &[u8; 32], value: Vec<u8>, ttl: Duration);
+
+    /// Frees the key of a call this replica led that ended without a result to share. Only
+    /// enqueues.
+    fn cache_release(&self, key: &[u8; 32]);
+
+    /// Asks the other replicas to carry out an abort; `true` when one of them runs the turn.
+    fn abort_elsewhere(&self, abort: AbortRequest) -> BoxFuture<bool>;
+}
+
+/// How long a lease (half-open probe, cache key) is held at most for a call with this total
+/// timeout: the timeout and its grace, or a minute when the call has none.
+pub(crate) fn lease_ttl(timeout: Duration, grace: Duration) -> Duration {
+    if timeout.is_zero() {
+        Duration::from_secs(60)
+    } else {
+        (timeout + grace).max(Duration::from_secs(1))
+    }
+}

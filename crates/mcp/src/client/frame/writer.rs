@@ -1,0 +1,226 @@
+//! A stdio server's stdin, written in batches: what is sent while a write is under way (or
+//! before the writer gets to run) goes out together in the next write.
+//!
+//! rmcp writes and flushes every message on its own, one pipe write each; a server then wakes
+//! once per message, reads one line, answers it and sleeps again. With many calls in flight
+//! that per-message wake-up was most of what a server like the Node reference server spent per
+//! call. Here a message is appended to a buffer and handed to one writer task, which writes
+//! everything pending at once; the server reads several lines per wake-up.
+//!
+//! A flush returns once the message is handed over, not once it is in the pipe. A write that
+//! fails (the server closed its stdin, or died) fails every later write and flush, as the pipe
+//! itself would; a call whose request was lost that way ends with its connection, as it does
+//! when the server dies after reading it.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use parking_lot::Mutex;
+use tokio::io::{AsyncWrite, AsyncWriteExt as _};
+use tokio::sync::Notify;
+
+/// Past this many bytes waiting, writers wait for the pipe (the server is not reading).
+const MAX_PENDING: usize = 4 * 1024 * 1024;
+
+/// The handle rmcp writes to; the writer task owns the pipe.
+pub(super) struct BatchedWriter {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// Wakes the writer task: something to write, or the end.
+    work: Notify,
+}
+
+#[derive(Default)]
+struct State {
+    pending: Vec<u8>,
+    /// The first write error; every later write and flush fails with it.
+    failed: Option<(io::ErrorKind, String)>,
+    /// No more writes: write what is pending, then close the pipe.
+    closing: bool,
+    /// The pipe is closed (or failed): the writer task is gone.
+    done: bool,
+    /// Writers waiting for room, or for the close.
+    waiting: Vec<Waker>,
+}
+
+impl State {
+    fn error(&self) -> Option<io::Error> {
+        self.failed
+            .as_ref()
+            .map(|(kind, message)| io::Error::new(*kind, message.clone()))
+    }
+
+    fn wake_all(&mut self) {
+        for waker in self.waiting.drain(..) {
+            waker.wake();
+        }
+    }
+}
+
+impl BatchedWriter {
+    /// Starts the writer task for `pipe`.
+    pub(super) fn spawn<W>(pipe: W) -> BatchedWriter
+    where
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            work: Notify::new(),
+        });
+        tokio::spawn(write_loop(pipe, shared.clone()));
+        BatchedWriter { shared }
+    }
+}
+
+async fn write_loop<W: AsyncWrite + Unpin>(mut pipe: W, shared: Arc<Shared>) {
+    let mut batch = Vec::new();
+    loop {
+        let closing = {
+            let mut state = shared.state.lock();
+            std::mem::swap(&mut batch, &mut state.pending);
+            if !batch.is_empty() {
+                // Room again for writers that waited.
+                state.wake_all();
+            }
+            state.closing
+        };
+        if batch.is_empty() {
+            if closing {
+                break;
+            }
+            shared.work.notified().await;
+            continue;
+        }
+        let written = match pipe.write_all(&batch).await {
+            Ok(()) => pipe.flush().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
+            let mut state = shared.state.lock();
+            state.failed = Some((e.kind(), e.to_string()));
+            state.done = true;
+            state.pending = Vec::new();
+            state.wake_all();
+            return;
+        }
+        batch.clear();
+        if batch.capacity() > MAX_PENDING {
+            batch = Vec::new();
+        }
+    }
+    let closed = pipe.shutdown().await;
+    let mut state = shared.state.lock();
+    if let Err(e) = closed
+        && state.failed.is_none()
+    {
+        state.failed = Some((e.kind(), e.to_string()));
+    }
+    state.done = true;
+    state.wake_all();
+}
+
+impl AsyncWrite for BatchedWriter {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let mut state = self.shared.state.lock();
+        if let Some(e) = state.error() {
+            return Poll::Ready(Err(e));
+        }
+        if state.closing || state.done {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the server's stdin is closed",
+            )));
+        }
+        if !state.pending.is_empty() && state.pending.len() + buf.len() > MAX_PENDING {
+            state.waiting.push(cx.waker().clone());
+            return Poll::Pending;
+        }
+        state.pending.extend_from_slice(buf);
+        drop(state);
+        self.shared.work.notify_one();
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // Handed to the writer task is as far as a flush goes (see the module docs).
+        match self.shared.state.lock().error() {
+            Some(e) => Poll::Ready(Err(e)),
+            None => Poll::Ready(Ok(())),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut state = self.shared.state.lock();
+        if state.done {
+            return Poll::Ready(state.error().map_or(Ok(()), Err));
+        }
+        if !state.closing {
+            state.closing = true;
+            self.shared.work.notify_one();
+        }
+        state.waiting.push(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+impl Drop for BatchedWriter {
+    fn drop(&mut self) {
+        // What was handed over is still written; then the pipe closes.
+        self.shared.state.lock().closing = true;
+        self.shared.work.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt as _;
+
+    #[tokio::test]
+    async fn messages_arrive_whole_and_in_order_then_the_pipe_closes() {
+        let (ours, mut theirs) = tokio::io::duplex(64);
+        let mut writer = BatchedWriter::spawn(ours);
+        let mut expected = Vec::new();
+        for n in 0..200 {
+            let line = format!("{{\"id\":{n}}}\n");
+            writer.write_all(line.as_bytes()).await.unwrap();
+            writer.flush().await.unwrap();
+            expected.extend_from_slice(line.as_bytes());
+        }
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            theirs.read_to_end(&mut got).await.unwrap();
+            got
+        });
+        writer.shutdown().await.unwrap();
+        assert_eq!(reader.await.unwrap(), expected);
+    }
+
+    #[tokio::test]
+    async fn a_closed_pipe_fails_later_writes() {
+        let (ours, theirs) = tokio::io::duplex(64);
+        drop(theirs);
+        let mut writer = BatchedWriter::spawn(ours);
+        writer.write_all(b"{}\n").await.unwrap();
+        // The writer task finds the pipe closed; every write after that fails.
+        let mut failed = false;
+        for _ in 0..1000 {
+            tokio::task::yield_now().await;
+            if writer.write_all(b"{}\n").await.is_err() {
+                failed = true;
+                break;
+            }
+        }
+        assert!(failed, "writes kept succeeding on a closed pipe");
+        assert!(writer.flush().await.is_err());
+    }
+}

@@ -1,0 +1,168 @@
+//! The `input_required` round trip: how a stateless (2026-07-28) client is asked something
+//! during one of its calls.
+//!
+//! The revision has no requests from server to client. A call that needs its client — an
+//! approval, a server's sampling, elicitation or roots request — answers the client's
+//! `tools/call` with an `input_required` result (`inputRequests`, and a `requestState`); the
+//! client answers each input and sends the same `tools/call` again with `inputResponses` and
+//! the `requestState`. Between the two requests nothing drives the call, so the call does not
+//! run in the request's handler: it runs on a task of its own (`call::call_tool`, exactly as
+//! for every other client), talking to its client through `parked::RoundChannel` — the third
+//! `ClientChannel` — and each request of the client drives it in turn ([`drive`]): relays its
+//! progress, answers with its result, or parks it with its questions until the next request.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use rmcp::ErrorData;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, InputRequest, InputRequiredResult, ProgressToken,
+    RequestId, RequestMetaObject,
+};
+use rmcp::service::{Peer, RoleServer};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::call::{self, CallContext, Door};
+use super::parked::{Event, Flow, RoundChannel, read_answer};
+use super::session::ClientSession;
+use super::state::GatewayState;
+
+/// The request of a stateless client driving its call now.
+pub(crate) struct Driver {
+    pub(crate) id: RequestId,
+    pub(crate) meta: RequestMetaObject,
+    pub(crate) peer: Peer<RoleServer>,
+    pub(crate) ct: CancellationToken,
+    pub(crate) door: Door,
+}
+
+/// One `tools/call` of a stateless client: a new call, or (with `requestState`) the next
+/// round of a parked one, with the client's `inputResponses`.
+pub(crate) async fn call_tool(
+    gw: &Arc<GatewayState>,
+    session: &Arc<ClientSession>,
+    mut params: CallToolRequestParams,
+    driver: Driver,
+) -> Result<CallToolResponse, ErrorData> {
+    let flow = match params.request_state.take() {
+        Some(state) => {
+            let Some(mut flow) = gw.parked.take(&state) else {
+                return Err(ErrorData::invalid_params(
+                    "unknown or expired requestState: call the tool again without it",
+                    None,
+                ));
+            };
+            for (key, value) in params.input_responses.take().unwrap_or_default() {
+                if let Some((request, answer)) = flow.asked.remove(&key) {
+                    let _ = answer.send(read_answer(&request, value));
+                }
+            }
+            flow
+        }
+        None => start(gw, session, params, &driver),
+    };
+    drive(gw, flow, driver).await
+}
+
+/// Starts the call on a task of its own.
+fn start(
+    gw: &Arc<GatewayState>,
+    session: &Arc<ClientSession>,
+    params: CallToolRequestParams,
+    driver: &Driver,
+) -> Flow {
+    let (events, rx) = mpsc::unbounded_channel();
+    let cancel = CancellationToken::new();
+    let door = match &driver.door {
+        Door::Connection => Door::Connection,
+        Door::Joined(connection) => Door::Joined(connection.clone()),
+        Door::Stream(shutdown) => Door::Stream(shutdown.clone()),
+    };
+    let context = CallContext {
+        id: driver.id.clone(),
+        meta: driver.meta.clone(),
+        channel: Arc::new(RoundChannel::new(events.clone())),
+        ct: cancel.clone(),
+        door,
+    };
+    let (gw2, session) = (gw.clone(), session.clone());
+    let runner = gw.tasks.spawn(async move {
+        let result = call::call_tool(&gw2, &session, params, context).await;
+        let _ = events.send(Event::Done(result));
+    });
+    Flow {
+        events: rx,
+        asked: BTreeMap::new(),
+        cancel,
+        runner,
+    }
+}
+
+/// Drives a call for one request of its client: relays its progress under this request's
+/// token, and answers with its result — or, once it asks something, with `input_required`
+/// (the call parked until the client's next request). The client going away cancels it.
+async fn drive(
+    gw: &Arc<GatewayState>,
+    mut flow: Flow,
+    driver: Driver,
+) -> Result<CallToolResponse, ErrorData> {
+    let token: Option<ProgressToken> = driver.meta.get_progress_token();
+    loop {
+        // What is already in comes first: an answer, or a question withdrawn since.
+        let event = match flow.events.try_recv() {
+            Ok(event) => Some(event),
+            Err(mpsc::error::TryRecvError::Disconnected) => None,
+            Err(mpsc::error::TryRecvError::Empty) if !flow.asked.is_empty() => {
+                return Ok(park(gw, flow));
+            }
+            Err(mpsc::error::TryRecvError::Empty) => tokio::select! {
+                event = flow.events.recv() => event,
+                _ = driver.ct.cancelled(), if !flow.cancel.is_cancelled() => {
+                    // The client stopped waiting: the call is aborted (with the reason its
+                    // door gives), and its result, which comes at once, is for nobody.
+                    flow.cancel.cancel();
+                    continue;
+                }
+            },
+        };
+        match event {
+            Some(Event::Progress(mut param)) => {
+                if let Some(token) = &token {
+                    param.progress_token = token.clone();
+                    if let Err(e) = driver.peer.notify_progress(param).await {
+                        tracing::debug!(error = %e, "relaying progress failed");
+                    }
+                }
+            }
+            Some(Event::Ask {
+                key,
+                request,
+                answer,
+            }) => {
+                flow.asked.insert(key, (request, answer));
+            }
+            Some(Event::Withdraw(key)) => {
+                flow.asked.remove(&key);
+            }
+            Some(Event::Done(result)) => return result.map(CallToolResponse::Complete),
+            None => {
+                return Err(ErrorData::internal_error(
+                    "the call ended without a result",
+                    None,
+                ));
+            }
+        }
+    }
+}
+
+/// Parks the call with its open questions; the `input_required` result that asks them.
+fn park(gw: &GatewayState, flow: Flow) -> CallToolResponse {
+    let requests: BTreeMap<String, InputRequest> = flow
+        .asked
+        .iter()
+        .map(|(key, (request, _))| (key.clone(), request.clone()))
+        .collect();
+    let state = gw.parked.park(flow);
+    CallToolResponse::InputRequired(InputRequiredResult::new(Some(requests), Some(state)))
+}

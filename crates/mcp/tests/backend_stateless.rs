@@ -1,0 +1,339 @@
+//! The MCP client backend against `tw-test-server` speaking only 2026-07-28 (no `initialize`,
+//! no sessions), over stdio and Streamable HTTP: it must work exactly as with a handshake
+//! server — tools listed, progress as heartbeats, cancels that reach the server, restarts.
+#![allow(clippy::expect_used, clippy::unwrap_used, reason = "test helpers")]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use toolwarden_core::protocol::{CancelReason, OnStuck, ServerConfig, ServerStateKind, StopHow};
+use toolwarden_core::{AttemptEnd, AttemptError, Backend, ToolOutput};
+use toolwarden_mcp::{McpOptions, McpServer};
+use toolwarden_testkit::{AttemptKit, RecordingHost, group_members, test_server_path, wait_until};
+
+const READY: Duration = Duration::from_secs(20);
+const GRACE: Duration = Duration::from_millis(600);
+
+fn stdio(args: &[&str]) -> ServerConfig {
+    ServerConfig {
+        command: Some(test_server_path().display().to_string()),
+        args: args.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+fn opts() -> McpOptions {
+    McpOptions {
+        restart_backoff_initial: Duration::from_millis(100),
+        restart_backoff_max: Duration::from_secs(1),
+        ..Default::default()
+    }
+}
+
+async fn up(name: &str, cfg: ServerConfig) -> (Arc<RecordingHost>, Arc<McpServer>) {
+    let host = RecordingHost::new();
+    let server = McpServer::start_with(
+        name.to_owned(),
+        cfg,
+        host.clone(),
+        std::env::temp_dir(),
+        opts(),
+    );
+    server.wait_ready(READY).await.expect("server comes up");
+    (host, server)
+}
+
+async fn call(server: &McpServer, tool: &str, input: Value) -> AttemptEnd {
+    let (_kit, attempt) = AttemptKit::new(tool, input, "c", OnStuck::Abandon);
+    server.start(attempt).await
+}
+
+fn output(end: AttemptEnd) -> ToolOutput {
+    match end {
+        AttemptEnd::Done(Ok(out)) => out,
+        other => panic!("expected an answer, got {other:?}"),
+    }
+}
+
+fn text(end: AttemptEnd) -> String {
+    output(end).content[0]
+        .as_text()
+        .expect("a text block")
+        .to_owned()
+}
+
+async fn cancels(server: &McpServer) -> Vec<Value> {
+    let out = output(call(server, "cancels", json!({})).await);
+    out.structured_content.expect("structured")["cancels"]
+        .as_array()
+        .expect("a list")
+        .clone()
+}
+
+/// Runs the test server over Streamable HTTP with `args`; returns it and its `/mcp` URL.
+async fn http_server(args: &[&str]) -> (toolwarden_process::GroupChild, String) {
+    use tokio::io::AsyncBufReadExt as _;
+    let mut cmd = tokio::process::Command::new(test_server_path());
+    cmd.args(["--http", "127.0.0.1:0"])
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped());
+    let mut child = toolwarden_process::GroupChild::spawn(cmd).expect("spawn");
+    let stdout = child.take_stdout().expect("stdout");
+    let mut line = String::new();
+    tokio::io::BufReader::new(stdout)
+        .read_line(&mut line)
+        .await
+        .expect("the address line");
+    (child, format!("http://{}/mcp", line.trim()))
+}
+
+fn http(url: &str) -> ServerConfig {
+    ServerConfig {
+        url: Some(url.to_owned()),
+        ..Default::default()
+    }
+}
+
+async fn reap(mut process: toolwarden_process::GroupChild) {
+    let pgid = process.pgid();
+    process.kill().expect("kill");
+    process.wait().await.expect("reap");
+    wait_until(Duration::from_secs(5), "the HTTP server gone", || {
+        group_members(pgid).is_empty()
+    })
+    .await;
+}
+
+/// Lists, calls, relays progress as heartbeats, and cancels a sleeping call; returns the
+/// cancels the server saw.
+async fn serves_calls_progress_and_cancels(server: &McpServer) -> Vec<Value> {
+    assert_eq!(text(call(server, "version", json!({})).await), "2026-07-28");
+    assert_eq!(
+        text(call(server, "echo", json!({"text": "hi"})).await),
+        "hi"
+    );
+    let (kit, attempt) = AttemptKit::new(
+        "progress",
+        json!({"every_ms": 20, "count": 3}),
+        "p",
+        OnStuck::Abandon,
+    );
+    assert_eq!(text(server.start(attempt).await), "done after 3 steps");
+    // Over HTTP the server first says "started" (progress 0), to open the response stream.
+    let steps: Vec<Option<f64>> = kit
+        .progress()
+        .iter()
+        .map(|p| p.progress)
+        .filter(|p| *p != Some(0.0))
+        .collect();
+    assert_eq!(steps, vec![Some(1.0), Some(2.0), Some(3.0)]);
+
+    let (kit, attempt) = AttemptKit::new(
+        "sleep",
+        json!({"ms": 30000, "tag": "S"}),
+        "s",
+        OnStuck::Abandon,
+    );
+    let running = tokio::spawn(server.start(attempt));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    kit.cancel(CancelReason::User);
+    tokio::time::sleep(GRACE).await;
+    kit.force();
+    assert!(matches!(
+        running.await.unwrap(),
+        AttemptEnd::Stopped(StopHow::Cooperative)
+    ));
+    // The server notes a closed stream on its own task: give it a moment.
+    let mut seen = Vec::new();
+    for _ in 0..50 {
+        seen = cancels(server).await;
+        if !seen.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0]["arguments"], json!({"ms": 30000, "tag": "S"}));
+    seen
+}
+
+#[tokio::test]
+async fn a_2026_only_stdio_server_is_discovered_and_works_like_a_handshake_server() {
+    let (host, server) = up("new", stdio(&["--era", "2026-07-28"])).await;
+    let record = host.record();
+    assert_eq!(
+        record.states_of("new"),
+        vec![ServerStateKind::Starting, ServerStateKind::Up]
+    );
+    assert!(record.tool_names("new").contains(&"echo".to_owned()));
+    let seen = serves_calls_progress_and_cancels(&server).await;
+    // On stdio the cancel is `notifications/cancelled`, with the engine's reason.
+    assert_eq!(seen[0]["reason"], json!("user"));
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_2026_only_http_server_is_cancelled_by_closing_the_stream() {
+    let (process, url) = http_server(&["--era", "2026-07-28"]).await;
+    let (host, server) = up("web", http(&url)).await;
+    assert!(host.record().tool_names("web").contains(&"echo".to_owned()));
+    let seen = serves_calls_progress_and_cancels(&server).await;
+    // Over HTTP the cancel is the closing of the request's response stream.
+    assert_eq!(seen[0]["reason"], json!("stream closed"));
+    server.shutdown().await;
+    reap(process).await;
+}
+
+#[tokio::test]
+async fn a_server_of_both_eras_is_spoken_to_in_2026_and_a_handshake_server_in_its_own() {
+    let (_host, both) = up("both", stdio(&["--era", "both"])).await;
+    assert_eq!(text(call(&both, "version", json!({})).await), "2026-07-28");
+    both.shutdown().await;
+    let (_host, old) = up("old", stdio(&[])).await;
+    assert_eq!(text(call(&old, "version", json!({})).await), "2025-11-25");
+    old.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_2026_only_http_server_that_runs_a_call_with_progress_past_a_cancel_is_stopped() {
+    // `hang` ignores cancels and keeps sending progress: over HTTP the closed stream cuts it
+    // off, so nothing more can arrive and the attempt ends at once, cooperatively.
+    let (process, url) = http_server(&["--era", "2026-07-28"]).await;
+    let (_host, server) = up("web", http(&url)).await;
+    let (kit, attempt) = AttemptKit::new(
+        "hang",
+        json!({"progress_every_ms": 50}),
+        "h",
+        OnStuck::Abandon,
+    );
+    let running = tokio::spawn(server.start(attempt));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!kit.progress().is_empty());
+    kit.cancel(CancelReason::Timeout);
+    let end = tokio::time::timeout(Duration::from_millis(500), running)
+        .await
+        .expect("the attempt ends without waiting for the forced stop")
+        .unwrap();
+    assert!(matches!(end, AttemptEnd::Stopped(StopHow::Cooperative)));
+    assert_eq!(server.abandoned(), 0);
+    server.shutdown().await;
+    reap(process).await;
+}
+
+#[tokio::test]
+async fn a_2026_only_server_that_crashes_is_restarted_and_rediscovered() {
+    let (host, server) = up("new", stdio(&["--era", "2026-07-28"])).await;
+    let end = call(&server, "crash", json!({"after_ms": 0})).await;
+    assert!(
+        matches!(end, AttemptEnd::Done(Err(AttemptError::Crashed(_)))),
+        "{end:?}"
+    );
+    host.wait_for(Duration::from_secs(20), "restarted and up", |r| {
+        r.states_of("new")
+            .ends_with(&[ServerStateKind::Restarted, ServerStateKind::Up])
+    })
+    .await;
+    assert_eq!(
+        text(call(&server, "version", json!({})).await),
+        "2026-07-28"
+    );
+    server.shutdown().await;
+}
+
+/// A call answered with a task: followed to its result, its status messages as progress.
+async fn follows_a_task_to_its_result(server: &McpServer) {
+    let (kit, attempt) = AttemptKit::new(
+        "task",
+        json!({"ms": 300, "steps": 3, "poll_ms": 20}),
+        "k",
+        OnStuck::Abandon,
+    );
+    assert_eq!(text(server.start(attempt).await), "task done");
+    // Polling samples the task: each status it saw change is a beat, in order, the last one
+    // "completed" (a step may fall between two polls).
+    let messages: Vec<String> = kit
+        .progress()
+        .iter()
+        .filter_map(|p| p.message.clone())
+        .collect();
+    assert_eq!(
+        messages.last().map(String::as_str),
+        Some("completed"),
+        "{messages:?}"
+    );
+    let steps: Vec<&String> = messages.iter().filter(|m| m.starts_with("step")).collect();
+    assert!(!steps.is_empty(), "{messages:?}");
+    assert!(steps.windows(2).all(|w| w[0] < w[1]), "{messages:?}");
+}
+
+/// A task cancelled by the engine: `tasks/cancel` reaches the server, which stops it.
+async fn cancels_a_task(server: &McpServer) {
+    let (kit, attempt) = AttemptKit::new(
+        "task",
+        json!({"ms": 30000, "steps": 300, "poll_ms": 20}),
+        "k",
+        OnStuck::Abandon,
+    );
+    let running = tokio::spawn(server.start(attempt));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    kit.cancel(CancelReason::Timeout);
+    let end = tokio::time::timeout(GRACE, running)
+        .await
+        .expect("the task is seen cancelled within the grace period")
+        .unwrap();
+    assert!(
+        matches!(end, AttemptEnd::Stopped(StopHow::Cooperative)),
+        "{end:?}"
+    );
+    let seen = cancels(server).await;
+    let task_cancels: Vec<&Value> = seen
+        .iter()
+        .filter(|c| c["reason"] == json!("tasks/cancel"))
+        .collect();
+    assert_eq!(task_cancels.len(), 1, "{seen:?}");
+    assert_eq!(task_cancels[0]["tool"], json!("task"));
+}
+
+#[tokio::test]
+async fn a_task_from_a_2026_server_is_polled_to_its_result_and_cancelled_with_tasks_cancel() {
+    let (_host, server) = up("new", stdio(&["--era", "2026-07-28"])).await;
+    follows_a_task_to_its_result(&server).await;
+    cancels_a_task(&server).await;
+    server.shutdown().await;
+    let (process, url) = http_server(&["--era", "2026-07-28"]).await;
+    let (_host, server) = up("web", http(&url)).await;
+    follows_a_task_to_its_result(&server).await;
+    cancels_a_task(&server).await;
+    server.shutdown().await;
+    reap(process).await;
+}
+
+#[tokio::test]
+async fn a_task_that_ignores_tasks_cancel_is_abandoned_until_it_ends() {
+    let (_host, server) = up("new", stdio(&["--era", "2026-07-28"])).await;
+    let (kit, attempt) = AttemptKit::new(
+        "task",
+        json!({"ms": 2500, "steps": 5, "poll_ms": 20, "ignore_cancel": true}),
+        "k",
+        OnStuck::Abandon,
+    );
+    let running = tokio::spawn(server.start(attempt));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    kit.cancel(CancelReason::User);
+    tokio::time::sleep(GRACE).await;
+    kit.force();
+    assert!(matches!(
+        running.await.unwrap(),
+        AttemptEnd::Stopped(StopHow::Abandoned)
+    ));
+    assert_eq!(server.abandoned(), 1);
+    // Counted until the task reaches a final status on the server.
+    wait_until(Duration::from_secs(10), "the abandoned task to end", || {
+        server.abandoned() == 0
+    })
+    .await;
+    server.shutdown().await;
+}

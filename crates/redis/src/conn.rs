@@ -1,0 +1,125 @@
+//! What every part of the crate shares: the connection, whether Redis is up, the outbox, the
+//! scripts — and the one rule that every operation runs under the timeout and marks Redis down
+//! when it fails.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use redis::aio::ConnectionManager;
+use tokio::sync::mpsc;
+use toolwarden_core::metrics::SharedMetrics;
+use toolwarden_core::shared::BreakerChange;
+
+use crate::keys::Keys;
+use crate::options::Options;
+
+/// A write that only informs the other replicas, done behind the calls by the outbox.
+#[derive(Debug)]
+pub(crate) enum Write {
+    Breaker {
+        tool: String,
+        change: BreakerChange,
+    },
+    /// Frees a probe lease or a cache lock this replica holds.
+    Release {
+        key: String,
+    },
+    CachePut {
+        key: String,
+        lock: String,
+        value: Vec<u8>,
+        ttl: Duration,
+    },
+    /// An event of this replica, as the message to publish.
+    Event(String),
+}
+
+impl Write {
+    /// The operation's name in `toolwarden_redis_fallbacks_total`.
+    pub(crate) fn op(&self) -> &'static str {
+        match self {
+            Write::Breaker { .. } => "breaker",
+            Write::Release { .. } => "release",
+            Write::CachePut { .. } => "cache_put",
+            Write::Event(_) => "event",
+        }
+    }
+}
+
+pub(crate) struct Inner {
+    /// This replica's name in messages and leases (a ULID made at start).
+    pub(crate) replica: Arc<str>,
+    pub(crate) keys: Keys,
+    pub(crate) options: Options,
+    /// Commands and publishes.
+    pub(crate) cmd: ConnectionManager,
+    /// Whether Redis answered the last time it was asked; while it did not, nothing tries it.
+    pub(crate) up: AtomicBool,
+    /// Why it is not up.
+    pub(crate) down_reason: Mutex<String>,
+    pub(crate) metrics: SharedMetrics,
+    /// Writes that only inform the others, done behind the calls.
+    pub(crate) outbox: mpsc::UnboundedSender<Write>,
+    /// Aborts sent to the others, waiting for their answers.
+    pub(crate) pending: Mutex<HashMap<u64, mpsc::UnboundedSender<bool>>>,
+    pub(crate) next_req: AtomicU64,
+}
+
+/// A lost probe lease or cache lock frees itself after its TTL; these scripts free only what
+/// this replica holds.
+pub(crate) const RELEASE: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0";
+
+/// A cached result (with its time left), or the lock taken, or someone else's lock.
+pub(crate) const CLAIM: &str = r"
+local v = redis.call('GET', KEYS[1])
+if v then return {1, v, redis.call('PTTL', KEYS[1])} end
+if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {2} end
+return {3}";
+
+impl Inner {
+    /// Marks Redis unreachable (the watcher notices when it is back).
+    pub(crate) fn down(&self, why: String) {
+        *self.down_reason.lock() = why;
+        if self.up.swap(false, Ordering::AcqRel) {
+            tracing::warn!(reason = %self.down_reason.lock(), "redis unreachable: running on local state");
+        }
+        self.metrics.set_up(false);
+    }
+
+    /// Runs one operation under the timeout; an error or a timeout marks Redis down.
+    pub(crate) async fn run<T, F>(&self, op: &'static str, fut: F) -> Option<T>
+    where
+        F: Future<Output = redis::RedisResult<T>>,
+    {
+        match tokio::time::timeout(self.options.timeout, fut).await {
+            Ok(Ok(v)) => Some(v),
+            Ok(Err(e)) => {
+                self.metrics.fallback(op);
+                self.down(format!("{op}: {e}"));
+                None
+            }
+            Err(_) => {
+                self.metrics.fallback(op);
+                self.down(format!(
+                    "{op}: no answer within {}ms",
+                    self.options.timeout.as_millis()
+                ));
+                None
+            }
+        }
+    }
+
+    /// Whether to try Redis at all; counts a fallback when not.
+    pub(crate) fn usable(&self, op: &'static str) -> bool {
+        let up = self.up.load(Ordering::Acquire);
+        if !up {
+            self.metrics.fallback(op);
+        }
+        up
+    }
+}

@@ -1,0 +1,65 @@
+//! Every key and channel, under the configured prefix (docs/SCALE-OUT.md lists them).
+
+use std::fmt::Write as _;
+
+/// The names of one deployment.
+#[derive(Clone, Debug)]
+pub(crate) struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    pub(crate) fn new(prefix: &str) -> Self {
+        Self {
+            prefix: prefix.to_owned(),
+        }
+    }
+
+    /// Hash: tool → the epoch millisecond its open breaker half-opens.
+    pub(crate) fn breakers(&self) -> String {
+        format!("{}breakers", self.prefix)
+    }
+
+    /// String: the replica that holds a tool's half-open probe.
+    pub(crate) fn probe(&self, tool: &str) -> String {
+        format!("{}probe:{tool}", self.prefix)
+    }
+
+    /// String: a cached result.
+    pub(crate) fn cache(&self, key: &[u8; 32]) -> String {
+        format!("{}cache:{}", self.prefix, hex(key))
+    }
+
+    /// String: the replica that runs a cacheable call now.
+    pub(crate) fn cache_lock(&self, key: &[u8; 32]) -> String {
+        format!("{}cache-lock:{}", self.prefix, hex(key))
+    }
+
+    /// Channel: breaker changes.
+    pub(crate) fn breaker_channel(&self) -> String {
+        format!("{}breaker", self.prefix)
+    }
+
+    /// Channel: aborts for the replica that runs the turn.
+    pub(crate) fn abort_channel(&self) -> String {
+        format!("{}abort", self.prefix)
+    }
+
+    /// Channel: answers to one replica's aborts.
+    pub(crate) fn reply_channel(&self, replica: &str) -> String {
+        format!("{}reply:{replica}", self.prefix)
+    }
+
+    /// Channel: every replica's events.
+    pub(crate) fn events_channel(&self) -> String {
+        format!("{}events", self.prefix)
+    }
+}
+
+fn hex(bytes: &[u8; 32]) -> String {
+    let mut out = String::with_capacity(64);
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}

@@ -1,0 +1,330 @@
+//! The tasks behind the handle: the outbox that writes what only informs the others, the watcher
+//! that (re)connects and resynchronises, the inbox that carries out what the others say, and the
+//! forwarder of this replica's events.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::{PushInfo, Value};
+use tokio::sync::mpsc;
+use toolwarden_core::shared::{AbortRequest, BreakerChange, CacheClaim, RemoteEvent};
+use toolwarden_core::{Engine, Received};
+use toolwarden_protocol::{BreakerStateKind, Timestamp};
+
+use crate::conn::{Inner, RELEASE, Write};
+use crate::wire::{AbortMsg, BreakerMsg, EventMsg, ReplyMsg};
+
+/// At most this many writes go in one pipeline.
+const BATCH: usize = 512;
+
+/// Milliseconds since the Unix epoch: breakers' half-open times are wall-clock times, the only
+/// time replicas have in common.
+fn epoch_ms() -> u64 {
+    u64::try_from(Timestamp::now_unix_micros() / 1000).unwrap_or(0)
+}
+
+/// Writes the queued writes, in order, a pipeline at a time. While Redis is down they are
+/// dropped (and counted): breakers are resynchronised when it is back; cache stores, releases
+/// (their keys expire) and events are not needed later.
+pub(crate) async fn drain_outbox(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<Write>) {
+    let mut batch = Vec::with_capacity(BATCH);
+    while let Some(first) = rx.recv().await {
+        batch.push(first);
+        while batch.len() < BATCH {
+            match rx.try_recv() {
+                Ok(w) => batch.push(w),
+                Err(_) => break,
+            }
+        }
+        if !inner.up.load(Ordering::Acquire) {
+            for w in batch.drain(..) {
+                inner.metrics.fallback(w.op());
+            }
+            continue;
+        }
+        let mut pipe = redis::pipe();
+        for w in batch.drain(..) {
+            add_write(&inner, &mut pipe, w);
+        }
+        let mut conn = inner.cmd.clone();
+        let _: Option<()> = inner.run("outbox", pipe.query_async(&mut conn)).await;
+    }
+}
+
+fn add_write(inner: &Inner, pipe: &mut redis::Pipeline, write: Write) {
+    match write {
+        Write::Breaker { tool, change } => {
+            let open_for_ms = match change {
+                BreakerChange::Open { for_ } => {
+                    let ms = for_.as_millis() as u64;
+                    pipe.hset(inner.keys.breakers(), &tool, epoch_ms() + ms)
+                        .ignore();
+                    Some(ms)
+                }
+                BreakerChange::Closed => {
+                    pipe.hdel(inner.keys.breakers(), &tool).ignore();
+                    None
+                }
+            };
+            let msg = BreakerMsg {
+                replica: inner.replica.to_string(),
+                tool,
+                open_for_ms,
+            };
+            pipe.publish(
+                inner.keys.breaker_channel(),
+                serde_json::to_string(&msg).unwrap_or_default(),
+            )
+            .ignore();
+        }
+        Write::Release { key } => {
+            release(pipe, &key, &inner.replica);
+        }
+        Write::CachePut {
+            key,
+            lock,
+            value,
+            ttl,
+        } => {
+            pipe.cmd("SET")
+                .arg(&key)
+                .arg(value)
+                .arg("PX")
+                .arg(ttl.as_millis().max(1) as u64)
+                .ignore();
+            release(pipe, &lock, &inner.replica);
+        }
+        Write::Event(payload) => {
+            pipe.publish(inner.keys.events_channel(), payload).ignore();
+        }
+    }
+}
+
+fn release(pipe: &mut redis::Pipeline, key: &str, replica: &str) {
+    pipe.cmd("EVAL")
+        .arg(RELEASE)
+        .arg(1)
+        .arg(key)
+        .arg(replica)
+        .ignore();
+}
+
+/// Reads the claim script's answer.
+pub(crate) fn claim_answer(value: Value) -> CacheClaim {
+    let Value::Array(items) = value else {
+        return CacheClaim::Unavailable;
+    };
+    match items.as_slice() {
+        [Value::Int(1), Value::BulkString(v), Value::Int(ttl)] => CacheClaim::Hit {
+            value: v.clone(),
+            ttl: Duration::from_millis(u64::try_from(*ttl).unwrap_or(1).max(1)),
+        },
+        [Value::Int(2)] => CacheClaim::Lead,
+        [Value::Int(3)] => CacheClaim::Follow,
+        _ => CacheClaim::Unavailable,
+    }
+}
+
+/// Starts the subscription, the watcher, the inbox and the event forwarder for `engine`.
+pub(crate) fn start(inner: Arc<Inner>, engine: Engine) -> redis::RedisResult<()> {
+    let (push_tx, push_rx) = mpsc::unbounded_channel::<PushInfo>();
+    let mut info = redis::IntoConnectionInfo::into_connection_info(inner.options.url.as_str())?;
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(redis::ProtocolVersion::RESP3);
+    info = info.set_redis_settings(settings);
+    let client = redis::Client::open(info)?;
+    let config = redis::aio::ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(inner.options.timeout))
+        .set_response_timeout(Some(inner.options.timeout))
+        .set_number_of_retries(1)
+        .set_max_delay(inner.options.timeout)
+        .set_push_sender(push_tx)
+        .set_automatic_resubscription();
+    let sub = ConnectionManager::new_lazy_with_config(client, config)?;
+    tokio::spawn(watch(inner.clone(), sub, engine.clone()));
+    tokio::spawn(inbox(inner.clone(), push_rx, engine.clone()));
+    tokio::spawn(forward_events(inner, engine));
+    Ok(())
+}
+
+/// Checks that Redis answers every `check_every`; when it comes back (or first answers),
+/// subscribes again, resynchronises the breakers and marks it up.
+async fn watch(inner: Arc<Inner>, mut sub: ConnectionManager, engine: Engine) {
+    let bound = inner.options.timeout;
+    loop {
+        let check = async {
+            let mut cmd = inner.cmd.clone();
+            let _: String = redis::cmd("PING").query_async(&mut cmd).await?;
+            let _: Value = redis::cmd("PING").query_async(&mut sub).await?;
+            if !inner.up.load(Ordering::Acquire) {
+                let channels = vec![
+                    inner.keys.breaker_channel(),
+                    inner.keys.abort_channel(),
+                    inner.keys.reply_channel(&inner.replica),
+                    inner.keys.events_channel(),
+                ];
+                sub.subscribe(channels).await?;
+                resync(&inner, &engine).await?;
+            }
+            redis::RedisResult::Ok(())
+        };
+        match tokio::time::timeout(bound * 4, check).await {
+            Ok(Ok(())) => {
+                if !inner.up.swap(true, Ordering::AcqRel) {
+                    tracing::info!("redis reached: replicas share state");
+                }
+                inner.metrics.set_up(true);
+            }
+            Ok(Err(e)) => inner.down(e.to_string()),
+            Err(_) => inner.down(format!("no answer within {}ms", (bound * 4).as_millis())),
+        }
+        tokio::time::sleep(inner.options.check_every).await;
+    }
+}
+
+/// Breakers after Redis was away (or at start): the others' open breakers open here, and this
+/// replica's open breakers (opened while Redis was away) are told to the others.
+async fn resync(inner: &Inner, engine: &Engine) -> redis::RedisResult<()> {
+    let mut conn = inner.cmd.clone();
+    let stored: HashMap<String, u64> = redis::cmd("HGETALL")
+        .arg(inner.keys.breakers())
+        .query_async(&mut conn)
+        .await?;
+    let now = epoch_ms();
+    let mut pipe = redis::pipe();
+    for (tool, until) in &stored {
+        if *until > now {
+            let for_ = Duration::from_millis(until - now);
+            engine.apply_shared_breaker(tool, BreakerChange::Open { for_ });
+        } else {
+            pipe.hdel(inner.keys.breakers(), tool).ignore();
+        }
+    }
+    for breaker in engine.open_breakers() {
+        let (BreakerStateKind::Open, Some(left)) = (breaker.state, breaker.retry_after_ms) else {
+            continue;
+        };
+        if stored.get(&breaker.tool).is_some_and(|u| *u >= now + left) {
+            continue;
+        }
+        add_write(
+            inner,
+            &mut pipe,
+            Write::Breaker {
+                tool: breaker.tool,
+                change: BreakerChange::Open {
+                    for_: Duration::from_millis(left),
+                },
+            },
+        );
+    }
+    if pipe.is_empty() {
+        return Ok(());
+    }
+    pipe.query_async::<()>(&mut conn).await
+}
+
+/// Carries out what the other replicas say, in the order they said it.
+async fn inbox(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<PushInfo>, engine: Engine) {
+    let (breakers, aborts, replies, events) = (
+        inner.keys.breaker_channel(),
+        inner.keys.abort_channel(),
+        inner.keys.reply_channel(&inner.replica),
+        inner.keys.events_channel(),
+    );
+    while let Some(push) = rx.recv().await {
+        let Some(msg) = redis::Msg::from_push_info(push) else {
+            continue;
+        };
+        let channel = msg.get_channel_name();
+        let payload = msg.get_payload_bytes();
+        if channel == events {
+            if let Ok(m) = serde_json::from_slice::<EventMsg>(payload)
+                && *m.replica != *inner.replica
+            {
+                engine.push_remote_event(RemoteEvent {
+                    replica: Arc::from(m.replica),
+                    event: m.event,
+                });
+            }
+        } else if channel == aborts {
+            if let Ok(m) = serde_json::from_slice::<AbortMsg>(payload) {
+                carry_out_abort(&inner, &engine, m);
+            }
+        } else if channel == replies {
+            if let Ok(m) = serde_json::from_slice::<ReplyMsg>(payload)
+                && let Some(tx) = inner.pending.lock().get(&m.req)
+            {
+                let _ = tx.send(m.found);
+            }
+        } else if channel == breakers
+            && let Ok(m) = serde_json::from_slice::<BreakerMsg>(payload)
+            && *m.replica != *inner.replica
+        {
+            let change = match m.open_for_ms {
+                Some(ms) => BreakerChange::Open {
+                    for_: Duration::from_millis(ms),
+                },
+                None => BreakerChange::Closed,
+            };
+            engine.apply_shared_breaker(&m.tool, change);
+        }
+    }
+}
+
+/// An abort from a replica that does not run the turn: carried out here if this one does, and
+/// answered either way (the asker counts the answers).
+fn carry_out_abort(inner: &Arc<Inner>, engine: &Engine, m: AbortMsg) {
+    if *m.replica == *inner.replica {
+        // Our own: it was tried here before it was sent.
+        if let Some(tx) = inner.pending.lock().get(&m.req) {
+            let _ = tx.send(false);
+        }
+        return;
+    }
+    let found = engine.abort_here(&AbortRequest {
+        turn_id: m.turn_id,
+        call_id: m.call_id,
+        reason: m.reason,
+    });
+    let reply = serde_json::to_string(&ReplyMsg { req: m.req, found }).unwrap_or_default();
+    let channel = inner.keys.reply_channel(&m.replica);
+    let inner = inner.clone();
+    tokio::spawn(async move {
+        let mut conn = inner.cmd.clone();
+        let _: Option<u64> = inner
+            .run(
+                "abort_reply",
+                redis::cmd("PUBLISH")
+                    .arg(&channel)
+                    .arg(&reply)
+                    .query_async(&mut conn),
+            )
+            .await;
+    });
+}
+
+/// Sends every event of this replica to the others (while Redis is up).
+async fn forward_events(inner: Arc<Inner>, engine: Engine) {
+    let mut sub = engine.subscribe();
+    while let Some(received) = sub.recv().await {
+        let Received::Event(event) = received else {
+            continue;
+        };
+        if !inner.up.load(Ordering::Acquire) {
+            continue;
+        }
+        let msg = EventMsg {
+            replica: inner.replica.to_string(),
+            event,
+        };
+        if let Ok(payload) = serde_json::to_string(&msg) {
+            let _ = inner.outbox.send(Write::Event(payload));
+        }
+    }
+}

@@ -1,0 +1,229 @@
+//! [`RedisShared`]: the handle the engine holds, and core's `SharedState` on it.
+//!
+//! Round trips a call makes (docs/SCALE-OUT.md): none for a call of a closed breaker that is not
+//! cacheable; one (a script) for a cacheable call that missed this replica's cache, then one
+//! pipelined write behind it; one (`SET NX`) for a half-open probe. Everything else — breaker
+//! changes, cache stores, releases, events — goes through the outbox, off the call's path.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use redis::aio::ConnectionManager;
+use tokio::sync::mpsc;
+use toolwarden_core::BoxFuture;
+use toolwarden_core::metrics::SharedMetrics;
+use toolwarden_core::shared::{AbortRequest, BreakerChange, CacheClaim, SharedHealth, SharedState};
+
+use crate::conn::{CLAIM, Inner, Write};
+use crate::keys::Keys;
+use crate::link;
+use crate::options::Options;
+use crate::wire::AbortMsg;
+
+/// State shared with other replicas through Redis. Cheap to clone.
+#[derive(Clone)]
+pub struct RedisShared {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for RedisShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisShared")
+            .field("replica", &self.inner.replica)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisShared {
+    /// Connects lazily (a Redis that is down at start only makes the replica start degraded) and
+    /// starts the watcher and the outbox. Call [`RedisShared::attach`] once the engine is built.
+    pub fn new(options: Options, metrics: SharedMetrics) -> Result<Self, redis::RedisError> {
+        let client = redis::Client::open(options.url.as_str())?;
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(options.timeout))
+            .set_response_timeout(Some(options.timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(options.timeout);
+        let cmd = ConnectionManager::new_lazy_with_config(client, config)?;
+        let (outbox, rx) = mpsc::unbounded_channel();
+        metrics.set_up(false);
+        let inner = Arc::new(Inner {
+            replica: Arc::from(ulid::Ulid::new().to_string()),
+            keys: Keys::new(&options.prefix),
+            options,
+            cmd,
+            up: AtomicBool::new(false),
+            down_reason: Mutex::new("not connected yet".to_owned()),
+            metrics,
+            outbox,
+            pending: Mutex::new(HashMap::new()),
+            next_req: AtomicU64::new(1),
+        });
+        tokio::spawn(link::drain_outbox(inner.clone(), rx));
+        Ok(Self { inner })
+    }
+
+    /// Starts listening to the other replicas for `engine` and sending them its events; the
+    /// watcher (re)connects and resynchronises. The tasks end with the process.
+    pub fn attach(&self, engine: toolwarden_core::Engine) -> Result<(), redis::RedisError> {
+        link::start(self.inner.clone(), engine)
+    }
+
+    /// This replica's name in messages.
+    pub fn replica(&self) -> &str {
+        &self.inner.replica
+    }
+
+    fn enqueue(&self, write: Write) {
+        if self.inner.up.load(Ordering::Acquire) {
+            let _ = self.inner.outbox.send(write);
+        } else {
+            // Breakers are resynchronised when Redis is back; the rest is lost to the others.
+            self.inner.metrics.fallback(write.op());
+        }
+    }
+}
+
+impl SharedState for RedisShared {
+    fn health(&self) -> SharedHealth {
+        if self.inner.up.load(Ordering::Acquire) {
+            SharedHealth::Ok
+        } else {
+            SharedHealth::Degraded(format!(
+                "redis unreachable, running on local state: {}",
+                self.inner.down_reason.lock()
+            ))
+        }
+    }
+
+    fn breaker_changed(&self, tool: &str, change: BreakerChange) {
+        self.enqueue(Write::Breaker {
+            tool: tool.to_owned(),
+            change,
+        });
+    }
+
+    fn probe_lease(&self, tool: &str, ttl: Duration) -> BoxFuture<bool> {
+        let inner = self.inner.clone();
+        let key = inner.keys.probe(tool);
+        Box::pin(async move {
+            if !inner.usable("probe_lease") {
+                return true;
+            }
+            let mut cmd = redis::cmd("SET");
+            cmd.arg(&key)
+                .arg(&*inner.replica)
+                .arg("NX")
+                .arg("PX")
+                .arg(ttl.as_millis().max(1) as u64);
+            let mut conn = inner.cmd.clone();
+            let got: Option<Option<String>> =
+                inner.run("probe_lease", cmd.query_async(&mut conn)).await;
+            match got {
+                Some(answer) => answer.is_some(),
+                // Unreachable: the local breaker decides alone.
+                None => true,
+            }
+        })
+    }
+
+    fn probe_release(&self, tool: &str) {
+        self.enqueue(Write::Release {
+            key: self.inner.keys.probe(tool),
+        });
+    }
+
+    fn cache_claim(&self, key: &[u8; 32], lock_ttl: Duration) -> BoxFuture<CacheClaim> {
+        let inner = self.inner.clone();
+        let (value_key, lock_key) = (inner.keys.cache(key), inner.keys.cache_lock(key));
+        Box::pin(async move {
+            if !inner.usable("cache_claim") {
+                return CacheClaim::Unavailable;
+            }
+            let script = redis::Script::new(CLAIM);
+            let mut invocation = script.key(&value_key);
+            invocation
+                .key(&lock_key)
+                .arg(&*inner.replica)
+                .arg(lock_ttl.as_millis().max(1) as u64);
+            let mut conn = inner.cmd.clone();
+            let answer: Option<redis::Value> = inner
+                .run("cache_claim", invocation.invoke_async(&mut conn))
+                .await;
+            match answer {
+                Some(value) => link::claim_answer(value),
+                None => CacheClaim::Unavailable,
+            }
+        })
+    }
+
+    fn cache_put(&self, key: &[u8; 32], value: Vec<u8>, ttl: Duration) {
+        self.enqueue(Write::CachePut {
+            key: self.inner.keys.cache(key),
+            lock: self.inner.keys.cache_lock(key),
+            value,
+            ttl,
+        });
+    }
+
+    fn cache_release(&self, key: &[u8; 32]) {
+        self.enqueue(Write::Release {
+            key: self.inner.keys.cache_lock(key),
+        });
+    }
+
+    fn abort_elsewhere(&self, abort: AbortRequest) -> BoxFuture<bool> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            if !inner.usable("abort") {
+                return false;
+            }
+            let req = inner.next_req.fetch_add(1, Ordering::Relaxed);
+            let (tx, mut rx) = mpsc::unbounded_channel();
+            inner.pending.lock().insert(req, tx);
+            let msg = AbortMsg {
+                replica: inner.replica.to_string(),
+                req,
+                turn_id: abort.turn_id,
+                call_id: abort.call_id,
+                reason: abort.reason,
+            };
+            let payload = serde_json::to_string(&msg).unwrap_or_default();
+            let mut conn = inner.cmd.clone();
+            let channel = inner.keys.abort_channel();
+            let sent: Option<u64> = inner
+                .run(
+                    "abort",
+                    redis::cmd("PUBLISH")
+                        .arg(&channel)
+                        .arg(&payload)
+                        .query_async(&mut conn),
+                )
+                .await;
+            // Every replica that heard it (this one included) answers; the first `true` wins.
+            let found = match sent {
+                None | Some(0) => false,
+                Some(listeners) => {
+                    let wait = async {
+                        for _ in 0..listeners {
+                            match rx.recv().await {
+                                Some(true) => return true,
+                                Some(false) => {}
+                                None => return false,
+                            }
+                        }
+                        false
+                    };
+                    tokio::time::timeout(inner.options.timeout * 2, wait)
+                        .await
+                        .unwrap_or(false)
+                }
+            };
+            inner.pending.lock().remove(&req);
+            found
+        })
+    }
+}

@@ -1,0 +1,111 @@
+//! Connecting to PostgreSQL: the parsed URL, this replica's lock, and the rule that the blocking
+//! client never runs on an async runtime's thread.
+
+use std::time::Duration;
+
+use postgres::{Client, NoTls};
+
+use super::schema;
+use crate::OpenError;
+
+/// How long connecting may take before the attempt fails.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Runs `f` on a thread of its own: the blocking client must not run on an async runtime's
+/// thread.
+pub(crate) fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| {
+        s.spawn(f)
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    })
+}
+
+/// `url` without its password, to name the database in messages.
+pub fn shown_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.split_once('@') {
+        Some((user, host)) => {
+            let user = user.split_once(':').map_or(user, |(u, _)| u);
+            format!("{scheme}://{user}@{host}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// How to connect, and as which replica.
+#[derive(Clone)]
+pub(crate) struct Connector {
+    config: postgres::Config,
+    pub(crate) replica: String,
+    pub(crate) shown: String,
+}
+
+impl Connector {
+    pub(crate) fn parse(url: &str, replica: &str) -> Result<Self, OpenError> {
+        let shown = shown_url(url);
+        let mut config: postgres::Config = url.parse().map_err(|e| OpenError::Postgres {
+            url: shown.clone(),
+            detail: format!("not a PostgreSQL URL: {e}"),
+        })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("toolwarden");
+        }
+        Ok(Connector {
+            config,
+            replica: replica.to_owned(),
+            shown,
+        })
+    }
+
+    pub(crate) fn connect(&self) -> Result<Client, postgres::Error> {
+        self.config.connect(NoTls)
+    }
+
+    /// Takes this replica's lock on `client`'s session; `false` when another session holds it.
+    pub(crate) fn lock_replica(&self, client: &mut Client) -> Result<bool, postgres::Error> {
+        Ok(client
+            .query_one(
+                "SELECT pg_try_advisory_lock(hashtext('toolwarden.replica:' || current_schema() \
+                 || ':' || $1))",
+                &[&self.replica],
+            )?
+            .get(0))
+    }
+
+    /// A connection for the writer, holding this replica's lock.
+    pub(crate) fn connect_writer(&self) -> Result<Client, String> {
+        let mut client = self.connect().map_err(|e| e.to_string())?;
+        if self.lock_replica(&mut client).map_err(|e| e.to_string())? {
+            Ok(client)
+        } else {
+            Err(format!(
+                "replica id {:?} is in use by another toolwarden process",
+                self.replica
+            ))
+        }
+    }
+
+    pub(crate) fn error(&self, e: impl std::fmt::Display) -> OpenError {
+        OpenError::Postgres {
+            url: self.shown.clone(),
+            detail: e.to_string(),
+        }
+    }
+
+    pub(crate) fn schema_error(&self, e: schema::SchemaError) -> OpenError {
+        match e {
+            schema::SchemaError::Newer(found) => OpenError::PostgresNewer {
+                url: self.shown.clone(),
+                found,
+                supported: schema::LATEST,
+            },
+            schema::SchemaError::Postgres(e) => self.error(e),
+        }
+    }
+}
