@@ -241,8 +241,11 @@ describe("the dashboard", { timeout: 240_000 }, () => {
 
     await watched.getByRole("button", { name: "Deny test__progress (call asked-1)" }).click();
     assert.equal((await asking.answer).results[0].toolwarden.status, "denied");
-    // The cut itself shows as failed loads; nothing else may.
-    assert.deepEqual(problems.filter((p) => !/net::ERR_(INCOMPLETE_CHUNKED_ENCODING|CONNECTION_RESET|CONNECTION_CLOSED|EMPTY_RESPONSE)/.test(p)), []);
+    // The cut itself shows as failed loads — the stream broken mid-body, and reconnects that the
+    // relay accepts and drops at once (which Chromium reports as reset, closed, empty or not
+    // connected, depending on when the drop lands); nothing else may.
+    const cutLoad = /net::ERR_(INCOMPLETE_CHUNKED_ENCODING|CONNECTION_RESET|CONNECTION_CLOSED|CONNECTION_ABORTED|EMPTY_RESPONSE|SOCKET_NOT_CONNECTED)/;
+    assert.deepEqual(problems.filter((p) => !cutLoad.test(p)), []);
   });
 });
 
