@@ -341,6 +341,7 @@ impl<'a> Checker<'a> {
             ("cancel_grace", p.cancel_grace),
             ("cache_ttl", p.cache_ttl),
             ("approval_timeout", p.approval_timeout),
+            ("task_after", p.task_after),
         ];
         for (k, v) in durations {
             if let Some(v) = v {
