@@ -189,3 +189,39 @@ async def test_a_task_cut_off_by_a_kill_reads_failed_interrupted_after_a_restart
         assert got["status"] == "failed", got
         assert got["error"]["data"]["toolwarden/outcome"]["status"] == "interrupted", got
         assert "toolwarden stopped" in got["error"]["message"], got
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_task_on_either_transport_is_followed_to_its_result(setup: Setup, transport: str):
+    add_config(setup, '[tools."test__progress"]\ntask = "always"\n')
+    async with gateway(setup, transport, mode=STATELESS, extensions=[Tasks()]) as c:
+        handle = await start_task(c, "test__progress", {"every_ms": 300, "count": 4})
+        # While it runs, tasks/get carries its last progress.
+        deadline = time.monotonic() + 10
+        while True:
+            got = await tasks_request(c.session, "tasks/get", handle.task_id)
+            if got.get("statusMessage", "").startswith("step"):
+                break
+            assert got["status"] == "working" and time.monotonic() < deadline, got
+            await anyio.sleep(0.05)
+        assert got["_meta"]["toolwarden/progress"]["total"] == 4, got
+        done = await poll(c.session, handle.task_id, {"completed", "failed", "cancelled"}, 20)
+        assert done["status"] == "completed", done
+        assert done["result"]["content"][0]["text"] == "done after 4 steps", done
+
+
+async def test_a_task_stopped_by_a_graceful_shutdown_reads_its_outcome_after_a_restart(setup: Setup):
+    add_config(setup, '[tools."test__sleep"]\ntask = "always"\n')
+    with serve(setup.dir, setup.config) as first:
+        first.wait_stderr(r'server "test" is up', 30)
+        async with client(first.url) as c:
+            handle = await start_task(c, "test__sleep", {"ms": 60_000})
+    # SIGTERM ended the call cancelled{shutdown}, recorded; the restarted toolwarden reads it.
+    with serve(setup.dir, setup.config) as second:
+        second.wait_stderr(r'server "test" is up', 30)
+        async with client(second.url) as c:
+            got = await tasks_request(c.session, "tasks/get", handle.task_id)
+    assert got["status"] == "completed", got
+    assert got["result"]["isError"] is True, got
+    assert got["result"]["_meta"]["toolwarden/outcome"]["status"] == "cancelled", got
+    assert got["result"]["_meta"]["toolwarden/outcome"]["reason"] == "shutdown", got
