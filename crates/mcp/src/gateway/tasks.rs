@@ -342,3 +342,76 @@ pub(crate) fn declared(meta: &RequestMetaObject) -> bool {
     meta.client_capabilities()
         .is_some_and(|capabilities| capabilities.supports_tasks())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use rmcp::model::ContentBlock;
+
+    /// A call's answer with `outcome` in its `_meta`.
+    fn answer(outcome: Value) -> Result<CallToolResult, ErrorData> {
+        let mut result = CallToolResult::success(vec![ContentBlock::text("said")]);
+        let mut meta = MetaObject::new();
+        meta.insert(OUTCOME_META.into(), outcome);
+        result.meta = Some(meta);
+        Ok(result)
+    }
+
+    fn check(result: Result<CallToolResult, ErrorData>, expected: TaskStatus) {
+        assert_eq!(payload(result).status(), expected);
+    }
+
+    #[test]
+    fn a_calls_answer_reads_as_the_tasks_status() {
+        check(answer(json!({"status": "ok"})), TaskStatus::Completed);
+        // Governed failures are results, as for a held request.
+        check(
+            answer(json!({"status": "timeout", "kind": "total", "after_ms": 5})),
+            TaskStatus::Completed,
+        );
+        check(
+            answer(json!({"status": "cancelled", "reason": "shutdown"})),
+            TaskStatus::Completed,
+        );
+        // A person's cancel (tasks/cancel, an abort) is the task's cancel.
+        check(
+            answer(json!({"status": "cancelled", "reason": "user"})),
+            TaskStatus::Cancelled,
+        );
+        // Cut off by a stop of toolwarden, or no result at all: failed.
+        check(answer(json!({"status": "interrupted"})), TaskStatus::Failed);
+        check(
+            Err(ErrorData::invalid_params("refused", None)),
+            TaskStatus::Failed,
+        );
+    }
+
+    #[test]
+    fn an_interrupted_call_fails_with_its_outcome() {
+        let TaskPayload::Failed { error } = payload(answer(json!({"status": "interrupted"})))
+        else {
+            panic!("not failed");
+        };
+        assert_eq!(
+            Value::Object(error),
+            json!({"code": -32603, "message": "said",
+                   "data": {"toolwarden/outcome": {"status": "interrupted"}}})
+        );
+    }
+
+    #[test]
+    fn progress_is_the_status_message() {
+        let progress = |message: Option<&str>, total| Progress {
+            progress: 2.0,
+            total,
+            message: message.map(str::to_owned),
+        };
+        assert_eq!(
+            status_message(&progress(Some("step 2"), Some(4.0))),
+            "step 2"
+        );
+        assert_eq!(status_message(&progress(None, Some(4.0))), "2/4");
+        assert_eq!(status_message(&progress(None, None)), "2");
+    }
+}
