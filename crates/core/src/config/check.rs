@@ -445,6 +445,20 @@ impl<'a> Checker<'a> {
             }
         }
         if let Some(v) = p
+            .task_after
+            .map(DurationValue::duration)
+            .filter(|v| !timeout.is_zero() && *v >= timeout)
+        {
+            self.warn(
+                &key("task_after"),
+                format!(
+                    "task_after {} is not shorter than timeout {}{from}: with task = \"auto\", calls end before they could become tasks",
+                    format_duration(v),
+                    format_duration(timeout),
+                ),
+            );
+        }
+        if let Some(v) = p
             .approval_timeout
             .map(DurationValue::duration)
             .filter(|v| *v > ceiling)
