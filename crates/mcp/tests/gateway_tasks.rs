@@ -179,10 +179,10 @@ async fn a_long_call_becomes_a_task_after_task_after_and_its_result_is_fetched()
     // A longer one is answered with a task once it has run task_after; it runs on after its
     // request's stream has closed, and its result is fetched with tasks/get.
     let started = tokio::time::Instant::now();
-    let r = c.call("t__sleep", json!({"ms": 1500})).await;
+    let r = c.call("t__sleep", json!({"ms": 3000})).await;
     let waited = started.elapsed();
     assert!(
-        waited >= Duration::from_millis(300) && waited < Duration::from_millis(1400),
+        waited >= Duration::from_millis(300) && waited < Duration::from_millis(2500),
         "answered after {waited:?}"
     );
     let id = created(&r);
@@ -194,7 +194,7 @@ async fn a_long_call_becomes_a_task_after_task_after_and_its_result_is_fetched()
     let result = &done["result"]["result"];
     assert_eq!(
         result["content"][0]["text"],
-        json!("slept 1500 ms"),
+        json!("slept 3000 ms"),
         "{done}"
     );
     assert_eq!(result["isError"], json!(false), "{done}");
