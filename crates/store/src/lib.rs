@@ -106,9 +106,9 @@ impl SqliteStore {
         let interrupted = recover::recover(&mut conn, &redactor, Timestamp::now())
             .map_err(|e| sqlite_error(&path, e))?;
         let last_seq = read::last_seq(&conn).map_err(|e| sqlite_error(&path, e))?;
-        if let Some(retain) = options.retain {
-            writer::prune(&conn, retain, Timestamp::now()).map_err(|e| sqlite_error(&path, e))?;
-        }
+        // Expired tasks go whatever `retain` says (zero keeps every other row).
+        let retain = options.retain.unwrap_or_default();
+        writer::prune(&conn, retain, Timestamp::now()).map_err(|e| sqlite_error(&path, e))?;
         let backend = writer::SqliteWriter {
             conn,
             rows: apply::Rows::default(),

@@ -412,7 +412,8 @@ impl Writer {
     }
 
     fn maybe_prune(&mut self) {
-        let Some(retain) = self.retain else { return };
+        // Expired tasks go whatever `retain` says; zero keeps every other row.
+        let retain = self.retain.unwrap_or(Duration::ZERO);
         let now = Timestamp::now();
         if now.unix_millis() - self.last_prune < PRUNE_EVERY_MS {
             return;

@@ -151,11 +151,10 @@ impl PgStore {
         let (interrupted, last_seq) =
             recover::recover(&mut client, &mut writer, &connector.replica, &redactor, now)
                 .map_err(|e| connector.error(format!("recovery failed: {e}")))?;
-        if let Some(retain) = options.retain {
-            writer
-                .prune(retain, now)
-                .map_err(|e| connector.error(format!("pruning failed: {e}")))?;
-        }
+        // Expired tasks go whatever `retain` says (zero keeps every other row).
+        writer
+            .prune(options.retain.unwrap_or_default(), now)
+            .map_err(|e| connector.error(format!("pruning failed: {e}")))?;
         let shared = writer::start(Box::new(writer), None, redactor, options, last_seq)
             .map_err(|e| connector.error(format!("cannot start its writer thread: {e}")))?;
         Ok(PgStore {
