@@ -12,10 +12,10 @@ use redis::{PushInfo, Value};
 use tokio::sync::mpsc;
 use toolwarden_core::shared::{AbortRequest, BreakerChange, CacheClaim, RemoteEvent};
 use toolwarden_core::{Engine, Received};
-use toolwarden_protocol::{BreakerStateKind, Timestamp};
+use toolwarden_protocol::{BreakerStateKind, SessionId, Timestamp};
 
 use crate::conn::{Inner, RELEASE, Write};
-use crate::wire::{AbortMsg, BreakerMsg, EventMsg, ReplyMsg};
+use crate::wire::{AbortMsg, BreakerMsg, EventMsg, ReplyMsg, TurnsAsk};
 
 /// At most this many writes go in one pipeline.
 const BATCH: usize = 512;
@@ -100,6 +100,14 @@ fn add_write(inner: &Inner, pipe: &mut redis::Pipeline, write: Write) {
         Write::Event(payload) => {
             pipe.publish(inner.keys.events_channel(), payload).ignore();
         }
+        Write::GateLeave { session, place } => {
+            pipe.zrem(inner.keys.gate(&session), &place)
+                .ignore()
+                .hdel(inner.keys.gate_expiry(&session), &place)
+                .ignore()
+                .publish(inner.keys.gate_channel(), session)
+                .ignore();
+        }
     }
 }
 
@@ -167,6 +175,8 @@ async fn watch(inner: Arc<Inner>, mut sub: ConnectionManager, engine: Engine) {
                     inner.keys.abort_channel(),
                     inner.keys.reply_channel(&inner.replica),
                     inner.keys.events_channel(),
+                    inner.keys.gate_channel(),
+                    inner.keys.turns_channel(),
                 ];
                 sub.subscribe(channels).await?;
                 resync(&inner, &engine).await?;
@@ -237,6 +247,7 @@ async fn inbox(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<PushInfo>, eng
         inner.keys.reply_channel(&inner.replica),
         inner.keys.events_channel(),
     );
+    let (gates, turns) = (inner.keys.gate_channel(), inner.keys.turns_channel());
     while let Some(push) = rx.recv().await {
         let Some(msg) = redis::Msg::from_push_info(push) else {
             continue;
@@ -252,6 +263,14 @@ async fn inbox(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<PushInfo>, eng
                     event: m.event,
                 });
             }
+        } else if channel == gates {
+            if let Ok(session) = std::str::from_utf8(payload) {
+                engine.gate_released_elsewhere(&SessionId::from(session));
+            }
+        } else if channel == turns {
+            if let Ok(m) = serde_json::from_slice::<TurnsAsk>(payload) {
+                answer_turns(&inner, &engine, m);
+            }
         } else if channel == aborts {
             if let Ok(m) = serde_json::from_slice::<AbortMsg>(payload) {
                 carry_out_abort(&inner, &engine, m);
@@ -260,7 +279,7 @@ async fn inbox(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<PushInfo>, eng
             if let Ok(m) = serde_json::from_slice::<ReplyMsg>(payload)
                 && let Some(tx) = inner.pending.lock().get(&m.req)
             {
-                let _ = tx.send(m.found);
+                let _ = tx.send(m);
             }
         } else if channel == breakers
             && let Ok(m) = serde_json::from_slice::<BreakerMsg>(payload)
@@ -283,7 +302,10 @@ fn carry_out_abort(inner: &Arc<Inner>, engine: &Engine, m: AbortMsg) {
     if *m.replica == *inner.replica {
         // Our own: it was tried here before it was sent.
         if let Some(tx) = inner.pending.lock().get(&m.req) {
-            let _ = tx.send(false);
+            let _ = tx.send(ReplyMsg {
+                req: m.req,
+                ..ReplyMsg::default()
+            });
         }
         return;
     }
@@ -292,14 +314,51 @@ fn carry_out_abort(inner: &Arc<Inner>, engine: &Engine, m: AbortMsg) {
         call_id: m.call_id,
         reason: m.reason,
     });
-    let reply = serde_json::to_string(&ReplyMsg { req: m.req, found }).unwrap_or_default();
-    let channel = inner.keys.reply_channel(&m.replica);
+    reply(
+        inner,
+        &m.replica,
+        &ReplyMsg {
+            req: m.req,
+            found,
+            ..ReplyMsg::default()
+        },
+    );
+}
+
+/// A request for this replica's running turns: answered with them (one's own request is
+/// answered with nothing, the asker has its own).
+fn answer_turns(inner: &Arc<Inner>, engine: &Engine, m: TurnsAsk) {
+    if *m.replica == *inner.replica {
+        if let Some(tx) = inner.pending.lock().get(&m.req) {
+            let _ = tx.send(ReplyMsg {
+                req: m.req,
+                ..ReplyMsg::default()
+            });
+        }
+        return;
+    }
+    reply(
+        inner,
+        &m.replica,
+        &ReplyMsg {
+            req: m.req,
+            found: true,
+            replica: Some(inner.replica.to_string()),
+            turns: Some(engine.active_turns()),
+        },
+    );
+}
+
+/// Publishes an answer on the asker's channel, behind the inbox.
+fn reply(inner: &Arc<Inner>, asker: &str, msg: &ReplyMsg) {
+    let reply = serde_json::to_string(msg).unwrap_or_default();
+    let channel = inner.keys.reply_channel(asker);
     let inner = inner.clone();
     tokio::spawn(async move {
         let mut conn = inner.cmd.clone();
         let _: Option<u64> = inner
             .run(
-                "abort_reply",
+                "reply",
                 redis::cmd("PUBLISH")
                     .arg(&channel)
                     .arg(&reply)

@@ -15,12 +15,17 @@ use redis::aio::ConnectionManager;
 use tokio::sync::mpsc;
 use toolwarden_core::BoxFuture;
 use toolwarden_core::metrics::SharedMetrics;
-use toolwarden_core::shared::{AbortRequest, BreakerChange, CacheClaim, SharedHealth, SharedState};
+use toolwarden_core::shared::{
+    AbortRequest, BreakerChange, CacheClaim, GateAnswer, GatePlace, LoopRun, ReplicaTurns,
+    SharedHealth, SharedState,
+};
+use toolwarden_protocol::SessionId;
 
 use crate::conn::{CLAIM, Inner, Write};
 use crate::keys::Keys;
 use crate::link;
 use crate::options::Options;
+use crate::session;
 use crate::wire::AbortMsg;
 
 /// State shared with other replicas through Redis. Cheap to clone.
@@ -210,8 +215,8 @@ impl SharedState for RedisShared {
                     let wait = async {
                         for _ in 0..listeners {
                             match rx.recv().await {
-                                Some(true) => return true,
-                                Some(false) => {}
+                                Some(reply) if reply.found => return true,
+                                Some(_) => {}
                                 None => return false,
                             }
                         }
@@ -225,5 +230,54 @@ impl SharedState for RedisShared {
             inner.pending.lock().remove(&req);
             found
         })
+    }
+
+    fn replica(&self) -> &str {
+        &self.inner.replica
+    }
+
+    fn turns_elsewhere(&self) -> BoxFuture<Vec<ReplicaTurns>> {
+        Box::pin(session::turns_elsewhere(self.inner.clone()))
+    }
+
+    fn loop_run(&self, session: &SessionId) -> BoxFuture<Result<Option<LoopRun>, ()>> {
+        Box::pin(session::loop_run(self.inner.clone(), session.clone()))
+    }
+
+    fn loop_record(
+        &self,
+        session: &SessionId,
+        call: &[u8; 32],
+        result: Option<[u8; 32]>,
+        ttl: Duration,
+    ) -> BoxFuture<Option<u32>> {
+        Box::pin(session::loop_record(
+            self.inner.clone(),
+            session.clone(),
+            *call,
+            result,
+            ttl,
+        ))
+    }
+
+    fn gate_enter(
+        &self,
+        session: &SessionId,
+        place: GatePlace,
+        ttl: Duration,
+    ) -> BoxFuture<GateAnswer> {
+        Box::pin(session::gate_enter(
+            self.inner.clone(),
+            session.clone(),
+            place,
+            ttl,
+        ))
+    }
+
+    fn gate_leave(&self, session: &SessionId, place: GatePlace) {
+        self.enqueue(Write::GateLeave {
+            session: session.to_string(),
+            place: session::place_name(&self.inner, place),
+        });
     }
 }

@@ -18,5 +18,6 @@ mod mcp;
 mod otel;
 mod readme;
 mod scale_out;
+mod scale_out_sessions;
 mod serve;
 mod soak;

@@ -1,0 +1,343 @@
+//! A named session whose turns reach several replicas is governed as on one (docs/SCALE-OUT.md):
+//! its loop run and its exclusive calls span replicas; `GET /v1/turns/active` on any replica lists
+//! every replica's running turns. Three real `serve` replicas against a real Redis, as in
+//! `scale_out.rs`.
+
+use std::time::Duration;
+
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::scale_out::{
+    Throwaway, command_counts, delta, detached, prefix, replica, stop_replica, three, wait_health,
+};
+use crate::util::{Dir, http};
+
+/// One `exec` call as a turn of `session`; its `toolwarden` outcome.
+async fn in_session(url: &str, session: &str, id: &str, command: &str) -> Value {
+    call(url, session, id, "exec", json!({"command": command})).await
+}
+
+/// `tw-test-server` as `[servers.test]`: its `echo` answers the same result for the same input
+/// (`exec`'s result carries its duration, so it rarely repeats one).
+fn test_server_table() -> String {
+    format!(
+        "[servers.test]\ncommand = {}\n",
+        crate::util::toml_str(&crate::util::test_server())
+    )
+}
+
+/// One call of `tool` as a turn of `session`; its `toolwarden` outcome.
+async fn call(url: &str, session: &str, id: &str, tool: &str, input: Value) -> Value {
+    let resp = http()
+        .post(format!("{url}/v1/turns"))
+        .json(&json!({
+            "session_id": session,
+            "calls": [{"type": "tool_use", "id": id, "name": tool, "input": input}],
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let body: Value = resp.json().await.unwrap();
+    body["results"][0]["toolwarden"].clone()
+}
+
+/// One call of the test server's `echo` as a turn of `session`.
+async fn echo(url: &str, session: &str, id: &str, text: &str) -> Value {
+    call(url, session, id, "test__echo", json!({ "text": text })).await
+}
+
+fn repeat(outcome: &Value) -> Option<u64> {
+    outcome["repeat_count"].as_u64()
+}
+
+#[tokio::test]
+async fn a_loop_run_through_several_replicas_is_detected_on_the_last() {
+    let [a, b, c] = three("loop", &test_server_table()).await;
+    let urls = [&a.url, &b.url, &c.url, &a.url, &b.url];
+    let mut outcomes = Vec::new();
+    for (i, url) in urls.iter().enumerate() {
+        outcomes.push(echo(url, "s-loop", &format!("l{i}"), "same").await);
+    }
+    let seen: Vec<(Value, Option<u64>)> = outcomes
+        .iter()
+        .map(|o| (o["status"].clone(), repeat(o)))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            (json!("ok"), None),
+            (json!("ok"), None),
+            (json!("ok"), Some(3)),
+            (json!("ok"), Some(4)),
+            (json!("denied"), None),
+        ],
+        "{outcomes:#?}"
+    );
+    assert_eq!(outcomes[4]["decider"], "loop_detector", "{}", outcomes[4]);
+    // Another session is its own run; a different call ends this one's, on any replica.
+    assert_eq!(echo(&c.url, "s-other", "o1", "same").await["status"], "ok");
+    assert_eq!(
+        echo(&c.url, "s-loop", "l5", "different").await["status"],
+        "ok"
+    );
+    let again = echo(&a.url, "s-loop", "l6", "same").await;
+    assert_eq!((&again["status"], repeat(&again)), (&json!("ok"), None));
+}
+
+/// Appends `line` to `log`, as a shell command.
+fn append(log: &std::path::Path, line: &str) -> String {
+    format!("echo {line} >> {}", log.display())
+}
+
+#[tokio::test]
+async fn an_exclusive_call_on_one_replica_holds_back_the_sessions_calls_on_another() {
+    let [a, b, c] = three(
+        "exclusive",
+        &format!(
+            "{}[tools.\"exec\"]\nconcurrency = \"exclusive\"\n",
+            test_server_table()
+        ),
+    )
+    .await;
+    // The test server is up on B (a call waiting for it would wait for another reason).
+    assert_eq!(echo(&b.url, "s-warm", "w", "up").await["status"], "ok");
+    let dir = Dir::new();
+    let log = dir.path().join("order.txt");
+    let long = format!(
+        "{}; sleep 1; {}",
+        append(&log, "a-start"),
+        append(&log, "a-end")
+    );
+    let on_a = {
+        let url = a.url.clone();
+        tokio::spawn(async move { in_session(&url, "s-x", "x1", &long).await })
+    };
+    let until = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("a-start")
+    {
+        assert!(Instant::now() < until, "A's call never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The same session on B waits for A's call, its exclusive call and its parallel one alike;
+    // another session on C does not.
+    let started = Instant::now();
+    let b_line = append(&log, "b");
+    let (on_b, on_c, parallel) = tokio::join!(
+        in_session(&b.url, "s-x", "x2", &b_line),
+        async {
+            let outcome = in_session(&c.url, "s-free", "f1", &append(&log, "c")).await;
+            (outcome, started.elapsed())
+        },
+        async {
+            let outcome = echo(&b.url, "s-x", "p1", "parallel").await;
+            (outcome, started.elapsed())
+        }
+    );
+    assert_eq!(parallel.0["status"], "ok", "{}", parallel.0);
+    assert!(
+        parallel.1 > Duration::from_millis(600),
+        "a parallel call of the session ran beside A's exclusive call: {:?}",
+        parallel.1
+    );
+    let on_a = on_a.await.unwrap();
+    for outcome in [&on_a, &on_b, &on_c.0] {
+        assert_eq!(outcome["status"], "ok", "{outcome}");
+    }
+    assert!(
+        on_c.1 < Duration::from_millis(700),
+        "another session waited: {:?}",
+        on_c.1
+    );
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        "a-start\nc\na-end\nb\n",
+        "B's call ran while A's exclusive call of the same session did"
+    );
+}
+
+#[tokio::test]
+async fn every_replica_lists_every_replicas_running_turns_and_an_abort_anywhere_stops_them() {
+    let [a, b, c] = three("active", "").await;
+    let on_a = detached(&a.url, "sleep 30").await;
+    let on_b = detached(&b.url, "sleep 30").await;
+    for r in [&a, &b, &c] {
+        let body: Value = http()
+            .get(format!("{}/v1/turns/active", r.url))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let turns = body["turns"].as_array().unwrap();
+        let replica_of = |id: &str| {
+            turns
+                .iter()
+                .find(|t| t["turn_id"] == id)
+                .map(|t| t["replica"].as_str().unwrap().to_owned())
+        };
+        let (ra, rb) = (replica_of(&on_a), replica_of(&on_b));
+        assert!(ra.is_some() && rb.is_some(), "{} lists {body}", r.url);
+        assert_ne!(ra, rb, "{body}");
+        assert_eq!(turns.len(), 2, "{body}");
+        assert_eq!(turns[0]["calls"][0]["tool"], "exec", "{body}");
+    }
+    // An abort posted to C stops B's turn; every replica then lists A's alone.
+    let resp = http()
+        .post(format!("{}/v1/turns/{on_b}/abort", c.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let body: Value = http()
+            .get(format!("{}/v1/turns/active", c.url))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let ids: Vec<&str> = body["turns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["turn_id"].as_str().unwrap())
+            .collect();
+        if ids == [on_a.as_str()] {
+            break;
+        }
+        assert!(Instant::now() < until, "B's turn still listed: {body}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let resp = http()
+        .post(format!("{}/v1/turns/{on_a}/abort", b.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+}
+
+#[tokio::test]
+async fn without_redis_a_sessions_loop_and_gate_stay_local_and_no_call_fails() {
+    let mut redis = Throwaway::start(None);
+    let url = format!("redis://127.0.0.1:{}", redis.port);
+    let a = replica(
+        &url,
+        &prefix("session-outage"),
+        &format!(
+            "{}[tools.\"test__echo\"]\nconcurrency = \"exclusive\"\n",
+            test_server_table()
+        ),
+    )
+    .await;
+    wait_health(&a, "ok").await;
+    assert_eq!(
+        in_session(&a.url, "s-o", "w0", "echo warm").await["status"],
+        "ok"
+    );
+    redis.kill();
+    wait_health(&a, "degraded").await;
+    let mut seen = Vec::new();
+    for i in 0..5 {
+        let o = call(
+            &a.url,
+            "s-o",
+            &format!("d{i}"),
+            "test__echo",
+            json!({"text": "same"}),
+        )
+        .await;
+        seen.push((o["status"].as_str().unwrap().to_owned(), repeat(&o)));
+    }
+    assert_eq!(
+        seen,
+        vec![
+            ("ok".to_owned(), None),
+            ("ok".to_owned(), None),
+            ("ok".to_owned(), Some(3)),
+            ("ok".to_owned(), Some(4)),
+            ("denied".to_owned(), None),
+        ]
+    );
+    let _back = Throwaway::start(Some(redis.port));
+    wait_health(&a, "ok").await;
+    assert_eq!(
+        in_session(&a.url, "s-o", "b0", "echo back").await["status"],
+        "ok"
+    );
+    stop_replica(a).await;
+}
+
+/// The Redis commands a call of a named session costs, counted by the server itself, for
+/// docs/SCALE-OUT.md: with the loop detector on (the default), and with an exclusive tool.
+#[tokio::test]
+async fn redis_commands_per_session_call() {
+    let redis = Throwaway::start(None);
+    let url = format!("redis://127.0.0.1:{}", redis.port);
+    let plain = replica(&url, &prefix("count-session"), "").await;
+    let gated = replica(
+        &url,
+        &prefix("count-gated"),
+        "[tools.\"exec\"]\nconcurrency = \"exclusive\"\n",
+    )
+    .await;
+    wait_health(&plain, "ok").await;
+    wait_health(&gated, "ok").await;
+    const N: u64 = 100;
+    let settle = || tokio::time::sleep(Duration::from_millis(700));
+    settle().await;
+    let t0 = command_counts(&url).await;
+    for i in 0..N {
+        let o = in_session(
+            &plain.url,
+            "s-count",
+            &format!("p{i}"),
+            &format!("echo {i}"),
+        )
+        .await;
+        assert_eq!(o["status"], "ok", "{o}");
+    }
+    settle().await;
+    let t1 = command_counts(&url).await;
+    for i in 0..N {
+        let o = in_session(
+            &gated.url,
+            "s-gated",
+            &format!("g{i}"),
+            &format!("echo {i}"),
+        )
+        .await;
+        assert_eq!(o["status"], "ok", "{o}");
+    }
+    settle().await;
+    let t2 = command_counts(&url).await;
+    let session = delta(&t0, &t1, N);
+    let gate = delta(&t1, &t2, N);
+    println!("redis commands per call, named session: {session}");
+    println!("redis commands per call, named session, exclusive tool: {gate}");
+    // Round trips: one `HMGET` before the call and one script (`EVALSHA`, counted with the
+    // commands it runs: a second `HMGET`, `HSET`, `PEXPIRE`) after it; the gate adds one script
+    // before the call and, behind it, the pipelined leave (`ZREM`, `HDEL`, `PUBLISH`). The first
+    // `EVALSHA` of each script loads it.
+    let per_call = |text: &str, name: &str| -> f64 {
+        text.split(", ")
+            .find_map(|part| part.strip_prefix(&format!("{name} ")))
+            .map_or(0.0, |n| n.parse().unwrap())
+    };
+    assert!(
+        (per_call(&session, "evalsha") - 1.0).abs() < 0.05,
+        "{session}"
+    );
+    assert_eq!(per_call(&session, "hmget"), 2.0, "{session}");
+    assert!((per_call(&gate, "evalsha") - 2.0).abs() < 0.05, "{gate}");
+    assert_eq!(per_call(&gate, "zrem"), 1.0, "{gate}");
+    stop_replica(plain).await;
+    stop_replica(gated).await;
+}
