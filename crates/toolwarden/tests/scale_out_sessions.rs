@@ -338,6 +338,25 @@ async fn redis_commands_per_session_call() {
     assert_eq!(per_call(&session, "hmget"), 2.0, "{session}");
     assert!((per_call(&gate, "evalsha") - 2.0).abs() < 0.05, "{gate}");
     assert_eq!(per_call(&gate, "zrem"), 1.0, "{gate}");
+
+    // What they cost: the mean time of a call through `/v1/turns` on one replica, in a named
+    // session (its round trips) and in a turn of its own (none), interleaved.
+    let (mut named, mut own) = (Duration::ZERO, Duration::ZERO);
+    for i in 0..N {
+        let t = Instant::now();
+        let o = in_session(&gated.url, "s-time", &format!("n{i}"), &format!("echo {i}")).await;
+        named += t.elapsed();
+        assert_eq!(o["status"], "ok", "{o}");
+        let t = Instant::now();
+        let o = crate::scale_out::exec(&gated.url, &format!("o{i}"), "echo own", None).await;
+        own += t.elapsed();
+        assert_eq!(o["status"], "ok", "{o}");
+    }
+    println!(
+        "mean call through /v1/turns: named session with an exclusive tool {:?}, own session {:?}",
+        named / N as u32,
+        own / N as u32
+    );
     stop_replica(plain).await;
     stop_replica(gated).await;
 }
