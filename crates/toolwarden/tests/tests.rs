@@ -12,6 +12,7 @@ mod availability;
 mod call;
 mod check;
 mod config;
+mod deploy;
 mod help;
 mod limits;
 mod mcp;
