@@ -157,6 +157,19 @@ mod tests {
     }
 
     #[test]
+    fn a_shared_run_blocks_by_the_same_rule() {
+        let p = LoopPolicy::default();
+        assert_eq!(run_blocks(&p, &CALL.0, 4, &CALL), Some(4));
+        assert_eq!(run_blocks(&p, &CALL.0, 3, &CALL), None);
+        assert_eq!(run_blocks(&p, &CALL.0, 4, &OTHER_CALL), None);
+        let off = LoopPolicy {
+            warn_after: 3,
+            block_after: 0,
+        };
+        assert_eq!(run_blocks(&off, &CALL.0, 9, &CALL), None);
+    }
+
+    #[test]
     fn zero_turns_it_off() {
         let d = LoopDetector::default();
         let p = LoopPolicy {
