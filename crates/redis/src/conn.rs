@@ -36,6 +36,10 @@ pub(crate) enum Write {
     },
     /// An event of this replica, as the message to publish.
     Event(String),
+    /// Drops a session's run that this replica counted alone while Redis was away.
+    DropRun {
+        session: String,
+    },
     /// Leaves a place in a session's line and tells the others.
     GateLeave {
         session: String,
@@ -52,6 +56,7 @@ impl Write {
             Write::CachePut { .. } => "cache_put",
             Write::Event(_) => "event",
             Write::GateLeave { .. } => "gate_leave",
+            Write::DropRun { .. } => "drop_run",
         }
     }
 }
@@ -73,6 +78,41 @@ pub(crate) struct Inner {
     /// Aborts and requests for running turns sent to the others, waiting for their answers.
     pub(crate) pending: Mutex<HashMap<u64, mpsc::UnboundedSender<ReplyMsg>>>,
     pub(crate) next_req: AtomicU64,
+    /// What Redis missed while it could not be reached, written when it is back.
+    pub(crate) missed: Mutex<Missed>,
+}
+
+/// What a session's state in Redis missed while Redis could not be reached.
+#[derive(Default)]
+pub(crate) struct Missed {
+    /// Sessions whose calls were counted here alone: the run Redis holds for them is stale.
+    pub(crate) runs: std::collections::HashSet<String>,
+    /// Places left here (session, place): Redis still holds them.
+    pub(crate) leaves: Vec<(String, String)>,
+}
+
+/// At most this many sessions and places are remembered while Redis is away (beyond, a stale
+/// run stays until its TTL and a place until its expiry).
+pub(crate) const MISSED_MAX: usize = 65_536;
+
+impl Missed {
+    /// Remembers a write the outbox could not make, if it is one Redis must get later.
+    pub(crate) fn keep(&mut self, write: Write) {
+        match write {
+            Write::GateLeave { session, place } if self.leaves.len() < MISSED_MAX => {
+                self.leaves.push((session, place));
+            }
+            Write::DropRun { session } => self.run(&session),
+            _ => {}
+        }
+    }
+
+    /// Remembers a session whose answer was counted here alone.
+    pub(crate) fn run(&mut self, session: &str) {
+        if self.runs.len() < MISSED_MAX {
+            self.runs.insert(session.to_owned());
+        }
+    }
 }
 
 /// A lost probe lease or cache lock frees itself after its TTL; these scripts free only what

@@ -40,17 +40,38 @@ pub(crate) async fn drain_outbox(inner: Arc<Inner>, mut rx: mpsc::UnboundedRecei
             }
         }
         if !inner.up.load(Ordering::Acquire) {
+            let mut missed = inner.missed.lock();
             for w in batch.drain(..) {
                 inner.metrics.fallback(w.op());
+                missed.keep(w);
             }
             continue;
         }
         let mut pipe = redis::pipe();
+        // What Redis must get even if this pipeline fails (it is written again when Redis is
+        // back): a session's places left and its stale runs dropped.
+        let mut keep = Vec::new();
         for w in batch.drain(..) {
+            match &w {
+                Write::GateLeave { session, place } => keep.push(Write::GateLeave {
+                    session: session.clone(),
+                    place: place.clone(),
+                }),
+                Write::DropRun { session } => keep.push(Write::DropRun {
+                    session: session.clone(),
+                }),
+                _ => {}
+            }
             add_write(&inner, &mut pipe, w);
         }
         let mut conn = inner.cmd.clone();
-        let _: Option<()> = inner.run("outbox", pipe.query_async(&mut conn)).await;
+        let written: Option<()> = inner.run("outbox", pipe.query_async(&mut conn)).await;
+        if written.is_none() {
+            let mut missed = inner.missed.lock();
+            for w in keep {
+                missed.keep(w);
+            }
+        }
     }
 }
 
@@ -99,6 +120,9 @@ fn add_write(inner: &Inner, pipe: &mut redis::Pipeline, write: Write) {
         }
         Write::Event(payload) => {
             pipe.publish(inner.keys.events_channel(), payload).ignore();
+        }
+        Write::DropRun { session } => {
+            pipe.del(inner.keys.loop_run(&session)).ignore();
         }
         Write::GateLeave { session, place } => {
             pipe.zrem(inner.keys.gate(&session), &place)
@@ -189,6 +213,7 @@ async fn watch(inner: Arc<Inner>, mut sub: ConnectionManager, engine: Engine) {
                     tracing::info!("redis reached: replicas share state");
                 }
                 inner.metrics.set_up(true);
+                flush_missed(&inner);
             }
             Ok(Err(e)) => inner.down(e.to_string()),
             Err(_) => inner.down(format!("no answer within {}ms", (bound * 4).as_millis())),
@@ -237,6 +262,19 @@ async fn resync(inner: &Inner, engine: &Engine) -> redis::RedisResult<()> {
         return Ok(());
     }
     pipe.query_async::<()>(&mut conn).await
+}
+
+/// Sessions after Redis was away, once it is up again: a run counted here alone is dropped
+/// there (the session's next call starts a new run rather than resume a stale one), and the
+/// places left meanwhile are left there too — through the outbox, behind the calls.
+fn flush_missed(inner: &Inner) {
+    let missed = std::mem::take(&mut *inner.missed.lock());
+    for session in missed.runs {
+        let _ = inner.outbox.send(Write::DropRun { session });
+    }
+    for (session, place) in missed.leaves {
+        let _ = inner.outbox.send(Write::GateLeave { session, place });
+    }
 }
 
 /// Carries out what the other replicas say, in the order they said it.

@@ -55,6 +55,7 @@ pub(crate) async fn loop_record(
     ttl: Duration,
 ) -> Option<u32> {
     if !inner.usable("loop_record") {
+        inner.missed.lock().run(session.as_str());
         return None;
     }
     let script = redis::Script::new(LOOP_RECORD);
@@ -64,9 +65,13 @@ pub(crate) async fn loop_record(
         .arg(result.as_ref().map_or(&[][..], |r| &r[..]))
         .arg(millis(ttl));
     let mut conn = inner.cmd.clone();
-    inner
+    let count = inner
         .run("loop_record", invocation.invoke_async(&mut conn))
-        .await
+        .await;
+    if count.is_none() {
+        inner.missed.lock().run(session.as_str());
+    }
+    count
 }
 
 pub(crate) async fn gate_enter(

@@ -66,6 +66,7 @@ impl RedisShared {
             outbox,
             pending: Mutex::new(HashMap::new()),
             next_req: AtomicU64::new(1),
+            missed: Mutex::default(),
         });
         tokio::spawn(link::drain_outbox(inner.clone(), rx));
         Ok(Self { inner })
@@ -86,8 +87,10 @@ impl RedisShared {
         if self.inner.up.load(Ordering::Acquire) {
             let _ = self.inner.outbox.send(write);
         } else {
-            // Breakers are resynchronised when Redis is back; the rest is lost to the others.
+            // Breakers are resynchronised when Redis is back, and a session's places left; the
+            // rest is lost to the others.
             self.inner.metrics.fallback(write.op());
+            self.inner.missed.lock().keep(write);
         }
     }
 }

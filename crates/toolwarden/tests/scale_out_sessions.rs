@@ -364,3 +364,66 @@ async fn redis_commands_per_session_call() {
     stop_replica(plain).await;
     stop_replica(gated).await;
 }
+
+/// Redis keeps its data but does not answer for a while (`CLIENT PAUSE`, as a network partition
+/// would): what a replica did alone meanwhile reaches Redis when it answers again — a run counted
+/// alone is dropped there (not resumed stale), and a place left in a session's line is left there.
+#[tokio::test]
+async fn what_a_session_did_while_redis_was_away_reaches_it_when_it_is_back() {
+    let redis = Throwaway::start(None);
+    let url = format!("redis://127.0.0.1:{}", redis.port);
+    let prefix = prefix("partition");
+    let a = replica(
+        &url,
+        &prefix,
+        &format!(
+            "{}[tools.\"exec\"]\nconcurrency = \"exclusive\"\n",
+            test_server_table()
+        ),
+    )
+    .await;
+    wait_health(&a, "ok").await;
+    for i in 0..2 {
+        assert_eq!(
+            echo(&a.url, "s-p", &format!("s{i}"), "same").await["status"],
+            "ok"
+        );
+    }
+    // An exclusive call takes its place in the session's line, then Redis stops answering.
+    let long = {
+        let url = a.url.clone();
+        tokio::spawn(async move { in_session(&url, "s-g", "long", "sleep 3").await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pause = |ms: &str| {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-u", &url, "CLIENT", "PAUSE", ms, "ALL"])
+            .output()
+            .expect("redis-cli (scripts/setup-test-deps.sh installs it)");
+        assert!(out.status.success(), "{out:?}");
+    };
+    pause("4500");
+    wait_health(&a, "degraded").await;
+    // Alone: another answer ends the session's run here; the long call ends and leaves its place.
+    assert_eq!(echo(&a.url, "s-p", "o", "other").await["status"], "ok");
+    assert_eq!(long.await.unwrap()["status"], "ok");
+    wait_health(&a, "ok").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The run Redis held (two `same` in a row) was dropped: this `same` starts a new one.
+    let again = echo(&a.url, "s-p", "again", "same").await;
+    assert_eq!(
+        (&again["status"], repeat(&again)),
+        (&json!("ok"), None),
+        "{again}"
+    );
+    let line = std::process::Command::new("redis-cli")
+        .args(["-u", &url, "ZCARD", &format!("{prefix}gate:s-g")])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&line.stdout).trim(),
+        "0",
+        "a place was left behind"
+    );
+    stop_replica(a).await;
+}
