@@ -191,6 +191,14 @@ async fn every_replica_lists_every_replicas_running_turns_and_an_abort_anywhere_
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+    // `toolwarden turns` shows the replica of each.
+    let out = Dir::new().command(&["turns", "--url", &c.url]).run().await;
+    let table = &out.expect_code(0).stdout;
+    assert!(
+        table.starts_with("TURN") && table.contains("REPLICA"),
+        "{table}"
+    );
+    assert!(table.contains(&on_a) && table.contains(&on_b), "{table}");
     // An abort posted to C stops B's turn; every replica then lists A's alone.
     let resp = http()
         .post(format!("{}/v1/turns/{on_b}/abort", c.url))
