@@ -56,7 +56,7 @@ impl RedisShared {
         let (outbox, rx) = mpsc::unbounded_channel();
         metrics.set_up(false);
         let inner = Arc::new(Inner {
-            replica: Arc::from(ulid::Ulid::new().to_string()),
+            replica: Arc::from(replica_name(options.label.as_deref())),
             keys: Keys::new(&options.prefix),
             options,
             cmd,
@@ -92,6 +92,16 @@ impl RedisShared {
             self.inner.metrics.fallback(write.op());
             self.inner.missed.lock().keep(write);
         }
+    }
+}
+
+/// A replica's name: a ULID made now, or `LABEL-` and the ULID's last eight (random)
+/// characters.
+fn replica_name(label: Option<&str>) -> String {
+    let ulid = ulid::Ulid::new().to_string();
+    match label.filter(|l| !l.is_empty()) {
+        Some(label) => format!("{label}-{}", &ulid[ulid.len() - 8..]),
+        None => ulid,
     }
 }
 

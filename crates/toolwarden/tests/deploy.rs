@@ -91,6 +91,8 @@ fn the_local_deployment_runs_three_replicas_that_act_as_one() {
     assert!(check.status.success(), "{}", text(&check));
     let shown = String::from_utf8_lossy(&check.stdout);
     assert!(shown.contains("the three replicas act as one"), "{shown}");
+    // Replica 3 named the replica that runs the turn after its id in the trail.
+    assert!(shown.contains(r#""replica":"replica-1-"#), "{shown}");
     // One trail: the aborted call, run on replica 1, is in the shared PostgreSQL store under
     // replica 1's name.
     let down = d.run("down");
