@@ -169,7 +169,8 @@ pub trait SharedState: Send + Sync + 'static {
 
     /// Asks to pass a named session's gate across replicas, taking a place in its line on the
     /// first ask (held at most `ttl` from each ask). After any answer but `Unavailable`, the
-    /// place must be left with [`SharedState::gate_leave`].
+    /// place must be left with [`SharedState::gate_leave`]; after `Unavailable` the
+    /// implementation leaves whatever place it may have taken.
     fn gate_enter(
         &self,
         session: &SessionId,

@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use toolwarden_core::shared::{GateAnswer, GatePlace, LoopRun, ReplicaTurns};
 use toolwarden_protocol::SessionId;
 
-use crate::conn::{GATE_ENTER, Inner, LOOP_RECORD};
+use crate::conn::{GATE_ENTER, Inner, LOOP_RECORD, Write};
 use crate::wire::TurnsAsk;
 
 fn millis(d: Duration) -> u64 {
@@ -84,10 +84,11 @@ pub(crate) async fn gate_enter(
         return GateAnswer::Unavailable;
     }
     let script = redis::Script::new(GATE_ENTER);
+    let name = place_name(&inner, place);
     let mut invocation = script.key(inner.keys.gate(session.as_str()));
     invocation
         .key(inner.keys.gate_expiry(session.as_str()))
-        .arg(place_name(&inner, place))
+        .arg(&name)
         .arg(millis(ttl));
     let mut conn = inner.cmd.clone();
     let answer: Option<i64> = inner
@@ -96,7 +97,15 @@ pub(crate) async fn gate_enter(
     match answer {
         Some(1) => GateAnswer::Pass,
         Some(_) => GateAnswer::Wait,
-        None => GateAnswer::Unavailable,
+        None => {
+            // Redis may have taken the place before it stopped answering: leave it when it is
+            // back (the caller no longer holds it).
+            inner.missed.lock().keep(Write::GateLeave {
+                session: session.to_string(),
+                place: name,
+            });
+            GateAnswer::Unavailable
+        }
     }
 }
 

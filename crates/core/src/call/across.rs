@@ -73,6 +73,7 @@ pub(super) async fn pass_gate<'a>(
         place,
     };
     let mut pause = ASK_FIRST;
+    let mut placed = false;
     loop {
         let woken = session.gate.released_elsewhere.notified();
         tokio::pin!(woken);
@@ -80,12 +81,15 @@ pub(super) async fn pass_gate<'a>(
         match shared.gate_enter(&session.id, place, ttl).await {
             GateAnswer::Pass => return Some(Some(hold)),
             GateAnswer::Unavailable => {
-                // Nothing to leave that Redis would keep longer than its TTL; the local gate
-                // already let the call through.
-                std::mem::forget(hold);
+                // The local gate already let the call through. A place taken by an earlier ask
+                // is left (the shared state writes it when it is back); one the failed ask may
+                // have taken is the shared state's own to leave.
+                if !placed {
+                    std::mem::forget(hold);
+                }
                 return Some(None);
             }
-            GateAnswer::Wait => {}
+            GateAnswer::Wait => placed = true,
         }
         tokio::select! {
             biased;
