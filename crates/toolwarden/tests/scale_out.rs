@@ -593,4 +593,11 @@ async fn redis_commands_per_call() {
         "redis commands per call, local cache hit: {}",
         delta(&t2, &t3, N)
     );
+    // A turn that names no session has a session only this replica sees: nothing of it goes to
+    // Redis, only its events do.
+    let plain = delta(&t0, &t1, N);
+    assert!(
+        !plain.contains("hmget") && !plain.contains("eval") && !plain.contains("zadd"),
+        "{plain}"
+    );
 }
