@@ -6,13 +6,14 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use toolwarden_protocol::{LoopPolicy, SessionId};
+use toolwarden_protocol::{CallState, LoopPolicy, SessionId};
 
-use crate::cancel::Scope;
 use crate::loop_detect::run_blocks;
 use crate::maps::CallDigest;
 use crate::session::Session;
 use crate::shared::{GateAnswer, GatePlace, SharedState};
+
+use super::slot::CallSlot;
 
 /// Whether the session's run denies `call` (`Some(count)`): the shared run when it can be read,
 /// else this replica's.
@@ -61,7 +62,7 @@ pub(super) async fn pass_gate<'a>(
     session: &'a Session,
     exclusive: bool,
     ttl: Duration,
-    scope: &Scope,
+    slot: &CallSlot,
 ) -> Option<Option<GateHold<'a>>> {
     let place = GatePlace {
         id: NEXT_PLACE.fetch_add(1, Ordering::Relaxed),
@@ -89,11 +90,14 @@ pub(super) async fn pass_gate<'a>(
                 }
                 return Some(None);
             }
-            GateAnswer::Wait => placed = true,
+            GateAnswer::Wait => {
+                placed = true;
+                slot.set_state(CallState::Waiting);
+            }
         }
         tokio::select! {
             biased;
-            () = scope.cancelled() => return None,
+            () = slot.scope.cancelled() => return None,
             () = &mut woken => {}
             () = tokio::time::sleep(pause) => pause = (pause * 2).min(ASK_MAX),
         }

@@ -358,7 +358,7 @@ async fn pipeline(
                 &turn.session,
                 ticket.exclusive(),
                 ttl,
-                &slot.scope,
+                &slot,
             ))
             .await;
             match passed {
