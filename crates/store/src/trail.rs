@@ -8,7 +8,7 @@ use std::sync::Arc;
 use toolwarden_core::backend::BoxFuture;
 use toolwarden_core::{AuditStore, StoreHealth, StoreReadError, StoreUnavailable};
 use toolwarden_protocol::{
-    AuditPage, AuditQuery, CallsPage, Event, StoreDurability, TurnId, TurnRecord,
+    AuditPage, AuditQuery, CallsPage, Event, StoreDurability, TaskRecord, TurnId, TurnRecord,
 };
 
 use crate::writer;
@@ -21,6 +21,8 @@ pub trait Reads: std::fmt::Debug + Send + Sync + 'static {
     fn calls(&self, query: AuditQuery) -> BoxFuture<Result<CallsPage, StoreReadError>>;
     /// A turn's record.
     fn turn(&self, turn_id: TurnId) -> BoxFuture<Result<Option<TurnRecord>, StoreReadError>>;
+    /// A task's record.
+    fn task(&self, task_id: String) -> BoxFuture<Result<Option<TaskRecord>, StoreReadError>>;
 }
 
 /// An open audit trail: its writer thread and its database's reads.
@@ -95,6 +97,14 @@ impl<R: Reads> AuditStore for Trail<R> {
 
     fn turn(&self, turn_id: TurnId) -> BoxFuture<Result<Option<TurnRecord>, StoreReadError>> {
         self.reads.turn(turn_id)
+    }
+
+    fn put_task(&self, task: TaskRecord) -> BoxFuture<Result<(), StoreUnavailable>> {
+        self.shared.put_task(task)
+    }
+
+    fn task(&self, task_id: String) -> BoxFuture<Result<Option<TaskRecord>, StoreReadError>> {
+        self.reads.task(task_id)
     }
 
     fn close(&self) -> BoxFuture<()> {

@@ -21,6 +21,7 @@ mod connect;
 mod read;
 mod recover;
 mod schema;
+mod tasks;
 mod write;
 
 use std::sync::Arc;
@@ -29,7 +30,9 @@ use parking_lot::Mutex;
 use postgres::Client;
 use toolwarden_core::StoreReadError;
 use toolwarden_core::backend::BoxFuture;
-use toolwarden_protocol::{AuditPage, AuditQuery, CallsPage, Timestamp, TurnId, TurnRecord};
+use toolwarden_protocol::{
+    AuditPage, AuditQuery, CallsPage, TaskRecord, Timestamp, TurnId, TurnRecord,
+};
 
 use crate::OpenError;
 use crate::options::StoreOptions;
@@ -217,6 +220,10 @@ impl Reads for PgReads {
 
     fn turn(&self, turn_id: TurnId) -> BoxFuture<Result<Option<TurnRecord>, StoreReadError>> {
         self.read(move |client, _| read::turn(client, &turn_id))
+    }
+
+    fn task(&self, task_id: String) -> BoxFuture<Result<Option<TaskRecord>, StoreReadError>> {
+        self.read(move |client, _| tasks::read(client, &task_id))
     }
 }
 
