@@ -435,3 +435,104 @@ async fn what_a_session_did_while_redis_was_away_reaches_it_when_it_is_back() {
     );
     stop_replica(a).await;
 }
+
+/// One JSON-RPC request of a stateless MCP client that declares tasks (as in
+/// `crates/mcp/tests/gateway_tasks.rs`), to a replica's `/mcp`; its answer.
+async fn mcp(url: &str, id: u64, method: &str, mut params: Value) -> Value {
+    const V: &str = "2026-07-28";
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": V,
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+        "io.modelcontextprotocol/clientInfo": {"name": "replicas-test", "version": "0"},
+    });
+    let name = params["name"]
+        .as_str()
+        .or(params["taskId"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    let resp = http()
+        .post(format!("{url}/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", V)
+        .header("mcp-method", method)
+        .header("mcp-name", name)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let text = resp.text().await.unwrap();
+    if let Ok(v) = serde_json::from_str::<Value>(&text) {
+        return v;
+    }
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .find(|v| v.get("id").is_some() && v.get("method").is_none())
+        .unwrap_or_else(|| panic!("no answer to {method}: {text}"))
+}
+
+/// A replica like `scale_out::replica`, its trail in the PostgreSQL `store_url` as `name`.
+async fn replica_on_postgres(
+    redis: &str,
+    prefix: &str,
+    extra: &str,
+    store_url: &str,
+    name: &str,
+) -> crate::scale_out::Replica {
+    let dir = Dir::new();
+    dir.create(
+        "toolwarden.toml",
+        &format!(
+            "[store]\nurl = {}\n\n[redis]\nurl = {}\nprefix = {}\n\n{extra}",
+            crate::util::toml_str(store_url),
+            crate::util::toml_str(redis),
+            crate::util::toml_str(prefix)
+        ),
+    );
+    let server = dir
+        .command(&["serve", "--listen", "127.0.0.1:0", "--headless"])
+        .env("TOOLWARDEN_REPLICA", name)
+        .spawn();
+    let url = server.url().await;
+    crate::scale_out::Replica {
+        _dir: dir,
+        server,
+        url,
+    }
+}
+
+#[tokio::test]
+async fn tasks_cancel_sent_to_another_replica_stops_the_tasks_call() {
+    let (redis, prefix) = (crate::scale_out::redis_url(), prefix("tasks"));
+    // Both replicas keep their trail, where tasks are recorded, in one PostgreSQL schema.
+    let trail = toolwarden_testkit::pg::TestSchema::new();
+    let extra = format!("{}[defaults]\ntask = \"always\"\n", test_server_table());
+    let a = replica_on_postgres(&redis, &prefix, &extra, trail.url(), "a").await;
+    let b = replica_on_postgres(&redis, &prefix, &extra, trail.url(), "b").await;
+    wait_health(&a, "ok").await;
+    wait_health(&b, "ok").await;
+    let created = mcp(
+        &a.url,
+        1,
+        "tools/call",
+        json!({"name": "test__sleep", "arguments": {"ms": 30000}}),
+    )
+    .await;
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    let task = created["result"]["taskId"].as_str().unwrap().to_owned();
+    // The cancel reaches B, which does not run the task: it goes to A through Redis.
+    let ack = mcp(&b.url, 2, "tasks/cancel", json!({"taskId": task})).await;
+    assert_eq!(ack["result"], json!({"resultType": "complete"}), "{ack}");
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = mcp(&a.url, 3, "tasks/get", json!({"taskId": task})).await;
+        if got["result"]["status"] == "cancelled" {
+            break;
+        }
+        assert!(Instant::now() < until, "the task was not cancelled: {got}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop_replica(a).await;
+    stop_replica(b).await;
+}

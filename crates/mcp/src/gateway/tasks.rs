@@ -172,7 +172,18 @@ pub(crate) async fn update(
 /// down to its server.
 pub(crate) async fn cancel(gw: &GatewayState, task_id: &str) -> Result<(), ErrorData> {
     let Some(task) = gw.task_board.get(task_id) else {
-        stored(gw, task_id).await?;
+        let record = stored(gw, task_id).await?;
+        // With replicas sharing Redis, another replica may run it: the abort goes there
+        // (docs/SCALE-OUT.md).
+        if gw.engine.replica().is_some()
+            && gw
+                .engine
+                .abort_anywhere(&record.turn_id, Some(&record.call_id), CancelReason::User)
+                .await
+                .is_ok()
+        {
+            return Ok(());
+        }
         return Err(ErrorData::invalid_params(
             format!("task {task_id} is not running in this toolwarden: it cannot be cancelled"),
             None,
