@@ -45,6 +45,7 @@ pub(crate) async fn call_tool(
     mut params: CallToolRequestParams,
     driver: Driver,
 ) -> Result<CallToolResponse, ErrorData> {
+    check_input_responses(&params)?;
     let flow = match params.request_state.take() {
         Some(state) => {
             let Some(mut flow) = gw.parked.take(&state) else {
@@ -63,6 +64,23 @@ pub(crate) async fn call_tool(
         None => start(gw, session, params, &driver),
     };
     drive(gw, flow, driver).await
+}
+
+/// Every answer in `inputResponses` is a result object (an elicitation, sampling or roots
+/// result): anything else is the client's protocol error, refused before the call starts or
+/// resumes (unknown keys are ignored, as the revision asks).
+fn check_input_responses(params: &CallToolRequestParams) -> Result<(), ErrorData> {
+    let responses = params.input_responses.iter().flatten();
+    match responses
+        .into_iter()
+        .find(|(_, answer)| !answer.is_object())
+    {
+        Some((key, _)) => Err(ErrorData::invalid_params(
+            format!("inputResponses[{key:?}] is not an object: each answer is a result object"),
+            None,
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Starts the call on a task of its own.
