@@ -191,6 +191,40 @@ async fn a_stateless_client_discovers_lists_with_cache_hints_and_calls_over_http
         r["result"]["_meta"]["toolwarden/outcome"]["status"],
         json!("ok")
     );
+    // A plain call is answered by the gateway's own path: one JSON body. The same call with a
+    // log level in its envelope goes through rmcp's, as an event stream; both answer alike.
+    let plain = request(
+        5,
+        "tools/call",
+        json!({"name": "t__echo", "arguments": {"text": "json"}}),
+        json!({}),
+        json!({}),
+    );
+    let resp = c.post(&plain).await;
+    assert_eq!(resp.headers()["content-type"], "application/json");
+    let answer = messages(resp).await.pop().unwrap();
+    assert_eq!(answer["id"], json!(5));
+    assert_eq!(answer["result"]["content"][0]["text"], json!("json"));
+    assert_eq!(
+        answer["result"]["resultType"],
+        json!("complete"),
+        "{answer}"
+    );
+    let logged = request(
+        6,
+        "tools/call",
+        json!({"name": "t__echo", "arguments": {"text": "sse"}}),
+        json!({"io.modelcontextprotocol/logLevel": "error"}),
+        json!({}),
+    );
+    let resp = c.post(&logged).await;
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let other = messages(resp).await.pop().unwrap();
+    assert_eq!(other["result"]["content"][0]["text"], json!("sse"));
+    assert_eq!(
+        other["result"]["_meta"]["toolwarden/outcome"]["status"],
+        answer["result"]["_meta"]["toolwarden/outcome"]["status"]
+    );
     // toolwarden__status answers for the request's session.
     let st = c.call(4, "toolwarden__status", json!({}), json!({})).await;
     assert!(st["result"]["structuredContent"].is_object(), "{st}");

@@ -19,11 +19,11 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, InputRequest, InputRequiredResult, ProgressToken,
     RequestId, RequestMetaObject,
 };
-use rmcp::service::{Peer, RoleServer};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::call::{self, CallContext, Door};
+use super::channel::ClientChannel;
 use super::parked::{Event, Flow, RoundChannel, read_answer};
 use super::session::ClientSession;
 use super::state::GatewayState;
@@ -32,7 +32,8 @@ use super::state::GatewayState;
 pub(crate) struct Driver {
     pub(crate) id: RequestId,
     pub(crate) meta: RequestMetaObject,
-    pub(crate) peer: Peer<RoleServer>,
+    /// Where the call's progress goes (the request's own response).
+    pub(crate) progress: Arc<dyn ClientChannel>,
     pub(crate) ct: CancellationToken,
     pub(crate) door: Door,
 }
@@ -148,7 +149,7 @@ async fn drive(
             Some(Event::Progress(mut param)) => {
                 if let Some(token) = &token {
                     param.progress_token = token.clone();
-                    if let Err(e) = driver.peer.notify_progress(param).await {
+                    if let Err(e) = driver.progress.notify_progress(param).await {
                         tracing::debug!(error = %e, "relaying progress failed");
                     }
                 }
