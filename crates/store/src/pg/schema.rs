@@ -71,6 +71,21 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX toolwarden_events_session ON toolwarden_events (session_id, pos);
     CREATE INDEX toolwarden_events_ts ON toolwarden_events (ts);
     ",
+    // 2: tasks toward MCP clients: a call answered with a task id; its status is its turn's.
+    "
+    CREATE TABLE toolwarden_tasks (
+        task_id TEXT PRIMARY KEY,
+        replica TEXT NOT NULL,
+        turn_id TEXT NOT NULL,
+        call_id TEXT NOT NULL,
+        session_id TEXT,
+        tool TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        ttl_ms BIGINT NOT NULL,
+        poll_interval_ms BIGINT NOT NULL
+    );
+    CREATE INDEX toolwarden_tasks_turn ON toolwarden_tasks (turn_id);
+    ",
 ];
 
 /// Why the schema cannot be used.

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use postgres::{Client, Statement};
-use toolwarden_protocol::{EventKind, Timestamp};
+use toolwarden_protocol::{EventKind, TaskRecord, Timestamp};
 
 use super::connect::Connector;
 use crate::apply::Prepared;
@@ -127,12 +127,23 @@ impl Backend for PgWriter {
     }
 
     fn prune(&mut self, retain: Duration, now: Timestamp) -> Result<(), String> {
+        let (client, _) = self.conn()?;
+        super::tasks::prune(client, now.unix_millis()).map_err(|e| e.to_string())?;
         if retain.is_zero() {
             return Ok(());
         }
         let cutoff = now.unix_millis() - retain.as_millis().min(i64::MAX as u128) as i64;
-        let (client, _) = self.conn()?;
         prune(client, cutoff).map_err(|e| e.to_string())
+    }
+
+    fn put_task(&mut self, task: &TaskRecord) -> Result<(), String> {
+        let replica = self.connector.replica.clone();
+        let (client, _) = self.conn()?;
+        let result = super::tasks::write(client, &replica, task);
+        if result.is_err() && client.is_closed() {
+            self.conn = None;
+        }
+        result.map_err(|e| e.to_string())
     }
 
     fn close(&mut self) {
