@@ -239,10 +239,6 @@ SUBSCRIBE_2026 = (
     "resources/subscribe; toolwarden does not translate a handshake client's subscription into "
     "subscriptions/listen yet, so the server's -32601 reaches the client"
 )
-TASKS = (
-    "tasks toward clients (io.modelcontextprotocol/tasks: the capability, tasks/get, tasks/update, "
-    "tasks/cancel) are not served by the gateway yet (issue 14, in progress)"
-)
 ALL_UPSTREAMS = frozenset({"everything", "conformance", "tw-test-server"})
 KNOWN: dict[tuple[str, str], tuple[frozenset[str], str] | tuple[frozenset[str], str, frozenset[str]]] = {
     ("server-sse-polling", ""): (frozenset({"everything", "tw-test-server"}), JSON_ANSWER, frozenset({"everything"})),
@@ -265,9 +261,6 @@ KNOWN: dict[tuple[str, str], tuple[frozenset[str], str] | tuple[frozenset[str], 
     ("resources-subscribe", "resources-subscribe"): (frozenset({"tw-test-server"}), SUBSCRIBE_2026),
     ("resources-unsubscribe", ""): (frozenset({"tw-test-server"}), SUBSCRIBE_2026),
     ("resources-unsubscribe", "resources-unsubscribe"): (frozenset({"tw-test-server"}), SUBSCRIBE_2026),
-    ("tasks-capability-negotiation", "sep-2663-tasks-methods-non-declaring"): (frozenset({"tw-test-server"}), TASKS),
-    ("tasks-capability-negotiation", "tasks-extension-advertised"): (frozenset({"tw-test-server"}), TASKS),
-    ("tasks-dispatch-and-envelope", "sep-2663-tasks-get-invalid-task-id-32602"): (frozenset({"tw-test-server"}), TASKS),
 }
 
 
