@@ -14,8 +14,8 @@ use std::sync::{Arc, OnceLock};
 
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CancelTaskParams, CompleteRequestParams,
-    CompleteResult, DiscoverResult, GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult,
-    Implementation, InitializeRequestParams, InitializeResult, ListPromptsResult,
+    CompleteResult, DiscoverResult, GetPromptRequestParams, GetPromptResponse, GetTaskParams,
+    GetTaskResult, Implementation, InitializeRequestParams, InitializeResult, ListPromptsResult,
     ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
     ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, SetLevelRequestParams,
     SubscribeRequestParams, Tool, UnsubscribeRequestParams, UpdateTaskParams,
