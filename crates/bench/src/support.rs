@@ -219,3 +219,45 @@ impl Row {
         }
     }
 }
+
+/// Calls `a` and `b` one after the other (`a` first on even rounds, `b` on odd ones), `n`
+/// times each after a warm-up; one row each.
+pub(crate) async fn paired<A, FA, B, FB>(
+    paths: [&'static str; 2],
+    n: usize,
+    a: A,
+    b: B,
+) -> Result<Vec<Row>>
+where
+    A: Fn() -> FA,
+    FA: std::future::Future<Output = Result<()>>,
+    B: Fn() -> FB,
+    FB: std::future::Future<Output = Result<()>>,
+{
+    for _ in 0..(n / 10).max(200) {
+        a().await?;
+        b().await?;
+    }
+    let (mut la, mut lb) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for i in 0..n {
+        for first in [i % 2 == 0, i % 2 != 0] {
+            let t = Instant::now();
+            if first {
+                a().await?;
+                la.push(t.elapsed());
+            } else {
+                b().await?;
+                lb.push(t.elapsed());
+            }
+        }
+    }
+    Ok([(paths[0], la), (paths[1], lb)]
+        .into_iter()
+        .map(|(path, lat)| {
+            let total: Duration = lat.iter().sum();
+            let row = Row::new(path, 1, lat, total);
+            eprintln!("{path}: p50 {:?} p99 {:?}", row.p50, row.p99);
+            row
+        })
+        .collect())
+}

@@ -158,6 +158,15 @@ async fn a_stateless_client_discovers_lists_with_cache_hints_and_calls_over_http
         d["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
         json!("toolwarden")
     );
+    // Tools are offered, but nothing that `subscriptions/listen` would deliver: the gateway
+    // does not serve it to stateless clients.
+    let caps = &d["result"]["capabilities"];
+    assert!(caps["tools"].is_object(), "{d}");
+    assert_eq!(caps["tools"].get("listChanged"), None, "{d}");
+    for kind in ["prompts", "resources"] {
+        assert_eq!(caps[kind].get("listChanged"), None, "{d}");
+    }
+    assert_eq!(caps["resources"].get("subscribe"), None, "{d}");
 
     let resp = c
         .post(&request(2, "tools/list", json!({}), json!({}), json!({})))
@@ -182,10 +191,84 @@ async fn a_stateless_client_discovers_lists_with_cache_hints_and_calls_over_http
         r["result"]["_meta"]["toolwarden/outcome"]["status"],
         json!("ok")
     );
+    // A plain call is answered by the gateway's own path: one JSON body. The same call with a
+    // log level in its envelope goes through rmcp's, as an event stream; both answer alike.
+    let plain = request(
+        5,
+        "tools/call",
+        json!({"name": "t__echo", "arguments": {"text": "json"}}),
+        json!({}),
+        json!({}),
+    );
+    let resp = c.post(&plain).await;
+    assert_eq!(resp.headers()["content-type"], "application/json");
+    let answer = messages(resp).await.pop().unwrap();
+    assert_eq!(answer["id"], json!(5));
+    assert_eq!(answer["result"]["content"][0]["text"], json!("json"));
+    assert_eq!(
+        answer["result"]["resultType"],
+        json!("complete"),
+        "{answer}"
+    );
+    let logged = request(
+        6,
+        "tools/call",
+        json!({"name": "t__echo", "arguments": {"text": "sse"}}),
+        json!({"io.modelcontextprotocol/logLevel": "error"}),
+        json!({}),
+    );
+    let resp = c.post(&logged).await;
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let other = messages(resp).await.pop().unwrap();
+    assert_eq!(other["result"]["content"][0]["text"], json!("sse"));
+    assert_eq!(
+        other["result"]["_meta"]["toolwarden/outcome"]["status"],
+        answer["result"]["_meta"]["toolwarden/outcome"]["status"]
+    );
     // toolwarden__status answers for the request's session.
     let st = c.call(4, "toolwarden__status", json!({}), json!({})).await;
     assert!(st["result"]["structuredContent"].is_object(), "{st}");
     assert_eq!(s.gateway.clients(), 1, "one stateless session, registered");
+    shutdown.cancel();
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_input_response_that_is_not_an_object_is_refused() {
+    let s = setup(&["t"], true, "").await;
+    let (url, shutdown) = serve(&s.gateway).await;
+    let c = Http::new(&url);
+    let body = request(
+        1,
+        "tools/call",
+        json!({"name": "t__echo", "arguments": {"text": "x"}, "inputResponses": {"ask": 12345}}),
+        json!({}),
+        json!({}),
+    );
+    let answer = messages(c.post(&body).await).await.pop().unwrap();
+    assert_eq!(answer["error"]["code"], json!(-32602), "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("inputResponses[\"ask\"]"),
+        "{answer}"
+    );
+    // Extra keys holding results are ignored: the call runs.
+    let body = request(
+        2,
+        "tools/call",
+        json!({"name": "t__echo", "arguments": {"text": "x"},
+               "inputResponses": {"unasked": {"action": "accept", "content": {}}}}),
+        json!({}),
+        json!({}),
+    );
+    let answer = messages(c.post(&body).await).await.pop().unwrap();
+    assert_eq!(
+        answer["result"]["content"][0]["text"],
+        json!("x"),
+        "{answer}"
+    );
     shutdown.cancel();
     s.shutdown().await;
 }

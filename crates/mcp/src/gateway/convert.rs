@@ -5,9 +5,9 @@
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolResult, ContentBlock, Implementation, InitializeResult, JsonObject, MetaObject,
-    PromptsCapability, ResourcesCapability, ServerCapabilities, Tool, ToolAnnotations,
-    ToolsCapability,
+    CallToolResult, ContentBlock, DiscoverResult, Implementation, InitializeResult, JsonObject,
+    MetaObject, PromptsCapability, ProtocolVersion, ResourcesCapability, ServerCapabilities, Tool,
+    ToolAnnotations, ToolsCapability,
 };
 use serde_json::{Value, json};
 use toolwarden_core::PREFIX_SEPARATOR;
@@ -189,6 +189,30 @@ pub(crate) fn initialize_result(
         })
     };
     config
+}
+
+/// The `server/discover` answer to a stateless (2026-07-28) client: the `initialize` answer's
+/// capabilities without those delivered through `subscriptions/listen` (`listChanged`,
+/// resource `subscribe`), which the gateway does not serve to stateless clients — advertising
+/// them would promise notifications that never come.
+pub(crate) fn discover_result(
+    servers: &[Arc<McpServer>],
+    opts: &GatewayOptions,
+    versions: Vec<ProtocolVersion>,
+) -> DiscoverResult {
+    let mut config = initialize_result(servers, opts);
+    let caps = &mut config.capabilities;
+    if let Some(tools) = &mut caps.tools {
+        tools.list_changed = None;
+    }
+    if let Some(prompts) = &mut caps.prompts {
+        prompts.list_changed = None;
+    }
+    if let Some(resources) = &mut caps.resources {
+        resources.list_changed = None;
+        resources.subscribe = None;
+    }
+    DiscoverResult::from_server_info(versions, config)
 }
 
 fn or(a: Option<bool>, b: Option<bool>) -> Option<bool> {

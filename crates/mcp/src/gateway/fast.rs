@@ -132,6 +132,8 @@ pub(crate) struct FastPath {
     /// How long an answer is waited for before the response starts as an event stream.
     pub(crate) json_window: Duration,
     pub(crate) keep_alive: Duration,
+    /// The server's shutdown (a stateless call's `Door::Stream`).
+    pub(crate) shutdown: CancellationToken,
 }
 
 /// Whether a POST could be one the fast path serves: it names a session and says how long its
@@ -149,7 +151,11 @@ pub(crate) async fn serve(
     headers: &HeaderMap,
     body: &Bytes,
 ) -> Option<Response<BoxBody>> {
-    if !plain_headers(headers, &fast.hosts) {
+    if !plain_headers(
+        headers,
+        &fast.hosts,
+        &["mcp-session-id", "mcp-protocol-version"],
+    ) {
         return None;
     }
     let session_id = headers.get("mcp-session-id")?.to_str().ok()?;
@@ -214,7 +220,9 @@ pub(crate) async fn serve(
             super::call::trace_from_header(headers, &mut meta);
             let mut call = CallToolRequestParams::new(params.name);
             call.arguments = params.arguments;
-            Some(respond(gw, session, call, id, meta, fast).await)
+            let (out, rx) = mpsc::unbounded_channel();
+            let call = run(gw.clone(), session, call, id, meta, out, fast.keep_alive);
+            Some(respond(gw, Box::pin(call), rx, fast).await)
         }
         Some(_) => None,
     }
@@ -223,18 +231,18 @@ pub(crate) async fn serve(
 /// One JSON-RPC message, as much as the fast path needs to tell what it is.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Probe<'a> {
-    jsonrpc: &'a str,
+pub(crate) struct Probe<'a> {
+    pub(crate) jsonrpc: &'a str,
     #[serde(borrow, default)]
-    id: Option<&'a RawValue>,
+    pub(crate) id: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    method: Option<&'a str>,
+    pub(crate) method: Option<&'a str>,
     #[serde(borrow, default)]
-    params: Option<&'a RawValue>,
+    pub(crate) params: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    result: Option<&'a RawValue>,
+    pub(crate) result: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    error: Option<&'a RawValue>,
+    pub(crate) error: Option<&'a RawValue>,
 }
 
 /// The parameters of a plain `tools/call`.
@@ -250,8 +258,8 @@ struct CallParams {
 
 /// Headers rmcp would accept without a second look: an allowed `Host`, no `Origin`, both
 /// media types accepted, a JSON body, a protocol version the gateway speaks (or none), and
-/// no other `Mcp-*` header.
-fn plain_headers(headers: &HeaderMap, hosts: &[String]) -> bool {
+/// no `Mcp-*` header but those in `mcp` (lowercase).
+pub(crate) fn plain_headers(headers: &HeaderMap, hosts: &[String], mcp: &[&str]) -> bool {
     if headers.contains_key(ORIGIN) {
         return false;
     }
@@ -295,7 +303,7 @@ fn plain_headers(headers: &HeaderMap, hosts: &[String]) -> bool {
     }
     headers.keys().all(|name| {
         let name = name.as_str();
-        !name.starts_with("mcp-") || name == "mcp-session-id" || name == "mcp-protocol-version"
+        !name.starts_with("mcp-") || mcp.contains(&name)
     })
 }
 
@@ -312,33 +320,23 @@ fn accepted() -> Response<BoxBody> {
     response
 }
 
-/// Runs the call and answers: JSON if the answer comes first and within the window, else an
-/// event stream of everything the call sends.
+/// Runs the call (a future that sends what it has for its client to `rx`'s sender, its answer
+/// last) and answers: JSON if the answer comes first and within the window, else an event
+/// stream of everything the call sends.
 ///
 /// The call is driven by this request's own task until its answer, its first message or the
 /// window's end: a quick call then costs no task of its own and no wake-up between two tasks
 /// (the spawn and the hand-over were a good part of a call's cost at high rates). When its
 /// response turns into an event stream, or this request is dropped before the answer, the call
 /// goes on on a task of its own, exactly as if it had started there ([`Detach`]).
-async fn respond(
+pub(crate) async fn respond(
     gw: &Arc<GatewayState>,
-    session: Arc<ClientSession>,
-    call: CallToolRequestParams,
-    id: RequestId,
-    meta: RequestMetaObject,
+    call: std::pin::Pin<Box<dyn Future<Output = ()> + Send>>,
+    mut rx: mpsc::UnboundedReceiver<Out>,
     fast: &FastPath,
 ) -> Response<BoxBody> {
-    let (out, mut rx) = mpsc::unbounded_channel();
     let mut call = Detach {
-        call: Some(Box::pin(run(
-            gw.clone(),
-            session,
-            call,
-            id,
-            meta,
-            out,
-            fast.keep_alive,
-        ))),
+        call: Some(call),
         tasks: gw.tasks.clone(),
     };
     let window = tokio::time::sleep(fast.json_window);
@@ -498,6 +496,8 @@ mod tests {
         h
     }
 
+    const HANDSHAKE: &[&str] = &["mcp-session-id", "mcp-protocol-version"];
+
     fn plain() -> Vec<(&'static str, &'static str)> {
         vec![
             ("host", "127.0.0.1:8080"),
@@ -514,11 +514,11 @@ mod tests {
             "127.0.0.1".to_owned(),
             "::1".to_owned(),
         ];
-        assert!(plain_headers(&headers(&plain()), &hosts));
+        assert!(plain_headers(&headers(&plain()), &hosts, HANDSHAKE));
         let with = |extra: (&'static str, &'static str)| {
             let mut h = plain();
             h.push(extra);
-            plain_headers(&headers(&h), &hosts)
+            plain_headers(&headers(&h), &hosts, HANDSHAKE)
         };
         assert!(with(("mcp-protocol-version", "2025-06-18")));
         assert!(!with(("mcp-protocol-version", "1999-01-01")));
@@ -526,15 +526,15 @@ mod tests {
         assert!(!with(("mcp-method", "tools/call")));
         let mut h = plain();
         h[0] = ("host", "evil.example:8080");
-        assert!(!plain_headers(&headers(&h), &hosts));
+        assert!(!plain_headers(&headers(&h), &hosts, HANDSHAKE));
         h[0] = ("host", "[::1]:8080");
-        assert!(plain_headers(&headers(&h), &hosts));
+        assert!(plain_headers(&headers(&h), &hosts, HANDSHAKE));
         let mut h = plain();
         h[1] = ("accept", "application/json");
-        assert!(!plain_headers(&headers(&h), &hosts));
+        assert!(!plain_headers(&headers(&h), &hosts, HANDSHAKE));
         let mut h = plain();
         h[2] = ("content-type", "text/plain");
-        assert!(!plain_headers(&headers(&h), &hosts));
+        assert!(!plain_headers(&headers(&h), &hosts, HANDSHAKE));
     }
 
     #[test]

@@ -14,8 +14,8 @@ use std::sync::{Arc, OnceLock};
 
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CancelTaskParams, CompleteRequestParams,
-    CompleteResult, GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult,
-    Implementation, InitializeRequestParams, InitializeResult, ListPromptsResult,
+    CompleteResult, DiscoverResult, GetPromptRequestParams, GetPromptResponse, GetTaskParams,
+    GetTaskResult, Implementation, InitializeRequestParams, InitializeResult, ListPromptsResult,
     ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
     ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, SetLevelRequestParams,
     SubscribeRequestParams, Tool, UnsubscribeRequestParams, UpdateTaskParams,
@@ -90,12 +90,7 @@ impl GatewayConnection {
             };
         }
         let parts = context.extensions.get::<http::request::Parts>();
-        let named = context
-            .meta
-            .get(SESSION_META)
-            .and_then(Value::as_str)
-            .map(str::trim)
-            .filter(|name| !name.is_empty() && name.len() <= MAX_SESSION_NAME);
+        let named = named_session(&context.meta);
         let (session, door) = match (named, parts) {
             (Some(name), _) => {
                 let session = self
@@ -108,7 +103,7 @@ impl GatewayConnection {
                 (session, door)
             }
             (None, Some(parts)) => {
-                let id = identity_session(parts, context.meta.client_info().as_ref());
+                let id = identity_session(&parts.headers, context.meta.client_info().as_ref());
                 let session = self.gateway.stateless_session(id, &self.shutdown);
                 (session, Door::Stream(self.shutdown.clone()))
             }
@@ -138,14 +133,26 @@ pub(crate) const SESSION_META: &str = "toolwarden/session";
 /// The longest session name taken from `_meta["toolwarden/session"]`; a longer one is ignored.
 const MAX_SESSION_NAME: usize = 200;
 
+/// The session a stateless request names in `_meta["toolwarden/session"]` (trimmed; empty or
+/// too long is no name).
+pub(crate) fn named_session(meta: &rmcp::model::MetaObject) -> Option<&str> {
+    meta.get(SESSION_META)
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|name| !name.is_empty() && name.len() <= MAX_SESSION_NAME)
+}
+
 /// The session of a stateless HTTP client that names none: one per client identity — its
 /// bearer token (the whole `Authorization` value) and its client name — as `mcp_` and a digest
 /// of both, so the token never shows.
-fn identity_session(parts: &http::request::Parts, client: Option<&Implementation>) -> SessionId {
+pub(crate) fn identity_session(
+    headers: &http::HeaderMap,
+    client: Option<&Implementation>,
+) -> SessionId {
     use sha2::Digest as _;
     let mut digest = sha2::Sha256::new();
     digest.update(b"toolwarden stateless session\0");
-    if let Some(auth) = parts.headers.get(http::header::AUTHORIZATION) {
+    if let Some(auth) = headers.get(http::header::AUTHORIZATION) {
         digest.update(auth.as_bytes());
     }
     digest.update(b"\0");
@@ -183,6 +190,14 @@ impl ServerHandler for GatewayConnection {
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
         Cow::Borrowed(versions())
+    }
+
+    async fn discover(
+        &self,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<DiscoverResult, ErrorData> {
+        let (servers, opts) = (&self.gateway.servers, &self.gateway.opts);
+        Ok(convert::discover_result(servers, opts, versions().to_vec()))
     }
 
     async fn initialize(
@@ -241,7 +256,7 @@ impl ServerHandler for GatewayConnection {
             let driver = super::rounds::Driver {
                 id: context.id,
                 meta,
-                peer: context.peer,
+                progress: Arc::new(context.peer),
                 ct: context.ct,
                 door,
             };

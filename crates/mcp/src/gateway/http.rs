@@ -1,6 +1,7 @@
 //! Streamable HTTP at `/mcp`: the tower service the binary mounts. A plain `tools/call` goes
-//! to the gateway's own path (`fast`); everything else to rmcp's `StreamableHttpService`, whose
-//! sessions the gateway watches (`http_sessions`).
+//! to the gateway's own path (`fast` in a handshake session, `fast_stateless` from a stateless
+//! 2026-07-28 client); everything else to rmcp's `StreamableHttpService`, whose sessions the
+//! gateway watches (`http_sessions`).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use tokio_util::sync::CancellationToken;
 
 use super::fast::{self, BoxBody, FastPath};
+use super::fast_stateless;
 use super::handler::GatewayConnection;
 use super::http_sessions::{self, HttpSessions};
 use super::options::JSON_WINDOW;
@@ -104,6 +106,12 @@ where
             {
                 return Ok(response);
             }
+            if fast_stateless::candidate(&parts.headers)
+                && let Some(response) =
+                    fast_stateless::serve(&this.gateway, &this.fast, &parts.headers, &body).await
+            {
+                return Ok(response);
+            }
             let req = http::Request::from_parts(parts, http_body_util::Full::new(body));
             Ok(this.inner.handle(req).await)
         })
@@ -159,6 +167,7 @@ pub(crate) fn service(
         hosts,
         json_window: JSON_WINDOW,
         keep_alive: gateway.opts.sse_keep_alive,
+        shutdown: shutdown.clone(),
     };
     GatewayHttpService(Arc::new(ServiceInner {
         inner: StreamableHttpService::new(factory, sessions.clone(), config),

@@ -33,6 +33,7 @@ mod completion;
 mod convert;
 mod elicit;
 mod fast;
+mod fast_stateless;
 mod handler;
 mod http;
 mod http_sessions;

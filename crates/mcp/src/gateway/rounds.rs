@@ -21,11 +21,11 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, InputRequest, InputRequiredResult, NumberOrString,
     ProgressToken, RequestId, RequestMetaObject,
 };
-use rmcp::service::{Peer, RoleServer};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::call::{self, CallContext, Door};
+use super::channel::ClientChannel;
 use super::parked::{Event, Flow, RoundChannel, read_answer};
 use super::session::ClientSession;
 use super::state::GatewayState;
@@ -35,7 +35,8 @@ use super::tasks;
 pub(crate) struct Driver {
     pub(crate) id: RequestId,
     pub(crate) meta: RequestMetaObject,
-    pub(crate) peer: Peer<RoleServer>,
+    /// Where the call's progress goes (the request's own response).
+    pub(crate) progress: Arc<dyn ClientChannel>,
     pub(crate) ct: CancellationToken,
     pub(crate) door: Door,
 }
@@ -48,6 +49,7 @@ pub(crate) async fn call_tool(
     mut params: CallToolRequestParams,
     driver: Driver,
 ) -> Result<CallToolResponse, ErrorData> {
+    check_input_responses(&params)?;
     let flow = match params.request_state.take() {
         Some(state) => {
             let Some(mut flow) = gw.parked.take(&state) else {
@@ -66,6 +68,23 @@ pub(crate) async fn call_tool(
         None => start(gw, session, params, &driver),
     };
     drive(gw, flow, driver).await
+}
+
+/// Every answer in `inputResponses` is a result object (an elicitation, sampling or roots
+/// result): anything else is the client's protocol error, refused before the call starts or
+/// resumes (unknown keys are ignored, as the revision asks).
+fn check_input_responses(params: &CallToolRequestParams) -> Result<(), ErrorData> {
+    let responses = params.input_responses.iter().flatten();
+    match responses
+        .into_iter()
+        .find(|(_, answer)| !answer.is_object())
+    {
+        Some((key, _)) => Err(ErrorData::invalid_params(
+            format!("inputResponses[{key:?}] is not an object: each answer is a result object"),
+            None,
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Starts the call on a task of its own.
@@ -169,7 +188,7 @@ async fn drive(
             Some(Event::Progress(mut param)) => {
                 if let Some(token) = &token {
                     param.progress_token = token.clone();
-                    if let Err(e) = driver.peer.notify_progress(param).await {
+                    if let Err(e) = driver.progress.notify_progress(param).await {
                         tracing::debug!(error = %e, "relaying progress failed");
                     }
                 }

@@ -1,0 +1,314 @@
+//! The gateway's own answer to a plain stateless (2026-07-28) `tools/call` over Streamable HTTP.
+//!
+//! On rmcp's path a stateless request costs a handler connection of its own, rmcp's per-request
+//! service and an event stream, as a handshake call did before `super::fast`. A stateless
+//! `tools/call` that needs nothing but the revision's plain rules is served here instead, with
+//! the same code as under rmcp: its session is chosen as `super::handler` chooses it, and the
+//! call runs through `super::rounds` (so an approval or a server's question still becomes an
+//! `input_required` answer, and the next round comes back the same way). Its answer is one JSON
+//! body when it comes first and within the window, else an event stream carrying its progress
+//! (under the client's token) and then the answer; closing that response cancels the call.
+//!
+//! Only the exact plain case is served: `Mcp-Protocol-Version: 2026-07-28`, `Mcp-Method:
+//! tools/call` and `Mcp-Name` equal to the tool, each once, no other `Mcp-*` header; a body with
+//! only `name`, `arguments` and `_meta`, whose envelope names 2026-07-28 and declares client
+//! capabilities (without the tasks extension), and carries no other key of the protocol's own
+//! (`io.modelcontextprotocol/…`) than those and `clientInfo`; a tool whose schema maps no
+//! argument to a header. Anything else — a mismatch, a missing envelope, `inputResponses` or
+//! `requestState` (the next round), a log level, header-mapped arguments — goes to rmcp
+//! untouched, which validates and answers (errors included) exactly as before.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use http::{HeaderMap, Response};
+use rmcp::ErrorData;
+use rmcp::model::{
+    CallToolRequestParams, CancelledNotificationParam, JsonObject, JsonRpcError, JsonRpcResponse,
+    JsonRpcVersion2_0, ProgressNotificationParam, ProtocolVersion, RequestId, RequestMetaObject,
+    ServerRequest, ServerResult,
+};
+use serde::Deserialize;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::call::{Door, trace_from_header};
+use super::channel::{ClientChannel, Sent};
+use super::fast::{BoxBody, FastPath, Out, Probe, plain_headers, respond};
+use super::handler::{identity_session, named_session};
+use super::rounds::{self, Driver};
+use super::session::ClientSession;
+use super::state::GatewayState;
+
+/// The `Mcp-*` headers of a plain stateless call.
+const HEADERS: &[&str] = &["mcp-protocol-version", "mcp-method", "mcp-name"];
+
+/// The envelope's keys in `_meta`; any other `io.modelcontextprotocol/` key goes to rmcp.
+const ENVELOPE: &[&str] = &[
+    "io.modelcontextprotocol/protocolVersion",
+    "io.modelcontextprotocol/clientCapabilities",
+    "io.modelcontextprotocol/clientInfo",
+];
+
+/// Whether a POST could be a stateless call the gateway serves: no session, a length, and
+/// `Mcp-Method: tools/call`.
+pub(crate) fn candidate(headers: &HeaderMap) -> bool {
+    !headers.contains_key("mcp-session-id")
+        && headers.contains_key(http::header::CONTENT_LENGTH)
+        && headers
+            .get("mcp-method")
+            .is_some_and(|m| m.as_bytes() == b"tools/call")
+}
+
+/// Serves the POST if it is a plain stateless `tools/call`; `None` sends it to rmcp.
+pub(crate) async fn serve(
+    gw: &Arc<GatewayState>,
+    fast: &FastPath,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Option<Response<BoxBody>> {
+    if !plain_headers(headers, &fast.hosts, HEADERS) {
+        return None;
+    }
+    let version = single(headers, "mcp-protocol-version")?;
+    if version != ProtocolVersion::V_2026_07_28.as_str().as_bytes()
+        || single(headers, "mcp-method")? != b"tools/call"
+    {
+        return None;
+    }
+    let name_header = single(headers, "mcp-name")?;
+    let message: Probe<'_> = serde_json::from_slice(body).ok()?;
+    if message.jsonrpc != "2.0"
+        || message.method != Some("tools/call")
+        || message.result.is_some()
+        || message.error.is_some()
+    {
+        return None;
+    }
+    let id: RequestId = serde_json::from_str(message.id?.get()).ok()?;
+    let params: Params = serde_json::from_str(message.params?.get()).ok()?;
+    if params.name.as_bytes() != name_header {
+        return None;
+    }
+    let mut meta = params.meta?;
+    if meta.protocol_version()? != ProtocolVersion::V_2026_07_28 {
+        return None;
+    }
+    let capabilities = meta.client_capabilities()?;
+    if capabilities.supports_tasks() || !plain_keys(&meta) {
+        return None;
+    }
+    // A `clientInfo` that is there must be well-formed (rmcp's path judges it otherwise).
+    let client_info = meta.client_info();
+    if client_info.is_none() && meta.contains_key(ENVELOPE[2]) {
+        return None;
+    }
+    if gw
+        .tool(&params.name)
+        .is_some_and(|tool| tool.input_schema.values().any(maps_headers))
+    {
+        return None;
+    }
+
+    let session_id = match named_session(&meta) {
+        Some(name) => toolwarden_protocol::SessionId::new(name),
+        None => identity_session(headers, client_info.as_ref()),
+    };
+    let session = gw.stateless_session(session_id, &fast.shutdown);
+    session.declare(capabilities);
+    session.touch();
+    trace_from_header(headers, &mut meta);
+    let mut call = CallToolRequestParams::new(params.name);
+    call.arguments = params.arguments;
+    let (out, rx) = mpsc::unbounded_channel();
+    let ct = CancellationToken::new();
+    let driver = Driver {
+        id,
+        meta,
+        progress: Arc::new(Progress(out.clone())),
+        ct: ct.clone(),
+        door: Door::Stream(fast.shutdown.clone()),
+    };
+    let run = run(gw.clone(), session, call, driver, ct, out, fast.keep_alive);
+    Some(respond(gw, Box::pin(run), rx, fast).await)
+}
+
+/// The parameters of a plain stateless `tools/call`: no `inputResponses`, no `requestState`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Params {
+    name: String,
+    #[serde(default)]
+    arguments: Option<JsonObject>,
+    #[serde(rename = "_meta", default)]
+    meta: Option<RequestMetaObject>,
+}
+
+/// The one value of a header, if it has exactly one.
+fn single<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h [u8]> {
+    let mut values = headers.get_all(name).iter();
+    match (values.next(), values.next()) {
+        (Some(value), None) => Some(value.as_bytes()),
+        _ => None,
+    }
+}
+
+/// The envelope's keys of the protocol's own are the plain ones.
+fn plain_keys(meta: &RequestMetaObject) -> bool {
+    meta.keys()
+        .all(|k| !k.starts_with("io.modelcontextprotocol/") || ENVELOPE.contains(&k.as_str()))
+}
+
+/// Whether a schema maps an argument to an `Mcp-Param-*` header anywhere (rmcp checks those).
+fn maps_headers(schema: &Value) -> bool {
+    match schema {
+        Value::Object(map) => map
+            .iter()
+            .any(|(k, v)| k == "x-mcp-header" || maps_headers(v)),
+        Value::Array(items) => items.iter().any(maps_headers),
+        _ => false,
+    }
+}
+
+/// The call's task: its rounds (`super::rounds`), stopped (`ct`) when its response is closed;
+/// its answer sent last.
+async fn run(
+    gw: Arc<GatewayState>,
+    session: Arc<ClientSession>,
+    call: CallToolRequestParams,
+    driver: Driver,
+    ct: CancellationToken,
+    out: mpsc::UnboundedSender<Out>,
+    keep_alive: Duration,
+) {
+    let id = driver.id.clone();
+    let result = rounds::call_tool(&gw, &session, call, driver);
+    tokio::pin!(result);
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + keep_alive, keep_alive);
+    let mut watching = true;
+    let result = loop {
+        tokio::select! {
+            biased;
+            result = &mut result => break result,
+            () = out.closed(), if watching => {
+                // The revision's cancel: the client closed the request's response.
+                watching = false;
+                ct.cancel();
+            }
+            _ = ticks.tick(), if watching => {
+                let _ = out.send(Out::KeepAlive);
+            }
+        }
+    };
+    let answer = match result {
+        Ok(response) => serde_json::to_vec(&JsonRpcResponse {
+            jsonrpc: JsonRpcVersion2_0,
+            id,
+            result: ServerResult::from(response),
+        }),
+        Err(error) => serde_json::to_vec(&JsonRpcError::new(Some(id), error)),
+    };
+    match answer {
+        Ok(answer) => {
+            let _ = out.send(Out::Answer(answer.into()));
+        }
+        Err(e) => tracing::error!(session = %session.id, error = %e,
+            "cannot serialize a stateless call's answer"),
+    }
+}
+
+/// The call's response, as `super::rounds` sees it: progress goes on it. Nothing else may
+/// reach a stateless client but the answer; a question is asked through `input_required`
+/// (`super::rounds` never sends one here).
+struct Progress(mpsc::UnboundedSender<Out>);
+
+impl ClientChannel for Progress {
+    fn notify_progress(
+        &self,
+        param: ProgressNotificationParam,
+    ) -> BoxFuture<'_, Result<(), String>> {
+        let sent = serde_json::to_vec(&serde_json::json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/progress",
+            "params": param,
+        }))
+        .map_err(|e| e.to_string())
+        .and_then(|bytes| {
+            self.0
+                .send(Out::Message(bytes.into()))
+                .map_err(|_| "the client closed the call's response".to_owned())
+        });
+        Box::pin(std::future::ready(sent))
+    }
+
+    fn send_request(&self, _request: ServerRequest) -> BoxFuture<'_, Result<Sent, ErrorData>> {
+        Box::pin(std::future::ready(Err(ErrorData::internal_error(
+            "a stateless client is asked through input_required, never by a request",
+            None,
+        ))))
+    }
+
+    fn withdraw(&self, _param: CancelledNotificationParam) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn header_mapped_arguments_are_found_anywhere_in_a_schema() {
+        assert!(!maps_headers(
+            &json!({"type": "object", "properties": {"a": {"type": "string"}}})
+        ));
+        assert!(maps_headers(&json!({"type": "object", "properties": {
+            "outer": {"type": "object", "properties": {"r": {"type": "string", "x-mcp-header": "R"}}}
+        }})));
+    }
+
+    #[test]
+    fn only_the_envelopes_own_keys_are_plain() {
+        let meta = |m: Value| RequestMetaObject(serde_json::from_value(m).unwrap());
+        let base = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+        });
+        assert!(plain_keys(&meta(base.clone())));
+        let mut with = base.clone();
+        with["io.modelcontextprotocol/clientInfo"] = json!({"name": "c", "version": "1"});
+        with["progressToken"] = json!(7);
+        with["toolwarden/session"] = json!("s");
+        assert!(plain_keys(&meta(with)));
+        let mut log = base;
+        log["io.modelcontextprotocol/logLevel"] = json!("info");
+        assert!(!plain_keys(&meta(log)));
+    }
+
+    #[test]
+    fn candidates_have_no_session_a_length_and_name_tools_call() {
+        let h = |pairs: &[(&'static str, &'static str)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in pairs {
+                h.append(*k, http::HeaderValue::from_static(v));
+            }
+            h
+        };
+        assert!(candidate(&h(&[
+            ("content-length", "10"),
+            ("mcp-method", "tools/call")
+        ])));
+        assert!(!candidate(&h(&[
+            ("content-length", "10"),
+            ("mcp-method", "tools/list")
+        ])));
+        assert!(!candidate(&h(&[
+            ("content-length", "10"),
+            ("mcp-method", "tools/call"),
+            ("mcp-session-id", "s")
+        ])));
+        assert!(!candidate(&h(&[("mcp-method", "tools/call")])));
+    }
+}
