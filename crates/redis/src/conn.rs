@@ -168,7 +168,33 @@ for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
 end
 return 1";
 
+/// A request sent to the other replicas, waiting for their replies: dropping it (answered,
+/// timed out, or its caller gone) forgets the request.
+pub(crate) struct Awaiting {
+    inner: Arc<Inner>,
+    pub(crate) req: u64,
+    pub(crate) replies: mpsc::UnboundedReceiver<ReplyMsg>,
+}
+
+impl Drop for Awaiting {
+    fn drop(&mut self) {
+        self.inner.pending.lock().remove(&self.req);
+    }
+}
+
 impl Inner {
+    /// A new request to the other replicas, whose replies come to the returned receiver.
+    pub(crate) fn awaiting(self: &Arc<Self>) -> Awaiting {
+        let req = self.next_req.fetch_add(1, Ordering::Relaxed);
+        let (tx, replies) = mpsc::unbounded_channel();
+        self.pending.lock().insert(req, tx);
+        Awaiting {
+            inner: self.clone(),
+            req,
+            replies,
+        }
+    }
+
     /// Marks Redis unreachable (the watcher notices when it is back).
     pub(crate) fn down(&self, why: String) {
         *self.down_reason.lock() = why;

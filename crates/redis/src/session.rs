@@ -7,10 +7,8 @@
 //! written behind the call.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 use toolwarden_core::shared::{GateAnswer, GatePlace, LoopRun, ReplicaTurns};
 use toolwarden_protocol::SessionId;
 
@@ -114,12 +112,10 @@ pub(crate) async fn turns_elsewhere(inner: Arc<Inner>) -> Vec<ReplicaTurns> {
     if !inner.usable("turns") {
         return Vec::new();
     }
-    let req = inner.next_req.fetch_add(1, Ordering::Relaxed);
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    inner.pending.lock().insert(req, tx);
+    let mut awaiting = inner.awaiting();
     let payload = serde_json::to_string(&TurnsAsk {
         replica: inner.replica.to_string(),
-        req,
+        req: awaiting.req,
     })
     .unwrap_or_default();
     let mut conn = inner.cmd.clone();
@@ -137,7 +133,7 @@ pub(crate) async fn turns_elsewhere(inner: Arc<Inner>) -> Vec<ReplicaTurns> {
         // Every replica that heard it answers (this one with nothing).
         let collect = async {
             for _ in 0..listeners {
-                let Some(reply) = rx.recv().await else {
+                let Some(reply) = awaiting.replies.recv().await else {
                     return;
                 };
                 if let (Some(replica), Some(turns)) = (reply.replica, reply.turns) {
@@ -147,6 +143,5 @@ pub(crate) async fn turns_elsewhere(inner: Arc<Inner>) -> Vec<ReplicaTurns> {
         };
         let _ = tokio::time::timeout(inner.options.timeout * 2, collect).await;
     }
-    inner.pending.lock().remove(&req);
     all
 }

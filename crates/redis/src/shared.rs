@@ -199,12 +199,10 @@ impl SharedState for RedisShared {
             if !inner.usable("abort") {
                 return false;
             }
-            let req = inner.next_req.fetch_add(1, Ordering::Relaxed);
-            let (tx, mut rx) = mpsc::unbounded_channel();
-            inner.pending.lock().insert(req, tx);
+            let mut awaiting = inner.awaiting();
             let msg = AbortMsg {
                 replica: inner.replica.to_string(),
-                req,
+                req: awaiting.req,
                 turn_id: abort.turn_id,
                 call_id: abort.call_id,
                 reason: abort.reason,
@@ -227,7 +225,7 @@ impl SharedState for RedisShared {
                 Some(listeners) => {
                     let wait = async {
                         for _ in 0..listeners {
-                            match rx.recv().await {
+                            match awaiting.replies.recv().await {
                                 Some(reply) if reply.found => return true,
                                 Some(_) => {}
                                 None => return false,
@@ -240,7 +238,6 @@ impl SharedState for RedisShared {
                         .unwrap_or(false)
                 }
             };
-            inner.pending.lock().remove(&req);
             found
         })
     }
