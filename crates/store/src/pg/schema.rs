@@ -71,6 +71,69 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX toolwarden_events_session ON toolwarden_events (session_id, pos);
     CREATE INDEX toolwarden_events_ts ON toolwarden_events (ts);
     ",
+    // 2: a batch written by one function call — one round trip per commit instead of one per
+    // statement — taking the commit-order lock only around the events' insert (`pos` orders
+    // events; turns and calls need no order), so replicas queue for it only as long as that
+    // insert and the commit take, never for a round trip to a client.
+    "
+    CREATE FUNCTION toolwarden_write_batch(
+        p_replica TEXT,
+        s_tid TEXT[], s_sid TEXT[], s_parent TEXT[], s_ts BIGINT[], s_seq BIGINT[],
+        c_tid TEXT[], c_cid TEXT[], c_sid TEXT[], c_tool TEXT[], c_ts BIGINT[], c_ran BOOLEAN[],
+        x_tid TEXT[], x_cid TEXT[], x_status TEXT[], x_ts BIGINT[], x_dur BIGINT[],
+        x_attempts BIGINT[],
+        t_tid TEXT[], t_outcome TEXT[], t_ts BIGINT[], t_seq BIGINT[],
+        e_seq BIGINT[], e_ts BIGINT[], e_type TEXT[], e_sid TEXT[], e_tid TEXT[], e_cid TEXT[],
+        e_body TEXT[]
+    ) RETURNS void LANGUAGE plpgsql AS $fn$
+    #variable_conflict use_column
+    BEGIN
+        IF cardinality(s_tid) > 0 THEN
+            INSERT INTO toolwarden_turns
+                (replica, turn_id, session_id, parent_turn_id, started_at, start_seq)
+            SELECT p_replica, u.tid, u.sid, u.parent, u.ts, u.seq
+            FROM unnest(s_tid, s_sid, s_parent, s_ts, s_seq)
+                WITH ORDINALITY AS u(tid, sid, parent, ts, seq, n)
+            ORDER BY u.n
+            ON CONFLICT (turn_id) DO UPDATE SET replica = excluded.replica, ended_at = NULL,
+                outcome = NULL, end_seq = NULL, end_replica = NULL,
+                start_seq = excluded.start_seq;
+        END IF;
+        IF cardinality(c_tid) > 0 THEN
+            INSERT INTO toolwarden_calls
+                (replica, turn_id, call_id, session_id, tool, started_at, ran)
+            SELECT p_replica, u.tid, u.cid, u.sid, u.tool, u.ts, u.ran
+            FROM unnest(c_tid, c_cid, c_sid, c_tool, c_ts, c_ran)
+                WITH ORDINALITY AS u(tid, cid, sid, tool, ts, ran, n)
+            ORDER BY u.n
+            ON CONFLICT (turn_id, call_id) DO UPDATE SET ran = true
+                WHERE excluded.ran AND NOT toolwarden_calls.ran;
+        END IF;
+        IF cardinality(x_tid) > 0 THEN
+            UPDATE toolwarden_calls c SET status = u.status, ended_at = u.ts,
+                duration_ms = u.dur, attempts = u.attempts
+            FROM unnest(x_tid, x_cid, x_status, x_ts, x_dur, x_attempts)
+                AS u(tid, cid, status, ts, dur, attempts)
+            WHERE c.turn_id = u.tid AND c.call_id = u.cid;
+        END IF;
+        IF cardinality(t_tid) > 0 THEN
+            UPDATE toolwarden_turns t SET ended_at = u.ts, outcome = u.outcome,
+                end_seq = u.seq, end_replica = p_replica
+            FROM unnest(t_tid, t_outcome, t_ts, t_seq) AS u(tid, outcome, ts, seq)
+            WHERE t.turn_id = u.tid
+                AND (t.replica <> p_replica OR t.start_seq IS NULL OR t.start_seq < u.seq);
+        END IF;
+        PERFORM pg_advisory_xact_lock(hashtext('toolwarden.commit:' || current_schema()));
+        INSERT INTO toolwarden_events
+            (replica, seq, ts, type, session_id, turn_id, call_id, body)
+        SELECT p_replica, u.seq, u.ts, u.type, u.sid, u.tid, u.cid, u.body
+        FROM unnest(e_seq, e_ts, e_type, e_sid, e_tid, e_cid, e_body)
+            WITH ORDINALITY AS u(seq, ts, type, sid, tid, cid, body, n)
+        ORDER BY u.n
+        ON CONFLICT (replica, seq) DO NOTHING;
+    END
+    $fn$;
+    ",
 ];
 
 /// Why the schema cannot be used.
