@@ -74,7 +74,9 @@ const MIGRATIONS: &[&str] = &[
     // 2: a batch written by one function call — one round trip per commit instead of one per
     // statement — taking the commit-order lock only around the events' insert (`pos` orders
     // events; turns and calls need no order), so replicas queue for it only as long as that
-    // insert and the commit take, never for a round trip to a client.
+    // insert and the commit take, never for a round trip to a client. Its statements' plans are
+    // made once per connection and kept (no planning per batch), so none may depend on the
+    // tables' size: rows are updated one by one by their unique keys.
     "
     CREATE FUNCTION toolwarden_write_batch(
         p_replica TEXT,
@@ -87,6 +89,10 @@ const MIGRATIONS: &[&str] = &[
         e_body TEXT[]
     ) RETURNS void LANGUAGE plpgsql AS $fn$
     #variable_conflict use_column
+    DECLARE
+        v_tid TEXT;
+        v_cid TEXT;
+        v_seq BIGINT;
     BEGIN
         IF cardinality(s_tid) > 0 THEN
             INSERT INTO toolwarden_turns
@@ -109,20 +115,24 @@ const MIGRATIONS: &[&str] = &[
             ON CONFLICT (turn_id, call_id) DO UPDATE SET ran = true
                 WHERE excluded.ran AND NOT toolwarden_calls.ran;
         END IF;
-        IF cardinality(x_tid) > 0 THEN
-            UPDATE toolwarden_calls c SET status = u.status, ended_at = u.ts,
-                duration_ms = u.dur, attempts = u.attempts
-            FROM unnest(x_tid, x_cid, x_status, x_ts, x_dur, x_attempts)
-                AS u(tid, cid, status, ts, dur, attempts)
-            WHERE c.turn_id = u.tid AND c.call_id = u.cid;
-        END IF;
-        IF cardinality(t_tid) > 0 THEN
-            UPDATE toolwarden_turns t SET ended_at = u.ts, outcome = u.outcome,
-                end_seq = u.seq, end_replica = p_replica
-            FROM unnest(t_tid, t_outcome, t_ts, t_seq) AS u(tid, outcome, ts, seq)
-            WHERE t.turn_id = u.tid
-                AND (t.replica <> p_replica OR t.start_seq IS NULL OR t.start_seq < u.seq);
-        END IF;
+        -- Ended calls and turns row by row, each found by its unique key: a plan that looks
+        -- a row up by a unique key uses the key's index whatever the table's statistics say,
+        -- so the plans made once on a new, nearly empty trail stay right as it grows.
+        FOR i IN 1 .. coalesce(cardinality(x_tid), 0) LOOP
+            v_tid := x_tid[i];
+            v_cid := x_cid[i];
+            UPDATE toolwarden_calls SET status = x_status[i], ended_at = x_ts[i],
+                duration_ms = x_dur[i], attempts = x_attempts[i]
+            WHERE turn_id = v_tid AND call_id = v_cid;
+        END LOOP;
+        FOR i IN 1 .. coalesce(cardinality(t_tid), 0) LOOP
+            v_tid := t_tid[i];
+            v_seq := t_seq[i];
+            UPDATE toolwarden_turns SET ended_at = t_ts[i], outcome = t_outcome[i],
+                end_seq = v_seq, end_replica = p_replica
+            WHERE turn_id = v_tid
+                AND (replica <> p_replica OR start_seq IS NULL OR start_seq < v_seq);
+        END LOOP;
         PERFORM pg_advisory_xact_lock(hashtext('toolwarden.commit:' || current_schema()));
         INSERT INTO toolwarden_events
             (replica, seq, ts, type, session_id, turn_id, call_id, body)

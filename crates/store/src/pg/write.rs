@@ -28,22 +28,14 @@ const WRITE_BATCH: &str = "SELECT toolwarden_write_batch($1, $2, $3, $4, $5, $6,
     $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, \
     $28, $29)";
 
-/// The writer's session settings, made on every connection before its statements are prepared.
-///
-/// - **Custom plans** (`plan_cache_mode`): a prepared statement's generic plan, made once after
-///   its first five runs, fits the tables as they were then. On a new trail they are nearly
-///   empty, so the updates of `calls` and `turns` by key got a sequential scan and a hash join —
-///   kept for the connection's life, and slower with every row the trail gained (a commit took
-///   tens of milliseconds after some 100,000 calls). Planned each time, they look rows up by
-///   their unique index whatever the tables' statistics say.
-/// - **Commits not flushed to disk one by one** (`synchronous_commit = off`), unless the server,
-///   the database, the role or the URL set `synchronous_commit` (then that setting is kept). A
-///   commit is then in the server when it returns: it survives toolwarden dying, as SQLite's
-///   `synchronous = NORMAL` commit does, and only a crash of the database server can lose the last
-///   ones (those of its last few hundred milliseconds). Flushing every commit would cost a disk
-///   flush per call waiting for its `tool_start` (2–14 ms on an ordinary disk).
+/// The writer's session setting, made on every connection before its statement is prepared:
+/// **commits not flushed to disk one by one** (`synchronous_commit = off`), unless the server,
+/// the database, the role or the URL set `synchronous_commit` (then that setting is kept). A
+/// commit is then in the server when it returns: it survives toolwarden dying, as SQLite's
+/// `synchronous = NORMAL` commit does, and only a crash of the database server can lose the last
+/// ones (those of its last few hundred milliseconds). Flushing every commit would cost a disk
+/// flush per call waiting for its `tool_start` (several milliseconds on an ordinary disk).
 const SESSION: &str = "
-    SET plan_cache_mode = force_custom_plan;
     SELECT set_config('synchronous_commit', 'off', false) FROM pg_settings
         WHERE name = 'synchronous_commit' AND source = 'default'";
 
@@ -315,9 +307,9 @@ mod tests {
 
     use super::SESSION;
 
-    /// `plan_cache_mode` and `synchronous_commit` of a session at `url` once [`SESSION`] ran, and
-    /// where the server's own `synchronous_commit` comes from.
-    fn session(url: &str) -> (String, String, String) {
+    /// `synchronous_commit` of a session at `url` once [`SESSION`] ran, and where the server's
+    /// own `synchronous_commit` comes from.
+    fn session(url: &str) -> (String, String) {
         let url = url.to_owned();
         std::thread::spawn(move || {
             let mut client = Client::connect(&url, NoTls).unwrap();
@@ -329,37 +321,25 @@ mod tests {
                 .unwrap()
                 .get(0);
             client.batch_execute(SESSION).unwrap();
-            let show = |client: &mut Client, name: &str| -> String {
-                client
-                    .query_one(&format!("SHOW {name}"), &[])
-                    .unwrap()
-                    .get(0)
-            };
-            (
-                show(&mut client, "plan_cache_mode"),
-                show(&mut client, "synchronous_commit"),
-                source,
-            )
+            let commit: String = client
+                .query_one("SHOW synchronous_commit", &[])
+                .unwrap()
+                .get(0);
+            (commit, source)
         })
         .join()
         .unwrap()
     }
 
     #[test]
-    fn the_writer_plans_each_batch_and_keeps_a_synchronous_commit_it_was_given() {
+    fn the_writer_commits_without_a_flush_unless_synchronous_commit_was_set() {
         let schema = TestSchema::new();
-        let (plans, commit, source) = session(schema.url());
-        assert_eq!(plans, "force_custom_plan");
+        let (commit, source) = session(schema.url());
         if source == "default" {
             assert_eq!(commit, "off");
         }
         // Set in the URL: kept.
         let flushed = format!("{}%20-csynchronous_commit%3Don", schema.url());
-        let (plans, commit, source) = session(&flushed);
-        assert_eq!(
-            (plans.as_str(), commit.as_str()),
-            ("force_custom_plan", "on")
-        );
-        assert_eq!(source, "client");
+        assert_eq!(session(&flushed), ("on".to_owned(), "client".to_owned()));
     }
 }

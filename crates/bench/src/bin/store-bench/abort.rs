@@ -79,6 +79,23 @@ async fn measure(a: &str, c: &str, aborts: usize) -> Result<()> {
             local.push(took);
         }
     }
+    // Every call was stopped: A runs none of them any more.
+    let mut left = Value::Null;
+    for _ in 0..100 {
+        left = http
+            .get(format!("http://{a}/v1/turns/active"))
+            .send()
+            .await?
+            .json()
+            .await?;
+        if left["turns"].as_array().is_some_and(Vec::is_empty) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    if !left["turns"].as_array().is_some_and(Vec::is_empty) {
+        bail!("aborted turns still run on A: {left}");
+    }
     println!("| abort | aborts | p50 | p99 | max |");
     println!("|---|---:|---:|---:|---:|");
     for (name, took) in [
