@@ -25,7 +25,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::time::Instant;
 use toolwarden_protocol::{
-    AuditPage, AuditQuery, CallsPage, CancelReason, Event, StoreDurability, TurnId, TurnRecord,
+    AuditPage, AuditQuery, CallsPage, CancelReason, Event, StoreDurability, TaskRecord, TurnId,
+    TurnRecord,
 };
 
 use crate::backend::BoxFuture;
@@ -93,6 +94,14 @@ pub trait AuditStore: Send + Sync + 'static {
 
     /// A turn's record (`GET /v1/turns/{id}`); `None` for a turn the trail does not know.
     fn turn(&self, turn_id: TurnId) -> BoxFuture<Result<Option<TurnRecord>, StoreReadError>>;
+
+    /// Records a task toward an MCP client (it replaces one of the same id); resolves once it is
+    /// committed, or with an error when the store cannot write. A task whose turn ended more
+    /// than its `ttl_ms` ago is deleted when old rows are pruned.
+    fn put_task(&self, task: TaskRecord) -> BoxFuture<Result<(), StoreUnavailable>>;
+
+    /// The task of that id; `None` for one the trail does not know (or no longer keeps).
+    fn task(&self, task_id: String) -> BoxFuture<Result<Option<TaskRecord>, StoreReadError>>;
 
     /// Commits everything enqueued so far and stops writing. Idempotent.
     fn close(&self) -> BoxFuture<()>;

@@ -195,6 +195,30 @@ pub struct TurnRecord {
     pub results: Option<Box<RawValue>>,
 }
 
+/// A task toward an MCP client (docs/GATEWAY.md, "Tasks"): a call answered with a task id instead
+/// of its result, kept in the trail so that its outcome outlives the client's connection and a
+/// restart of toolwarden. Its status and result are its turn's (the turn holds the one call).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    /// The id the client polls it by.
+    pub task_id: String,
+    /// The turn that runs the call.
+    pub turn_id: TurnId,
+    /// The call's id within the turn.
+    pub call_id: CallId,
+    /// The session the call runs in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<SessionId>,
+    /// The tool called.
+    pub tool: String,
+    /// When the task was made.
+    pub created_at: Timestamp,
+    /// How long its outcome is kept once the call has ended, in milliseconds.
+    pub ttl_ms: u64,
+    /// The wait between polls suggested to the client, in milliseconds.
+    pub poll_interval_ms: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,7 +26,7 @@ mod trace;
 
 pub use audit::{
     AUDIT_DEFAULT_LIMIT, AUDIT_MAX_LIMIT, AuditCall, AuditEvent, AuditPage, AuditQuery, CallsPage,
-    TurnRecord, TurnRunState, parse_calls_cursor,
+    TaskRecord, TurnRecord, TurnRunState, parse_calls_cursor,
 };
 pub use call::{CallResult, Content, ToolCall};
 pub use config::{
@@ -50,7 +50,7 @@ pub use outcome::{
 };
 pub use policy::{
     Approval, Backoff, BackoffConfig, Breaker, BreakerConfig, Concurrency, LoopConfig, LoopPolicy,
-    OnStuck, POLICY_KEYS, Policy, PolicyConfig,
+    OnStuck, POLICY_KEYS, Policy, PolicyConfig, TaskMode,
 };
 pub use status::{
     ActiveCall, ActiveTurn, BreakerInfo, CallState, RecentCall, RunningCall, SessionStatus,

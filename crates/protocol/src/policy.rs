@@ -44,6 +44,19 @@ pub enum OnStuck {
     Restart,
 }
 
+/// `task`: whether a call may be answered with a task toward a client that supports them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskMode {
+    /// A task once the call has run `task_after` and is still running.
+    #[default]
+    Auto,
+    /// A task at once.
+    Always,
+    /// Never a task: the request is held open until the result.
+    Never,
+}
+
 /// `backoff` as written in the config.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -150,6 +163,12 @@ macro_rules! with_policy_keys {
             /// Largest accepted input (canonical JSON bytes).
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub max_input: Option<$crate::SizeValue>,
+            /// `auto`, `always` or `never`: answer with a task toward clients that support them.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub task: Option<$crate::TaskMode>,
+            /// With `task = "auto"`: how long a call runs before it is answered with a task.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub task_after: Option<$crate::DurationValue>,
         }
 
         impl $name {
@@ -174,6 +193,8 @@ macro_rules! with_policy_keys {
                     retry_on_tool_error: self.retry_on_tool_error,
                     breaker_counts_tool_errors: self.breaker_counts_tool_errors,
                     max_input: self.max_input,
+                    task: self.task,
+                    task_after: self.task_after,
                 }
             }
         }
@@ -208,6 +229,8 @@ pub const POLICY_KEYS: &[&str] = &[
     "retry_on_tool_error",
     "breaker_counts_tool_errors",
     "max_input",
+    "task",
+    "task_after",
 ];
 
 /// Serializes a `Duration` the way the config writes it (`"30s"`).
@@ -366,6 +389,11 @@ pub struct Policy {
     pub breaker_counts_tool_errors: bool,
     /// Largest accepted input in bytes (canonical JSON).
     pub max_input: u64,
+    /// Whether a call may become a task toward a client that supports them.
+    pub task: TaskMode,
+    /// With `task = "auto"`: how long a call runs before it becomes a task.
+    #[serde(with = "duration_str")]
+    pub task_after: Duration,
 }
 
 impl Default for Policy {
@@ -389,6 +417,8 @@ impl Default for Policy {
             retry_on_tool_error: false,
             breaker_counts_tool_errors: false,
             max_input: 1 << 20,
+            task: TaskMode::Auto,
+            task_after: Duration::from_secs(10),
         }
     }
 }

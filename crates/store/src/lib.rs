@@ -15,28 +15,31 @@
 #![deny(missing_docs)]
 
 mod apply;
+mod error;
+mod file;
 mod options;
 mod pg;
 mod read;
 mod recover;
 mod redact;
 mod schema;
+mod tasks;
 mod writer;
 
-use std::fs::File;
-use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use parking_lot::Mutex;
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::Connection;
 use toolwarden_core::backend::BoxFuture;
 use toolwarden_core::{AuditStore, StoreHealth, StoreReadError, StoreUnavailable};
 use toolwarden_protocol::{
-    AuditPage, AuditQuery, CallsPage, Event, StoreDurability, Timestamp, TurnId, TurnRecord,
+    AuditPage, AuditQuery, CallsPage, Event, StoreDurability, TaskRecord, Timestamp, TurnId,
+    TurnRecord,
 };
 
+pub use error::OpenError;
+use error::sqlite_error;
 pub use options::{
     DEFAULT_FILE, DEFAULT_MAX_PAYLOAD, DEFAULT_QUEUE_CAPACITY, DEFAULT_RETAIN, REPLICA_ENV,
     StoreOptions, default_path, default_replica,
@@ -45,117 +48,6 @@ pub use pg::{PG_SCHEMA_VERSION, PgReader, PgStore, shown_url};
 pub use read::RUNNING;
 pub use redact::{DEFAULT_MASK_KEYS, MASKED, Redactor};
 pub use schema::LATEST as SCHEMA_VERSION;
-
-/// Why a store could not be opened. Every message names the file.
-#[derive(Debug, thiserror::Error)]
-pub enum OpenError {
-    /// The directory of the file cannot be created.
-    #[error("cannot create the directory {} for the audit trail {}: {source}", dir.display(), path.display())]
-    CreateDir {
-        /// The file.
-        path: PathBuf,
-        /// Its directory.
-        dir: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The file (or its lock file) cannot be opened or created.
-    #[error("cannot open the audit trail {}: {detail}", path.display())]
-    Open {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        detail: String,
-    },
-    /// Another process writes this store.
-    #[error("the audit trail {} is in use by another toolwarden process{}; stop it, run the call through it (`call --url`), or give this one its own [store] path", path.display(), pid.map(|p| format!(" (pid {p})")).unwrap_or_default())]
-    InUse {
-        /// The file.
-        path: PathBuf,
-        /// The process holding it, when known.
-        pid: Option<u32>,
-    },
-    /// Not an SQLite database, or a damaged one.
-    #[error("{} is not a readable toolwarden audit trail (it is corrupted or not an SQLite database: {detail}); it was left untouched — move it away or set [store] path to another file", path.display())]
-    Corrupt {
-        /// The file.
-        path: PathBuf,
-        /// What SQLite said.
-        detail: String,
-    },
-    /// An SQLite database of something else.
-    #[error("{} is an SQLite database but not a toolwarden audit trail; it was left untouched — set [store] path to another file", path.display())]
-    Foreign {
-        /// The file.
-        path: PathBuf,
-    },
-    /// Written by a newer toolwarden.
-    #[error("{} was written by a newer toolwarden (audit schema version {found}; this one knows up to {supported}); it was left untouched — use the newer toolwarden, or set [store] path to another file", path.display())]
-    Newer {
-        /// The file.
-        path: PathBuf,
-        /// Its schema version.
-        found: u32,
-        /// The newest this build knows.
-        supported: u32,
-    },
-    /// The PostgreSQL database cannot be reached or used.
-    #[error("cannot open the PostgreSQL audit trail at {url}: {detail}")]
-    Postgres {
-        /// The database's URL, without its password.
-        url: String,
-        /// Why.
-        detail: String,
-    },
-    /// A PostgreSQL trail written by a newer toolwarden.
-    #[error(
-        "the PostgreSQL audit trail at {url} was written by a newer toolwarden (audit schema version {found}; this one knows up to {supported}); it was left untouched — use the newer toolwarden, or set [store] url to another database"
-    )]
-    PostgresNewer {
-        /// The database's URL, without its password.
-        url: String,
-        /// Its schema version.
-        found: u32,
-        /// The newest this build knows.
-        supported: u32,
-    },
-    /// Another process writes as this replica.
-    #[error("replica {replica:?} of the PostgreSQL audit trail at {url} is in use by another toolwarden process; give each replica its own id (${env} or its own config file)", env = options::REPLICA_ENV)]
-    ReplicaInUse {
-        /// The database's URL, without its password.
-        url: String,
-        /// The replica id.
-        replica: String,
-    },
-    /// Reading a PostgreSQL trail that does not exist.
-    #[error(
-        "there is no audit trail in the PostgreSQL database at {url} yet (it is created by the first `toolwarden serve`, `mcp` or `call` that records)"
-    )]
-    PostgresMissing {
-        /// The database's URL, without its password.
-        url: String,
-    },
-    /// Reading a store that does not exist.
-    #[error("there is no audit trail at {} yet (it is created by the first `toolwarden serve`, `mcp` or `call` that records)", path.display())]
-    Missing {
-        /// The file.
-        path: PathBuf,
-    },
-}
-
-fn sqlite_error(path: &Path, e: rusqlite::Error) -> OpenError {
-    use rusqlite::ErrorCode;
-    match e.sqlite_error_code() {
-        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => OpenError::Corrupt {
-            path: path.to_owned(),
-            detail: e.to_string(),
-        },
-        _ => OpenError::Open {
-            path: path.to_owned(),
-            detail: e.to_string(),
-        },
-    }
-}
 
 fn schema_error(path: &Path, e: schema::SchemaError) -> OpenError {
     match e {
@@ -169,120 +61,6 @@ fn schema_error(path: &Path, e: schema::SchemaError) -> OpenError {
         },
         schema::SchemaError::Sqlite(e) => sqlite_error(path, e),
     }
-}
-
-/// Refuses a file that is not empty and does not start like an SQLite database, before SQLite
-/// touches it.
-fn check_header(path: &Path) -> Result<(), OpenError> {
-    let mut head = [0u8; 16];
-    let Ok(mut file) = File::open(path) else {
-        return Ok(());
-    };
-    let n = file.read(&mut head).unwrap_or(0);
-    if n == 0 || (n == 16 && head == *b"SQLite format 3\0") {
-        return Ok(());
-    }
-    Err(OpenError::Corrupt {
-        path: path.to_owned(),
-        detail: "the file does not start with the SQLite header".to_owned(),
-    })
-}
-
-/// `FILE.lock` beside the database, held for as long as the store writes.
-fn lock(path: &Path) -> Result<File, OpenError> {
-    let mut name = path.as_os_str().to_owned();
-    name.push(".lock");
-    let lock_path = PathBuf::from(name);
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&lock_path)
-        .map_err(|e| OpenError::Open {
-            path: path.to_owned(),
-            detail: format!("cannot open its lock file {}: {e}", lock_path.display()),
-        })?;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            let mut text = String::new();
-            let _ = file.read_to_string(&mut text);
-            return Err(OpenError::InUse {
-                path: path.to_owned(),
-                pid: text.trim().parse().ok(),
-            });
-        }
-        Err(std::fs::TryLockError::Error(e)) => {
-            return Err(OpenError::Open {
-                path: path.to_owned(),
-                detail: format!("cannot lock {}: {e}", lock_path.display()),
-            });
-        }
-    }
-    let _ = file.set_len(0);
-    let _ = writeln!(file, "{}", std::process::id());
-    Ok(file)
-}
-
-/// Opens a connection with the writer's settings (WAL, commits that survive a process crash).
-fn writer_connection(path: &Path) -> Result<Connection, OpenError> {
-    let conn = Connection::open(path).map_err(|e| sqlite_error(path, e))?;
-    conn.busy_timeout(Duration::from_secs(1))
-        .map_err(|e| sqlite_error(path, e))?;
-    Ok(conn)
-}
-
-fn configure_writer(path: &Path, conn: &Connection) -> Result<(), OpenError> {
-    let mode: String = conn
-        .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
-        .map_err(|e| sqlite_error(path, e))?;
-    if !mode.eq_ignore_ascii_case("wal") {
-        return Err(OpenError::Open {
-            path: path.to_owned(),
-            detail: format!("cannot switch it to WAL mode (it stays in {mode} mode)"),
-        });
-    }
-    // NORMAL in WAL mode: a commit is in the WAL file (the OS has it) when it returns, so it
-    // survives the process being killed; only a power loss can take the last commits.
-    // Checkpoints run in the writer's commits, every 1,000 pages of WAL (SQLite's default): on
-    // this project's machine, a checkpointing thread beside the writer cost more than it saved.
-    conn.execute_batch(
-        "PRAGMA synchronous = NORMAL; PRAGMA temp_store = MEMORY; PRAGMA cache_size = -16000; \
-         PRAGMA journal_size_limit = 67108864;",
-    )
-    .map_err(|e| sqlite_error(path, e))
-}
-
-/// A read-only connection (readers never block the writer). A WAL database nobody has open has
-/// no shared-memory file, which a read-only connection cannot make: then the connection is
-/// opened for writing but told to write nothing (`query_only`).
-fn reader_connection(path: &Path) -> Result<Connection, OpenError> {
-    let read_only = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .and_then(|c| {
-        c.query_row("SELECT count(*) FROM sqlite_master", [], |_| Ok(()))?;
-        Ok(c)
-    });
-    let conn = match read_only {
-        Ok(conn) => conn,
-        Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::CannotOpen) => {
-            let conn = Connection::open_with_flags(
-                path,
-                OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-            )
-            .map_err(|e| sqlite_error(path, e))?;
-            conn.pragma_update(None, "query_only", true)
-                .map_err(|e| sqlite_error(path, e))?;
-            conn
-        }
-        Err(e) => return Err(sqlite_error(path, e)),
-    };
-    conn.busy_timeout(Duration::from_secs(5))
-        .map_err(|e| sqlite_error(path, e))?;
-    Ok(conn)
 }
 
 /// The SQLite audit trail.
@@ -318,11 +96,11 @@ impl SqliteStore {
                 source,
             })?;
         }
-        let lock = lock(&path)?;
-        check_header(&path)?;
-        let mut conn = writer_connection(&path)?;
+        let lock = file::lock(&path)?;
+        file::check_header(&path)?;
+        let mut conn = file::writer_connection(&path)?;
         let version = schema::check(&conn).map_err(|e| schema_error(&path, e))?;
-        configure_writer(&path, &conn)?;
+        file::configure_writer(&path, &conn)?;
         schema::migrate(&mut conn, version).map_err(|e| sqlite_error(&path, e))?;
         let redactor = Redactor::new(&options.mask_keys, options.max_payload);
         let interrupted = recover::recover(&mut conn, &redactor, Timestamp::now())
@@ -370,7 +148,9 @@ impl SqliteStore {
             let run = move || {
                 let conn = match readers.lock().pop() {
                     Some(conn) => conn,
-                    None => reader_connection(&path).map_err(|e| StoreReadError(e.to_string()))?,
+                    None => {
+                        file::reader_connection(&path).map_err(|e| StoreReadError(e.to_string()))?
+                    }
                 };
                 let out = f(&conn).map_err(|e| StoreReadError(e.to_string()));
                 readers.lock().push(conn);
@@ -436,6 +216,14 @@ impl AuditStore for SqliteStore {
         self.read(move |conn| read::turn(conn, &turn_id))
     }
 
+    fn put_task(&self, task: TaskRecord) -> BoxFuture<Result<(), StoreUnavailable>> {
+        self.shared.put_task(task)
+    }
+
+    fn task(&self, task_id: String) -> BoxFuture<Result<Option<TaskRecord>, StoreReadError>> {
+        self.read(move |conn| tasks::read(conn, &task_id))
+    }
+
     fn close(&self) -> BoxFuture<()> {
         self.shared.close()
     }
@@ -470,8 +258,8 @@ impl AuditReader {
                 path: path.to_owned(),
             });
         }
-        check_header(path)?;
-        let conn = reader_connection(path)?;
+        file::check_header(path)?;
+        let conn = file::reader_connection(path)?;
         let version = schema::check(&conn).map_err(|e| schema_error(path, e))?;
         if version < schema::LATEST {
             // Written by an older toolwarden, not migrated yet: the next writer migrates it.

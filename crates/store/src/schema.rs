@@ -63,6 +63,20 @@ const MIGRATIONS: &[&str] = &[
         turn_row INTEGER NOT NULL
     );
     ",
+    // 2: tasks toward MCP clients: a call answered with a task id; its status is its turn's.
+    "
+    CREATE TABLE tasks (
+        task_id TEXT PRIMARY KEY,
+        turn_id TEXT NOT NULL,
+        call_id TEXT NOT NULL,
+        session_id TEXT,
+        tool TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        ttl_ms INTEGER NOT NULL,
+        poll_interval_ms INTEGER NOT NULL
+    );
+    CREATE INDEX tasks_turn ON tasks(turn_id);
+    ",
 ];
 
 /// Why the schema cannot be used.

@@ -11,7 +11,7 @@ use rusqlite::Connection;
 use tokio::sync::{Notify, watch};
 use toolwarden_core::backend::BoxFuture;
 use toolwarden_core::{StoreHealth, StoreUnavailable};
-use toolwarden_protocol::{Event, Timestamp};
+use toolwarden_protocol::{Event, TaskRecord, Timestamp};
 
 use crate::apply::{Prepared, Rows, apply};
 
@@ -102,8 +102,10 @@ pub(crate) trait Backend: Send {
     /// Writes `items` in one transaction and commits. On an error nothing of them is written
     /// (the backend forgets what it cached about rows the transaction made).
     fn write(&mut self, items: &[Prepared<'_>]) -> Result<(), String>;
-    /// Deletes rows older than `retain`.
+    /// Deletes rows older than `retain`, and tasks past their `ttl_ms`.
     fn prune(&mut self, retain: Duration, now: Timestamp) -> Result<(), String>;
+    /// Writes one task and commits.
+    fn put_task(&mut self, task: &TaskRecord) -> Result<(), String>;
     /// The store is closing: leaves the database tidy for readers.
     fn close(&mut self);
 }
@@ -131,6 +133,10 @@ impl Backend for SqliteWriter {
 
     fn prune(&mut self, retain: Duration, now: Timestamp) -> Result<(), String> {
         prune(&self.conn, retain, now).map_err(|e| e.to_string())
+    }
+
+    fn put_task(&mut self, task: &TaskRecord) -> Result<(), String> {
+        crate::tasks::write(&self.conn, task).map_err(|e| e.to_string())
     }
 
     fn close(&mut self) {
@@ -231,6 +237,31 @@ impl Shared {
         q.closing = true;
         q.idle = false;
         self.wake.notify_one();
+    }
+
+    /// Writes `task` on the write connection, off the caller's thread, between two batches of
+    /// events; resolves once it is committed.
+    pub(crate) fn put_task(
+        self: &Arc<Self>,
+        task: TaskRecord,
+    ) -> BoxFuture<Result<(), StoreUnavailable>> {
+        let shared = self.clone();
+        let write = move || match shared.state.lock().as_mut() {
+            Some(conn) => conn
+                .backend
+                .put_task(&task)
+                .map_err(|e| StoreUnavailable(format!("the task was not recorded: {e}"))),
+            None => Err(StoreUnavailable("the audit trail is closed".to_owned())),
+        };
+        Box::pin(async move {
+            match tokio::runtime::Handle::try_current() {
+                Ok(handle) => handle
+                    .spawn_blocking(write)
+                    .await
+                    .map_err(|e| StoreUnavailable(e.to_string()))?,
+                Err(_) => write(),
+            }
+        })
     }
 
     pub(crate) fn close(self: &Arc<Self>) -> BoxFuture<()> {
@@ -375,8 +406,10 @@ impl Writer {
     }
 }
 
-/// Deletes rows older than `retain` (events, ended calls and turns, minute marks), in chunks.
+/// Deletes tasks past their `ttl_ms`, and rows older than `retain` (events, ended calls and
+/// turns, minute marks), in chunks.
 pub(crate) fn prune(conn: &Connection, retain: Duration, now: Timestamp) -> rusqlite::Result<()> {
+    crate::tasks::prune(conn, now)?;
     if retain.is_zero() {
         return Ok(());
     }

@@ -14,8 +14,8 @@ use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use toolwarden_core::interaction::{InteractionRequest, Interactor};
 use toolwarden_core::protocol::{
-    AuditQuery, Interaction, InteractionAnswer, InteractionKind, StoreDurability, ToolCall, TurnId,
-    TurnRunState,
+    AuditQuery, Interaction, InteractionAnswer, InteractionKind, StoreDurability, TaskRecord,
+    Timestamp, ToolCall, TurnId, TurnRunState,
 };
 use toolwarden_core::{AnswerSender, AuditStore, Engine, InProcessTool, StoreHealth, ToolError};
 use toolwarden_store::{AuditReader, OpenError, Opened, SqliteStore, StoreOptions, TrailReader};
@@ -131,6 +131,7 @@ both_backends!(
     a_call_left_running_by_a_dead_process_is_recorded_interrupted_on_the_next_open,
     a_password_answer_and_an_api_key_input_never_reach_the_database,
     async_durability_does_not_wait_and_still_stores_everything,
+    a_task_is_kept_with_its_turn_across_a_restart_and_pruned_after_its_ttl,
 );
 
 fn open(path: &Path) -> Arc<SqliteStore> {
@@ -1116,4 +1117,46 @@ async fn postgres_a_lost_connection_degrades_the_store_runs_no_backend_and_recon
         .await
         .unwrap();
     assert_eq!(blocked.calls[0].status.as_deref(), Some("error"));
+}
+
+/// A task toward an MCP client is one row naming its turn: committed when `put_task` resolves,
+/// read back by id (also by a new process, after the turn was recovered as interrupted), and
+/// deleted once its turn ended more than its `ttl_ms` ago.
+async fn a_task_is_kept_with_its_turn_across_a_restart_and_pruned_after_its_ttl(trail: Trail) {
+    let store = trail.open().store;
+    let engine = engine(store.clone());
+    let turn_id = hanging_turn(&engine, "c1").await;
+    let task = |id: &str, ttl_ms: u64| TaskRecord {
+        task_id: id.to_owned(),
+        turn_id: turn_id.clone(),
+        call_id: "c1".into(),
+        session_id: Some("s".into()),
+        tool: "hang".to_owned(),
+        created_at: Timestamp::from_unix_millis(1_700_000_000_000),
+        ttl_ms,
+        poll_interval_ms: 1000,
+    };
+    store.put_task(task("task_kept", 3_600_000)).await.unwrap();
+    store.put_task(task("task_brief", 0)).await.unwrap();
+    assert_eq!(
+        store.task("task_kept".into()).await.unwrap(),
+        Some(task("task_kept", 3_600_000))
+    );
+    assert_eq!(store.task("task_nope".into()).await.unwrap(), None);
+    // The process dies with the call running.
+    store.close().await;
+    drop(engine);
+
+    let mut options = trail.options();
+    options.retain = Some(Duration::from_secs(3600));
+    let opened = trail.open_with(options);
+    assert_eq!(opened.interrupted, 1);
+    let store = opened.store;
+    let kept = store.task("task_kept".into()).await.unwrap().unwrap();
+    let turn = store.turn(kept.turn_id.clone()).await.unwrap().unwrap();
+    assert_eq!(turn.state, TurnRunState::Ended);
+    assert_eq!(turn.outcome.as_deref(), Some("interrupted"));
+    // Its turn ended (at recovery) more than 0 ms ago: pruned as the store opened.
+    assert_eq!(store.task("task_brief".into()).await.unwrap(), None);
+    store.close().await;
 }

@@ -117,20 +117,29 @@ async fn load(
             let status = tokio::time::timeout(LONGEST_CALL, one_call(&client, &url, call))
                 .await
                 .unwrap_or_else(|_| Err(format!("no answer within {LONGEST_CALL:?}")));
-            (status, sent.elapsed())
+            (status, sent.elapsed(), sent - start)
         });
         n += 1;
         tokio::time::sleep_until(start + Duration::from_micros(n * 1_000_000 / RATE)).await;
     }
     let mut by_status = BTreeMap::new();
     let mut slowest = Duration::ZERO;
+    // What went wrong when: the calls that did not end `ok`, by the half second they were sent in.
+    let mut timeline: BTreeMap<u64, BTreeMap<String, u64>> = BTreeMap::new();
     while let Some(joined) = calls.join_next().await {
-        let (status, took) = joined.unwrap();
+        let (status, took, sent_at) = joined.unwrap();
         let status =
             status.unwrap_or_else(|e| panic!("a call did not get exactly one outcome: {e}"));
+        if status != "ok" {
+            let bucket = timeline
+                .entry(sent_at.as_millis() as u64 / 500 * 500)
+                .or_default();
+            *bucket.entry(status.clone()).or_insert(0) += 1;
+        }
         *by_status.entry(status).or_insert(0) += 1;
         slowest = slowest.max(took);
     }
+    eprintln!("soak: not ok, by when sent (ms): {timeline:?}");
     eprintln!(
         "soak: {n} calls in {:?}, slowest {slowest:?}: {by_status:?}; RSS each second (KiB): {rss:?}",
         start.elapsed()

@@ -341,6 +341,7 @@ impl<'a> Checker<'a> {
             ("cancel_grace", p.cancel_grace),
             ("cache_ttl", p.cache_ttl),
             ("approval_timeout", p.approval_timeout),
+            ("task_after", p.task_after),
         ];
         for (k, v) in durations {
             if let Some(v) = v {
@@ -442,6 +443,20 @@ impl<'a> Checker<'a> {
                     );
                 }
             }
+        }
+        if let Some(v) = p
+            .task_after
+            .map(DurationValue::duration)
+            .filter(|v| !timeout.is_zero() && *v >= timeout)
+        {
+            self.warn(
+                &key("task_after"),
+                format!(
+                    "task_after {} is not shorter than timeout {}{from}: with task = \"auto\", calls end before they could become tasks",
+                    format_duration(v),
+                    format_duration(timeout),
+                ),
+            );
         }
         if let Some(v) = p
             .approval_timeout

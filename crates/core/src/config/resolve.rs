@@ -43,6 +43,8 @@ pub(crate) fn overlay(policy: &mut Policy, layer: &PolicyConfig) {
         retry_on_tool_error,
         breaker_counts_tool_errors,
         max_input,
+        task,
+        task_after,
     } = layer;
     let set = |slot: &mut Duration, v: &Option<toolwarden_protocol::DurationValue>| {
         if let Some(v) = v {
@@ -55,6 +57,7 @@ pub(crate) fn overlay(policy: &mut Policy, layer: &PolicyConfig) {
     set(&mut policy.max_timeout, max_timeout);
     set(&mut policy.cancel_grace, cancel_grace);
     set(&mut policy.cache_ttl, cache_ttl);
+    set(&mut policy.task_after, task_after);
     if let Some(v) = retries {
         policy.retries = count(*v);
     }
@@ -117,6 +120,9 @@ pub(crate) fn overlay(policy: &mut Policy, layer: &PolicyConfig) {
     }
     if let Some(v) = max_input {
         policy.max_input = v.bytes();
+    }
+    if let Some(v) = task {
+        policy.task = *v;
     }
 }
 

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use toolwarden_protocol::{
     ActiveTurn, BreakerInfo, BreakerStateKind, CallId, CallResult, CancelReason, Content, Outcome,
-    SessionId, SessionStatus, Status, ToolCall, ToolInfo, ToolSpec, TurnId,
+    Policy, SessionId, SessionStatus, Status, ToolCall, ToolInfo, ToolSpec, TurnId,
 };
 
 use crate::backend::{Backend, BackendHost};
@@ -398,6 +398,11 @@ impl Engine {
                 breaker: e.runtime.breaker.state(now).0,
             })
             .collect()
+    }
+
+    /// The effective policy of tool `name` (before any per-call hint); `None` for an unknown tool.
+    pub fn policy_of(&self, name: &str) -> Option<Policy> {
+        self.inner.registry.get(name).map(|e| e.policy.clone())
     }
 
     /// Where tool `name` runs: the backend it comes from, that backend's own name for it, and

@@ -9,6 +9,7 @@ mod convert;
 mod forward;
 mod frame;
 mod handler;
+mod in_order;
 mod input;
 pub(crate) mod link;
 mod options;

@@ -86,7 +86,8 @@ impl OutgoingCall {
             inner.active_after_cancel = Some(Instant::now());
             return;
         }
-        // Notifications are handled on separate tasks and may be reordered; progress only grows.
+        // A report that waited for its call's registration may come after a later one; progress
+        // only grows.
         if inner.last_progress.is_some_and(|last| p.progress < last) {
             return;
         }
@@ -155,7 +156,20 @@ impl Router {
         self.calls.lock().by_token.get(token).cloned()
     }
 
-    /// A server's progress report: to its call's heartbeat, or dropped.
+    /// Delivers a server's progress report to its call's heartbeat now, if its call is in the
+    /// table; `false` if it is not (yet).
+    pub(super) fn progress_now(&self, p: &ProgressNotificationParam) -> bool {
+        match self.lookup(&p.progress_token) {
+            Some(call) => {
+                call.progress(p);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A server's progress report that `in_order` did not deliver: to its call's heartbeat, or
+    /// dropped.
     pub(super) async fn progress(&self, p: ProgressNotificationParam) {
         let call = match self.lookup(&p.progress_token) {
             Some(call) => Some(call),

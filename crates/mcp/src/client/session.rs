@@ -31,6 +31,7 @@ use toolwarden_protocol::ServerConfig;
 
 use super::frame::{self, OnBadFrame};
 use super::handler::Handler;
+use super::in_order::InOrder;
 use super::link::Link;
 use super::options::McpOptions;
 use super::router::Router;
@@ -320,7 +321,10 @@ pub(crate) async fn connect(
                 let router = router.clone();
                 Arc::new(move |bad| router.bad_frame(bad))
             };
-            let transport = frame::guard(stdout, stdin, max_message_bytes, on_bad);
+            let transport = InOrder::new(
+                frame::guard(stdout, stdin, max_message_bytes, on_bad),
+                router.clone(),
+            );
             serve_client_with_lifecycle_and_ct(handler, transport, lifecycle.mode(), ct.clone())
                 .await
                 .map_err(|e| format!("initialize failed: {e}"))?
@@ -336,7 +340,10 @@ pub(crate) async fn connect(
             retry.base_duration = std::time::Duration::from_millis(500);
             retry.max_delay = Some(std::time::Duration::from_secs(2));
             config.retry_config = Arc::new(retry);
-            let transport = StreamableHttpClientTransport::from_config(config);
+            let transport = InOrder::new(
+                StreamableHttpClientTransport::from_config(config),
+                router.clone(),
+            );
             serve_client_with_lifecycle_and_ct(handler, transport, lifecycle.mode(), ct.clone())
                 .await
                 .map_err(|e| format!("cannot connect to {url}: {e}"))?

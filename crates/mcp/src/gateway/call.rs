@@ -22,7 +22,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use toolwarden_core::{CallProgress, Engine, TurnRequest};
-use toolwarden_protocol::{CallId, CancelReason, ProgressInfo, ToolCall, TraceParent};
+use toolwarden_protocol::{CallId, CancelReason, ProgressInfo, ToolCall, TraceParent, TurnId};
 
 use super::channel::ClientChannel;
 use super::options::STATUS_TOOL;
@@ -48,6 +48,7 @@ pub(crate) struct CallContext {
 
 /// How a request reached the session it runs in, which says why its client stopped waiting
 /// when `ct` fires.
+#[derive(Clone)]
 pub(crate) enum Door {
     /// Through its connection, whose own session it runs in (handshake clients; stateless
     /// clients on stdio that name no session): `ct` is the client's cancel, else the
@@ -59,22 +60,33 @@ pub(crate) enum Door {
     /// A stateless request over Streamable HTTP: `ct` fires when its response stream closes
     /// (the revision's cancel), or at the server's shutdown (this token).
     Stream(CancellationToken),
+    /// A stateless request that may become a task (`super::tasks`): the door it came through,
+    /// and the id its turn takes, chosen before it starts so that the task can name it.
+    Task(Box<Door>, TurnId),
 }
 
 impl Door {
     /// Why the client stopped waiting, when `ct` fired, for a call in `session`.
     fn cancel_reason(&self, session: &ClientSession) -> CancelReason {
-        match self {
+        match self.inner() {
             Door::Connection => session.cancel_reason(),
             Door::Joined(connection) => connection.cancel_reason(),
             Door::Stream(shutdown) if shutdown.is_cancelled() => CancelReason::Shutdown,
-            Door::Stream(_) => CancelReason::ClientDisconnect,
+            Door::Stream(_) | Door::Task(..) => CancelReason::ClientDisconnect,
+        }
+    }
+
+    /// The door the request came through.
+    fn inner(&self) -> &Door {
+        match self {
+            Door::Task(inner, _) => inner,
+            door => door,
         }
     }
 
     /// Resolves with the reason when the connection of a joined request ends.
     async fn connection_ended(&self) -> CancelReason {
-        match self {
+        match self.inner() {
             Door::Joined(connection) => {
                 connection.ended().await;
                 connection
@@ -129,7 +141,10 @@ pub(crate) async fn call_tool(
     });
     // The turn runs right here, in this request's handler task; its id is chosen now so that a
     // cancel can abort it by id while it runs.
-    let turn_id = Engine::new_turn_id();
+    let turn_id = match &ctx.door {
+        Door::Task(_, turn_id) => turn_id.clone(),
+        _ => Engine::new_turn_id(),
+    };
     let request = TurnRequest {
         session_id: Some(session.id.clone()),
         turn_id: Some(turn_id.clone()),
@@ -225,12 +240,7 @@ pub(crate) async fn call_tool(
     }
 }
 
-fn abort(
-    gw: &GatewayState,
-    turn_id: &toolwarden_protocol::TurnId,
-    call_id: &str,
-    reason: CancelReason,
-) {
+fn abort(gw: &GatewayState, turn_id: &TurnId, call_id: &str, reason: CancelReason) {
     tracing::debug!(%turn_id, call_id, reason = reason.as_str(), "aborting a gateway call");
     // NotFound: it already has its outcome.
     let _ = gw

@@ -163,6 +163,11 @@ pub(crate) fn initialize_result(
             caps.logging.get_or_insert_with(JsonObject::new);
         }
     }
+    // Tasks toward clients (`super::tasks`): for the stateless clients that declare them.
+    caps.extensions.get_or_insert_with(Default::default).insert(
+        rmcp::model::TASKS_EXTENSION_ID.to_owned(),
+        JsonObject::new(),
+    );
     let mut config = InitializeResult::new(caps);
     config.server_info = Implementation::new("toolwarden", env!("CARGO_PKG_VERSION"));
     config.instructions = if servers.len() == 1 && !opts.prefix {

@@ -13,12 +13,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use rmcp::model::{
-    CacheScope, CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
-    GetPromptRequestParams, GetPromptResponse, Implementation, InitializeRequestParams,
-    InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
-    ReadResourceResponse, SetLevelRequestParams, SubscribeRequestParams, Tool,
-    UnsubscribeRequestParams,
+    CacheScope, CallToolRequestParams, CallToolResponse, CancelTaskParams, CompleteRequestParams,
+    CompleteResult, GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult,
+    Implementation, InitializeRequestParams, InitializeResult, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, SetLevelRequestParams,
+    SubscribeRequestParams, Tool, UnsubscribeRequestParams, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
@@ -31,7 +31,7 @@ use super::http_sessions::HttpSessionTag;
 use super::options::{TOOLS_TTL, versions};
 use super::session::ClientSession;
 use super::state::GatewayState;
-use super::{completion, convert, passthrough, prompts, resources};
+use super::{completion, convert, passthrough, prompts, resources, tasks};
 
 /// One MCP client's connection to the [`Gateway`](super::Gateway): rmcp's `ServerHandler`. The
 /// gateway makes one per stdio connection, per Streamable HTTP session and per stateless HTTP
@@ -342,6 +342,33 @@ impl ServerHandler for GatewayConnection {
     ) -> Result<(), ErrorData> {
         let session = self.session_of(&context).session;
         passthrough::set_level(&self.gateway, &session, request, context).await
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        self.session_of(&context);
+        tasks::get(&self.gateway, &request.task_id).await
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.session_of(&context);
+        tasks::update(&self.gateway, &request.task_id, request.input_responses).await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.session_of(&context);
+        tasks::cancel(&self.gateway, &request.task_id).await
     }
 
     async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {

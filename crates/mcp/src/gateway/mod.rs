@@ -47,6 +47,8 @@ mod session;
 mod state;
 mod status;
 mod stdio;
+mod task_board;
+mod tasks;
 mod upstream;
 mod watch;
 

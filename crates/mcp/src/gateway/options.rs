@@ -33,6 +33,12 @@ pub struct GatewayOptions {
     /// `http.max_body`). A larger one is answered 413 with a JSON-RPC error, whichever path it
     /// would have taken.
     pub max_body: usize,
+    /// Tasks toward clients: how long a task's outcome is kept once its call has ended
+    /// (`ttlMs`; default 1 h).
+    pub task_ttl: Duration,
+    /// Tasks toward clients: the wait between two `tasks/get` suggested to the client
+    /// (`pollIntervalMs`; default 1 s).
+    pub task_poll_interval: Duration,
 }
 
 impl Default for GatewayOptions {
@@ -43,6 +49,8 @@ impl Default for GatewayOptions {
             http_session_idle: Duration::from_secs(300),
             sse_keep_alive: Duration::from_secs(15),
             max_body: DEFAULT_MAX_BODY,
+            task_ttl: Duration::from_secs(3600),
+            task_poll_interval: Duration::from_secs(1),
         }
     }
 }

@@ -127,6 +127,17 @@ impl ClientChannel for RoundChannel {
     }
 }
 
+/// When and as what a call of a client that declared tasks becomes a task (`super::tasks`).
+pub(crate) struct TaskPlan {
+    /// From then on, the request driving the call is answered with a task.
+    pub(crate) at: Instant,
+    /// The call's turn (chosen before it started) and its id within it.
+    pub(crate) turn_id: toolwarden_protocol::TurnId,
+    pub(crate) call_id: String,
+    pub(crate) tool: String,
+    pub(crate) session: toolwarden_protocol::SessionId,
+}
+
 /// A call of a stateless client between two of its requests (or being driven by one).
 pub(crate) struct Flow {
     pub(crate) events: mpsc::UnboundedReceiver<Event>,
@@ -135,6 +146,8 @@ pub(crate) struct Flow {
     /// Cancels the call (its handler's `ct`).
     pub(crate) cancel: CancellationToken,
     pub(crate) runner: JoinHandle<()>,
+    /// Set when the call may become a task.
+    pub(crate) task: Option<TaskPlan>,
 }
 
 /// The calls parked until their client's next request, by `requestState`.

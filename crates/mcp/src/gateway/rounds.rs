@@ -10,14 +10,16 @@
 //! for every other client), talking to its client through `parked::RoundChannel` — the third
 //! `ClientChannel` — and each request of the client drives it in turn ([`drive`]): relays its
 //! progress, answers with its result, or parks it with its questions until the next request.
+//! For a client that declared tasks, the request may instead be answered with a task once the
+//! call's policy says so (`tasks`): from then on the task board follows the call.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use rmcp::ErrorData;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, InputRequest, InputRequiredResult, ProgressToken,
-    RequestId, RequestMetaObject,
+    CallToolRequestParams, CallToolResponse, InputRequest, InputRequiredResult, NumberOrString,
+    ProgressToken, RequestId, RequestMetaObject,
 };
 use rmcp::service::{Peer, RoleServer};
 use tokio::sync::mpsc;
@@ -27,6 +29,7 @@ use super::call::{self, CallContext, Door};
 use super::parked::{Event, Flow, RoundChannel, read_answer};
 use super::session::ClientSession;
 use super::state::GatewayState;
+use super::tasks;
 
 /// The request of a stateless client driving its call now.
 pub(crate) struct Driver {
@@ -74,14 +77,25 @@ fn start(
 ) -> Flow {
     let (events, rx) = mpsc::unbounded_channel();
     let cancel = CancellationToken::new();
-    let door = match &driver.door {
-        Door::Connection => Door::Connection,
-        Door::Joined(connection) => Door::Joined(connection.clone()),
-        Door::Stream(shutdown) => Door::Stream(shutdown.clone()),
-    };
+    let mut door = driver.door.clone();
+    let mut meta = driver.meta.clone();
+    let task = tasks::plan(
+        gw,
+        &params.name,
+        tasks::declared(&driver.meta),
+        &session.id,
+        driver.id.to_string(),
+    );
+    if let Some(plan) = &task {
+        door = Door::Task(Box::new(door), plan.turn_id.clone());
+        // A task reports the call's progress whether or not the request asked for it.
+        if meta.get_progress_token().is_none() {
+            meta.set_progress_token(ProgressToken(NumberOrString::String(TASK_TOKEN.into())));
+        }
+    }
     let context = CallContext {
         id: driver.id.clone(),
-        meta: driver.meta.clone(),
+        meta,
         channel: Arc::new(RoundChannel::new(events.clone())),
         ct: cancel.clone(),
         door,
@@ -96,8 +110,13 @@ fn start(
         asked: BTreeMap::new(),
         cancel,
         runner,
+        task,
     }
 }
+
+/// The progress token of a call that may become a task and whose request gave none (never
+/// sent to a client: a request relays progress under its own token only).
+const TASK_TOKEN: &str = "toolwarden-task";
 
 /// Drives a call for one request of its client: relays its progress under this request's
 /// token, and answers with its result — or, once it asks something, with `input_required`
@@ -113,18 +132,29 @@ async fn drive(
         let event = match flow.events.try_recv() {
             Ok(event) => Some(event),
             Err(mpsc::error::TryRecvError::Disconnected) => None,
+            Err(mpsc::error::TryRecvError::Empty) if task_due(&flow) => {
+                match tasks::start(gw, flow).await {
+                    Ok(created) => return Ok(CallToolResponse::Task(created)),
+                    Err(back) => flow = *back,
+                }
+                continue;
+            }
             Err(mpsc::error::TryRecvError::Empty) if !flow.asked.is_empty() => {
                 return Ok(park(gw, flow));
             }
-            Err(mpsc::error::TryRecvError::Empty) => tokio::select! {
-                event = flow.events.recv() => event,
-                _ = driver.ct.cancelled(), if !flow.cancel.is_cancelled() => {
-                    // The client stopped waiting: the call is aborted (with the reason its
-                    // door gives), and its result, which comes at once, is for nobody.
-                    flow.cancel.cancel();
-                    continue;
+            Err(mpsc::error::TryRecvError::Empty) => {
+                let task_at = flow.task.as_ref().map(|plan| plan.at);
+                tokio::select! {
+                    event = flow.events.recv() => event,
+                    _ = driver.ct.cancelled(), if !flow.cancel.is_cancelled() => {
+                        // The client stopped waiting: the call is aborted (with the reason its
+                        // door gives), and its result, which comes at once, is for nobody.
+                        flow.cancel.cancel();
+                        continue;
+                    }
+                    () = until(task_at) => continue,
                 }
-            },
+            }
         };
         match event {
             Some(Event::Progress(mut param)) => {
@@ -153,6 +183,23 @@ async fn drive(
                 ));
             }
         }
+    }
+}
+
+/// Whether the call is to become a task now: its plan's time has come, and its client has not
+/// stopped waiting.
+fn task_due(flow: &Flow) -> bool {
+    flow.task
+        .as_ref()
+        .is_some_and(|plan| plan.at <= tokio::time::Instant::now())
+        && !flow.cancel.is_cancelled()
+}
+
+/// Resolves at `at`; never without one.
+async fn until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

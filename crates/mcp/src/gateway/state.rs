@@ -21,6 +21,7 @@ use super::options::{ELICITATION_INTERACTOR, GatewayOptions};
 use super::parked::Parked;
 use super::route_table::RouteTable;
 use super::session::{ClientSession, Recency};
+use super::task_board::TaskBoard;
 
 /// What the [`Gateway`](super::Gateway) handle, its connections and its background tasks
 /// share. Dropped with the last of them: then the background tasks end and the elicitation
@@ -38,6 +39,8 @@ pub(crate) struct GatewayState {
     stateless: Mutex<HashMap<SessionId, (Arc<ClientSession>, Instant)>>,
     /// Calls of stateless clients waiting for their client's next request.
     pub(super) parked: Parked,
+    /// Tasks toward clients whose calls run (or ran) here.
+    pub(super) task_board: TaskBoard,
     /// Which server serves each exposed tool, and the list last sent to clients.
     tool_view: Mutex<ToolView>,
     /// Where resources, templates and prompts live.
@@ -72,6 +75,7 @@ impl GatewayState {
             http_sessions: Mutex::default(),
             stateless: Mutex::default(),
             parked: Parked::default(),
+            task_board: TaskBoard::default(),
             tool_view: Mutex::default(),
             routes: RouteTable::default(),
             last_client: Mutex::default(),

@@ -95,5 +95,6 @@ pub(crate) async fn stateless(
         let Some(gw) = gateway.upgrade() else { return };
         gw.sweep_stateless(idle);
         gw.parked.sweep();
+        gw.task_board.sweep();
     }
 }

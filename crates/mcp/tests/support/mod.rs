@@ -71,6 +71,17 @@ pub async fn setup(names: &[&str], prefix: bool, extra: &str) -> Setup {
 
 /// [`setup`] with extra command-line arguments for each test server.
 pub async fn setup_with(servers: &[(&str, &[&str])], prefix: bool, extra: &str) -> Setup {
+    let opts = GatewayOptions {
+        prefix,
+        http_session_idle: Duration::from_secs(60),
+        ..Default::default()
+    };
+    setup_opts(servers, extra, opts).await
+}
+
+/// [`setup_with`] with the gateway's options (`opts.prefix` names the tools).
+pub async fn setup_opts(servers: &[(&str, &[&str])], extra: &str, opts: GatewayOptions) -> Setup {
+    let prefix = opts.prefix;
     let names: Vec<&str> = servers.iter().map(|(n, _)| *n).collect();
     let mut toml = String::new();
     toml.push_str(&format!("[gateway]\nprefix = {prefix}\n\n"));
@@ -117,15 +128,7 @@ pub async fn setup_with(servers: &[(&str, &[&str])], prefix: bool, extra: &str) 
             .expect("test server comes up");
         servers.push(server);
     }
-    let gateway = Gateway::new(
-        engine.clone(),
-        servers.clone(),
-        GatewayOptions {
-            prefix,
-            http_session_idle: Duration::from_secs(60),
-            ..Default::default()
-        },
-    );
+    let gateway = Gateway::new(engine.clone(), servers.clone(), opts);
     Setup {
         engine,
         gateway,

@@ -21,6 +21,7 @@ mod connect;
 mod read;
 mod recover;
 mod schema;
+mod tasks;
 mod write;
 
 use std::sync::Arc;
@@ -30,7 +31,7 @@ use postgres::Client;
 use toolwarden_core::backend::BoxFuture;
 use toolwarden_core::{AuditStore, StoreHealth, StoreReadError, StoreUnavailable};
 use toolwarden_protocol::{
-    AuditPage, AuditQuery, CallsPage, StoreDurability, Timestamp, TurnId, TurnRecord,
+    AuditPage, AuditQuery, CallsPage, StoreDurability, TaskRecord, Timestamp, TurnId, TurnRecord,
 };
 
 use crate::OpenError;
@@ -255,6 +256,14 @@ impl AuditStore for PgStore {
 
     fn turn(&self, turn_id: TurnId) -> BoxFuture<Result<Option<TurnRecord>, StoreReadError>> {
         self.read(move |client, _| read::turn(client, &turn_id))
+    }
+
+    fn put_task(&self, task: TaskRecord) -> BoxFuture<Result<(), StoreUnavailable>> {
+        self.shared.put_task(task)
+    }
+
+    fn task(&self, task_id: String) -> BoxFuture<Result<Option<TaskRecord>, StoreReadError>> {
+        self.read(move |client, _| tasks::read(client, &task_id))
     }
 
     fn close(&self) -> BoxFuture<()> {

@@ -71,7 +71,22 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX toolwarden_events_session ON toolwarden_events (session_id, pos);
     CREATE INDEX toolwarden_events_ts ON toolwarden_events (ts);
     ",
-    // 2: a batch written by one function call — one round trip per commit instead of one per
+    // 2: tasks toward MCP clients: a call answered with a task id; its status is its turn's.
+    "
+    CREATE TABLE toolwarden_tasks (
+        task_id TEXT PRIMARY KEY,
+        replica TEXT NOT NULL,
+        turn_id TEXT NOT NULL,
+        call_id TEXT NOT NULL,
+        session_id TEXT,
+        tool TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        ttl_ms BIGINT NOT NULL,
+        poll_interval_ms BIGINT NOT NULL
+    );
+    CREATE INDEX toolwarden_tasks_turn ON toolwarden_tasks (turn_id);
+    ",
+    // 3: a batch written by one function call — one round trip per commit instead of one per
     // statement — taking the commit-order lock only around the events' insert (`pos` orders
     // events; turns and calls need no order), so replicas queue for it only as long as that
     // insert and the commit take, never for a round trip to a client. Its statements' plans are

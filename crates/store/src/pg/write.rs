@@ -1,5 +1,5 @@
 //! Writing to PostgreSQL: one transaction per batch, written by one statement whatever the
-//! batch's size — a call of `toolwarden_write_batch` (schema.rs, migration 2) with the batch
+//! batch's size — a call of `toolwarden_write_batch` (schema.rs, migration 3) with the batch
 //! column by column, which puts every event in with one `INSERT … SELECT FROM unnest(…)`, and so
 //! the turns and calls they start and end — so a commit costs one round trip for one call or for
 //! hundreds.
@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use postgres::{Client, Statement};
-use toolwarden_protocol::{EventKind, Timestamp};
+use toolwarden_protocol::{EventKind, TaskRecord, Timestamp};
 
 use super::connect::Connector;
 use crate::apply::Prepared;
@@ -22,7 +22,7 @@ use crate::writer::Backend;
 /// Rows deleted per statement when pruning.
 const PRUNE_CHUNK: i64 = 5000;
 
-/// A batch, written by one call of the function migration 2 made (schema.rs): turns started,
+/// A batch, written by one call of the function migration 3 made (schema.rs): turns started,
 /// calls touched, calls ended, turns ended, then — under the commit-order lock — the events.
 const WRITE_BATCH: &str = "SELECT toolwarden_write_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, \
     $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, \
@@ -95,12 +95,23 @@ impl Backend for PgWriter {
     }
 
     fn prune(&mut self, retain: Duration, now: Timestamp) -> Result<(), String> {
+        let (client, _) = self.conn()?;
+        super::tasks::prune(client, now.unix_millis()).map_err(|e| e.to_string())?;
         if retain.is_zero() {
             return Ok(());
         }
         let cutoff = now.unix_millis() - retain.as_millis().min(i64::MAX as u128) as i64;
-        let (client, _) = self.conn()?;
         prune(client, cutoff).map_err(|e| e.to_string())
+    }
+
+    fn put_task(&mut self, task: &TaskRecord) -> Result<(), String> {
+        let replica = self.connector.replica.clone();
+        let (client, _) = self.conn()?;
+        let result = super::tasks::write(client, &replica, task);
+        if result.is_err() && client.is_closed() {
+            self.conn = None;
+        }
+        result.map_err(|e| e.to_string())
     }
 
     fn close(&mut self) {

@@ -49,7 +49,7 @@ fn unknown_keys_are_errors() {
         "[exec]\nenabled = true\nroots = [\".\"]\n",
         &[],
         UnknownKey,
-        "toolwarden.toml:3: exec.roots: unknown key \"roots\": expected one of enabled, allowed_roots, output_limit, shell, timeout, idle_timeout, attempt_timeout, max_timeout, cancel_grace, retries, backoff, idempotent, cache_ttl, breaker, concurrency, approval, approval_timeout, on_stuck, loop, retry_on_tool_error, breaker_counts_tool_errors, max_input",
+        "toolwarden.toml:3: exec.roots: unknown key \"roots\": expected one of enabled, allowed_roots, output_limit, shell, timeout, idle_timeout, attempt_timeout, max_timeout, cancel_grace, retries, backoff, idempotent, cache_ttl, breaker, concurrency, approval, approval_timeout, on_stuck, loop, retry_on_tool_error, breaker_counts_tool_errors, max_input, task, task_after",
     );
     check_error(
         "[gateway]\nprefixed = true\n",
@@ -110,6 +110,18 @@ fn bad_values_are_errors() {
         &[],
         InvalidValue,
         "toolwarden.toml:2: defaults.approval: invalid value \"maybe\": expected one of \"auto\", \"ask\", \"confirm\", \"deny\"",
+    );
+    check_error(
+        "[tools.x]\ntask = \"sometimes\"\n",
+        &[],
+        InvalidValue,
+        "toolwarden.toml:2: tools.x.task: invalid value \"sometimes\": expected one of \"auto\", \"always\", \"never\"",
+    );
+    check_error(
+        "[defaults]\ntask_after = \"soon\"\n",
+        &[],
+        InvalidValue,
+        "toolwarden.toml:2: defaults.task_after: invalid duration \"soon\": expected a number with a unit ms, s, m or h (e.g. \"250ms\", \"30s\", \"2m\") or integer seconds",
     );
     check_error(
         "[store]\ndurability = \"sync\"\n",

@@ -16,6 +16,7 @@ retries = 1
 backoff = { initial = "100ms" }
 breaker = { failures = 3 }
 concurrency = "exclusive"
+task_after = "30s"
 
 [servers.fs]
 command = "fs-server"
@@ -32,6 +33,7 @@ approval = "ask"
 approval_timeout = "5m"
 loop = { block_after = 0 }
 max_input = "4KiB"
+task = "always"
 
 [exec]
 cancel_grace = "5s"
@@ -41,6 +43,8 @@ cache_ttl = "1m"
 
 [tools.calc]
 idempotent = true
+task = "never"
+task_after = "2m"
 
 [tools."fs__ns__tool"]
 retries = 5
@@ -59,6 +63,7 @@ retries = 5
             ..Breaker::default()
         },
         concurrency: Concurrency::Exclusive,
+        task_after: secs(30),
         ..Policy::default()
     };
     let server = Policy {
@@ -96,6 +101,7 @@ retries = 5
                         block_after: 0,
                     },
                     max_input: 4096,
+                    task: TaskMode::Always,
                     ..server.clone()
                 },
             ),
@@ -111,6 +117,8 @@ retries = 5
                 local("calc"),
                 Policy {
                     idempotent: true,
+                    task: TaskMode::Never,
+                    task_after: secs(120),
                     ..defaults.clone()
                 },
             ),
@@ -173,6 +181,8 @@ fn builtin_defaults_are_the_spec_defaults() {
                 retry_on_tool_error: false,
                 breaker_counts_tool_errors: false,
                 max_input: 1 << 20,
+                task: TaskMode::Auto,
+                task_after: secs(10),
             },
         )],
     );

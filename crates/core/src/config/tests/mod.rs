@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use pretty_assertions::assert_eq;
 use proptest::prelude::*;
-use toolwarden_protocol::{Approval, Backoff, Breaker, Concurrency, LoopPolicy, OnStuck};
+use toolwarden_protocol::{Approval, Backoff, Breaker, Concurrency, LoopPolicy, OnStuck, TaskMode};
 
 use super::*;
 

@@ -257,3 +257,14 @@ approval = "confirm"
         ],
     );
 }
+
+#[test]
+fn a_task_after_past_the_timeout_is_a_warning() {
+    check_warnings(
+        "[defaults]\ntimeout = \"30s\"\n\n[tools.x]\ntask_after = \"1m\"\n\n[tools.y]\ntask_after = \"5s\"\n",
+        &[],
+        &[
+            "toolwarden.toml:5: tools.x.task_after: task_after 1m is not shorter than timeout 30s (from [defaults]): with task = \"auto\", calls end before they could become tasks",
+        ],
+    );
+}

@@ -1,0 +1,187 @@
+//! The tasks this gateway runs for its clients, while it runs them: what each one's call last
+//! said (progress, questions, its result), as events of the call come in. `super::tasks` makes
+//! them and answers `tasks/get`, `tasks/update` and `tasks/cancel`; a task this board no longer
+//! holds (another process ran it, or this one restarted) is read from the audit trail there.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use rmcp::ErrorData;
+use rmcp::model::{CallToolResult, InputRequest, InputRequests, InputResponses};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use toolwarden_protocol::{TaskRecord, Timestamp};
+
+use super::parked::{Answer, Event, read_answer};
+
+/// The live tasks, by id.
+#[derive(Default)]
+pub(crate) struct TaskBoard {
+    live: Mutex<HashMap<String, Arc<LiveTask>>>,
+}
+
+/// One task whose call runs (or ran) in this process.
+pub(crate) struct LiveTask {
+    pub(crate) record: TaskRecord,
+    state: Mutex<TaskState>,
+}
+
+/// What a live task's call last said.
+#[derive(Default)]
+struct TaskState {
+    progress: Option<Progress>,
+    /// Questions of the call not answered yet, in the order asked.
+    asked: BTreeMap<String, (InputRequest, Answer)>,
+    /// The call's answer, once it came, and when.
+    result: Option<(Result<CallToolResult, ErrorData>, Instant)>,
+    updated: Timestamp,
+}
+
+/// The last progress report of a task's call.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Progress {
+    pub(crate) progress: f64,
+    pub(crate) total: Option<f64>,
+    pub(crate) message: Option<String>,
+}
+
+/// A live task as `tasks/get` sees it now.
+pub(crate) enum Seen {
+    Working,
+    Asking(InputRequests),
+    Done(Result<CallToolResult, ErrorData>),
+}
+
+/// A snapshot of a live task.
+pub(crate) struct Snapshot {
+    pub(crate) seen: Seen,
+    pub(crate) progress: Option<Progress>,
+    pub(crate) updated: Timestamp,
+}
+
+impl TaskBoard {
+    /// Holds the task `record` whose call sends `events`, with the questions it has asked so
+    /// far; follows the call on a task of its own until its result.
+    pub(crate) fn adopt(
+        &self,
+        record: TaskRecord,
+        asked: BTreeMap<String, (InputRequest, Answer)>,
+        events: mpsc::UnboundedReceiver<Event>,
+        tasks: &tokio_util::task::TaskTracker,
+    ) -> Arc<LiveTask> {
+        let task = Arc::new(LiveTask {
+            state: Mutex::new(TaskState {
+                asked,
+                updated: record.created_at,
+                ..TaskState::default()
+            }),
+            record,
+        });
+        self.live
+            .lock()
+            .insert(task.record.task_id.clone(), task.clone());
+        tasks.spawn(follow(task.clone(), events));
+        task
+    }
+
+    /// The live task of that id.
+    pub(crate) fn get(&self, task_id: &str) -> Option<Arc<LiveTask>> {
+        self.live.lock().get(task_id).cloned()
+    }
+
+    /// Forgets the tasks whose call ended more than their `ttl` ago.
+    pub(crate) fn sweep(&self) {
+        let now = Instant::now();
+        self.live.lock().retain(|_, task| {
+            let ttl = Duration::from_millis(task.record.ttl_ms);
+            match &task.state.lock().result {
+                Some((_, ended)) => now.duration_since(*ended) < ttl,
+                None => true,
+            }
+        });
+    }
+}
+
+impl LiveTask {
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        let state = self.state.lock();
+        let seen = match &state.result {
+            Some((result, _)) => Seen::Done(result.clone()),
+            None if state.asked.is_empty() => Seen::Working,
+            None => Seen::Asking(
+                state
+                    .asked
+                    .iter()
+                    .map(|(key, (request, _))| (key.clone(), request.clone()))
+                    .collect(),
+            ),
+        };
+        Snapshot {
+            seen,
+            progress: state.progress.clone(),
+            updated: state.updated,
+        }
+    }
+
+    /// Answers the questions `responses` names; how many it answered (an answer to a question
+    /// not asked, or no longer asked, is ignored). A malformed answer is an error for the call.
+    pub(crate) fn answer(&self, responses: InputResponses) -> usize {
+        let mut state = self.state.lock();
+        let mut answered = 0;
+        for (key, value) in responses {
+            if let Some((request, answer)) = state.asked.remove(&key) {
+                let _ = answer.send(read_answer(&request, value));
+                answered += 1;
+            }
+        }
+        if answered > 0 {
+            state.updated = Timestamp::now();
+        }
+        answered
+    }
+
+    /// Whether the call's result is in.
+    pub(crate) fn is_done(&self) -> bool {
+        self.state.lock().result.is_some()
+    }
+}
+
+/// Follows a task's call: each event updates what `tasks/get` answers.
+async fn follow(task: Arc<LiveTask>, mut events: mpsc::UnboundedReceiver<Event>) {
+    loop {
+        let event = events.recv().await;
+        let mut state = task.state.lock();
+        state.updated = Timestamp::now();
+        match event {
+            Some(Event::Progress(param)) => {
+                state.progress = Some(Progress {
+                    progress: param.progress,
+                    total: param.total,
+                    message: param.message,
+                });
+            }
+            Some(Event::Ask {
+                key,
+                request,
+                answer,
+            }) => {
+                state.asked.insert(key, (request, answer));
+            }
+            Some(Event::Withdraw(key)) => {
+                state.asked.remove(&key);
+            }
+            Some(Event::Done(result)) => {
+                state.asked.clear();
+                state.result = Some((result, Instant::now()));
+                return;
+            }
+            None => {
+                let lost = ErrorData::internal_error("the call ended without a result", None);
+                state.result = Some((Err(lost), Instant::now()));
+                return;
+            }
+        }
+    }
+}

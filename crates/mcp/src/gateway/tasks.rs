@@ -1,0 +1,417 @@
+//! Tasks toward clients (the `io.modelcontextprotocol/tasks` extension): a `tools/call` of a
+//! stateless client that declared the extension is answered with a task instead of being held
+//! open — at once with `task = "always"`, once the call has run `task_after` with `"auto"` — and
+//! the client follows it with `tasks/get`, answers its questions with `tasks/update` and stops
+//! it with `tasks/cancel`.
+//!
+//! The call already runs on a task of its own (`rounds`), under its own policy; becoming a task
+//! only changes who follows it: instead of the request's handler, the board (`task_board`),
+//! which keeps what the call last said for any later request, from any client that knows the
+//! task's id. The task is recorded in the audit trail before the answer goes out, naming the
+//! call's turn: once the board no longer holds it (after a restart, or on another replica), its
+//! status and result are the turn's, as the trail has them — a call that a restart cut off
+//! reads `failed` with the `interrupted` outcome. `docs/GATEWAY.md`, "Tasks", has the rules.
+
+use std::time::Duration;
+
+use rmcp::ErrorData;
+use rmcp::model::{
+    CallToolResult, CreateTaskResult, DetailedTask, GetTaskResult, JsonObject, MetaObject,
+    RequestMetaObject, Task, TaskPayload, TaskStatus,
+};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+use toolwarden_protocol::{
+    CallId, CallResult, CancelReason, SessionId, TaskMode, TaskRecord, Timestamp, TurnRunState,
+};
+
+use super::convert::{self, OUTCOME_META};
+use super::options::STATUS_TOOL;
+use super::parked::{Flow, TaskPlan};
+use super::state::GatewayState;
+use super::task_board::{LiveTask, Progress, Seen, Snapshot};
+
+/// The `_meta` key of a task's last progress report in `tasks/get`.
+pub(crate) const PROGRESS_META: &str = "toolwarden/progress";
+
+/// How long a read of the trail waits for what was emitted before it to be committed.
+const CATCH_UP: Duration = Duration::from_secs(2);
+
+/// When the call of `tool` may become a task: never for a client that did not declare tasks,
+/// nor for the gateway's own status tool; else as the tool's policy says.
+pub(crate) fn plan(
+    gw: &GatewayState,
+    tool: &str,
+    declared: bool,
+    session: &SessionId,
+    call_id: String,
+) -> Option<TaskPlan> {
+    if !declared || tool == STATUS_TOOL {
+        return None;
+    }
+    let policy = gw.engine.policy_of(tool)?;
+    let after = match policy.task {
+        TaskMode::Never => return None,
+        TaskMode::Always => Duration::ZERO,
+        TaskMode::Auto => policy.task_after,
+    };
+    Some(TaskPlan {
+        at: Instant::now() + after,
+        turn_id: toolwarden_core::Engine::new_turn_id(),
+        call_id,
+        tool: tool.to_owned(),
+        session: session.clone(),
+    })
+}
+
+/// Makes `flow`'s call a task: records it in the trail, then hands the call to the board. When
+/// the trail cannot record it, the call stays with its request (which goes on waiting for it).
+pub(crate) async fn start(
+    gw: &GatewayState,
+    mut flow: Flow,
+) -> Result<CreateTaskResult, Box<Flow>> {
+    let Some(plan) = flow.task.take() else {
+        return Err(Box::new(flow));
+    };
+    let record = TaskRecord {
+        task_id: format!("task_{}", ulid::Ulid::new()),
+        turn_id: plan.turn_id,
+        call_id: CallId::from(plan.call_id.as_str()),
+        session_id: Some(plan.session),
+        tool: plan.tool,
+        created_at: Timestamp::now(),
+        ttl_ms: millis(gw.opts.task_ttl),
+        poll_interval_ms: millis(gw.opts.task_poll_interval),
+    };
+    if let Some(store) = gw.engine.store()
+        && let Err(e) = store.put_task(record.clone()).await
+    {
+        tracing::warn!(task = %record.task_id, error = %e,
+            "the task could not be recorded; the request keeps waiting for the call");
+        return Err(Box::new(flow));
+    }
+    tracing::debug!(task = %record.task_id, turn = %record.turn_id, tool = %record.tool,
+        "a call became a task");
+    let Flow { events, asked, .. } = flow;
+    let task = gw.task_board.adopt(record, asked, events, &gw.tasks);
+    let status = match task.snapshot().seen {
+        Seen::Asking(_) => TaskStatus::InputRequired,
+        _ => TaskStatus::Working,
+    };
+    Ok(CreateTaskResult::new(base(
+        &task.record,
+        status,
+        task.record.created_at,
+    )))
+}
+
+/// `tasks/get`: the task's status, its last progress and, once it has ended, its result.
+pub(crate) async fn get(gw: &GatewayState, task_id: &str) -> Result<GetTaskResult, ErrorData> {
+    if let Some(task) = gw.task_board.get(task_id) {
+        return Ok(live(&task));
+    }
+    let record = stored(gw, task_id).await?;
+    let Some(store) = gw.engine.store() else {
+        return Err(unknown(task_id));
+    };
+    let _ = gw.engine.store_caught_up(CATCH_UP).await;
+    let turn = store
+        .turn(record.turn_id.clone())
+        .await
+        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+    let detailed = match turn {
+        Some(turn) if turn.state == TurnRunState::Running => {
+            // Another process runs it (replicas sharing a trail).
+            DetailedTask::new(
+                base(&record, TaskStatus::Working, turn.started_at),
+                TaskPayload::Working,
+            )
+        }
+        Some(turn) => {
+            let ended = turn.ended_at.unwrap_or(turn.started_at);
+            if ended.plus(Duration::from_millis(record.ttl_ms)) < Timestamp::now() {
+                return Err(unknown(task_id));
+            }
+            let result = turn
+                .results
+                .and_then(|r| serde_json::from_str::<Vec<CallResult>>(r.get()).ok())
+                .and_then(|results| results.into_iter().next());
+            let payload = match result {
+                Some(result) => payload(Ok(convert::call_result(&result))),
+                None => interrupted(&record),
+            };
+            DetailedTask::new(base(&record, TaskStatus::Working, ended), payload)
+        }
+        // Its turn never reached the trail: toolwarden stopped as the task was made.
+        None => DetailedTask::new(
+            base(&record, TaskStatus::Working, record.created_at),
+            interrupted(&record),
+        ),
+    };
+    Ok(GetTaskResult::new(detailed))
+}
+
+/// `tasks/update`: the client's answers to the questions the task's call asked.
+pub(crate) async fn update(
+    gw: &GatewayState,
+    task_id: &str,
+    responses: rmcp::model::InputResponses,
+) -> Result<(), ErrorData> {
+    let Some(task) = gw.task_board.get(task_id) else {
+        stored(gw, task_id).await?;
+        return Err(ErrorData::invalid_params(
+            format!("task {task_id} is not running in this toolwarden: it asks nothing"),
+            None,
+        ));
+    };
+    task.answer(responses);
+    Ok(())
+}
+
+/// `tasks/cancel`: cancels the task's call (`cancelled{user}`), through the cancellation tree
+/// down to its server.
+pub(crate) async fn cancel(gw: &GatewayState, task_id: &str) -> Result<(), ErrorData> {
+    let Some(task) = gw.task_board.get(task_id) else {
+        stored(gw, task_id).await?;
+        return Err(ErrorData::invalid_params(
+            format!("task {task_id} is not running in this toolwarden: it cannot be cancelled"),
+            None,
+        ));
+    };
+    if task.is_done() {
+        return Err(ErrorData::invalid_params(
+            format!("task {task_id} has already ended"),
+            None,
+        ));
+    }
+    tracing::debug!(task = task_id, turn = %task.record.turn_id, "tasks/cancel");
+    // NotFound: the call has just ended; `tasks/get` tells how.
+    let _ = gw.engine.abort_call(
+        &task.record.turn_id,
+        &task.record.call_id,
+        CancelReason::User,
+    );
+    Ok(())
+}
+
+/// The record of a task the board does not hold, from the trail.
+async fn stored(gw: &GatewayState, task_id: &str) -> Result<TaskRecord, ErrorData> {
+    let Some(store) = gw.engine.store() else {
+        return Err(unknown(task_id));
+    };
+    store
+        .task(task_id.to_owned())
+        .await
+        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?
+        .ok_or_else(|| unknown(task_id))
+}
+
+fn unknown(task_id: &str) -> ErrorData {
+    ErrorData::invalid_params(
+        format!("unknown task {task_id:?} (never made here, or its outcome is no longer kept)"),
+        None,
+    )
+}
+
+/// A task the board holds, as `tasks/get` answers it.
+fn live(task: &LiveTask) -> GetTaskResult {
+    let Snapshot {
+        seen,
+        progress,
+        updated,
+    } = task.snapshot();
+    let mut base = base(&task.record, TaskStatus::Working, updated);
+    if let Some(progress) = &progress {
+        base.status_message = Some(status_message(progress));
+    }
+    let payload = match seen {
+        Seen::Working => TaskPayload::Working,
+        Seen::Asking(input_requests) => TaskPayload::InputRequired { input_requests },
+        Seen::Done(result) => payload(result),
+    };
+    let mut result = GetTaskResult::new(DetailedTask::new(base, payload));
+    if let Some(progress) = progress {
+        let mut meta = MetaObject::new();
+        meta.insert(
+            PROGRESS_META.into(),
+            json!({"progress": progress.progress, "total": progress.total,
+                   "message": progress.message}),
+        );
+        result.meta = Some(meta);
+    }
+    result
+}
+
+/// The task's fields but its status (which its payload sets).
+fn base(record: &TaskRecord, status: TaskStatus, updated: Timestamp) -> Task {
+    Task::new(
+        record.task_id.clone(),
+        status,
+        record.created_at.to_string(),
+        updated.to_string(),
+    )
+    .with_ttl_ms(record.ttl_ms)
+    .with_poll_interval_ms(record.poll_interval_ms)
+}
+
+/// A progress report as a status message: its message, else `progress/total`.
+fn status_message(progress: &Progress) -> String {
+    match (&progress.message, progress.total) {
+        (Some(message), _) => message.clone(),
+        (None, Some(total)) => format!("{}/{}", progress.progress, total),
+        (None, None) => format!("{}", progress.progress),
+    }
+}
+
+/// How a call's answer reads as a task: a cancel by the user (`tasks/cancel`, or an abort) is
+/// `cancelled`; an `interrupted` outcome, or a JSON-RPC error, is `failed`; every other result
+/// — also a governed failure with `isError: true`, as the client would have had it — is
+/// `completed`.
+fn payload(result: Result<CallToolResult, ErrorData>) -> TaskPayload {
+    let result = match result {
+        Ok(result) => result,
+        Err(error) => {
+            return TaskPayload::Failed {
+                error: object(serde_json::to_value(&error).unwrap_or(Value::Null)),
+            };
+        }
+    };
+    let outcome = result
+        .meta
+        .as_ref()
+        .and_then(|m| m.get(OUTCOME_META))
+        .cloned()
+        .unwrap_or(Value::Null);
+    match outcome.get("status").and_then(Value::as_str) {
+        Some("cancelled") if outcome.get("reason").and_then(Value::as_str) == Some("user") => {
+            TaskPayload::Cancelled
+        }
+        Some("interrupted") => {
+            let message = result
+                .content
+                .iter()
+                .find_map(|c| c.as_text().map(|t| t.text.clone()))
+                .unwrap_or_else(|| "toolwarden stopped while the call ran".to_owned());
+            TaskPayload::Failed {
+                error: object(json!({
+                    "code": rmcp::model::ErrorCode::INTERNAL_ERROR.0,
+                    "message": message,
+                    "data": {OUTCOME_META: outcome},
+                })),
+            }
+        }
+        _ => TaskPayload::Completed {
+            result: object(serde_json::to_value(&result).unwrap_or(Value::Null)),
+        },
+    }
+}
+
+/// A task whose call has no recorded result: it was cut off by a stop of toolwarden.
+fn interrupted(record: &TaskRecord) -> TaskPayload {
+    TaskPayload::Failed {
+        error: object(json!({
+            "code": rmcp::model::ErrorCode::INTERNAL_ERROR.0,
+            "message": "toolwarden stopped (it crashed or was killed) while the task's call ran",
+            "data": {OUTCOME_META: {
+                "status": "interrupted",
+                "call_id": record.call_id.as_str(),
+                "turn_id": record.turn_id.as_str(),
+                "tool": record.tool,
+            }},
+        })),
+    }
+}
+
+fn object(value: Value) -> JsonObject {
+    match value {
+        Value::Object(map) => map,
+        other => {
+            let mut map = JsonObject::new();
+            map.insert("value".into(), other);
+            map
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Whether a request's client declared the tasks extension.
+pub(crate) fn declared(meta: &RequestMetaObject) -> bool {
+    meta.client_capabilities()
+        .is_some_and(|capabilities| capabilities.supports_tasks())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use rmcp::model::ContentBlock;
+
+    /// A call's answer with `outcome` in its `_meta`.
+    fn answer(outcome: Value) -> Result<CallToolResult, ErrorData> {
+        let mut result = CallToolResult::success(vec![ContentBlock::text("said")]);
+        let mut meta = MetaObject::new();
+        meta.insert(OUTCOME_META.into(), outcome);
+        result.meta = Some(meta);
+        Ok(result)
+    }
+
+    fn check(result: Result<CallToolResult, ErrorData>, expected: TaskStatus) {
+        assert_eq!(payload(result).status(), expected);
+    }
+
+    #[test]
+    fn a_calls_answer_reads_as_the_tasks_status() {
+        check(answer(json!({"status": "ok"})), TaskStatus::Completed);
+        // Governed failures are results, as for a held request.
+        check(
+            answer(json!({"status": "timeout", "kind": "total", "after_ms": 5})),
+            TaskStatus::Completed,
+        );
+        check(
+            answer(json!({"status": "cancelled", "reason": "shutdown"})),
+            TaskStatus::Completed,
+        );
+        // A person's cancel (tasks/cancel, an abort) is the task's cancel.
+        check(
+            answer(json!({"status": "cancelled", "reason": "user"})),
+            TaskStatus::Cancelled,
+        );
+        // Cut off by a stop of toolwarden, or no result at all: failed.
+        check(answer(json!({"status": "interrupted"})), TaskStatus::Failed);
+        check(
+            Err(ErrorData::invalid_params("refused", None)),
+            TaskStatus::Failed,
+        );
+    }
+
+    #[test]
+    fn an_interrupted_call_fails_with_its_outcome() {
+        let TaskPayload::Failed { error } = payload(answer(json!({"status": "interrupted"})))
+        else {
+            panic!("not failed");
+        };
+        assert_eq!(
+            Value::Object(error),
+            json!({"code": -32603, "message": "said",
+                   "data": {"toolwarden/outcome": {"status": "interrupted"}}})
+        );
+    }
+
+    #[test]
+    fn progress_is_the_status_message() {
+        let progress = |message: Option<&str>, total| Progress {
+            progress: 2.0,
+            total,
+            message: message.map(str::to_owned),
+        };
+        assert_eq!(
+            status_message(&progress(Some("step 2"), Some(4.0))),
+            "step 2"
+        );
+        assert_eq!(status_message(&progress(None, Some(4.0))), "2/4");
+        assert_eq!(status_message(&progress(None, None)), "2");
+    }
+}
