@@ -134,6 +134,11 @@ pub(crate) fn prune(client: &mut Client, cutoff: i64) -> Result<(), postgres::Er
     Ok(())
 }
 
+/// A turn started: its id, session, parent, time and `seq`.
+type Started = (String, Option<String>, Option<String>, i64, i64);
+/// A call touched: its turn, id, session, tool, time, and whether its backend ran.
+type Touched = (String, String, Option<String>, Option<String>, i64, bool);
+
 /// What one batch writes, column by column.
 #[derive(Default)]
 struct Columns {
@@ -146,10 +151,10 @@ struct Columns {
     call: Vec<Option<String>>,
     body: Vec<String>,
     // Turns started: by turn id, the last start of the batch wins.
-    started: Vec<(String, Option<String>, Option<String>, i64, i64)>,
+    started: Vec<Started>,
     started_at: HashMap<String, usize>,
     // Calls touched, in the order first seen.
-    calls: Vec<(String, String, Option<String>, Option<String>, i64, bool)>,
+    calls: Vec<Touched>,
     call_at: HashMap<(String, String), usize>,
     // Calls ended: the last result of the batch wins.
     ended: HashMap<(String, String), (String, i64, i64, i64)>,
