@@ -22,6 +22,7 @@
 # tests use is written to .test-deps/postgres-url, where the tests read it when the variable is
 # not set; the script prints it too.
 #   redis-server, redis-cli                  the Redis the scale-out tests share (and kill)
+#   curl                                     deploy/local.sh, which tests/deploy.rs runs
 # A Redis that answers: $TOOLWARDEN_TEST_REDIS_URL, else 127.0.0.1:6379; when none answers, a
 # throwaway redis-server is started on a free port and its URL written to ./.test-redis-url,
 # which the tests read.
@@ -144,6 +145,14 @@ if [ -e .venv ] && ! .venv/bin/python -c 'import sys' >/dev/null 2>&1; then
 fi
 if [ ! -e .venv ]; then
   "$python" -m venv .venv || fail "$python -m venv .venv failed (Debian: apt-get install python3-venv)"
+fi
+# --- curl (deploy/local.sh, run by the deployment test) --------------------------------------
+if ! command -v curl >/dev/null 2>&1; then
+  command -v apt-get >/dev/null 2>&1 ||
+    fail "curl is missing and apt-get is not available: install curl (deploy/local.sh uses it)"
+  echo "setup-test-deps: installing Debian's curl for the deployment test" >&2
+  apt-get update -qq || fail "apt-get update failed (needed to install curl)"
+  apt-get install -y -qq curl >/dev/null || fail "apt-get install curl failed"
 fi
 # --- Redis (the scale-out tests) -------------------------------------------------------------
 if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then

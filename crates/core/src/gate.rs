@@ -24,6 +24,9 @@ struct State {
 pub(crate) struct Gate {
     state: Mutex<State>,
     released: Notify,
+    /// Woken when a call of this session left its place on another replica (docs/SCALE-OUT.md):
+    /// calls waiting for the gate across replicas ask again.
+    pub(crate) released_elsewhere: Notify,
 }
 
 impl Gate {
@@ -83,6 +86,11 @@ impl Ticket {
             }
             notified.await;
         }
+    }
+
+    /// Whether this call owns the gate (an exclusive call) or shares it.
+    pub(crate) fn exclusive(&self) -> bool {
+        self.exclusive
     }
 
     /// Whether this call could run right now.

@@ -42,8 +42,7 @@ impl LoopDetector {
             return None;
         }
         let run = (*self.run.lock())?;
-        (run.call == *call && run.count.saturating_add(1) >= policy.block_after)
-            .then_some(run.count)
+        run_blocks(policy, &run.call.0, run.count, call)
     }
 
     /// After a call reached its tool: counts it into the run (or starts a new one). `Some(n)`
@@ -74,6 +73,21 @@ impl LoopDetector {
         });
         (policy.warn_after > 0 && count >= policy.warn_after).then_some(count)
     }
+}
+
+/// Whether a run — `count` calls in a row of the call `run_call` giving one result — denies
+/// `call`: `Some(count)` when `call` is that call and would make `block_after` of them.
+pub(crate) fn run_blocks(
+    policy: &LoopPolicy,
+    run_call: &[u8; 32],
+    count: u32,
+    call: &CallDigest,
+) -> Option<u32> {
+    (policy.block_after > 0
+        && *run_call == call.0
+        && count > 0
+        && count.saturating_add(1) >= policy.block_after)
+        .then_some(count)
 }
 
 #[cfg(test)]
@@ -140,6 +154,19 @@ mod tests {
                 Ok(Some(3))
             ]
         );
+    }
+
+    #[test]
+    fn a_shared_run_blocks_by_the_same_rule() {
+        let p = LoopPolicy::default();
+        assert_eq!(run_blocks(&p, &CALL.0, 4, &CALL), Some(4));
+        assert_eq!(run_blocks(&p, &CALL.0, 3, &CALL), None);
+        assert_eq!(run_blocks(&p, &CALL.0, 4, &OTHER_CALL), None);
+        let off = LoopPolicy {
+            warn_after: 3,
+            block_after: 0,
+        };
+        assert_eq!(run_blocks(&off, &CALL.0, 9, &CALL), None);
     }
 
     #[test]

@@ -4,9 +4,10 @@
 
 use crate::maps::FastMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::{Mutex, RwLock};
-use toolwarden_protocol::{Policy, ToolSpec};
+use toolwarden_protocol::{Concurrency, Policy, ToolSpec};
 
 use crate::backend::Backend;
 use crate::breaker::CircuitBreaker;
@@ -40,6 +41,9 @@ pub(crate) struct Registry {
     /// Where tools' policies come from.
     policies: RwLock<Arc<dyn PolicySource>>,
     metrics: Arc<Metrics>,
+    /// Whether any registered tool is exclusive (docs/SCALE-OUT.md: only then do calls take a
+    /// place in their session's gate across replicas).
+    exclusive: Arc<AtomicBool>,
 }
 
 impl Registry {
@@ -50,7 +54,13 @@ impl Registry {
             generation: tokio::sync::watch::Sender::new(0),
             policies: RwLock::new(policies),
             metrics,
+            exclusive: Arc::default(),
         }
+    }
+
+    /// The flag that says whether any registered tool is exclusive, kept up to date.
+    pub(crate) fn exclusive_tools(&self) -> Arc<AtomicBool> {
+        self.exclusive.clone()
     }
 
     fn runtime(&self, name: &Arc<str>) -> Arc<ToolRuntime> {
@@ -169,6 +179,12 @@ impl Registry {
     }
 
     fn changed(&self) {
+        let any = self
+            .tools
+            .read()
+            .values()
+            .any(|e| e.policy.concurrency == Concurrency::Exclusive);
+        self.exclusive.store(any, Ordering::Relaxed);
         self.generation.send_modify(|g| *g = g.wrapping_add(1));
     }
 

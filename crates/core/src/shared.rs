@@ -15,7 +15,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use toolwarden_protocol::{CallId, CancelReason, Event, TurnId};
+use toolwarden_protocol::{ActiveTurn, CallId, CancelReason, Event, SessionId, TurnId};
 
 use crate::backend::BoxFuture;
 
@@ -78,6 +78,45 @@ pub struct RemoteEvent {
     pub event: Arc<Event>,
 }
 
+/// A session's loop run as the replicas share it: the call it repeats and how many calls in a
+/// row gave one same result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoopRun {
+    /// The call's digest (tool and canonical input).
+    pub call: [u8; 32],
+    /// How many calls in a row.
+    pub count: u32,
+}
+
+/// A call's place in its session's gate across replicas: unique within this replica.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GatePlace {
+    /// Unique among this replica's places.
+    pub id: u64,
+    /// An exclusive call owns the gate; a parallel one shares it.
+    pub exclusive: bool,
+}
+
+/// The answer to a call asking to pass its session's gate across replicas.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GateAnswer {
+    /// It may run.
+    Pass,
+    /// A call ahead of it (on any replica) holds the gate: ask again when one leaves.
+    Wait,
+    /// The shared state cannot be reached: the local gate alone decides.
+    Unavailable,
+}
+
+/// One replica's running turns.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplicaTurns {
+    /// The replica's name.
+    pub replica: String,
+    /// Its running turns, oldest first.
+    pub turns: Vec<ActiveTurn>,
+}
+
 /// State shared with the other replicas. Implemented by `toolwarden-redis`.
 pub trait SharedState: Send + Sync + 'static {
     /// Whether the shared state is reached now.
@@ -105,7 +144,47 @@ pub trait SharedState: Send + Sync + 'static {
 
     /// Asks the other replicas to carry out an abort; `true` when one of them runs the turn.
     fn abort_elsewhere(&self, abort: AbortRequest) -> BoxFuture<bool>;
+
+    /// This replica's name among the replicas.
+    fn replica(&self) -> &str;
+
+    /// The running turns of every other replica that answers within the implementation's bound
+    /// (none when the shared state cannot be reached).
+    fn turns_elsewhere(&self) -> BoxFuture<Vec<ReplicaTurns>>;
+
+    /// The loop run of a named session, as every replica recorded it. `Err(())`: the shared state
+    /// cannot be reached (the local detector decides); `Ok(None)`: no run.
+    fn loop_run(&self, session: &SessionId) -> BoxFuture<Result<Option<LoopRun>, ()>>;
+
+    /// Counts a call's answer into its session's shared run — `result`: the digest of its
+    /// result, `None` for an answer that ends the run — and keeps the run for `ttl`. The run's
+    /// new count (`0` when it ended); `None` when the shared state cannot be reached.
+    fn loop_record(
+        &self,
+        session: &SessionId,
+        call: &[u8; 32],
+        result: Option<[u8; 32]>,
+        ttl: Duration,
+    ) -> BoxFuture<Option<u32>>;
+
+    /// Asks to pass a named session's gate across replicas, taking a place in its line on the
+    /// first ask (held at most `ttl` from each ask). After any answer but `Unavailable`, the
+    /// place must be left with [`SharedState::gate_leave`]; after `Unavailable` the
+    /// implementation leaves whatever place it may have taken.
+    fn gate_enter(
+        &self,
+        session: &SessionId,
+        place: GatePlace,
+        ttl: Duration,
+    ) -> BoxFuture<GateAnswer>;
+
+    /// Leaves the place: the calls behind it may pass. Only enqueues.
+    fn gate_leave(&self, session: &SessionId, place: GatePlace);
 }
+
+/// How long a named session's shared loop run is kept after its last call: as long as a replica
+/// keeps an idle session.
+pub(crate) const LOOP_RUN_TTL: Duration = Duration::from_secs(3600);
 
 /// How long a lease (half-open probe, cache key) is held at most for a call with this total
 /// timeout: the timeout and its grace, or a minute when the call has none.

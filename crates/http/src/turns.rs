@@ -66,9 +66,39 @@ pub(crate) async fn create(
     .into_response())
 }
 
-/// `GET /v1/turns/active`.
+/// `GET /v1/turns/active`: this replica's running turns, and with Redis those of every replica
+/// that answers, each marked with its `replica`.
 pub(crate) async fn active(State(app): State<App>) -> Json<Value> {
-    Json(json!({"turns": app.engine.active_turns()}))
+    if app.engine.replica().is_none() {
+        return Json(json!({"turns": app.engine.active_turns()}));
+    }
+    let mut all: Vec<_> = app
+        .engine
+        .turns_everywhere()
+        .await
+        .into_iter()
+        .flat_map(|group| {
+            let replica = group.replica;
+            group.turns.into_iter().map(move |t| (t, replica.clone()))
+        })
+        .collect();
+    // Oldest first, as one replica lists them.
+    all.sort_by(|(a, _), (b, _)| {
+        a.started_at
+            .cmp(&b.started_at)
+            .then_with(|| a.turn_id.cmp(&b.turn_id))
+    });
+    let turns: Vec<Value> = all
+        .into_iter()
+        .map(|(turn, replica)| {
+            let mut turn = serde_json::to_value(turn).unwrap_or(Value::Null);
+            if let Value::Object(fields) = &mut turn {
+                fields.insert("replica".to_owned(), Value::String(replica));
+            }
+            turn
+        })
+        .collect();
+    Json(json!({"turns": turns}))
 }
 
 /// `POST /v1/turns/{id}/abort`: here, or on the replica that runs the turn.

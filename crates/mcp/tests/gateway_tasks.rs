@@ -181,8 +181,10 @@ async fn a_long_call_becomes_a_task_after_task_after_and_its_result_is_fetched()
     let started = tokio::time::Instant::now();
     let r = c.call("t__sleep", json!({"ms": 3000})).await;
     let waited = started.elapsed();
+    // Not before task_after; that it came before the call's end shows in the answer itself
+    // (a task, still working).
     assert!(
-        waited >= Duration::from_millis(300) && waited < Duration::from_millis(2500),
+        waited >= Duration::from_millis(300),
         "answered after {waited:?}"
     );
     let id = created(&r);

@@ -15,6 +15,7 @@ use toolwarden_core::shared::BreakerChange;
 
 use crate::keys::Keys;
 use crate::options::Options;
+use crate::wire::ReplyMsg;
 
 /// A write that only informs the other replicas, done behind the calls by the outbox.
 #[derive(Debug)]
@@ -35,6 +36,15 @@ pub(crate) enum Write {
     },
     /// An event of this replica, as the message to publish.
     Event(String),
+    /// Drops a session's run that this replica counted alone while Redis was away.
+    DropRun {
+        session: String,
+    },
+    /// Leaves a place in a session's line and tells the others.
+    GateLeave {
+        session: String,
+        place: String,
+    },
 }
 
 impl Write {
@@ -45,6 +55,8 @@ impl Write {
             Write::Release { .. } => "release",
             Write::CachePut { .. } => "cache_put",
             Write::Event(_) => "event",
+            Write::GateLeave { .. } => "gate_leave",
+            Write::DropRun { .. } => "drop_run",
         }
     }
 }
@@ -63,9 +75,44 @@ pub(crate) struct Inner {
     pub(crate) metrics: SharedMetrics,
     /// Writes that only inform the others, done behind the calls.
     pub(crate) outbox: mpsc::UnboundedSender<Write>,
-    /// Aborts sent to the others, waiting for their answers.
-    pub(crate) pending: Mutex<HashMap<u64, mpsc::UnboundedSender<bool>>>,
+    /// Aborts and requests for running turns sent to the others, waiting for their answers.
+    pub(crate) pending: Mutex<HashMap<u64, mpsc::UnboundedSender<ReplyMsg>>>,
     pub(crate) next_req: AtomicU64,
+    /// What Redis missed while it could not be reached, written when it is back.
+    pub(crate) missed: Mutex<Missed>,
+}
+
+/// What a session's state in Redis missed while Redis could not be reached.
+#[derive(Default)]
+pub(crate) struct Missed {
+    /// Sessions whose calls were counted here alone: the run Redis holds for them is stale.
+    pub(crate) runs: std::collections::HashSet<String>,
+    /// Places left here (session, place): Redis still holds them.
+    pub(crate) leaves: Vec<(String, String)>,
+}
+
+/// At most this many sessions and places are remembered while Redis is away (beyond, a stale
+/// run stays until its TTL and a place until its expiry).
+pub(crate) const MISSED_MAX: usize = 65_536;
+
+impl Missed {
+    /// Remembers a write the outbox could not make, if it is one Redis must get later.
+    pub(crate) fn keep(&mut self, write: Write) {
+        match write {
+            Write::GateLeave { session, place } if self.leaves.len() < MISSED_MAX => {
+                self.leaves.push((session, place));
+            }
+            Write::DropRun { session } => self.run(&session),
+            _ => {}
+        }
+    }
+
+    /// Remembers a session whose answer was counted here alone.
+    pub(crate) fn run(&mut self, session: &str) {
+        if self.runs.len() < MISSED_MAX {
+            self.runs.insert(session.to_owned());
+        }
+    }
 }
 
 /// A lost probe lease or cache lock frees itself after its TTL; these scripts free only what
@@ -80,6 +127,46 @@ local v = redis.call('GET', KEYS[1])
 if v then return {1, v, redis.call('PTTL', KEYS[1])} end
 if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {2} end
 return {3}";
+
+/// Counts a call's answer into a session's run: the run's new count (0: ended).
+pub(crate) const LOOP_RECORD: &str = r"
+if ARGV[2] == '' then
+  redis.call('DEL', KEYS[1])
+  return 0
+end
+local cur = redis.call('HMGET', KEYS[1], 'c', 'r', 'n')
+local n = 1
+if cur[1] == ARGV[1] and cur[2] == ARGV[2] then n = tonumber(cur[3]) + 1 end
+redis.call('HSET', KEYS[1], 'c', ARGV[1], 'r', ARGV[2], 'n', n)
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return n";
+
+/// Takes (or keeps) a place in a session's line and says whether it may pass — the rule of the
+/// local gate: an exclusive place passes when it is first, a parallel one when no exclusive place
+/// is ahead of it. Places past their expiry (a replica that died) are dropped on the way.
+pub(crate) const GATE_ENTER: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local me, ttl = ARGV[1], tonumber(ARGV[2])
+if not redis.call('ZSCORE', KEYS[1], me) then
+  redis.call('ZADD', KEYS[1], redis.call('HINCRBY', KEYS[2], '#', 1), me)
+end
+redis.call('HSET', KEYS[2], me, now + ttl)
+for _, k in ipairs(KEYS) do
+  if redis.call('PTTL', k) < ttl then redis.call('PEXPIRE', k, ttl) end
+end
+local exclusive = string.sub(me, 1, 1) == 'x'
+for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  if m == me then return 1 end
+  local expiry = tonumber(redis.call('HGET', KEYS[2], m) or '0')
+  if expiry < now then
+    redis.call('ZREM', KEYS[1], m)
+    redis.call('HDEL', KEYS[2], m)
+  elseif exclusive or string.sub(m, 1, 1) == 'x' then
+    return 0
+  end
+end
+return 1";
 
 impl Inner {
     /// Marks Redis unreachable (the watcher notices when it is back).

@@ -35,6 +35,31 @@ impl Keys {
         format!("{}cache-lock:{}", self.prefix, hex(key))
     }
 
+    /// Hash: a named session's loop run (`c` the call, `r` its result, `n` how many in a row).
+    pub(crate) fn loop_run(&self, session: &str) -> String {
+        format!("{}loop:{session}", self.prefix)
+    }
+
+    /// Sorted set: a named session's line at its gate (place → order of arrival).
+    pub(crate) fn gate(&self, session: &str) -> String {
+        format!("{}gate:{session}", self.prefix)
+    }
+
+    /// Hash: when each place in a session's line expires (epoch ms), and `#` the last order given.
+    pub(crate) fn gate_expiry(&self, session: &str) -> String {
+        format!("{}gate-exp:{session}", self.prefix)
+    }
+
+    /// Channel: a place in a session's line was left (the message is the session's id).
+    pub(crate) fn gate_channel(&self) -> String {
+        format!("{}gate", self.prefix)
+    }
+
+    /// Channel: requests for every replica's running turns.
+    pub(crate) fn turns_channel(&self) -> String {
+        format!("{}turns", self.prefix)
+    }
+
     /// Channel: breaker changes.
     pub(crate) fn breaker_channel(&self) -> String {
         format!("{}breaker", self.prefix)

@@ -12,10 +12,10 @@ use redis::{PushInfo, Value};
 use tokio::sync::mpsc;
 use toolwarden_core::shared::{AbortRequest, BreakerChange, CacheClaim, RemoteEvent};
 use toolwarden_core::{Engine, Received};
-use toolwarden_protocol::{BreakerStateKind, Timestamp};
+use toolwarden_protocol::{BreakerStateKind, SessionId, Timestamp};
 
 use crate::conn::{Inner, RELEASE, Write};
-use crate::wire::{AbortMsg, BreakerMsg, EventMsg, ReplyMsg};
+use crate::wire::{AbortMsg, BreakerMsg, EventMsg, ReplyMsg, TurnsAsk};
 
 /// At most this many writes go in one pipeline.
 const BATCH: usize = 512;
@@ -40,17 +40,38 @@ pub(crate) async fn drain_outbox(inner: Arc<Inner>, mut rx: mpsc::UnboundedRecei
             }
         }
         if !inner.up.load(Ordering::Acquire) {
+            let mut missed = inner.missed.lock();
             for w in batch.drain(..) {
                 inner.metrics.fallback(w.op());
+                missed.keep(w);
             }
             continue;
         }
         let mut pipe = redis::pipe();
+        // What Redis must get even if this pipeline fails (it is written again when Redis is
+        // back): a session's places left and its stale runs dropped.
+        let mut keep = Vec::new();
         for w in batch.drain(..) {
+            match &w {
+                Write::GateLeave { session, place } => keep.push(Write::GateLeave {
+                    session: session.clone(),
+                    place: place.clone(),
+                }),
+                Write::DropRun { session } => keep.push(Write::DropRun {
+                    session: session.clone(),
+                }),
+                _ => {}
+            }
             add_write(&inner, &mut pipe, w);
         }
         let mut conn = inner.cmd.clone();
-        let _: Option<()> = inner.run("outbox", pipe.query_async(&mut conn)).await;
+        let written: Option<()> = inner.run("outbox", pipe.query_async(&mut conn)).await;
+        if written.is_none() {
+            let mut missed = inner.missed.lock();
+            for w in keep {
+                missed.keep(w);
+            }
+        }
     }
 }
 
@@ -99,6 +120,17 @@ fn add_write(inner: &Inner, pipe: &mut redis::Pipeline, write: Write) {
         }
         Write::Event(payload) => {
             pipe.publish(inner.keys.events_channel(), payload).ignore();
+        }
+        Write::DropRun { session } => {
+            pipe.del(inner.keys.loop_run(&session)).ignore();
+        }
+        Write::GateLeave { session, place } => {
+            pipe.zrem(inner.keys.gate(&session), &place)
+                .ignore()
+                .hdel(inner.keys.gate_expiry(&session), &place)
+                .ignore()
+                .publish(inner.keys.gate_channel(), session)
+                .ignore();
         }
     }
 }
@@ -167,6 +199,8 @@ async fn watch(inner: Arc<Inner>, mut sub: ConnectionManager, engine: Engine) {
                     inner.keys.abort_channel(),
                     inner.keys.reply_channel(&inner.replica),
                     inner.keys.events_channel(),
+                    inner.keys.gate_channel(),
+                    inner.keys.turns_channel(),
                 ];
                 sub.subscribe(channels).await?;
                 resync(&inner, &engine).await?;
@@ -179,6 +213,7 @@ async fn watch(inner: Arc<Inner>, mut sub: ConnectionManager, engine: Engine) {
                     tracing::info!("redis reached: replicas share state");
                 }
                 inner.metrics.set_up(true);
+                flush_missed(&inner);
             }
             Ok(Err(e)) => inner.down(e.to_string()),
             Err(_) => inner.down(format!("no answer within {}ms", (bound * 4).as_millis())),
@@ -229,6 +264,19 @@ async fn resync(inner: &Inner, engine: &Engine) -> redis::RedisResult<()> {
     pipe.query_async::<()>(&mut conn).await
 }
 
+/// Sessions after Redis was away, once it is up again: a run counted here alone is dropped
+/// there (the session's next call starts a new run rather than resume a stale one), and the
+/// places left meanwhile are left there too — through the outbox, behind the calls.
+fn flush_missed(inner: &Inner) {
+    let missed = std::mem::take(&mut *inner.missed.lock());
+    for session in missed.runs {
+        let _ = inner.outbox.send(Write::DropRun { session });
+    }
+    for (session, place) in missed.leaves {
+        let _ = inner.outbox.send(Write::GateLeave { session, place });
+    }
+}
+
 /// Carries out what the other replicas say, in the order they said it.
 async fn inbox(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<PushInfo>, engine: Engine) {
     let (breakers, aborts, replies, events) = (
@@ -237,6 +285,7 @@ async fn inbox(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<PushInfo>, eng
         inner.keys.reply_channel(&inner.replica),
         inner.keys.events_channel(),
     );
+    let (gates, turns) = (inner.keys.gate_channel(), inner.keys.turns_channel());
     while let Some(push) = rx.recv().await {
         let Some(msg) = redis::Msg::from_push_info(push) else {
             continue;
@@ -252,6 +301,14 @@ async fn inbox(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<PushInfo>, eng
                     event: m.event,
                 });
             }
+        } else if channel == gates {
+            if let Ok(session) = std::str::from_utf8(payload) {
+                engine.gate_released_elsewhere(&SessionId::from(session));
+            }
+        } else if channel == turns {
+            if let Ok(m) = serde_json::from_slice::<TurnsAsk>(payload) {
+                answer_turns(&inner, &engine, m);
+            }
         } else if channel == aborts {
             if let Ok(m) = serde_json::from_slice::<AbortMsg>(payload) {
                 carry_out_abort(&inner, &engine, m);
@@ -260,7 +317,7 @@ async fn inbox(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<PushInfo>, eng
             if let Ok(m) = serde_json::from_slice::<ReplyMsg>(payload)
                 && let Some(tx) = inner.pending.lock().get(&m.req)
             {
-                let _ = tx.send(m.found);
+                let _ = tx.send(m);
             }
         } else if channel == breakers
             && let Ok(m) = serde_json::from_slice::<BreakerMsg>(payload)
@@ -283,7 +340,10 @@ fn carry_out_abort(inner: &Arc<Inner>, engine: &Engine, m: AbortMsg) {
     if *m.replica == *inner.replica {
         // Our own: it was tried here before it was sent.
         if let Some(tx) = inner.pending.lock().get(&m.req) {
-            let _ = tx.send(false);
+            let _ = tx.send(ReplyMsg {
+                req: m.req,
+                ..ReplyMsg::default()
+            });
         }
         return;
     }
@@ -292,14 +352,51 @@ fn carry_out_abort(inner: &Arc<Inner>, engine: &Engine, m: AbortMsg) {
         call_id: m.call_id,
         reason: m.reason,
     });
-    let reply = serde_json::to_string(&ReplyMsg { req: m.req, found }).unwrap_or_default();
-    let channel = inner.keys.reply_channel(&m.replica);
+    reply(
+        inner,
+        &m.replica,
+        &ReplyMsg {
+            req: m.req,
+            found,
+            ..ReplyMsg::default()
+        },
+    );
+}
+
+/// A request for this replica's running turns: answered with them (one's own request is
+/// answered with nothing, the asker has its own).
+fn answer_turns(inner: &Arc<Inner>, engine: &Engine, m: TurnsAsk) {
+    if *m.replica == *inner.replica {
+        if let Some(tx) = inner.pending.lock().get(&m.req) {
+            let _ = tx.send(ReplyMsg {
+                req: m.req,
+                ..ReplyMsg::default()
+            });
+        }
+        return;
+    }
+    reply(
+        inner,
+        &m.replica,
+        &ReplyMsg {
+            req: m.req,
+            found: true,
+            replica: Some(inner.replica.to_string()),
+            turns: Some(engine.active_turns()),
+        },
+    );
+}
+
+/// Publishes an answer on the asker's channel, behind the inbox.
+fn reply(inner: &Arc<Inner>, asker: &str, msg: &ReplyMsg) {
+    let reply = serde_json::to_string(msg).unwrap_or_default();
+    let channel = inner.keys.reply_channel(asker);
     let inner = inner.clone();
     tokio::spawn(async move {
         let mut conn = inner.cmd.clone();
         let _: Option<u64> = inner
             .run(
-                "abort_reply",
+                "reply",
                 redis::cmd("PUBLISH")
                     .arg(&channel)
                     .arg(&reply)

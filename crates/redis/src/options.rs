@@ -16,6 +16,10 @@ pub struct Options {
     /// How often the watcher checks that Redis answers (and how soon a returned Redis is used
     /// again).
     pub check_every: Duration,
+    /// What the replica's name starts with (its store replica id, `TOOLWARDEN_REPLICA`, when it
+    /// has one); a random part made at start follows, so that no two running replicas share
+    /// a name.
+    pub label: Option<String>,
 }
 
 /// The default `prefix`.
@@ -54,6 +58,7 @@ impl Options {
                 .unwrap_or_else(|| DEFAULT_PREFIX.to_owned()),
             timeout,
             check_every: Duration::from_millis(500),
+            label: None,
         })
     }
 }

@@ -15,12 +15,17 @@ use redis::aio::ConnectionManager;
 use tokio::sync::mpsc;
 use toolwarden_core::BoxFuture;
 use toolwarden_core::metrics::SharedMetrics;
-use toolwarden_core::shared::{AbortRequest, BreakerChange, CacheClaim, SharedHealth, SharedState};
+use toolwarden_core::shared::{
+    AbortRequest, BreakerChange, CacheClaim, GateAnswer, GatePlace, LoopRun, ReplicaTurns,
+    SharedHealth, SharedState,
+};
+use toolwarden_protocol::SessionId;
 
 use crate::conn::{CLAIM, Inner, Write};
 use crate::keys::Keys;
 use crate::link;
 use crate::options::Options;
+use crate::session;
 use crate::wire::AbortMsg;
 
 /// State shared with other replicas through Redis. Cheap to clone.
@@ -51,7 +56,7 @@ impl RedisShared {
         let (outbox, rx) = mpsc::unbounded_channel();
         metrics.set_up(false);
         let inner = Arc::new(Inner {
-            replica: Arc::from(ulid::Ulid::new().to_string()),
+            replica: Arc::from(replica_name(options.label.as_deref())),
             keys: Keys::new(&options.prefix),
             options,
             cmd,
@@ -61,6 +66,7 @@ impl RedisShared {
             outbox,
             pending: Mutex::new(HashMap::new()),
             next_req: AtomicU64::new(1),
+            missed: Mutex::default(),
         });
         tokio::spawn(link::drain_outbox(inner.clone(), rx));
         Ok(Self { inner })
@@ -81,9 +87,21 @@ impl RedisShared {
         if self.inner.up.load(Ordering::Acquire) {
             let _ = self.inner.outbox.send(write);
         } else {
-            // Breakers are resynchronised when Redis is back; the rest is lost to the others.
+            // Breakers are resynchronised when Redis is back, and a session's places left; the
+            // rest is lost to the others.
             self.inner.metrics.fallback(write.op());
+            self.inner.missed.lock().keep(write);
         }
+    }
+}
+
+/// A replica's name: a ULID made now, or `LABEL-` and the ULID's last eight (random)
+/// characters.
+fn replica_name(label: Option<&str>) -> String {
+    let ulid = ulid::Ulid::new().to_string();
+    match label.filter(|l| !l.is_empty()) {
+        Some(label) => format!("{label}-{}", &ulid[ulid.len() - 8..]),
+        None => ulid,
     }
 }
 
@@ -210,8 +228,8 @@ impl SharedState for RedisShared {
                     let wait = async {
                         for _ in 0..listeners {
                             match rx.recv().await {
-                                Some(true) => return true,
-                                Some(false) => {}
+                                Some(reply) if reply.found => return true,
+                                Some(_) => {}
                                 None => return false,
                             }
                         }
@@ -225,5 +243,54 @@ impl SharedState for RedisShared {
             inner.pending.lock().remove(&req);
             found
         })
+    }
+
+    fn replica(&self) -> &str {
+        &self.inner.replica
+    }
+
+    fn turns_elsewhere(&self) -> BoxFuture<Vec<ReplicaTurns>> {
+        Box::pin(session::turns_elsewhere(self.inner.clone()))
+    }
+
+    fn loop_run(&self, session: &SessionId) -> BoxFuture<Result<Option<LoopRun>, ()>> {
+        Box::pin(session::loop_run(self.inner.clone(), session.clone()))
+    }
+
+    fn loop_record(
+        &self,
+        session: &SessionId,
+        call: &[u8; 32],
+        result: Option<[u8; 32]>,
+        ttl: Duration,
+    ) -> BoxFuture<Option<u32>> {
+        Box::pin(session::loop_record(
+            self.inner.clone(),
+            session.clone(),
+            *call,
+            result,
+            ttl,
+        ))
+    }
+
+    fn gate_enter(
+        &self,
+        session: &SessionId,
+        place: GatePlace,
+        ttl: Duration,
+    ) -> BoxFuture<GateAnswer> {
+        Box::pin(session::gate_enter(
+            self.inner.clone(),
+            session.clone(),
+            place,
+            ttl,
+        ))
+    }
+
+    fn gate_leave(&self, session: &SessionId, place: GatePlace) {
+        self.enqueue(Write::GateLeave {
+            session: session.to_string(),
+            place: session::place_name(&self.inner, place),
+        });
     }
 }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use toolwarden_protocol::{CallId, CancelReason, Event, TurnId};
+use toolwarden_protocol::{ActiveTurn, CallId, CancelReason, Event, TurnId};
 
 /// A breaker changed on `replica`.
 #[derive(Debug, Serialize, Deserialize)]
@@ -24,11 +24,24 @@ pub(crate) struct AbortMsg {
     pub(crate) reason: CancelReason,
 }
 
-/// One replica's answer to an abort.
+/// `replica` asks every replica for its running turns; `req` pairs the answers with it.
 #[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct TurnsAsk {
+    pub(crate) replica: String,
+    pub(crate) req: u64,
+}
+
+/// One replica's answer to an abort (`found`) or to a request for its running turns (`replica`
+/// and `turns`).
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub(crate) struct ReplyMsg {
     pub(crate) req: u64,
+    #[serde(default)]
     pub(crate) found: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) replica: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) turns: Option<Vec<ActiveTurn>>,
 }
 
 /// An event of `replica`.

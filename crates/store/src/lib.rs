@@ -9,8 +9,9 @@
 //! so the cost of a commit is spread over all of them. The database is in WAL mode: readers
 //! (`GET /v1/audit`, `toolwarden audit`) use their own connections and never block the writer.
 //!
-//! Everything SQLite-specific sits behind [`toolwarden_core::AuditStore`]; the PostgreSQL store
-//! ([`PgStore`], `store.url`) is another implementation of it, sharing the writer thread, the
+//! Everything SQLite-specific sits behind [`toolwarden_core::AuditStore`], implemented once by
+//! [`Trail`] — the writer thread and a database's [`Reads`]. The PostgreSQL store ([`PgStore`],
+//! `store.url`) is the same handle with PostgreSQL's reads, sharing the writer thread, the
 //! redaction and the recovery rules, with its own schema and a replica id on every row.
 #![deny(missing_docs)]
 
@@ -24,6 +25,7 @@ mod recover;
 mod redact;
 mod schema;
 mod tasks;
+mod trail;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -32,10 +34,9 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use rusqlite::Connection;
 use toolwarden_core::backend::BoxFuture;
-use toolwarden_core::{AuditStore, StoreHealth, StoreReadError, StoreUnavailable};
+use toolwarden_core::{AuditStore, StoreReadError};
 use toolwarden_protocol::{
-    AuditPage, AuditQuery, CallsPage, Event, StoreDurability, TaskRecord, Timestamp, TurnId,
-    TurnRecord,
+    AuditPage, AuditQuery, CallsPage, TaskRecord, Timestamp, TurnId, TurnRecord,
 };
 
 pub use error::OpenError;
@@ -44,10 +45,11 @@ pub use options::{
     DEFAULT_FILE, DEFAULT_MAX_PAYLOAD, DEFAULT_QUEUE_CAPACITY, DEFAULT_RETAIN, REPLICA_ENV,
     StoreOptions, default_path, default_replica,
 };
-pub use pg::{PG_SCHEMA_VERSION, PgReader, PgStore, shown_url};
+pub use pg::{PG_SCHEMA_VERSION, PgReader, PgReads, PgStore, shown_url};
 pub use read::RUNNING;
 pub use redact::{DEFAULT_MASK_KEYS, MASKED, Redactor};
 pub use schema::LATEST as SCHEMA_VERSION;
+pub use trail::{Reads, Trail};
 
 fn schema_error(path: &Path, e: schema::SchemaError) -> OpenError {
     match e {
@@ -64,25 +66,23 @@ fn schema_error(path: &Path, e: schema::SchemaError) -> OpenError {
 }
 
 /// The SQLite audit trail.
-pub struct SqliteStore {
+pub type SqliteStore = Trail<SqliteReads>;
+
+/// The SQLite file's reads: read-only connections of their own, kept between reads.
+pub struct SqliteReads {
     path: PathBuf,
-    durability: StoreDurability,
-    last_seq: u64,
-    interrupted: usize,
-    shared: Arc<writer::Shared>,
     readers: Arc<Mutex<Vec<Connection>>>,
 }
 
-impl std::fmt::Debug for SqliteStore {
+impl std::fmt::Debug for SqliteReads {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteStore")
+        f.debug_struct("SqliteReads")
             .field("path", &self.path)
-            .field("durability", &self.durability)
             .finish_non_exhaustive()
     }
 }
 
-impl SqliteStore {
+impl Trail<SqliteReads> {
     /// Opens (creating it if needed) the store at `options.path`: takes the writer's lock, checks
     /// the schema (refusing a newer one or a damaged file untouched), runs the migrations,
     /// records `interrupted` for what a dead process left open, prunes old rows, and starts the
@@ -106,9 +106,9 @@ impl SqliteStore {
         let interrupted = recover::recover(&mut conn, &redactor, Timestamp::now())
             .map_err(|e| sqlite_error(&path, e))?;
         let last_seq = read::last_seq(&conn).map_err(|e| sqlite_error(&path, e))?;
-        if let Some(retain) = options.retain {
-            writer::prune(&conn, retain, Timestamp::now()).map_err(|e| sqlite_error(&path, e))?;
-        }
+        // Expired tasks go whatever `retain` says (zero keeps every other row).
+        let retain = options.retain.unwrap_or_default();
+        writer::prune(&conn, retain, Timestamp::now()).map_err(|e| sqlite_error(&path, e))?;
         let backend = writer::SqliteWriter {
             conn,
             rows: apply::Rows::default(),
@@ -118,26 +118,25 @@ impl SqliteStore {
                 path: path.clone(),
                 detail: format!("cannot start its writer thread: {e}"),
             })?;
-        Ok(SqliteStore {
-            path,
+        Ok(Trail {
             durability: options.durability,
             last_seq,
             interrupted,
             shared,
-            readers: Arc::default(),
+            reads: SqliteReads {
+                path,
+                readers: Arc::default(),
+            },
         })
     }
 
     /// The file.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.reads.path
     }
+}
 
-    /// How many calls recovery recorded as `interrupted` when the store opened.
-    pub fn interrupted(&self) -> usize {
-        self.interrupted
-    }
-
+impl SqliteReads {
     fn read<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
@@ -167,43 +166,7 @@ impl SqliteStore {
     }
 }
 
-impl AuditStore for SqliteStore {
-    fn durability(&self) -> StoreDurability {
-        self.durability
-    }
-
-    fn last_seq(&self) -> u64 {
-        self.last_seq
-    }
-
-    fn append(&self, event: &Arc<Event>) {
-        self.shared.append(event);
-    }
-
-    fn is_durable(&self, seq: u64) -> bool {
-        self.shared.is_durable(seq)
-    }
-
-    fn durable(&self, seq: u64) -> BoxFuture<Result<(), StoreUnavailable>> {
-        self.shared.durable(seq)
-    }
-
-    fn has_room(&self) -> bool {
-        self.shared.has_room()
-    }
-
-    fn room(&self) -> BoxFuture<()> {
-        self.shared.room()
-    }
-
-    fn queue_depth(&self) -> usize {
-        self.shared.depth()
-    }
-
-    fn health(&self) -> StoreHealth {
-        self.shared.health()
-    }
-
+impl Reads for SqliteReads {
     fn events(&self, query: AuditQuery) -> BoxFuture<Result<AuditPage, StoreReadError>> {
         self.read(move |conn| read::events(conn, &query))
     }
@@ -216,23 +179,8 @@ impl AuditStore for SqliteStore {
         self.read(move |conn| read::turn(conn, &turn_id))
     }
 
-    fn put_task(&self, task: TaskRecord) -> BoxFuture<Result<(), StoreUnavailable>> {
-        self.shared.put_task(task)
-    }
-
     fn task(&self, task_id: String) -> BoxFuture<Result<Option<TaskRecord>, StoreReadError>> {
         self.read(move |conn| tasks::read(conn, &task_id))
-    }
-
-    fn close(&self) -> BoxFuture<()> {
-        self.shared.close()
-    }
-}
-
-impl Drop for SqliteStore {
-    fn drop(&mut self) {
-        // The writer commits what is queued, then ends (and lets go of the lock).
-        self.shared.request_close();
     }
 }
 

@@ -48,13 +48,18 @@ pub(crate) fn read(conn: &Connection, task_id: &str) -> rusqlite::Result<Option<
     .optional()
 }
 
-/// Deletes the tasks whose turn ended `ttl_ms` or more before `now`.
+/// Deletes the tasks whose turn ended `ttl_ms` or more before `now`, and those whose turn is
+/// not in the trail (pruned by `retain`, or never recorded) a day after they would have expired.
 pub(crate) fn prune(conn: &Connection, now: Timestamp) -> rusqlite::Result<()> {
     conn.execute(
         "DELETE FROM tasks WHERE task_id IN (SELECT t.task_id FROM tasks t \
-         JOIN turns u ON u.turn_id = t.turn_id \
-         WHERE u.ended_at IS NOT NULL AND u.ended_at + t.ttl_ms <= ?1)",
-        [now.unix_millis()],
+         LEFT JOIN turns u ON u.turn_id = t.turn_id \
+         WHERE (u.ended_at IS NOT NULL AND u.ended_at + t.ttl_ms <= ?1) \
+            OR (u.turn_id IS NULL AND t.created_at + t.ttl_ms + ?2 <= ?1))",
+        [now.unix_millis(), ORPHAN_GRACE_MS],
     )?;
     Ok(())
 }
+
+/// How long past its ttl a task whose turn is not in the trail is kept.
+pub(crate) const ORPHAN_GRACE_MS: i64 = 24 * 3600 * 1000;

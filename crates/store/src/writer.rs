@@ -22,6 +22,9 @@ use crate::redact::Redactor;
 const PRUNE_EVERY_MS: i64 = 3600 * 1000;
 /// Rows deleted per transaction when pruning (so that commits of new events are not held up).
 const PRUNE_CHUNK: i64 = 5000;
+/// How long recording a task waits for the write connection (a commit takes milliseconds; a
+/// prune or a failing database holds it longer) before giving up on making the task.
+const PUT_TASK_WAIT: Duration = Duration::from_secs(1);
 /// Waits between attempts to write after a failure: doubling up to the last.
 const RETRY_FIRST: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(5);
@@ -246,12 +249,30 @@ impl Shared {
         task: TaskRecord,
     ) -> BoxFuture<Result<(), StoreUnavailable>> {
         let shared = self.clone();
-        let write = move || match shared.state.lock().as_mut() {
-            Some(conn) => conn
-                .backend
-                .put_task(&task)
-                .map_err(|e| StoreUnavailable(format!("the task was not recorded: {e}"))),
-            None => Err(StoreUnavailable("the audit trail is closed".to_owned())),
+        // A failing store retries its batch while holding the connection: a task is not made
+        // then (its request keeps waiting for the call), rather than waiting for the database.
+        let write = move || {
+            if shared.failing.load(Ordering::Acquire) {
+                let why = match &*shared.health.lock() {
+                    StoreHealth::Degraded(why) => why.clone(),
+                    StoreHealth::Ok => "the store cannot write".to_owned(),
+                };
+                return Err(StoreUnavailable(format!(
+                    "the task was not recorded: {why}"
+                )));
+            }
+            let Some(mut state) = shared.state.try_lock_for(PUT_TASK_WAIT) else {
+                return Err(StoreUnavailable(
+                    "the task was not recorded: the writer was busy for too long".to_owned(),
+                ));
+            };
+            match state.as_mut() {
+                Some(conn) => conn
+                    .backend
+                    .put_task(&task)
+                    .map_err(|e| StoreUnavailable(format!("the task was not recorded: {e}"))),
+                None => Err(StoreUnavailable("the audit trail is closed".to_owned())),
+            }
         };
         Box::pin(async move {
             match tokio::runtime::Handle::try_current() {
@@ -391,7 +412,8 @@ impl Writer {
     }
 
     fn maybe_prune(&mut self) {
-        let Some(retain) = self.retain else { return };
+        // Expired tasks go whatever `retain` says; zero keeps every other row.
+        let retain = self.retain.unwrap_or(Duration::ZERO);
         let now = Timestamp::now();
         if now.unix_millis() - self.last_prune < PRUNE_EVERY_MS {
             return;

@@ -1138,6 +1138,12 @@ async fn a_task_is_kept_with_its_turn_across_a_restart_and_pruned_after_its_ttl(
     };
     store.put_task(task("task_kept", 3_600_000)).await.unwrap();
     store.put_task(task("task_brief", 0)).await.unwrap();
+    // A task whose turn never reached the trail (toolwarden stopped as it was made), long ago.
+    let orphan = TaskRecord {
+        turn_id: "turn_never_recorded".into(),
+        ..task("task_orphan", 0)
+    };
+    store.put_task(orphan).await.unwrap();
     assert_eq!(
         store.task("task_kept".into()).await.unwrap(),
         Some(task("task_kept", 3_600_000))
@@ -1158,5 +1164,7 @@ async fn a_task_is_kept_with_its_turn_across_a_restart_and_pruned_after_its_ttl(
     assert_eq!(turn.outcome.as_deref(), Some("interrupted"));
     // Its turn ended (at recovery) more than 0 ms ago: pruned as the store opened.
     assert_eq!(store.task("task_brief".into()).await.unwrap(), None);
+    // No turn, and created more than a day past its ttl: pruned too.
+    assert_eq!(store.task("task_orphan".into()).await.unwrap(), None);
     store.close().await;
 }

@@ -234,17 +234,38 @@ pub(crate) async fn turns(config: Option<&Path>, args: ClientArgs) -> anyhow::Re
         println!("no running turns");
         return Ok(Exit::Ok);
     }
-    let mut table = Table::new(&[
-        "TURN", "SESSION", "STARTED", "CALL", "TOOL", "STATE", "ELAPSED", "PROGRESS",
+    // With several replicas (docs/SCALE-OUT.md) each turn names the replica that runs it.
+    let replicas: Vec<Option<&str>> = body["turns"]
+        .as_array()
+        .map(|all| all.iter().map(|t| t["replica"].as_str()).collect())
+        .unwrap_or_default();
+    let shared = replicas.iter().any(Option::is_some);
+    let mut header = vec!["TURN"];
+    if shared {
+        header.push("REPLICA");
+    }
+    header.extend([
+        "SESSION", "STARTED", "CALL", "TOOL", "STATE", "ELAPSED", "PROGRESS",
     ]);
-    for turn in &turns {
+    let mut table = Table::new(&header);
+    for (i, turn) in turns.iter().enumerate() {
         let session = match &turn.parent_turn_id {
             Some(parent) => format!("{} (child of {parent})", turn.session_id),
             None => turn.session_id.to_string(),
         };
         for call in &turn.calls {
-            table.row(vec![
-                turn.turn_id.to_string(),
+            let mut cells = vec![turn.turn_id.to_string()];
+            if shared {
+                cells.push(
+                    replicas
+                        .get(i)
+                        .copied()
+                        .flatten()
+                        .unwrap_or_default()
+                        .to_owned(),
+                );
+            }
+            cells.extend([
                 session.clone(),
                 turn.started_at.to_string(),
                 call.call_id.to_string(),
@@ -259,6 +280,7 @@ pub(crate) async fn turns(config: Option<&Path>, args: ClientArgs) -> anyhow::Re
                     .map(progress_text)
                     .unwrap_or_default(),
             ]);
+            table.row(cells);
         }
     }
     print!("{}", table.render());

@@ -362,13 +362,15 @@ fn connect_redis(
     redis: &toolwarden_protocol::RedisConfig,
     metrics: &toolwarden_core::Metrics,
 ) -> anyhow::Result<RedisShared> {
-    let options = match RedisOptions::from_config(redis) {
+    let mut options = match RedisOptions::from_config(redis) {
         Ok(options) => options,
         Err(e @ toolwarden_redis::OptionsError::ZeroTimeout) => {
             usage!("{}", key_error(config, "redis", "timeout", &e.to_string()))
         }
         Err(e) => usage!("{}", key_error(config, "redis", "url", &e.to_string())),
     };
+    // The replica's name in other replicas' listings starts with its id in the trail, when set.
+    options.label = std::env::var(toolwarden_store::REPLICA_ENV).ok();
     Ok(RedisShared::new(options, metrics.shared().clone())?)
 }
 

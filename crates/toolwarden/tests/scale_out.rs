@@ -14,11 +14,11 @@ use tokio::time::Instant;
 
 use crate::util::{Dir, Running, Sse, http, toml_str};
 
-const WAIT: Duration = Duration::from_secs(20);
+pub(crate) const WAIT: Duration = Duration::from_secs(20);
 
 /// The throwaway Redis `scripts/setup-test-deps.sh` started when none answered where it looked
 /// (`./.test-redis-url`), else `TOOLWARDEN_TEST_REDIS_URL`, else 127.0.0.1:6379.
-fn redis_url() -> String {
+pub(crate) fn redis_url() -> String {
     let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.test-redis-url");
     if let Ok(url) = std::fs::read_to_string(file)
         && !url.trim().is_empty()
@@ -29,20 +29,20 @@ fn redis_url() -> String {
 }
 
 /// A key prefix of this test alone (in this run).
-fn prefix(test: &str) -> String {
+pub(crate) fn prefix(test: &str) -> String {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     format!("twtest:{test}:{}:{n}:", std::process::id())
 }
 
-struct Replica {
-    _dir: Dir,
-    server: Running,
-    url: String,
+pub(crate) struct Replica {
+    pub(crate) _dir: Dir,
+    pub(crate) server: Running,
+    pub(crate) url: String,
 }
 
 /// One `serve` replica with `exec`, no audit trail, `[redis]` at `url`/`prefix`, and `extra`.
-async fn replica(redis: &str, prefix: &str, extra: &str) -> Replica {
+pub(crate) async fn replica(redis: &str, prefix: &str, extra: &str) -> Replica {
     let dir = Dir::new();
     dir.create(
         "toolwarden.toml",
@@ -64,7 +64,7 @@ async fn replica(redis: &str, prefix: &str, extra: &str) -> Replica {
 }
 
 /// Three replicas, each once Redis is reached.
-async fn three(test: &str, extra: &str) -> [Replica; 3] {
+pub(crate) async fn three(test: &str, extra: &str) -> [Replica; 3] {
     let (redis, prefix) = (redis_url(), prefix(test));
     let replicas = [
         replica(&redis, &prefix, extra).await,
@@ -77,14 +77,14 @@ async fn three(test: &str, extra: &str) -> [Replica; 3] {
     replicas
 }
 
-async fn health(url: &str) -> (u16, Value) {
+pub(crate) async fn health(url: &str) -> (u16, Value) {
     let resp = http().get(format!("{url}/healthz")).send().await.unwrap();
     let code = resp.status().as_u16();
     (code, resp.json().await.unwrap())
 }
 
 /// Waits until `/healthz` says `status`; panics with the last answer and the replica's log.
-async fn wait_health(r: &Replica, status: &str) -> Value {
+pub(crate) async fn wait_health(r: &Replica, status: &str) -> Value {
     let until = Instant::now() + WAIT;
     loop {
         let (code, body) = health(&r.url).await;
@@ -102,7 +102,7 @@ async fn wait_health(r: &Replica, status: &str) -> Value {
 }
 
 /// One call of `exec` as a turn; its `toolwarden` outcome.
-async fn exec(url: &str, id: &str, command: &str, timeout_ms: Option<u64>) -> Value {
+pub(crate) async fn exec(url: &str, id: &str, command: &str, timeout_ms: Option<u64>) -> Value {
     let mut call =
         json!({"type": "tool_use", "id": id, "name": "exec", "input": {"command": command}});
     if let Some(ms) = timeout_ms {
@@ -221,7 +221,7 @@ async fn identical_cacheable_calls_on_two_replicas_run_the_tool_once() {
 }
 
 /// Starts a detached long turn on `url`; its id.
-async fn detached(url: &str, command: &str) -> String {
+pub(crate) async fn detached(url: &str, command: &str) -> String {
     let resp = http()
         .post(format!("{url}/v1/turns"))
         .json(&json!({"detach": true, "calls": [{"type": "tool_use", "id": "long", "name": "exec", "input": {"command": command}}]}))
@@ -367,13 +367,13 @@ async fn events_of_one_replica_appear_on_anothers_event_stream() {
 }
 
 /// A throwaway `redis-server` on a free port, killed when dropped.
-struct Throwaway {
-    port: u16,
+pub(crate) struct Throwaway {
+    pub(crate) port: u16,
     child: Option<std::process::Child>,
 }
 
 impl Throwaway {
-    fn start(port: Option<u16>) -> Throwaway {
+    pub(crate) fn start(port: Option<u16>) -> Throwaway {
         let port = port.unwrap_or_else(|| {
             TcpListener::bind("127.0.0.1:0")
                 .unwrap()
@@ -401,7 +401,7 @@ impl Throwaway {
         }
     }
 
-    fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
@@ -497,13 +497,13 @@ async fn redis_going_away_mid_load_fails_no_call_and_sharing_resumes_when_it_ret
     }
 }
 
-async fn stop_replica(mut r: Replica) {
+pub(crate) async fn stop_replica(mut r: Replica) {
     r.server.signal(Signal::SIGTERM);
     r.server.wait(Duration::from_secs(15)).await.expect_code(0);
 }
 
 /// Redis commands by name (`INFO commandstats`), PINGs and INFO itself left out.
-async fn command_counts(url: &str) -> std::collections::BTreeMap<String, u64> {
+pub(crate) async fn command_counts(url: &str) -> std::collections::BTreeMap<String, u64> {
     let out = tokio::process::Command::new("redis-cli")
         .args(["-u", url, "INFO", "commandstats"])
         .output()
@@ -528,7 +528,7 @@ async fn command_counts(url: &str) -> std::collections::BTreeMap<String, u64> {
         .collect()
 }
 
-fn delta(
+pub(crate) fn delta(
     before: &std::collections::BTreeMap<String, u64>,
     after: &std::collections::BTreeMap<String, u64>,
     calls: u64,
@@ -592,5 +592,12 @@ async fn redis_commands_per_call() {
     println!(
         "redis commands per call, local cache hit: {}",
         delta(&t2, &t3, N)
+    );
+    // A turn that names no session has a session only this replica sees: nothing of it goes to
+    // Redis, only its events do.
+    let plain = delta(&t0, &t1, N);
+    assert!(
+        !plain.contains("hmget") && !plain.contains("eval") && !plain.contains("zadd"),
+        "{plain}"
     );
 }

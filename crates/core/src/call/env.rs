@@ -4,6 +4,7 @@
 //! made by hand, without an engine around it.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use tokio_util::task::TaskTracker;
 use toolwarden_protocol::{BreakerStateKind, EventKind};
@@ -29,6 +30,9 @@ pub(crate) struct CallEnv {
     pub(crate) store: Option<StoreHook>,
     /// State shared with other replicas, if any (docs/SCALE-OUT.md).
     pub(crate) shared: Option<Arc<dyn SharedState>>,
+    /// Whether any registered tool is exclusive: only then do a named session's calls take their
+    /// place in its gate across replicas (kept by the registry).
+    pub(crate) exclusive_tools: Arc<AtomicBool>,
     /// Whether spans are exported: each turn then gets its own span id (see [`crate::trace`]).
     pub(crate) export_spans: bool,
 }

@@ -17,6 +17,7 @@ use crate::events::EventScope;
 use crate::loop_detect::Answer;
 use crate::maps::CallDigest;
 use crate::registry::ToolRuntime;
+use crate::shared::{LOOP_RUN_TTL, SharedState};
 use crate::text::{loop_note, outcome_text};
 
 use super::env::CallEnv;
@@ -41,6 +42,9 @@ pub(super) struct Finisher<'a> {
     /// The call's identity and loop policy, once it passed the loop detector: its answer
     /// counts into its session's run.
     pub(super) loop_key: Option<(CallDigest, LoopPolicy)>,
+    /// The shared state, when the call's session is named and shares its loop run with the other
+    /// replicas: the answer is counted there (see [`Finisher::count_shared`]).
+    pub(super) shared_loop: Option<&'a dyn SharedState>,
     /// `(count, block_after)` when the loop detector saw this call repeat.
     repeat: Option<(u32, u32)>,
     pub(super) runtime: Option<&'a Arc<ToolRuntime>>,
@@ -72,6 +76,7 @@ impl<'a> Finisher<'a> {
             invoked: false,
             running: false,
             loop_key: None,
+            shared_loop: None,
             repeat: None,
             runtime,
             done: false,
@@ -198,6 +203,49 @@ impl<'a> Finisher<'a> {
         if let Some(count) = self.turn.session.loops.record(policy, call, answer) {
             self.repeat = Some((count, policy.block_after));
         }
+    }
+
+    /// Counts the call's answer into its session's run shared with the other replicas, before its
+    /// outcome is recorded — so the session's next call sees it, on whichever replica it lands.
+    /// This replica's run follows too (it decides while the shared state cannot be reached).
+    /// `None`: an answer that leaves the run as it was.
+    pub(super) async fn count_shared(&mut self, answer: Option<Answer>) {
+        let Some(shared) = self.shared_loop.take() else {
+            return;
+        };
+        let Some((call, policy)) = self.loop_key.take() else {
+            return;
+        };
+        let Some(answer) = answer else {
+            return;
+        };
+        let session = &self.turn.session;
+        let local = session.loops.record(&policy, &call, answer);
+        let result = match answer {
+            Answer::Result(digest) => Some(digest),
+            Answer::Other => None,
+        };
+        let count = match shared
+            .loop_record(&session.id, &call.0, result, LOOP_RUN_TTL)
+            .await
+        {
+            Some(n) => (policy.warn_after > 0 && n >= policy.warn_after).then_some(n),
+            None => local,
+        };
+        if let Some(count) = count {
+            self.repeat = Some((count, policy.block_after));
+        }
+    }
+
+    /// Serves a stored result, counted first into the session's shared run when there is one.
+    pub(super) async fn serve_hit(&mut self, hit: &CachedResult) {
+        if self.shared_loop.is_some()
+            && let Some(original) = &hit.result.outcome.provenance
+        {
+            let digest = original.digest.0;
+            Box::pin(self.count_shared(Some(Answer::Result(digest)))).await;
+        }
+        self.cache_hit(hit);
     }
 
     pub(super) fn fail(&mut self, status: Status, detail: Option<String>) {

@@ -65,7 +65,7 @@ pub(super) async fn lead_or_follow<'a>(
     loop {
         match fin.env.cache.lookup(key, *now) {
             Lookup::Hit(hit) => {
-                fin.cache_hit(&hit);
+                Box::pin(fin.serve_hit(&hit)).await;
                 return None;
             }
             Lookup::Lead(guard) => {
@@ -94,7 +94,7 @@ pub(super) async fn lead_or_follow<'a>(
                         return None;
                     }
                     Some(Some(hit)) => {
-                        fin.cache_hit(&hit);
+                        Box::pin(fin.serve_hit(&hit)).await;
                         return None;
                     }
                     Some(None) => {}
@@ -127,7 +127,7 @@ async fn lead_across<'a>(
                     });
                 };
                 guard.complete(hit.clone(), ttl, *now);
-                fin.cache_hit(&hit);
+                Box::pin(fin.serve_hit(&hit)).await;
                 return None;
             }
             CacheClaim::Lead => {

@@ -15,8 +15,10 @@
 //! One module per job: `pipeline` (the steps in order), `finish` (recording the outcome),
 //! `approve` (the approval gate), `flight` (single flight), `attempts` (attempts and retries),
 //! `deadline` (waiting under the deadlines), `pacer` (progress pacing), `stop` (stopping an
-//! attempt behind the call), `slot` and `env` (what a call writes to and borrows).
+//! attempt behind the call), `slot` and `env` (what a call writes to and borrows), `across` (a
+//! named session's loop run and gate across replicas).
 
+mod across;
 mod approve;
 mod attempts;
 mod deadline;

@@ -2,6 +2,7 @@
 //! ends the call records its outcome through the [`Finisher`] and returns; nothing after it runs.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use serde_json::Value;
 use tokio::time::Instant;
@@ -16,11 +17,13 @@ use crate::cache::CachedResult;
 use crate::canonical;
 use crate::config::apply_hints;
 use crate::gate::Ticket;
+use crate::loop_detect::Answer;
 use crate::maps::CallDigest;
 use crate::registry::{ToolEntry, ToolRuntime};
 use crate::shared::{SharedState, lease_ttl};
 use crate::text::human_size;
 
+use super::across::{loop_blocks, pass_gate};
 use super::approve::approve;
 use super::attempts::{Final, run_attempts};
 use super::env::CallEnv;
@@ -210,8 +213,26 @@ async fn pipeline(
     }
 
     // Loop detector: the call is denied when it would make `block_after` identical calls in a
-    // row giving one result; otherwise its answer will count into the session's run.
-    if let Some(count) = turn.session.loops.blocks(&policy.loop_, &call_digest) {
+    // row giving one result; otherwise its answer will count into the session's run. A named
+    // session's run is the one every replica shares (its turns may reach any of them).
+    let shared_session = env
+        .shared
+        .as_deref()
+        .filter(|_| !turn.session.ephemeral.load(Ordering::Relaxed));
+    let loop_on = policy.loop_.warn_after > 0 || policy.loop_.block_after > 0;
+    let blocked = match shared_session {
+        Some(shared) if loop_on => {
+            Box::pin(loop_blocks(
+                shared,
+                &turn.session,
+                &policy.loop_,
+                &call_digest,
+            ))
+            .await
+        }
+        _ => turn.session.loops.blocks(&policy.loop_, &call_digest),
+    };
+    if let Some(count) = blocked {
         return fin.deny(
             Decider::LoopDetector,
             DenyReason::Loop,
@@ -221,6 +242,7 @@ async fn pipeline(
         );
     }
     fin.loop_key = Some((call_digest, policy.loop_));
+    fin.shared_loop = shared_session.filter(|_| loop_on);
     let input = Arc::new(input);
     // The time now: the arrival until a step below waits, read again after each wait.
     let mut now = fin.arrived;
@@ -243,7 +265,14 @@ async fn pipeline(
     // waiting for it: a call that has to wait at the gate only looks for a hit here and takes its
     // part in single flight past the gate. Any other call does both now, in one step.
     let cache_key = (policy.idempotent && !policy.cache_ttl.is_zero()).then_some(call_digest);
-    let gate_free = ticket.as_ref().is_none_or(Ticket::ready);
+    // A named session's gate spans replicas once any tool is exclusive: such a call takes its
+    // place there past its local place, as a call that waits does.
+    let across = shared_session.filter(|_| {
+        ticket
+            .as_ref()
+            .is_some_and(|t| t.exclusive() || env.exclusive_tools.load(Ordering::Relaxed))
+    });
+    let gate_free = across.is_none() && ticket.as_ref().is_none_or(Ticket::ready);
     let mut flight = None;
     let lock_ttl = lease_ttl(policy.timeout, policy.cancel_grace);
     if let Some(key) = &cache_key {
@@ -253,7 +282,7 @@ async fn pipeline(
                 None => return,
             }
         } else if let Some(hit) = env.cache.hit(key, now) {
-            return fin.cache_hit(&hit);
+            return Box::pin(fin.serve_hit(&hit)).await;
         }
     }
 
@@ -300,23 +329,42 @@ async fn pipeline(
         lease: leased.map(|shared| (shared.as_ref(), &*entry.name)),
     };
 
-    // Concurrency gate.
+    // Concurrency gate: the session's line here, then (for a named session with exclusive
+    // tools, under Redis) its line across replicas.
+    let mut held = None;
     if let Some(ticket) = &ticket
         && !gate_free
     {
-        slot.set_state(CallState::Waiting);
         // The waits below are boxed: only calls that wait pay for their state, not every call's
         // future.
-        let acquired = Box::pin(async {
-            tokio::select! {
-                biased;
-                () = slot.scope.cancelled() => false,
-                () = ticket.acquire() => true,
+        if !ticket.ready() {
+            slot.set_state(CallState::Waiting);
+            let acquired = Box::pin(async {
+                tokio::select! {
+                    biased;
+                    () = slot.scope.cancelled() => false,
+                    () = ticket.acquire() => true,
+                }
+            })
+            .await;
+            if !acquired {
+                return fin.cancelled();
             }
-        })
-        .await;
-        if !acquired {
-            return fin.cancelled();
+        }
+        if let Some(shared) = across {
+            let ttl = lease_ttl(policy.timeout, policy.cancel_grace);
+            let passed = Box::pin(pass_gate(
+                shared,
+                &turn.session,
+                ticket.exclusive(),
+                ttl,
+                &slot,
+            ))
+            .await;
+            match passed {
+                Some(hold) => held = hold,
+                None => return fin.cancelled(),
+            }
         }
         now = Instant::now();
         if let Some(key) = &cache_key {
@@ -335,7 +383,20 @@ async fn pipeline(
 
     // Attempts.
     let last = run_attempts(&mut fin, entry, policy, input, now).await;
+    drop(held);
     drop(ticket);
+    if fin.shared_loop.is_some() {
+        let answer = match &last {
+            Final::Ok(output) | Final::ToolError(output) => {
+                Some(Answer::Result(result_digest(output)))
+            }
+            Final::Rejected(_) | Final::Timeout(..) | Final::Cancelled(_) if fin.invoked => {
+                Some(Answer::Other)
+            }
+            _ => None,
+        };
+        Box::pin(fin.count_shared(answer)).await;
+    }
 
     // Classify and record the breaker.
     let ended_at = Instant::now();

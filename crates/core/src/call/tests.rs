@@ -64,6 +64,7 @@ fn kit() -> Kit {
         interactions: Interactions::new(bus, metrics.clone(), Duration::from_secs(60)),
         store: None,
         shared: None,
+        exclusive_tools: Default::default(),
         export_spans: false,
     };
     let registry = Registry::new(Arc::new(Config::builtin()), metrics);

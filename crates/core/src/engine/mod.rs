@@ -168,6 +168,7 @@ impl EngineBuilder {
         if let Some(sink) = self.trace_sink {
             bus.add_sink(sink);
         }
+        let registry = Arc::new(Registry::new(self.policies, metrics.clone()));
         let env = CallEnv {
             bus: bus.clone(),
             cache: Cache::new(self.cache_entries),
@@ -176,11 +177,12 @@ impl EngineBuilder {
             interactions,
             store,
             shared: self.shared,
+            exclusive_tools: registry.exclusive_tools(),
             export_spans,
         };
         let inner = Arc::new(EngineInner {
             remote_events: tokio::sync::broadcast::channel(self.event_capacity.max(16)).0,
-            registry: Arc::new(Registry::new(self.policies, metrics.clone())),
+            registry,
             servers: Arc::new(Servers::new(metrics.clone(), bus)),
             inproc: Arc::new(InProcessBackend::new(
                 self.blocking_threads,

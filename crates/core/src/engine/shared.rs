@@ -4,9 +4,9 @@
 
 use tokio::sync::broadcast;
 use tokio::time::Instant;
-use toolwarden_protocol::{CallId, CancelReason, TurnId};
+use toolwarden_protocol::{CallId, CancelReason, SessionId, TurnId};
 
-use crate::shared::{AbortRequest, BreakerChange, RemoteEvent, SharedHealth};
+use crate::shared::{AbortRequest, BreakerChange, RemoteEvent, ReplicaTurns, SharedHealth};
 use crate::turn::NotFound;
 
 use super::Engine;
@@ -73,5 +73,39 @@ impl Engine {
     /// Other replicas' events, as they arrive (a subscriber that falls behind loses the oldest).
     pub fn remote_events(&self) -> broadcast::Receiver<RemoteEvent> {
         self.inner.remote_events.subscribe()
+    }
+
+    /// A call of `session` left its place in the session's gate on another replica: this
+    /// replica's calls waiting for that gate ask again.
+    pub fn gate_released_elsewhere(&self, session: &SessionId) {
+        if let Some(s) = self.inner.turns.known_session(session) {
+            s.gate.released_elsewhere.notify_waiters();
+        }
+    }
+
+    /// This replica's name among the replicas; `None` without shared state.
+    pub fn replica(&self) -> Option<String> {
+        self.inner
+            .turns
+            .env
+            .shared
+            .as_ref()
+            .map(|s| s.replica().to_owned())
+    }
+
+    /// The running turns of every replica: this one's first, then those of every other replica
+    /// that answers (only this one's without shared state, or while it cannot be reached).
+    pub async fn turns_everywhere(&self) -> Vec<ReplicaTurns> {
+        let here = ReplicaTurns {
+            replica: self.replica().unwrap_or_default(),
+            turns: self.active_turns(),
+        };
+        let mut all = vec![here];
+        if let Some(shared) = self.inner.turns.env.shared.clone() {
+            let mut others = shared.turns_elsewhere().await;
+            others.sort_by(|a, b| a.replica.cmp(&b.replica));
+            all.extend(others);
+        }
+        all
     }
 }

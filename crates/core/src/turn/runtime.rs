@@ -71,6 +71,11 @@ impl TurnRuntime {
         s
     }
 
+    /// The session `id` if this replica knows it.
+    pub(crate) fn known_session(&self, id: &SessionId) -> Option<Arc<Session>> {
+        self.sessions.lock().get(id).cloned()
+    }
+
     /// A running turn.
     pub(crate) fn turn(&self, id: &TurnId) -> Option<Arc<TurnState>> {
         self.turns.lock().get(id).cloned()

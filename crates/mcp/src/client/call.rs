@@ -255,15 +255,26 @@ impl TaskAttempt<'_> {
     }
 }
 
+/// How long an abandoned task of a server is watched, at most: past it, it is no longer
+/// counted (and no longer polled), whatever the server says of it.
+const WATCH_ABANDONED_TASK: Duration = Duration::from_secs(3600);
+
 /// Keeps a stuck task counted as abandoned until it reaches a final status, the server forgets
-/// it, or the connection ends.
+/// it, the connection ends, or [`WATCH_ABANDONED_TASK`] has passed.
 fn abandon_task(shared: Arc<Shared>, conn: Arc<Conn>, id: String) {
     shared.add_abandoned(1);
     let watcher = shared.clone();
     shared.tasks.spawn(async move {
+        let give_up = tokio::time::sleep(WATCH_ABANDONED_TASK);
+        tokio::pin!(give_up);
         loop {
             tokio::select! {
                 _ = conn.ended() => break,
+                () = &mut give_up => {
+                    tracing::warn!(server = %watcher.name, task = %id,
+                        "an abandoned task still runs after an hour: no longer watched");
+                    break;
+                }
                 _ = tokio::time::sleep(task::DEFAULT_POLL_INTERVAL) => {}
             }
             match task::TaskServer::get(&conn.peer, &id).await {

@@ -118,7 +118,7 @@ pub(crate) async fn follow(
         };
         let detailed = match got {
             Ok(result) => result.task,
-            Err(e) => return Followed::Done(Err(service_error(&e))),
+            Err(e) => return gave_up(server, &id, service_error(&e)).await,
         };
         interval = poll_interval(&detailed.task);
         if seen.changed(&detailed.task) {
@@ -143,15 +143,11 @@ pub(crate) async fn follow(
                 };
                 let responses = match retry {
                     Ok(retry) => retry.responses.unwrap_or_default(),
-                    Err(e) => {
-                        // The task cannot go on: stop it on the server too.
-                        let _ = server.cancel(&id).await;
-                        return Followed::Done(Err(e));
-                    }
+                    Err(e) => return gave_up(server, &id, e).await,
                 };
                 heartbeat.beat();
                 if let Err(e) = server.update(&id, responses).await {
-                    return Followed::Done(Err(service_error(&e)));
+                    return gave_up(server, &id, service_error(&e)).await;
                 }
             }
             TaskPayload::Completed { result } => return Followed::Done(completed(result)),
@@ -166,6 +162,20 @@ pub(crate) async fn follow(
     }
     stopping(server, &id, stop).await
 }
+
+/// The call gives up on the task with `error`: the task is stopped on the server too (best
+/// effort, at most [`GIVE_UP_CANCEL_WAIT`]), so that no work goes on unseen — nor beside a retry.
+async fn gave_up(server: &dyn TaskServer, id: &str, error: AttemptError) -> Followed {
+    match tokio::time::timeout(GIVE_UP_CANCEL_WAIT, server.cancel(id)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::debug!(task = %id, error = %e, "tasks/cancel failed"),
+        Err(_) => tracing::debug!(task = %id, "tasks/cancel was not answered"),
+    }
+    Followed::Done(Err(error))
+}
+
+/// How long a call that gives up on a server's task waits for its `tasks/cancel` to be taken.
+const GIVE_UP_CANCEL_WAIT: Duration = Duration::from_secs(2);
 
 /// After a cancel: `tasks/cancel`, then polls until a final status or the forced stop.
 async fn stopping(server: &dyn TaskServer, id: &str, stop: &StopSignals) -> Followed {
@@ -209,11 +219,17 @@ async fn stopping(server: &dyn TaskServer, id: &str, stop: &StopSignals) -> Foll
     }
 }
 
+/// The server's suggested poll interval, within [`MIN_POLL_INTERVAL`] and
+/// [`MAX_POLL_INTERVAL`] (a long one would leave a finished task unseen, or the call's idle
+/// deadline to expire between two polls).
 fn poll_interval(task: &Task) -> Duration {
     task.poll_interval_ms
         .map_or(DEFAULT_POLL_INTERVAL, Duration::from_millis)
-        .max(MIN_POLL_INTERVAL)
+        .clamp(MIN_POLL_INTERVAL, MAX_POLL_INTERVAL)
 }
+
+/// The longest wait between two polls of a server's task, whatever the server suggests.
+pub(crate) const MAX_POLL_INTERVAL: Duration = Duration::from_secs(5);
 
 /// What the follower last saw, to tell a change.
 struct Seen {

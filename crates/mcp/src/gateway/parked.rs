@@ -32,7 +32,7 @@ use super::options::ANSWER_ID_PREFIX;
 const KEEP_FINISHED: Duration = Duration::from_secs(60);
 
 /// How long a call waits parked, at most, for its client's next request; then it is cancelled.
-const KEEP_PARKED: Duration = Duration::from_secs(3600);
+pub(crate) const KEEP_PARKED: Duration = Duration::from_secs(3600);
 
 pub(crate) type Answer = oneshot::Sender<Result<ClientResult, ErrorData>>;
 

@@ -134,7 +134,15 @@ async fn drive(
             Err(mpsc::error::TryRecvError::Disconnected) => None,
             Err(mpsc::error::TryRecvError::Empty) if task_due(&flow) => {
                 match tasks::start(gw, flow).await {
-                    Ok(created) => return Ok(CallToolResponse::Task(created)),
+                    Ok(created) => {
+                        if driver.ct.is_cancelled() {
+                            // The client left while the task was recorded: nobody knows its id.
+                            if let Some(task) = gw.task_board.get(&created.task.task_id) {
+                                task.abandon();
+                            }
+                        }
+                        return Ok(CallToolResponse::Task(created));
+                    }
                     Err(back) => flow = *back,
                 }
                 continue;
@@ -150,6 +158,7 @@ async fn drive(
                         // The client stopped waiting: the call is aborted (with the reason its
                         // door gives), and its result, which comes at once, is for nobody.
                         flow.cancel.cancel();
+                        flow.task = None;
                         continue;
                     }
                     () = until(task_at) => continue,

@@ -12,9 +12,10 @@ use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, InputRequest, InputRequests, InputResponses};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use toolwarden_protocol::{TaskRecord, Timestamp};
 
-use super::parked::{Answer, Event, read_answer};
+use super::parked::{Answer, Event, KEEP_PARKED, read_answer};
 
 /// The live tasks, by id.
 #[derive(Default)]
@@ -26,6 +27,8 @@ pub(crate) struct TaskBoard {
 pub(crate) struct LiveTask {
     pub(crate) record: TaskRecord,
     state: Mutex<TaskState>,
+    /// Cancels the call as its client's leaving does (`cancelled{client_disconnect}`).
+    cancel: CancellationToken,
 }
 
 /// What a live task's call last said.
@@ -34,6 +37,8 @@ struct TaskState {
     progress: Option<Progress>,
     /// Questions of the call not answered yet, in the order asked.
     asked: BTreeMap<String, (InputRequest, Answer)>,
+    /// Since when the call has had a question unanswered.
+    asking_since: Option<Instant>,
     /// The call's answer, once it came, and when.
     result: Option<(Result<CallToolResult, ErrorData>, Instant)>,
     updated: Timestamp,
@@ -69,15 +74,18 @@ impl TaskBoard {
         record: TaskRecord,
         asked: BTreeMap<String, (InputRequest, Answer)>,
         events: mpsc::UnboundedReceiver<Event>,
+        cancel: CancellationToken,
         tasks: &tokio_util::task::TaskTracker,
     ) -> Arc<LiveTask> {
         let task = Arc::new(LiveTask {
             state: Mutex::new(TaskState {
+                asking_since: (!asked.is_empty()).then(Instant::now),
                 asked,
                 updated: record.created_at,
                 ..TaskState::default()
             }),
             record,
+            cancel,
         });
         self.live
             .lock()
@@ -91,14 +99,24 @@ impl TaskBoard {
         self.live.lock().get(task_id).cloned()
     }
 
-    /// Forgets the tasks whose call ended more than their `ttl` ago.
+    /// Forgets the tasks whose call ended more than their `ttl` ago, and cancels those whose
+    /// question has waited for an answer longer than a parked call waits for its client.
     pub(crate) fn sweep(&self) {
         let now = Instant::now();
         self.live.lock().retain(|_, task| {
             let ttl = Duration::from_millis(task.record.ttl_ms);
-            match &task.state.lock().result {
+            let state = task.state.lock();
+            match &state.result {
                 Some((_, ended)) => now.duration_since(*ended) < ttl,
-                None => true,
+                None => {
+                    if state
+                        .asking_since
+                        .is_some_and(|since| now.duration_since(since) >= KEEP_PARKED)
+                    {
+                        task.cancel.cancel();
+                    }
+                    true
+                }
             }
         });
     }
@@ -139,7 +157,15 @@ impl LiveTask {
         if answered > 0 {
             state.updated = Timestamp::now();
         }
+        if state.asked.is_empty() {
+            state.asking_since = None;
+        }
         answered
+    }
+
+    /// Cancels the call as its client's leaving would (`cancelled{client_disconnect}`).
+    pub(crate) fn abandon(&self) {
+        self.cancel.cancel();
     }
 
     /// Whether the call's result is in.
@@ -168,12 +194,17 @@ async fn follow(task: Arc<LiveTask>, mut events: mpsc::UnboundedReceiver<Event>)
                 answer,
             }) => {
                 state.asked.insert(key, (request, answer));
+                state.asking_since.get_or_insert_with(Instant::now);
             }
             Some(Event::Withdraw(key)) => {
                 state.asked.remove(&key);
+                if state.asked.is_empty() {
+                    state.asking_since = None;
+                }
             }
             Some(Event::Done(result)) => {
                 state.asked.clear();
+                state.asking_since = None;
                 state.result = Some((result, Instant::now()));
                 return;
             }

@@ -92,8 +92,15 @@ pub(crate) async fn start(
     }
     tracing::debug!(task = %record.task_id, turn = %record.turn_id, tool = %record.tool,
         "a call became a task");
-    let Flow { events, asked, .. } = flow;
-    let task = gw.task_board.adopt(record, asked, events, &gw.tasks);
+    let Flow {
+        events,
+        asked,
+        cancel,
+        ..
+    } = flow;
+    let task = gw
+        .task_board
+        .adopt(record, asked, events, cancel, &gw.tasks);
     let status = match task.snapshot().seen {
         Seen::Asking(_) => TaskStatus::InputRequired,
         _ => TaskStatus::Working,
@@ -114,11 +121,21 @@ pub(crate) async fn get(gw: &GatewayState, task_id: &str) -> Result<GetTaskResul
     let Some(store) = gw.engine.store() else {
         return Err(unknown(task_id));
     };
-    let _ = gw.engine.store_caught_up(CATCH_UP).await;
-    let turn = store
-        .turn(record.turn_id.clone())
-        .await
-        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+    let read_turn = || async {
+        store
+            .turn(record.turn_id.clone())
+            .await
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))
+    };
+    let mut turn = read_turn().await?;
+    if turn
+        .as_ref()
+        .is_none_or(|t| t.state == TurnRunState::Running)
+    {
+        // What this process emitted may not be committed yet: wait for that, then look again.
+        let _ = gw.engine.store_caught_up(CATCH_UP).await;
+        turn = read_turn().await?;
+    }
     let detailed = match turn {
         Some(turn) if turn.state == TurnRunState::Running => {
             // Another process runs it (replicas sharing a trail).
@@ -160,39 +177,62 @@ pub(crate) async fn update(
     let Some(task) = gw.task_board.get(task_id) else {
         stored(gw, task_id).await?;
         return Err(ErrorData::invalid_params(
-            format!("task {task_id} is not running in this toolwarden: it asks nothing"),
+            format!(
+                "task {task_id} does not run in this toolwarden (another replica, or one \
+                 before a restart, ran it): answer it where it runs"
+            ),
             None,
         ));
     };
-    task.answer(responses);
+    if task.answer(responses) == 0 && !task.is_done() {
+        return Err(ErrorData::invalid_params(
+            format!("task {task_id} asks none of the questions answered (see tasks/get)"),
+            None,
+        ));
+    }
     Ok(())
 }
 
 /// `tasks/cancel`: cancels the task's call (`cancelled{user}`), through the cancellation tree
 /// down to its server.
 pub(crate) async fn cancel(gw: &GatewayState, task_id: &str) -> Result<(), ErrorData> {
+    let ended = || ErrorData::invalid_params(format!("task {task_id} has already ended"), None);
     let Some(task) = gw.task_board.get(task_id) else {
-        stored(gw, task_id).await?;
-        return Err(ErrorData::invalid_params(
-            format!("task {task_id} is not running in this toolwarden: it cannot be cancelled"),
-            None,
-        ));
+        // Another replica may run it: the abort goes there through the shared state.
+        let record = stored(gw, task_id).await?;
+        tracing::debug!(task = task_id, turn = %record.turn_id, "tasks/cancel, elsewhere");
+        return gw
+            .engine
+            .abort_anywhere(&record.turn_id, Some(&record.call_id), CancelReason::User)
+            .await
+            .map_err(|_| ended());
     };
-    if task.is_done() {
-        return Err(ErrorData::invalid_params(
-            format!("task {task_id} has already ended"),
-            None,
-        ));
-    }
     tracing::debug!(task = task_id, turn = %task.record.turn_id, "tasks/cancel");
-    // NotFound: the call has just ended; `tasks/get` tells how.
-    let _ = gw.engine.abort_call(
-        &task.record.turn_id,
-        &task.record.call_id,
-        CancelReason::User,
-    );
-    Ok(())
+    // The call's turn is registered as its task starts running, which may be just after the
+    // task's answer went out: a cancel that comes that early waits for it.
+    let deadline = Instant::now() + REGISTER_WAIT;
+    loop {
+        if task.is_done() {
+            return Err(ended());
+        }
+        let aborted = gw.engine.abort_call(
+            &task.record.turn_id,
+            &task.record.call_id,
+            CancelReason::User,
+        );
+        if aborted.is_ok() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            // Registered and ended in between: `tasks/get` tells how.
+            return Err(ended());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
+
+/// How long a `tasks/cancel` waits for a just-made task's call to be registered.
+const REGISTER_WAIT: Duration = Duration::from_secs(2);
 
 /// The record of a task the board does not hold, from the trail.
 async fn stored(gw: &GatewayState, task_id: &str) -> Result<TaskRecord, ErrorData> {

@@ -21,17 +21,37 @@ pub(crate) fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
     })
 }
 
-/// `url` without its password, to name the database in messages.
+/// `url` without its password, to name the database in messages: a URL's password (which may
+/// itself hold `@`) and its `password` parameter are left out, as is a `password=` pair of a
+/// key-value connection string.
 pub fn shown_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
+        return url
+            .split_whitespace()
+            .filter(|pair| !pair.starts_with("password="))
+            .collect::<Vec<_>>()
+            .join(" ");
     };
-    match rest.split_once('@') {
+    let (rest, query) = match rest.rsplit_once('?') {
+        Some((rest, query)) if !query.contains('@') => (rest, Some(query)),
+        _ => (rest, None),
+    };
+    let rest = match rest.rsplit_once('@') {
         Some((user, host)) => {
             let user = user.split_once(':').map_or(user, |(u, _)| u);
-            format!("{scheme}://{user}@{host}")
+            format!("{user}@{host}")
         }
-        None => url.to_owned(),
+        None => rest.to_owned(),
+    };
+    let query: Vec<&str> = query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .filter(|pair| !pair.starts_with("password="))
+        .collect();
+    if query.is_empty() {
+        format!("{scheme}://{rest}")
+    } else {
+        format!("{scheme}://{rest}?{}", query.join("&"))
     }
 }
 
@@ -106,6 +126,38 @@ impl Connector {
                 supported: schema::LATEST,
             },
             schema::SchemaError::Postgres(e) => self.error(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown_url;
+
+    #[test]
+    fn a_shown_url_never_holds_the_password() {
+        for (url, shown) in [
+            (
+                "postgres://u:secret@db:5432/test",
+                "postgres://u@db:5432/test",
+            ),
+            ("postgres://u:p@ss@db/test", "postgres://u@db/test"),
+            (
+                "postgres://db/test?user=u&password=secret&sslmode=disable",
+                "postgres://db/test?user=u&sslmode=disable",
+            ),
+            (
+                "postgres://u@db/test?password=secret",
+                "postgres://u@db/test",
+            ),
+            ("postgres://db/test", "postgres://db/test"),
+            (
+                "host=db user=u password=secret dbname=test",
+                "host=db user=u dbname=test",
+            ),
+        ] {
+            assert_eq!(shown_url(url), shown, "{url}");
+            assert!(!shown_url(url).contains("secret") && !shown_url(url).contains("ss@"));
         }
     }
 }

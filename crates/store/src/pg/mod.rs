@@ -28,15 +28,16 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use postgres::Client;
+use toolwarden_core::StoreReadError;
 use toolwarden_core::backend::BoxFuture;
-use toolwarden_core::{AuditStore, StoreHealth, StoreReadError, StoreUnavailable};
 use toolwarden_protocol::{
-    AuditPage, AuditQuery, CallsPage, StoreDurability, TaskRecord, Timestamp, TurnId, TurnRecord,
+    AuditPage, AuditQuery, CallsPage, TaskRecord, Timestamp, TurnId, TurnRecord,
 };
 
 use crate::OpenError;
 use crate::options::StoreOptions;
 use crate::redact::Redactor;
+use crate::trail::{Reads, Trail};
 use crate::writer::{self, Backend as _};
 
 pub use connect::shown_url;
@@ -90,25 +91,25 @@ impl Drop for Readers {
 }
 
 /// The PostgreSQL audit trail.
-pub struct PgStore {
+pub type PgStore = Trail<PgReads>;
+
+/// The PostgreSQL trail's reads (this replica's `seq` for events): connections of their own,
+/// kept between reads.
+pub struct PgReads {
     connector: Connector,
-    durability: StoreDurability,
-    last_seq: u64,
-    interrupted: usize,
-    shared: Arc<writer::Shared>,
     readers: Readers,
 }
 
-impl std::fmt::Debug for PgStore {
+impl std::fmt::Debug for PgReads {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgStore")
+        f.debug_struct("PgReads")
             .field("url", &self.connector.shown)
             .field("replica", &self.connector.replica)
             .finish_non_exhaustive()
     }
 }
 
-impl PgStore {
+impl Trail<PgReads> {
     /// Opens the store at `options.url` as replica `options.replica`: takes the replica's lock,
     /// runs the migrations (refusing a newer schema untouched), records `interrupted` for what
     /// this replica left open, prunes old rows, and starts the writer thread.
@@ -151,41 +152,39 @@ impl PgStore {
         let (interrupted, last_seq) =
             recover::recover(&mut client, &mut writer, &connector.replica, &redactor, now)
                 .map_err(|e| connector.error(format!("recovery failed: {e}")))?;
-        if let Some(retain) = options.retain {
-            writer
-                .prune(retain, now)
-                .map_err(|e| connector.error(format!("pruning failed: {e}")))?;
-        }
+        // Expired tasks go whatever `retain` says (zero keeps every other row).
+        writer
+            .prune(options.retain.unwrap_or_default(), now)
+            .map_err(|e| connector.error(format!("pruning failed: {e}")))?;
         let shared = writer::start(Box::new(writer), None, redactor, options, last_seq)
             .map_err(|e| connector.error(format!("cannot start its writer thread: {e}")))?;
-        Ok(PgStore {
-            readers: Readers {
-                connector: connector.clone(),
-                idle: Arc::new(Mutex::new(vec![client])),
-            },
-            connector,
+        Ok(Trail {
             durability: options.durability,
             last_seq,
             interrupted,
             shared,
+            reads: PgReads {
+                readers: Readers {
+                    connector: connector.clone(),
+                    idle: Arc::new(Mutex::new(vec![client])),
+                },
+                connector,
+            },
         })
     }
 
     /// The database's URL, without its password.
     pub fn url(&self) -> &str {
-        &self.connector.shown
+        &self.reads.connector.shown
     }
 
     /// This process's replica id.
     pub fn replica(&self) -> &str {
-        &self.connector.replica
+        &self.reads.connector.replica
     }
+}
 
-    /// How many calls recovery recorded as `interrupted` when the store opened.
-    pub fn interrupted(&self) -> usize {
-        self.interrupted
-    }
-
+impl PgReads {
     fn read<T: Send + 'static>(
         &self,
         f: impl Fn(&mut Client, &str) -> Result<T, String> + Send + 'static,
@@ -209,43 +208,7 @@ impl PgStore {
     }
 }
 
-impl AuditStore for PgStore {
-    fn durability(&self) -> StoreDurability {
-        self.durability
-    }
-
-    fn last_seq(&self) -> u64 {
-        self.last_seq
-    }
-
-    fn append(&self, event: &Arc<toolwarden_protocol::Event>) {
-        self.shared.append(event);
-    }
-
-    fn is_durable(&self, seq: u64) -> bool {
-        self.shared.is_durable(seq)
-    }
-
-    fn durable(&self, seq: u64) -> BoxFuture<Result<(), StoreUnavailable>> {
-        self.shared.durable(seq)
-    }
-
-    fn has_room(&self) -> bool {
-        self.shared.has_room()
-    }
-
-    fn room(&self) -> BoxFuture<()> {
-        self.shared.room()
-    }
-
-    fn queue_depth(&self) -> usize {
-        self.shared.depth()
-    }
-
-    fn health(&self) -> StoreHealth {
-        self.shared.health()
-    }
-
+impl Reads for PgReads {
     fn events(&self, query: AuditQuery) -> BoxFuture<Result<AuditPage, StoreReadError>> {
         self.read(move |client, replica| read::events(client, replica, &query))
     }
@@ -258,23 +221,8 @@ impl AuditStore for PgStore {
         self.read(move |client, _| read::turn(client, &turn_id))
     }
 
-    fn put_task(&self, task: TaskRecord) -> BoxFuture<Result<(), StoreUnavailable>> {
-        self.shared.put_task(task)
-    }
-
     fn task(&self, task_id: String) -> BoxFuture<Result<Option<TaskRecord>, StoreReadError>> {
         self.read(move |client, _| tasks::read(client, &task_id))
-    }
-
-    fn close(&self) -> BoxFuture<()> {
-        self.shared.close()
-    }
-}
-
-impl Drop for PgStore {
-    fn drop(&mut self) {
-        // The writer commits what is queued, then ends (and lets go of the replica's lock).
-        self.shared.request_close();
     }
 }
 

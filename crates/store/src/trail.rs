@@ -1,0 +1,121 @@
+//! The one handle of both stores: [`Trail`] is the writer thread (shared by SQLite and
+//! PostgreSQL: group commit, back-pressure, health) and a database's reads. The engine's
+//! [`AuditStore`] is implemented once, here; each database brings only its reads ([`Reads`]) and
+//! its own way of opening.
+
+use std::sync::Arc;
+
+use toolwarden_core::backend::BoxFuture;
+use toolwarden_core::{AuditStore, StoreHealth, StoreReadError, StoreUnavailable};
+use toolwarden_protocol::{
+    AuditPage, AuditQuery, CallsPage, Event, StoreDurability, TaskRecord, TurnId, TurnRecord,
+};
+
+use crate::writer;
+
+/// A database's reads of the trail, run off the caller's thread.
+pub trait Reads: std::fmt::Debug + Send + Sync + 'static {
+    /// A page of events.
+    fn events(&self, query: AuditQuery) -> BoxFuture<Result<AuditPage, StoreReadError>>;
+    /// A page of calls, newest first.
+    fn calls(&self, query: AuditQuery) -> BoxFuture<Result<CallsPage, StoreReadError>>;
+    /// A turn's record.
+    fn turn(&self, turn_id: TurnId) -> BoxFuture<Result<Option<TurnRecord>, StoreReadError>>;
+    /// A task's record.
+    fn task(&self, task_id: String) -> BoxFuture<Result<Option<TaskRecord>, StoreReadError>>;
+}
+
+/// An open audit trail: its writer thread and its database's reads.
+pub struct Trail<R> {
+    pub(crate) durability: StoreDurability,
+    pub(crate) last_seq: u64,
+    pub(crate) interrupted: usize,
+    pub(crate) shared: Arc<writer::Shared>,
+    pub(crate) reads: R,
+}
+
+impl<R: Reads> std::fmt::Debug for Trail<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trail")
+            .field("reads", &self.reads)
+            .field("durability", &self.durability)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R> Trail<R> {
+    /// How many calls recovery recorded as `interrupted` when the store opened.
+    pub fn interrupted(&self) -> usize {
+        self.interrupted
+    }
+}
+
+impl<R: Reads> AuditStore for Trail<R> {
+    fn durability(&self) -> StoreDurability {
+        self.durability
+    }
+
+    fn last_seq(&self) -> u64 {
+        self.last_seq
+    }
+
+    fn append(&self, event: &Arc<Event>) {
+        self.shared.append(event);
+    }
+
+    fn is_durable(&self, seq: u64) -> bool {
+        self.shared.is_durable(seq)
+    }
+
+    fn durable(&self, seq: u64) -> BoxFuture<Result<(), StoreUnavailable>> {
+        self.shared.durable(seq)
+    }
+
+    fn has_room(&self) -> bool {
+        self.shared.has_room()
+    }
+
+    fn room(&self) -> BoxFuture<()> {
+        self.shared.room()
+    }
+
+    fn queue_depth(&self) -> usize {
+        self.shared.depth()
+    }
+
+    fn health(&self) -> StoreHealth {
+        self.shared.health()
+    }
+
+    fn events(&self, query: AuditQuery) -> BoxFuture<Result<AuditPage, StoreReadError>> {
+        self.reads.events(query)
+    }
+
+    fn calls(&self, query: AuditQuery) -> BoxFuture<Result<CallsPage, StoreReadError>> {
+        self.reads.calls(query)
+    }
+
+    fn turn(&self, turn_id: TurnId) -> BoxFuture<Result<Option<TurnRecord>, StoreReadError>> {
+        self.reads.turn(turn_id)
+    }
+
+    fn put_task(&self, task: TaskRecord) -> BoxFuture<Result<(), StoreUnavailable>> {
+        self.shared.put_task(task)
+    }
+
+    fn task(&self, task_id: String) -> BoxFuture<Result<Option<TaskRecord>, StoreReadError>> {
+        self.reads.task(task_id)
+    }
+
+    fn close(&self) -> BoxFuture<()> {
+        self.shared.close()
+    }
+}
+
+impl<R> Drop for Trail<R> {
+    fn drop(&mut self) {
+        // The writer commits what is queued, then ends (and lets go of its lock: the SQLite lock
+        // file, or the PostgreSQL replica's advisory lock).
+        self.shared.request_close();
+    }
+}
