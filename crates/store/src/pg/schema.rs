@@ -86,6 +86,79 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX toolwarden_tasks_turn ON toolwarden_tasks (turn_id);
     ",
+    // 3: a batch written by one function call — one round trip per commit instead of one per
+    // statement — taking the commit-order lock only around the events' insert (`pos` orders
+    // events; turns and calls need no order), so replicas queue for it only as long as that
+    // insert and the commit take, never for a round trip to a client. Its statements' plans are
+    // made once per connection and kept (no planning per batch), so none may depend on the
+    // tables' size: rows are updated one by one by their unique keys.
+    "
+    CREATE FUNCTION toolwarden_write_batch(
+        p_replica TEXT,
+        s_tid TEXT[], s_sid TEXT[], s_parent TEXT[], s_ts BIGINT[], s_seq BIGINT[],
+        c_tid TEXT[], c_cid TEXT[], c_sid TEXT[], c_tool TEXT[], c_ts BIGINT[], c_ran BOOLEAN[],
+        x_tid TEXT[], x_cid TEXT[], x_status TEXT[], x_ts BIGINT[], x_dur BIGINT[],
+        x_attempts BIGINT[],
+        t_tid TEXT[], t_outcome TEXT[], t_ts BIGINT[], t_seq BIGINT[],
+        e_seq BIGINT[], e_ts BIGINT[], e_type TEXT[], e_sid TEXT[], e_tid TEXT[], e_cid TEXT[],
+        e_body TEXT[]
+    ) RETURNS void LANGUAGE plpgsql AS $fn$
+    #variable_conflict use_column
+    DECLARE
+        v_tid TEXT;
+        v_cid TEXT;
+        v_seq BIGINT;
+    BEGIN
+        IF cardinality(s_tid) > 0 THEN
+            INSERT INTO toolwarden_turns
+                (replica, turn_id, session_id, parent_turn_id, started_at, start_seq)
+            SELECT p_replica, u.tid, u.sid, u.parent, u.ts, u.seq
+            FROM unnest(s_tid, s_sid, s_parent, s_ts, s_seq)
+                WITH ORDINALITY AS u(tid, sid, parent, ts, seq, n)
+            ORDER BY u.n
+            ON CONFLICT (turn_id) DO UPDATE SET replica = excluded.replica, ended_at = NULL,
+                outcome = NULL, end_seq = NULL, end_replica = NULL,
+                start_seq = excluded.start_seq;
+        END IF;
+        IF cardinality(c_tid) > 0 THEN
+            INSERT INTO toolwarden_calls
+                (replica, turn_id, call_id, session_id, tool, started_at, ran)
+            SELECT p_replica, u.tid, u.cid, u.sid, u.tool, u.ts, u.ran
+            FROM unnest(c_tid, c_cid, c_sid, c_tool, c_ts, c_ran)
+                WITH ORDINALITY AS u(tid, cid, sid, tool, ts, ran, n)
+            ORDER BY u.n
+            ON CONFLICT (turn_id, call_id) DO UPDATE SET ran = true
+                WHERE excluded.ran AND NOT toolwarden_calls.ran;
+        END IF;
+        -- Ended calls and turns row by row, each found by its unique key: a plan that looks
+        -- a row up by a unique key uses the key's index whatever the table's statistics say,
+        -- so the plans made once on a new, nearly empty trail stay right as it grows.
+        FOR i IN 1 .. coalesce(cardinality(x_tid), 0) LOOP
+            v_tid := x_tid[i];
+            v_cid := x_cid[i];
+            UPDATE toolwarden_calls SET status = x_status[i], ended_at = x_ts[i],
+                duration_ms = x_dur[i], attempts = x_attempts[i]
+            WHERE turn_id = v_tid AND call_id = v_cid;
+        END LOOP;
+        FOR i IN 1 .. coalesce(cardinality(t_tid), 0) LOOP
+            v_tid := t_tid[i];
+            v_seq := t_seq[i];
+            UPDATE toolwarden_turns SET ended_at = t_ts[i], outcome = t_outcome[i],
+                end_seq = v_seq, end_replica = p_replica
+            WHERE turn_id = v_tid
+                AND (replica <> p_replica OR start_seq IS NULL OR start_seq < v_seq);
+        END LOOP;
+        PERFORM pg_advisory_xact_lock(hashtext('toolwarden.commit:' || current_schema()));
+        INSERT INTO toolwarden_events
+            (replica, seq, ts, type, session_id, turn_id, call_id, body)
+        SELECT p_replica, u.seq, u.ts, u.type, u.sid, u.tid, u.cid, u.body
+        FROM unnest(e_seq, e_ts, e_type, e_sid, e_tid, e_cid, e_body)
+            WITH ORDINALITY AS u(seq, ts, type, sid, tid, cid, body, n)
+        ORDER BY u.n
+        ON CONFLICT (replica, seq) DO NOTHING;
+    END
+    $fn$;
+    ",
 ];
 
 /// Why the schema cannot be used.

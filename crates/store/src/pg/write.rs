@@ -1,9 +1,11 @@
-//! Writing to PostgreSQL: one transaction per batch, and a handful of statements per transaction
-//! whatever the batch's size — every event of the batch goes in with one `INSERT … SELECT FROM
-//! unnest(…)`, and so do the turns and calls they start and end — so a commit costs about the
-//! same few round trips for one call or for hundreds.
+//! Writing to PostgreSQL: one transaction per batch, written by one statement whatever the
+//! batch's size — a call of `toolwarden_write_batch` (schema.rs, migration 3) with the batch
+//! column by column, which puts every event in with one `INSERT … SELECT FROM unnest(…)`, and so
+//! the turns and calls they start and end — so a commit costs one round trip for one call or for
+//! hundreds.
 //!
-//! Writers of several replicas take turns to commit (a transaction-scoped advisory lock), so that
+//! Writers of several replicas take turns to insert events and commit (a transaction-scoped
+//! advisory lock, taken inside the function after the turns and calls are written), so that
 //! `pos`, the trail's order over every replica, is also the order in which events became
 //! visible: a reader paging by `pos` never misses an event committed later with a smaller one.
 
@@ -20,67 +22,33 @@ use crate::writer::Backend;
 /// Rows deleted per statement when pruning.
 const PRUNE_CHUNK: i64 = 5000;
 
-const LOCK: &str =
-    "SELECT pg_advisory_xact_lock(hashtext('toolwarden.commit:' || current_schema()))";
+/// A batch, written by one call of the function migration 3 made (schema.rs): turns started,
+/// calls touched, calls ended, turns ended, then — under the commit-order lock — the events.
+const WRITE_BATCH: &str = "SELECT toolwarden_write_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, \
+    $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, \
+    $28, $29)";
 
-const TURNS_STARTED: &str = "
-    INSERT INTO toolwarden_turns (replica, turn_id, session_id, parent_turn_id, started_at, start_seq)
-    SELECT $1, u.tid, u.sid, u.parent, u.ts, u.seq
-    FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[])
-        WITH ORDINALITY AS u(tid, sid, parent, ts, seq, n)
-    ORDER BY u.n
-    ON CONFLICT (turn_id) DO UPDATE SET replica = excluded.replica, ended_at = NULL,
-        outcome = NULL, end_seq = NULL, end_replica = NULL, start_seq = excluded.start_seq";
+/// The writer's session setting, made on every connection before its statement is prepared:
+/// **commits not flushed to disk one by one** (`synchronous_commit = off`), unless the server,
+/// the database, the role or the URL set `synchronous_commit` (then that setting is kept). A
+/// commit is then in the server when it returns: it survives toolwarden dying, as SQLite's
+/// `synchronous = NORMAL` commit does, and only a crash of the database server can lose the last
+/// ones (those of its last few hundred milliseconds). Flushing every commit would cost a disk
+/// flush per call waiting for its `tool_start` (several milliseconds on an ordinary disk).
+const SESSION: &str = "
+    SELECT set_config('synchronous_commit', 'off', false) FROM pg_settings
+        WHERE name = 'synchronous_commit' AND source = 'default'";
 
-const CALLS: &str = "
-    INSERT INTO toolwarden_calls (replica, turn_id, call_id, session_id, tool, started_at, ran)
-    SELECT $1, u.tid, u.cid, u.sid, u.tool, u.ts, u.ran
-    FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bool[])
-        WITH ORDINALITY AS u(tid, cid, sid, tool, ts, ran, n)
-    ORDER BY u.n
-    ON CONFLICT (turn_id, call_id) DO UPDATE SET ran = true
-        WHERE excluded.ran AND NOT toolwarden_calls.ran";
-
-const CALLS_ENDED: &str = "
-    UPDATE toolwarden_calls c SET status = u.status, ended_at = u.ts, duration_ms = u.dur,
-        attempts = u.attempts
-    FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[])
-        AS u(tid, cid, status, ts, dur, attempts)
-    WHERE c.turn_id = u.tid AND c.call_id = u.cid";
-
-const TURNS_ENDED: &str = "
-    UPDATE toolwarden_turns t SET ended_at = u.ts, outcome = u.outcome, end_seq = u.seq,
-        end_replica = $1
-    FROM unnest($2::text[], $3::text[], $4::bigint[], $5::bigint[]) AS u(tid, outcome, ts, seq)
-    WHERE t.turn_id = u.tid AND (t.replica <> $1 OR t.start_seq IS NULL OR t.start_seq < u.seq)";
-
-const EVENTS: &str = "
-    INSERT INTO toolwarden_events (replica, seq, ts, type, session_id, turn_id, call_id, body)
-    SELECT $1, u.seq, u.ts, u.type, u.sid, u.tid, u.cid, u.body
-    FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[],
-        $8::text[]) WITH ORDINALITY AS u(seq, ts, type, sid, tid, cid, body, n)
-    ORDER BY u.n
-    ON CONFLICT (replica, seq) DO NOTHING";
-
-/// The statements of a batch, prepared once per connection.
+/// The statement of a batch, prepared once per connection.
 struct Statements {
-    lock: Statement,
-    turns_started: Statement,
-    calls: Statement,
-    calls_ended: Statement,
-    turns_ended: Statement,
-    events: Statement,
+    write_batch: Statement,
 }
 
 impl Statements {
     fn prepare(client: &mut Client) -> Result<Self, postgres::Error> {
+        client.batch_execute(SESSION)?;
         Ok(Statements {
-            lock: client.prepare(LOCK)?,
-            turns_started: client.prepare(TURNS_STARTED)?,
-            calls: client.prepare(CALLS)?,
-            calls_ended: client.prepare(CALLS_ENDED)?,
-            turns_ended: client.prepare(TURNS_ENDED)?,
-            events: client.prepare(EVENTS)?,
+            write_batch: client.prepare(WRITE_BATCH)?,
         })
     }
 }
@@ -166,6 +134,11 @@ pub(crate) fn prune(client: &mut Client, cutoff: i64) -> Result<(), postgres::Er
     Ok(())
 }
 
+/// A turn started: its id, session, parent, time and `seq`.
+type Started = (String, Option<String>, Option<String>, i64, i64);
+/// A call touched: its turn, id, session, tool, time, and whether its backend ran.
+type Touched = (String, String, Option<String>, Option<String>, i64, bool);
+
 /// What one batch writes, column by column.
 #[derive(Default)]
 struct Columns {
@@ -178,10 +151,10 @@ struct Columns {
     call: Vec<Option<String>>,
     body: Vec<String>,
     // Turns started: by turn id, the last start of the batch wins.
-    started: Vec<(String, Option<String>, Option<String>, i64, i64)>,
+    started: Vec<Started>,
     started_at: HashMap<String, usize>,
     // Calls touched, in the order first seen.
-    calls: Vec<(String, String, Option<String>, Option<String>, i64, bool)>,
+    calls: Vec<Touched>,
     call_at: HashMap<(String, String), usize>,
     // Calls ended: the last result of the batch wins.
     ended: HashMap<(String, String), (String, i64, i64, i64)>,
@@ -259,7 +232,7 @@ impl Columns {
     }
 }
 
-/// Writes `items` in one transaction.
+/// Writes `items` in one transaction: one statement, one round trip.
 fn write_batch(
     client: &mut Client,
     statements: &Statements,
@@ -270,72 +243,67 @@ fn write_batch(
     for item in items {
         cols.add(item);
     }
-    let mut tx = client.transaction()?;
-    tx.execute(&statements.lock, &[])?;
-    if !cols.started.is_empty() {
-        let (mut tid, mut sid, mut parent, mut ts, mut seq) =
-            (vec![], vec![], vec![], vec![], vec![]);
-        for (t, s, p, at, n) in cols.started {
-            tid.push(t);
-            sid.push(s);
-            parent.push(p);
-            ts.push(at);
-            seq.push(n);
-        }
-        tx.execute(
-            &statements.turns_started,
-            &[&replica, &tid, &sid, &parent, &ts, &seq],
-        )?;
+    let (mut s_tid, mut s_sid, mut s_parent, mut s_ts, mut s_seq) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    for (t, s, p, at, n) in cols.started {
+        s_tid.push(t);
+        s_sid.push(s);
+        s_parent.push(p);
+        s_ts.push(at);
+        s_seq.push(n);
     }
-    if !cols.calls.is_empty() {
-        let (mut tid, mut cid, mut sid, mut tool, mut ts, mut ran) =
-            (vec![], vec![], vec![], vec![], vec![], vec![]);
-        for (t, c, s, tl, at, r) in cols.calls {
-            tid.push(t);
-            cid.push(c);
-            sid.push(s);
-            tool.push(tl);
-            ts.push(at);
-            ran.push(r);
-        }
-        tx.execute(
-            &statements.calls,
-            &[&replica, &tid, &cid, &sid, &tool, &ts, &ran],
-        )?;
+    let (mut c_tid, mut c_cid, mut c_sid, mut c_tool, mut c_ts, mut c_ran) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    for (t, c, s, tl, at, r) in cols.calls {
+        c_tid.push(t);
+        c_cid.push(c);
+        c_sid.push(s);
+        c_tool.push(tl);
+        c_ts.push(at);
+        c_ran.push(r);
     }
-    if !cols.ended.is_empty() {
-        let (mut tid, mut cid, mut status, mut ts, mut dur, mut attempts) =
-            (vec![], vec![], vec![], vec![], vec![], vec![]);
-        for ((t, c), (st, at, d, a)) in cols.ended {
-            tid.push(t);
-            cid.push(c);
-            status.push(st);
-            ts.push(at);
-            dur.push(d);
-            attempts.push(a);
-        }
-        tx.execute(
-            &statements.calls_ended,
-            &[&tid, &cid, &status, &ts, &dur, &attempts],
-        )?;
+    let (mut x_tid, mut x_cid, mut x_status, mut x_ts, mut x_dur, mut x_attempts) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    for ((t, c), (st, at, d, a)) in cols.ended {
+        x_tid.push(t);
+        x_cid.push(c);
+        x_status.push(st);
+        x_ts.push(at);
+        x_dur.push(d);
+        x_attempts.push(a);
     }
-    if !cols.turns_ended.is_empty() {
-        let (mut tid, mut outcome, mut ts, mut seq) = (vec![], vec![], vec![], vec![]);
-        for (t, (o, at, n)) in cols.turns_ended {
-            tid.push(t);
-            outcome.push(o);
-            ts.push(at);
-            seq.push(n);
-        }
-        tx.execute(
-            &statements.turns_ended,
-            &[&replica, &tid, &outcome, &ts, &seq],
-        )?;
+    let (mut t_tid, mut t_outcome, mut t_ts, mut t_seq) = (vec![], vec![], vec![], vec![]);
+    for (t, (o, at, n)) in cols.turns_ended {
+        t_tid.push(t);
+        t_outcome.push(o);
+        t_ts.push(at);
+        t_seq.push(n);
     }
-    tx.execute(
-        &statements.events,
+    client.execute(
+        &statements.write_batch,
         &[
             &replica,
+            &s_tid,
+            &s_sid,
+            &s_parent,
+            &s_ts,
+            &s_seq,
+            &c_tid,
+            &c_cid,
+            &c_sid,
+            &c_tool,
+            &c_ts,
+            &c_ran,
+            &x_tid,
+            &x_cid,
+            &x_status,
+            &x_ts,
+            &x_dur,
+            &x_attempts,
+            &t_tid,
+            &t_outcome,
+            &t_ts,
+            &t_seq,
             &cols.seq,
             &cols.ts,
             &cols.kind,
@@ -345,5 +313,49 @@ fn write_batch(
             &cols.body,
         ],
     )?;
-    tx.commit()
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use postgres::{Client, NoTls};
+    use toolwarden_testkit::pg::TestSchema;
+
+    use super::SESSION;
+
+    /// `synchronous_commit` of a session at `url` once [`SESSION`] ran, and where the server's
+    /// own `synchronous_commit` comes from.
+    fn session(url: &str) -> (String, String) {
+        let url = url.to_owned();
+        std::thread::spawn(move || {
+            let mut client = Client::connect(&url, NoTls).unwrap();
+            let source: String = client
+                .query_one(
+                    "SELECT source FROM pg_settings WHERE name = 'synchronous_commit'",
+                    &[],
+                )
+                .unwrap()
+                .get(0);
+            client.batch_execute(SESSION).unwrap();
+            let commit: String = client
+                .query_one("SHOW synchronous_commit", &[])
+                .unwrap()
+                .get(0);
+            (commit, source)
+        })
+        .join()
+        .unwrap()
+    }
+
+    #[test]
+    fn the_writer_commits_without_a_flush_unless_synchronous_commit_was_set() {
+        let schema = TestSchema::new();
+        let (commit, source) = session(schema.url());
+        if source == "default" {
+            assert_eq!(commit, "off");
+        }
+        // Set in the URL: kept.
+        let flushed = format!("{}%20-csynchronous_commit%3Don", schema.url());
+        assert_eq!(session(&flushed), ("on".to_owned(), "client".to_owned()));
+    }
 }

@@ -45,7 +45,12 @@ pub(crate) fn write_config(dir: &Path, tmp: &Path, name: &str, store: &str) -> R
 
 /// `toolwarden serve` with `config` on a free port, once it lists the echo tool; its address.
 pub(crate) async fn start_serve(dir: &Path, config: &Path) -> Result<(Child, String)> {
-    let mut cmd = Command::new(sibling(dir, "toolwarden")?);
+    start_binary(&sibling(dir, "toolwarden")?, config).await
+}
+
+/// [`start_serve`] with the `toolwarden` binary at `binary`.
+pub(crate) async fn start_binary(binary: &Path, config: &Path) -> Result<(Child, String)> {
+    let mut cmd = Command::new(binary);
     cmd.arg("serve")
         .arg("--config")
         .arg(config)
@@ -119,13 +124,18 @@ pub(crate) struct Measured {
 
 /// `n` calls with `concurrency` workers.
 pub(crate) async fn measure(addr: &str, concurrency: usize, n: usize) -> Result<Measured> {
+    measure_on(&[addr.to_owned()], concurrency, n).await
+}
+
+/// `n` calls with `concurrency` workers, worker `w` calling server `w mod addrs.len()`.
+pub(crate) async fn measure_on(addrs: &[String], concurrency: usize, n: usize) -> Result<Measured> {
     let http = reqwest::Client::new();
-    let url = format!("http://{addr}/v1/turns");
     let per_worker = n / concurrency;
     let started = Instant::now();
     let mut workers = Vec::new();
     for w in 0..concurrency {
-        let (http, url) = (http.clone(), url.clone());
+        let http = http.clone();
+        let url = format!("http://{}/v1/turns", addrs[w % addrs.len()]);
         workers.push(tokio::spawn(async move {
             let mut lat = Vec::with_capacity(per_worker);
             for i in 0..per_worker {

@@ -6,7 +6,9 @@
 //! $B/store-bench speed [ROUNDS] [CALLS]     # store off / before_execution / async, side by side
 //! $B/store-bench soak [RATE] [SECONDS]      # calls at RATE/s through POST /v1/turns; every event counted
 //! $B/store-bench query [TURNS]              # toolwarden audit over a trail of TURNS ten-call turns
-//! $B/store-bench pg [ROUNDS] [CALLS]        # store off / SQLite / PostgreSQL ×2, side by side
+//! $B/store-bench pg [ROUNDS] [CALLS]        # store off / SQLite / PostgreSQL ×3, side by side
+//! $B/store-bench scale [ROUNDS] [CALLS]     # one node against replicas on PostgreSQL and Redis
+//! $B/store-bench abort [ABORTS]             # an abort posted to one replica, the call on another
 //! ```
 //!
 //! `speed` starts three `toolwarden serve`s — without a store, with `before_execution`, with
@@ -17,18 +19,25 @@
 //! `soak` checks that nothing is lost at a steady rate: after the run it counts every call's four
 //! events in the database. `query` builds a trail of TURNS turns (ten calls each: about 2.2 events
 //! per call) with the engine and the store as a library, then times `toolwarden audit` and the
-//! reader's queries over it. `pg` compares PostgreSQL with SQLite and no store as `speed` does. Nothing here asserts a timing; it prints figures.
+//! reader's queries over it. `pg` compares PostgreSQL with SQLite and no store as `speed` does.
+//! `scale` measures replicas sharing Redis and PostgreSQL against a single node and counts the
+//! Redis commands and round trips per call; `abort` times aborts forwarded between replicas.
+//! Nothing here asserts a timing; it prints figures.
 //!
-//! One module per job: [`speed`], [`soak`], [`query`], [`pg`]; [`common`] starts and drives the servers.
+//! One module per job: [`speed`], [`soak`], [`query`], [`pg`], [`scale`], [`abort`]; [`common`]
+//! starts and drives the servers, [`redis_server`] runs a Redis of the run's own.
 #![allow(
     clippy::disallowed_types,
     clippy::disallowed_methods,
     reason = "a benchmark measures wall time"
 )]
 
+mod abort;
 mod common;
 mod pg;
 mod query;
+mod redis_server;
+mod scale;
 mod soak;
 mod speed;
 
@@ -56,8 +65,12 @@ async fn main() -> Result<()> {
         Some("soak") => soak::soak(&dir, &tmp, arg(1, 1000)?, arg(2, 60)?).await,
         Some("query") => query::query(&dir, &tmp, arg(1, 50_000)? as usize).await,
         Some("pg") => pg::pg(&dir, &tmp, arg(1, 5)? as usize, arg(2, 20_000)? as usize).await,
+        Some("scale") => {
+            scale::scale(&dir, &tmp, arg(1, 5)? as usize, arg(2, 10_000)? as usize).await
+        }
+        Some("abort") => abort::abort(&dir, &tmp, arg(1, 200)? as usize).await,
         _ => bail!(
-            "usage: store-bench speed [ROUNDS] [CALLS] | soak [RATE] [SECONDS] | query [TURNS] | pg [ROUNDS] [CALLS]"
+            "usage: store-bench speed [ROUNDS] [CALLS] | soak [RATE] [SECONDS] | query [TURNS] | pg [ROUNDS] [CALLS] | scale [ROUNDS] [CALLS] | abort [ABORTS]"
         ),
     };
     let _ = std::fs::remove_dir_all(&tmp);

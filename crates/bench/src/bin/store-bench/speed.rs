@@ -7,11 +7,29 @@
     reason = "a benchmark measures wall time"
 )]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use crate::common::{file_size, measure, median, start_serve, stop, write_config};
+use crate::common::{file_size, measure, median, start_binary, start_serve, stop, write_config};
+
+/// A configuration measured: its name, its `[store]` table, and the `toolwarden` binary to run
+/// (the one beside the benchmark unless another build's is named).
+pub(crate) struct Mode {
+    pub(crate) name: String,
+    pub(crate) store: String,
+    pub(crate) binary: Option<PathBuf>,
+}
+
+impl Mode {
+    pub(crate) fn new(name: &str, store: String) -> Mode {
+        Mode {
+            name: name.to_owned(),
+            store,
+            binary: None,
+        }
+    }
+}
 
 pub(crate) async fn speed(dir: &Path, tmp: &Path, rounds: usize, calls: usize) -> Result<()> {
     let store = |file: &str, durability: &str| {
@@ -20,13 +38,10 @@ pub(crate) async fn speed(dir: &Path, tmp: &Path, rounds: usize, calls: usize) -
             tmp.join(file).display().to_string()
         )
     };
-    let modes: Vec<(String, String)> = vec![
-        ("store off".into(), "enabled = false".into()),
-        (
-            "before_execution".into(),
-            store("before.db", "before_execution"),
-        ),
-        ("async".into(), store("async.db", "async")),
+    let modes = vec![
+        Mode::new("store off", "enabled = false".into()),
+        Mode::new("before_execution", store("before.db", "before_execution")),
+        Mode::new("async", store("async.db", "async")),
     ];
     compare(dir, tmp, &modes, rounds, calls).await?;
     println!("\n| store | calls recorded | events | file size | per 1,000 calls |");
@@ -53,15 +68,18 @@ pub(crate) async fn speed(dir: &Path, tmp: &Path, rounds: usize, calls: usize) -
 pub(crate) async fn compare(
     dir: &Path,
     tmp: &Path,
-    modes: &[(String, String)],
+    modes: &[Mode],
     rounds: usize,
     calls: usize,
 ) -> Result<()> {
     let m_count = modes.len();
     let mut servers = Vec::new();
-    for (i, (_, store)) in modes.iter().enumerate() {
-        let config = write_config(dir, tmp, &format!("mode{i}"), store)?;
-        servers.push(start_serve(dir, &config).await?);
+    for (i, mode) in modes.iter().enumerate() {
+        let config = write_config(dir, tmp, &format!("mode{i}"), &mode.store)?;
+        servers.push(match &mode.binary {
+            Some(binary) => start_binary(binary, &config).await?,
+            None => start_serve(dir, &config).await?,
+        });
     }
     // Warm-up: connections, the servers' first calls, SQLite's caches.
     for (_, addr) in &servers {
@@ -85,7 +103,7 @@ pub(crate) async fn compare(
             c1_p99[i].push(l.p99.as_secs_f64() * 1e6);
             eprintln!(
                 "round {round}: {:<16} c32 {:>7.0}/s (p50 {:?} p99 {:?})   c1 p50 {:>4.0} µs p99 {:>5.0} µs",
-                modes[i].0,
+                modes[i].name,
                 m.per_second,
                 m.p50,
                 m.p99,
@@ -110,7 +128,7 @@ pub(crate) async fn compare(
     for i in 0..m_count {
         println!(
             "| {} | {:.0} | {:.2} | {:.0} µs | {:+.0} µs | {:.0} µs |",
-            modes[i].0,
+            modes[i].name,
             median(c32[i].clone()),
             median(ratio[i].clone()),
             median(c1[i].clone()),
