@@ -4,7 +4,6 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt as _;
@@ -13,25 +12,11 @@ use rmcp::ServiceExt as _;
 use rmcp::model::CancelledNotificationParam;
 use rmcp::transport::StreamableHttpClientTransport;
 use serde_json::{Value, json};
-use support::{Client, TestClient, WAIT, call, outcome, setup, start_call, text};
-use tokio_util::sync::CancellationToken;
+use support::{
+    Client, TestClient, WAIT, call, outcome, serve_http as serve, setup, start_call, text,
+};
 use toolwarden_core::protocol::EventKind;
 use toolwarden_mcp::Gateway;
-
-/// Serves the gateway at `http://127.0.0.1:PORT/mcp`; stops at `shutdown`.
-async fn serve(gateway: &Arc<Gateway>) -> (String, CancellationToken) {
-    let shutdown = CancellationToken::new();
-    let app = axum::Router::new().nest_service("/mcp", gateway.http_service(shutdown.clone()));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let stop = shutdown.clone();
-    tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(stop.cancelled_owned())
-            .await
-    });
-    (format!("http://{addr}/mcp"), shutdown)
-}
 
 async fn http_client(url: &str, handler: TestClient) -> Client {
     handler

@@ -6,33 +6,15 @@
 
 mod support;
 
-use std::sync::Arc;
-
 use futures::StreamExt as _;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use support::{WAIT, setup};
+use support::{WAIT, serve_http as serve, setup};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio_util::sync::CancellationToken;
 use toolwarden_core::protocol::EventKind;
-use toolwarden_mcp::Gateway;
 
 const V: &str = "2026-07-28";
-
-/// Serves the gateway at `http://127.0.0.1:PORT/mcp`; stops at `shutdown`.
-async fn serve(gateway: &Arc<Gateway>) -> (String, CancellationToken) {
-    let shutdown = CancellationToken::new();
-    let app = axum::Router::new().nest_service("/mcp", gateway.http_service(shutdown.clone()));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let stop = shutdown.clone();
-    tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(stop.cancelled_owned())
-            .await
-    });
-    (format!("http://{addr}/mcp"), shutdown)
-}
 
 /// A request of the stateless revision: `_meta` with the envelope, plus `meta`.
 fn request(id: u64, method: &str, mut params: Value, meta: Value, capabilities: Value) -> Value {

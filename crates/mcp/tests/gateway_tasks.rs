@@ -8,31 +8,15 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt as _;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use support::{WAIT, setup, setup_opts};
-use tokio_util::sync::CancellationToken;
-use toolwarden_mcp::{Gateway, GatewayOptions};
+use support::{WAIT, serve_http as serve, setup, setup_opts};
+use toolwarden_mcp::GatewayOptions;
 
 const V: &str = "2026-07-28";
-
-async fn serve(gateway: &Arc<Gateway>) -> (String, CancellationToken) {
-    let shutdown = CancellationToken::new();
-    let app = axum::Router::new().nest_service("/mcp", gateway.http_service(shutdown.clone()));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let stop = shutdown.clone();
-    tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(stop.cancelled_owned())
-            .await
-    });
-    (format!("http://{addr}/mcp"), shutdown)
-}
 
 /// A stateless client; `tasks` says whether it declares the tasks extension.
 struct Client {

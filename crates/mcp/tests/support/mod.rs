@@ -502,3 +502,18 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Serves the gateway at `http://127.0.0.1:PORT/mcp`; stops at `shutdown`.
+pub async fn serve_http(gateway: &Arc<Gateway>) -> (String, CancellationToken) {
+    let shutdown = CancellationToken::new();
+    let app = axum::Router::new().nest_service("/mcp", gateway.http_service(shutdown.clone()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(stop.cancelled_owned())
+            .await
+    });
+    (format!("http://{addr}/mcp"), shutdown)
+}
