@@ -3,86 +3,21 @@
 //! backend reported and that no process was left behind.
 #![allow(clippy::expect_used, clippy::unwrap_used, reason = "test helpers")]
 
+mod backend_support;
+
+use backend_support::*;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use pretty_assertions::assert_eq;
-use serde_json::{Value, json};
+use serde_json::json;
 use toolwarden_core::protocol::{
     CancelReason, Content, DurationValue, OnStuck, ServerConfig, ServerStateKind, StopHow,
 };
 use toolwarden_core::{AttemptEnd, AttemptError, Backend, ToolOutput};
-use toolwarden_mcp::{McpOptions, McpServer, ReadyError};
-use toolwarden_testkit::{
-    AttemptKit, RecordingHost, assert_all_gone, group_members, pid_alive, test_server_path,
-    wait_until,
-};
-
-const READY: Duration = Duration::from_secs(20);
-/// The grace period the tests give a cancelled call before forcing the stop.
-const GRACE: Duration = Duration::from_millis(600);
-
-fn stdio(args: &[&str]) -> ServerConfig {
-    ServerConfig {
-        command: Some(test_server_path().display().to_string()),
-        args: args.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    }
-}
-
-fn opts() -> McpOptions {
-    McpOptions {
-        restart_backoff_initial: Duration::from_millis(100),
-        restart_backoff_max: Duration::from_secs(1),
-        max_message_bytes: 256 * 1024,
-        ..Default::default()
-    }
-}
-
-fn launch(name: &str, cfg: ServerConfig) -> (Arc<RecordingHost>, Arc<McpServer>) {
-    let host = RecordingHost::new();
-    let server = McpServer::start_with(
-        name.to_owned(),
-        cfg,
-        host.clone(),
-        std::env::temp_dir(),
-        opts(),
-    );
-    (host, server)
-}
-
-async fn up(name: &str, cfg: ServerConfig) -> (Arc<RecordingHost>, Arc<McpServer>) {
-    let (host, server) = launch(name, cfg);
-    server.wait_ready(READY).await.expect("server comes up");
-    (host, server)
-}
-
-/// Runs one attempt to its end with nobody stopping it.
-async fn call(server: &McpServer, tool: &str, input: Value) -> AttemptEnd {
-    let (_kit, attempt) = AttemptKit::new(tool, input, "c", OnStuck::Abandon);
-    server.start(attempt).await
-}
-
-fn output(end: AttemptEnd) -> ToolOutput {
-    match end {
-        AttemptEnd::Done(Ok(out)) => out,
-        other => panic!("expected an answer, got {other:?}"),
-    }
-}
-
-fn text(end: AttemptEnd) -> String {
-    output(end).content[0]
-        .as_text()
-        .expect("a text block")
-        .to_owned()
-}
-
-fn error(end: AttemptEnd) -> AttemptError {
-    match end {
-        AttemptEnd::Done(Err(e)) => e,
-        other => panic!("expected an error, got {other:?}"),
-    }
-}
+use toolwarden_mcp::{McpServer, ReadyError};
+use toolwarden_testkit::{AttemptKit, assert_all_gone, group_members, pid_alive, wait_until};
 
 /// The server's process id (its process group id, as the group's leader).
 async fn server_pid(server: &McpServer) -> u32 {
@@ -103,14 +38,6 @@ async fn finish(server: Arc<McpServer>, pgids: &[u32]) {
         )
         .await;
     }
-}
-
-async fn cancels(server: &McpServer) -> Vec<Value> {
-    let out = output(call(server, "cancels", json!({})).await);
-    out.structured_content.expect("structured")["cancels"]
-        .as_array()
-        .expect("a list")
-        .clone()
 }
 
 #[tokio::test]
@@ -653,26 +580,9 @@ async fn tools_list_changed_refreshes_the_tools() {
     finish(server, &[pid]).await;
 }
 
-/// Runs the test server over Streamable HTTP; returns the process and its `/mcp` URL.
-async fn http_server() -> (toolwarden_process::GroupChild, String) {
-    use tokio::io::AsyncBufReadExt as _;
-    let mut cmd = tokio::process::Command::new(test_server_path());
-    cmd.args(["--http", "127.0.0.1:0"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped());
-    let mut child = toolwarden_process::GroupChild::spawn(cmd).expect("spawn");
-    let stdout = child.take_stdout().expect("stdout");
-    let mut line = String::new();
-    tokio::io::BufReader::new(stdout)
-        .read_line(&mut line)
-        .await
-        .expect("the address line");
-    (child, format!("http://{}/mcp", line.trim()))
-}
-
 #[tokio::test]
 async fn a_streamable_http_server_serves_calls_progress_and_cancels() {
-    let (mut process, url) = http_server().await;
+    let (mut process, url) = http_server(&[]).await;
     let (_host, server) = up(
         "web",
         ServerConfig {
@@ -725,7 +635,7 @@ async fn a_streamable_http_server_serves_calls_progress_and_cancels() {
 
 #[tokio::test]
 async fn an_http_server_that_dies_mid_call_fails_the_call_and_goes_down() {
-    let (mut process, url) = http_server().await;
+    let (mut process, url) = http_server(&[]).await;
     let (host, server) = up(
         "web",
         ServerConfig {

@@ -3,109 +3,18 @@
 //! server — tools listed, progress as heartbeats, cancels that reach the server, restarts.
 #![allow(clippy::expect_used, clippy::unwrap_used, reason = "test helpers")]
 
-use std::sync::Arc;
+mod backend_support;
+
+use backend_support::*;
+
 use std::time::Duration;
 
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use toolwarden_core::protocol::{CancelReason, OnStuck, ServerConfig, ServerStateKind, StopHow};
-use toolwarden_core::{AttemptEnd, AttemptError, Backend, ToolOutput};
-use toolwarden_mcp::{McpOptions, McpServer};
-use toolwarden_testkit::{AttemptKit, RecordingHost, group_members, test_server_path, wait_until};
-
-const READY: Duration = Duration::from_secs(20);
-const GRACE: Duration = Duration::from_millis(600);
-
-fn stdio(args: &[&str]) -> ServerConfig {
-    ServerConfig {
-        command: Some(test_server_path().display().to_string()),
-        args: args.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    }
-}
-
-fn opts() -> McpOptions {
-    McpOptions {
-        restart_backoff_initial: Duration::from_millis(100),
-        restart_backoff_max: Duration::from_secs(1),
-        ..Default::default()
-    }
-}
-
-async fn up(name: &str, cfg: ServerConfig) -> (Arc<RecordingHost>, Arc<McpServer>) {
-    let host = RecordingHost::new();
-    let server = McpServer::start_with(
-        name.to_owned(),
-        cfg,
-        host.clone(),
-        std::env::temp_dir(),
-        opts(),
-    );
-    server.wait_ready(READY).await.expect("server comes up");
-    (host, server)
-}
-
-async fn call(server: &McpServer, tool: &str, input: Value) -> AttemptEnd {
-    let (_kit, attempt) = AttemptKit::new(tool, input, "c", OnStuck::Abandon);
-    server.start(attempt).await
-}
-
-fn output(end: AttemptEnd) -> ToolOutput {
-    match end {
-        AttemptEnd::Done(Ok(out)) => out,
-        other => panic!("expected an answer, got {other:?}"),
-    }
-}
-
-fn text(end: AttemptEnd) -> String {
-    output(end).content[0]
-        .as_text()
-        .expect("a text block")
-        .to_owned()
-}
-
-async fn cancels(server: &McpServer) -> Vec<Value> {
-    let out = output(call(server, "cancels", json!({})).await);
-    out.structured_content.expect("structured")["cancels"]
-        .as_array()
-        .expect("a list")
-        .clone()
-}
-
-/// Runs the test server over Streamable HTTP with `args`; returns it and its `/mcp` URL.
-async fn http_server(args: &[&str]) -> (toolwarden_process::GroupChild, String) {
-    use tokio::io::AsyncBufReadExt as _;
-    let mut cmd = tokio::process::Command::new(test_server_path());
-    cmd.args(["--http", "127.0.0.1:0"])
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped());
-    let mut child = toolwarden_process::GroupChild::spawn(cmd).expect("spawn");
-    let stdout = child.take_stdout().expect("stdout");
-    let mut line = String::new();
-    tokio::io::BufReader::new(stdout)
-        .read_line(&mut line)
-        .await
-        .expect("the address line");
-    (child, format!("http://{}/mcp", line.trim()))
-}
-
-fn http(url: &str) -> ServerConfig {
-    ServerConfig {
-        url: Some(url.to_owned()),
-        ..Default::default()
-    }
-}
-
-async fn reap(mut process: toolwarden_process::GroupChild) {
-    let pgid = process.pgid();
-    process.kill().expect("kill");
-    process.wait().await.expect("reap");
-    wait_until(Duration::from_secs(5), "the HTTP server gone", || {
-        group_members(pgid).is_empty()
-    })
-    .await;
-}
+use toolwarden_core::protocol::{CancelReason, OnStuck, ServerStateKind, StopHow};
+use toolwarden_core::{AttemptEnd, AttemptError, Backend};
+use toolwarden_mcp::McpServer;
+use toolwarden_testkit::{AttemptKit, wait_until};
 
 /// Lists, calls, relays progress as heartbeats, and cancels a sleeping call; returns the
 /// cancels the server saw.
