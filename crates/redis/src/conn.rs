@@ -73,8 +73,8 @@ pub(crate) struct Inner {
     /// Why it is not up.
     pub(crate) down_reason: Mutex<String>,
     pub(crate) metrics: SharedMetrics,
-    /// Writes that only inform the others, done behind the calls.
-    pub(crate) outbox: mpsc::UnboundedSender<Write>,
+    /// Writes that only inform the others, done behind the calls (see [`Inner::post`]).
+    pub(crate) outbox: mpsc::Sender<Write>,
     /// Aborts and requests for running turns sent to the others, waiting for their answers.
     pub(crate) pending: Mutex<HashMap<u64, mpsc::UnboundedSender<ReplyMsg>>>,
     pub(crate) next_req: AtomicU64,
@@ -182,7 +182,20 @@ impl Drop for Awaiting {
     }
 }
 
+/// Writes waiting in the outbox past which new ones are not queued: Redis is up but does not
+/// keep up, and a write is then treated as one made while it is down (counted, and kept for
+/// later if Redis must get it).
+pub(crate) const OUTBOX_CAPACITY: usize = 65_536;
+
 impl Inner {
+    /// Queues `write` for the outbox; a full outbox drops it as if Redis were down.
+    pub(crate) fn post(&self, write: Write) {
+        if let Err(mpsc::error::TrySendError::Full(write)) = self.outbox.try_send(write) {
+            self.metrics.fallback(write.op());
+            self.missed.lock().keep(write);
+        }
+    }
+
     /// A new request to the other replicas, whose replies come to the returned receiver.
     pub(crate) fn awaiting(self: &Arc<Self>) -> Awaiting {
         let req = self.next_req.fetch_add(1, Ordering::Relaxed);

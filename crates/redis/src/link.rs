@@ -29,7 +29,7 @@ fn epoch_ms() -> u64 {
 /// Writes the queued writes, in order, a pipeline at a time. While Redis is down they are
 /// dropped (and counted): breakers are resynchronised when it is back; cache stores, releases
 /// (their keys expire) and events are not needed later.
-pub(crate) async fn drain_outbox(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<Write>) {
+pub(crate) async fn drain_outbox(inner: Arc<Inner>, mut rx: mpsc::Receiver<Write>) {
     let mut batch = Vec::with_capacity(BATCH);
     while let Some(first) = rx.recv().await {
         batch.push(first);
@@ -270,10 +270,10 @@ async fn resync(inner: &Inner, engine: &Engine) -> redis::RedisResult<()> {
 fn flush_missed(inner: &Inner) {
     let missed = std::mem::take(&mut *inner.missed.lock());
     for session in missed.runs {
-        let _ = inner.outbox.send(Write::DropRun { session });
+        inner.post(Write::DropRun { session });
     }
     for (session, place) in missed.leaves {
-        let _ = inner.outbox.send(Write::GateLeave { session, place });
+        inner.post(Write::GateLeave { session, place });
     }
 }
 
@@ -421,7 +421,7 @@ async fn forward_events(inner: Arc<Inner>, engine: Engine) {
             event,
         };
         if let Ok(payload) = serde_json::to_string(&msg) {
-            let _ = inner.outbox.send(Write::Event(payload));
+            inner.post(Write::Event(payload));
         }
     }
 }

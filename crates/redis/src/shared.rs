@@ -21,7 +21,7 @@ use toolwarden_core::shared::{
 };
 use toolwarden_protocol::SessionId;
 
-use crate::conn::{CLAIM, Inner, Write};
+use crate::conn::{CLAIM, Inner, OUTBOX_CAPACITY, Write};
 use crate::keys::Keys;
 use crate::link;
 use crate::options::Options;
@@ -53,7 +53,7 @@ impl RedisShared {
             .set_number_of_retries(1)
             .set_max_delay(options.timeout);
         let cmd = ConnectionManager::new_lazy_with_config(client, config)?;
-        let (outbox, rx) = mpsc::unbounded_channel();
+        let (outbox, rx) = mpsc::channel(OUTBOX_CAPACITY);
         metrics.set_up(false);
         let inner = Arc::new(Inner {
             replica: Arc::from(replica_name(options.label.as_deref())),
@@ -85,7 +85,7 @@ impl RedisShared {
 
     fn enqueue(&self, write: Write) {
         if self.inner.up.load(Ordering::Acquire) {
-            let _ = self.inner.outbox.send(write);
+            self.inner.post(write);
         } else {
             // Breakers are resynchronised when Redis is back, and a session's places left; the
             // rest is lost to the others.
@@ -220,7 +220,8 @@ impl SharedState for RedisShared {
                 )
                 .await;
             // Every replica that heard it (this one included) answers; the first `true` wins.
-            let found = match sent {
+            // (The request is forgotten when `awaiting` goes, whatever ends the wait.)
+            match sent {
                 None | Some(0) => false,
                 Some(listeners) => {
                     let wait = async {
@@ -237,8 +238,7 @@ impl SharedState for RedisShared {
                         .await
                         .unwrap_or(false)
                 }
-            };
-            found
+            }
         })
     }
 
