@@ -604,21 +604,7 @@ async fn a_streamable_http_server_serves_calls_progress_and_cancels() {
     assert_eq!(text(server.start(attempt).await), "done after 3 steps");
     assert_eq!(kit.progress().len(), 3);
 
-    let (kit, attempt) = AttemptKit::new(
-        "sleep",
-        json!({"ms": 30000, "tag": "H"}),
-        "h",
-        OnStuck::Abandon,
-    );
-    let running = tokio::spawn(server.start(attempt));
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    kit.cancel(CancelReason::User);
-    tokio::time::sleep(GRACE).await;
-    kit.force();
-    assert!(matches!(
-        running.await.unwrap(),
-        AttemptEnd::Stopped(StopHow::Cooperative)
-    ));
+    cancels_a_sleep(&server, "H").await;
     let seen = cancels(&server).await;
     assert_eq!(seen.len(), 1, "{seen:?}");
     assert_eq!(seen[0]["arguments"], json!({"ms": 30000, "tag": "H"}));

@@ -40,21 +40,7 @@ async fn serves_calls_progress_and_cancels(server: &McpServer) -> Vec<Value> {
         .collect();
     assert_eq!(steps, vec![Some(1.0), Some(2.0), Some(3.0)]);
 
-    let (kit, attempt) = AttemptKit::new(
-        "sleep",
-        json!({"ms": 30000, "tag": "S"}),
-        "s",
-        OnStuck::Abandon,
-    );
-    let running = tokio::spawn(server.start(attempt));
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    kit.cancel(CancelReason::User);
-    tokio::time::sleep(GRACE).await;
-    kit.force();
-    assert!(matches!(
-        running.await.unwrap(),
-        AttemptEnd::Stopped(StopHow::Cooperative)
-    ));
+    cancels_a_sleep(server, "S").await;
     // The server notes a closed stream on its own task: give it a moment.
     let mut seen = Vec::new();
     for _ in 0..50 {

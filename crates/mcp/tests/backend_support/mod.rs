@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use toolwarden_core::protocol::{OnStuck, ServerConfig};
+use toolwarden_core::protocol::{CancelReason, OnStuck, ServerConfig, StopHow};
 use toolwarden_core::{AttemptEnd, AttemptError, Backend as _, ToolOutput};
 use toolwarden_mcp::{McpOptions, McpServer};
 use toolwarden_testkit::{AttemptKit, RecordingHost, group_members, test_server_path, wait_until};
@@ -125,4 +125,24 @@ pub(crate) async fn reap(mut process: toolwarden_process::GroupChild) {
         group_members(pgid).is_empty()
     })
     .await;
+}
+
+/// Starts a 30 s `sleep` (its arguments carry `tag`), cancels it after 300 ms and forces the
+/// stop after [`GRACE`]: the server honours the cancel, so the attempt ends cooperatively.
+pub(crate) async fn cancels_a_sleep(server: &McpServer, tag: &str) {
+    let (kit, attempt) = AttemptKit::new(
+        "sleep",
+        json!({"ms": 30000, "tag": tag}),
+        &tag.to_lowercase(),
+        OnStuck::Abandon,
+    );
+    let running = tokio::spawn(server.start(attempt));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    kit.cancel(CancelReason::User);
+    tokio::time::sleep(GRACE).await;
+    kit.force();
+    assert!(matches!(
+        running.await.unwrap(),
+        AttemptEnd::Stopped(StopHow::Cooperative)
+    ));
 }
