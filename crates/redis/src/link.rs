@@ -15,7 +15,7 @@ use toolwarden_core::{Engine, Received};
 use toolwarden_protocol::{BreakerStateKind, SessionId, Timestamp};
 
 use crate::conn::{Inner, RELEASE, Write};
-use crate::wire::{AbortMsg, BreakerMsg, EventMsg, ReplyMsg, TurnsAsk};
+use crate::wire::{AbortMsg, BreakerMsg, EventMsg, ReplyMsg, TurnsAsk, own_events_start};
 
 /// At most this many writes go in one pipeline.
 const BATCH: usize = 512;
@@ -51,7 +51,17 @@ pub(crate) async fn drain_outbox(inner: Arc<Inner>, mut rx: mpsc::Receiver<Write
         // What Redis must get even if this pipeline fails (it is written again when Redis is
         // back): a session's places left and its stale runs dropped.
         let mut keep = Vec::new();
+        // The events of a run of consecutive writes go in one message, a line each.
+        let mut events = String::new();
         for w in batch.drain(..) {
+            if let Write::Event(payload) = w {
+                if !events.is_empty() {
+                    events.push('\n');
+                }
+                events.push_str(&payload);
+                continue;
+            }
+            publish_events(&inner, &mut pipe, &mut events);
             match &w {
                 Write::GateLeave { session, place } => keep.push(Write::GateLeave {
                     session: session.clone(),
@@ -64,6 +74,7 @@ pub(crate) async fn drain_outbox(inner: Arc<Inner>, mut rx: mpsc::Receiver<Write
             }
             add_write(&inner, &mut pipe, w);
         }
+        publish_events(&inner, &mut pipe, &mut events);
         let mut conn = inner.cmd.clone();
         let written: Option<()> = inner.run("outbox", pipe.query_async(&mut conn)).await;
         if written.is_none() {
@@ -72,6 +83,17 @@ pub(crate) async fn drain_outbox(inner: Arc<Inner>, mut rx: mpsc::Receiver<Write
                 missed.keep(w);
             }
         }
+    }
+}
+
+/// Publishes the events gathered so far, if any, as one message: one [`EventMsg`] per line (JSON
+/// has no raw line breaks), all of this replica. At 32 calls in flight a pipeline carries the
+/// events of several calls, so a replica publishes (and every other one receives) a message
+/// per pipeline instead of one per event.
+fn publish_events(inner: &Inner, pipe: &mut redis::Pipeline, events: &mut String) {
+    if !events.is_empty() {
+        pipe.publish(inner.keys.events_channel(), std::mem::take(events))
+            .ignore();
     }
 }
 
@@ -119,7 +141,8 @@ fn add_write(inner: &Inner, pipe: &mut redis::Pipeline, write: Write) {
             release(pipe, &lock, &inner.replica);
         }
         Write::Event(payload) => {
-            pipe.publish(inner.keys.events_channel(), payload).ignore();
+            let mut events = payload;
+            publish_events(inner, pipe, &mut events);
         }
         Write::DropRun { session } => {
             pipe.del(inner.keys.loop_run(&session)).ignore();
@@ -286,6 +309,7 @@ async fn inbox(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<PushInfo>, eng
         inner.keys.events_channel(),
     );
     let (gates, turns) = (inner.keys.gate_channel(), inner.keys.turns_channel());
+    let own_events = own_events_start(&inner.replica);
     while let Some(push) = rx.recv().await {
         let Some(msg) = redis::Msg::from_push_info(push) else {
             continue;
@@ -293,13 +317,20 @@ async fn inbox(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<PushInfo>, eng
         let channel = msg.get_channel_name();
         let payload = msg.get_payload_bytes();
         if channel == events {
-            if let Ok(m) = serde_json::from_slice::<EventMsg>(payload)
-                && *m.replica != *inner.replica
-            {
-                engine.push_remote_event(RemoteEvent {
-                    replica: Arc::from(m.replica),
-                    event: m.event,
-                });
+            // This replica's own events come back on the channel, and nobody may be following
+            // the others': neither is read any further.
+            if payload.starts_with(&own_events) || !engine.remote_events_followed() {
+                continue;
+            }
+            for line in payload.split(|b| *b == b'\n') {
+                if let Ok(m) = serde_json::from_slice::<EventMsg>(line)
+                    && *m.replica != *inner.replica
+                {
+                    engine.push_remote_event(RemoteEvent {
+                        replica: Arc::from(m.replica),
+                        event: m.event,
+                    });
+                }
             }
         } else if channel == gates {
             if let Ok(session) = std::str::from_utf8(payload) {

@@ -44,9 +44,48 @@ pub(crate) struct ReplyMsg {
     pub(crate) turns: Option<Vec<ActiveTurn>>,
 }
 
-/// An event of `replica`.
+/// An event of `replica`. `replica` comes first in its JSON: a replica knows its own events
+/// back by their first bytes ([`own_events_start`]) without reading the rest.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct EventMsg {
     pub(crate) replica: String,
     pub(crate) event: Arc<Event>,
+}
+
+/// How every [`EventMsg`] of `replica` starts.
+pub(crate) fn own_events_start(replica: &str) -> Vec<u8> {
+    let name = serde_json::to_string(replica).unwrap_or_default();
+    format!("{{\"replica\":{name},").into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolwarden_protocol::{BreakerStateKind, EventKind, EventScope, Timestamp};
+
+    #[test]
+    fn an_event_message_starts_with_its_replica() {
+        let event = Arc::new(Event {
+            seq: 7,
+            ts: Timestamp::from_unix_millis(0),
+            scope: Arc::new(EventScope::default()),
+            kind: EventKind::BreakerState {
+                state: BreakerStateKind::Open,
+            },
+        });
+        for replica in ["a", "replica-\"2\"", "réplica"] {
+            let json = serde_json::to_string(&EventMsg {
+                replica: replica.to_owned(),
+                event: event.clone(),
+            })
+            .unwrap();
+            assert!(
+                json.as_bytes().starts_with(&own_events_start(replica)),
+                "{json}"
+            );
+            assert!(!json.as_bytes().starts_with(&own_events_start("b")));
+        }
+        // A name that begins another's is not mistaken for it.
+        assert!(!own_events_start("a2").starts_with(&own_events_start("a")));
+    }
 }

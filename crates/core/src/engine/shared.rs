@@ -70,6 +70,12 @@ impl Engine {
         let _ = self.inner.remote_events.send(event);
     }
 
+    /// Whether anyone follows other replicas' events now: when nobody does, an event that
+    /// arrives is seen by nobody, so the shared state need not even read it.
+    pub fn remote_events_followed(&self) -> bool {
+        self.inner.remote_events.receiver_count() > 0
+    }
+
     /// Other replicas' events, as they arrive (a subscriber that falls behind loses the oldest).
     pub fn remote_events(&self) -> broadcast::Receiver<RemoteEvent> {
         self.inner.remote_events.subscribe()
