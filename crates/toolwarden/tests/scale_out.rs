@@ -41,15 +41,27 @@ pub(crate) struct Replica {
     pub(crate) url: String,
 }
 
-/// One `serve` replica with `exec`, no audit trail, `[redis]` at `url`/`prefix`, and `extra`.
+/// One `serve` replica with `exec`, no audit trail, `[redis]` at `url`/`prefix` (with the default
+/// `timeout` of 250 ms), and `extra`.
 pub(crate) async fn replica(redis: &str, prefix: &str, extra: &str) -> Replica {
+    replica_timed(redis, prefix, "250ms", extra).await
+}
+
+/// [`replica`] whose Redis operations may take `timeout` before it marks Redis unreachable.
+pub(crate) async fn replica_timed(
+    redis: &str,
+    prefix: &str,
+    timeout: &str,
+    extra: &str,
+) -> Replica {
     let dir = Dir::new();
     dir.create(
         "toolwarden.toml",
         &format!(
-            "[exec]\nenabled = true\ntimeout = \"60s\"\n\n[store]\npath = \"toolwarden.db\"\n\n[redis]\nurl = {}\nprefix = {}\n\n{extra}",
+            "[exec]\nenabled = true\ntimeout = \"60s\"\n\n[store]\npath = \"toolwarden.db\"\n\n[redis]\nurl = {}\nprefix = {}\ntimeout = {}\n\n{extra}",
             toml_str(redis),
-            toml_str(prefix)
+            toml_str(prefix),
+            toml_str(timeout)
         ),
     );
     let server = dir
@@ -63,13 +75,16 @@ pub(crate) async fn replica(redis: &str, prefix: &str, extra: &str) -> Replica {
     }
 }
 
-/// Three replicas, each once Redis is reached.
+/// Three replicas, each once Redis is reached. None of their tests is about Redis going away:
+/// their operations may take 2 s (not 250 ms) before a replica counts Redis unreachable, so that
+/// a machine loaded by the tests running beside them does not turn a slow answer into an outage
+/// (an abort sent meanwhile would find no replica to carry it out).
 pub(crate) async fn three(test: &str, extra: &str) -> [Replica; 3] {
     let (redis, prefix) = (redis_url(), prefix(test));
     let replicas = [
-        replica(&redis, &prefix, extra).await,
-        replica(&redis, &prefix, extra).await,
-        replica(&redis, &prefix, extra).await,
+        replica_timed(&redis, &prefix, "2s", extra).await,
+        replica_timed(&redis, &prefix, "2s", extra).await,
+        replica_timed(&redis, &prefix, "2s", extra).await,
     ];
     for r in &replicas {
         wait_health(r, "ok").await;
