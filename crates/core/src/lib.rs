@@ -82,7 +82,7 @@ pub use interaction::{
 pub use metrics::Metrics;
 pub use policy::{PolicySource, ToolOrigin};
 pub use servers::ServerStatus;
-pub use store::{AuditStore, StoreHealth, StoreReadError, StoreUnavailable};
+pub use store::{AuditStore, StoreCommits, StoreHealth, StoreReadError, StoreUnavailable};
 pub use text::outcome_text;
 pub use toolwarden_protocol as protocol;
 pub use trace::{attempt_span, call_span};

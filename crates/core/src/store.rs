@@ -83,6 +83,10 @@ pub trait AuditStore: Send + Sync + 'static {
     /// Events enqueued and not yet committed.
     fn queue_depth(&self) -> usize;
 
+    /// How many transactions the store has committed since it opened, and how many events they
+    /// wrote (their ratio is how well commits are shared between calls).
+    fn commits(&self) -> StoreCommits;
+
     /// Whether the store can write.
     fn health(&self) -> StoreHealth;
 
@@ -107,6 +111,15 @@ pub trait AuditStore: Send + Sync + 'static {
     fn close(&self) -> BoxFuture<()>;
 }
 
+/// What a store has committed since it opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreCommits {
+    /// Transactions committed.
+    pub commits: u64,
+    /// Events they wrote.
+    pub events: u64,
+}
+
 /// The bus feeds the store through this sink.
 struct Sink(Arc<dyn AuditStore>);
 
@@ -123,6 +136,8 @@ pub(crate) struct StoreHook {
     queue_wait: Counter<f64, std::sync::atomic::AtomicU64>,
     queue_depth: Gauge,
     up: Gauge,
+    commits: Counter,
+    events_committed: Counter,
 }
 
 /// Attaches `store` to a new engine's bus: `seq` continues after the store's, every event is
@@ -136,6 +151,8 @@ pub(crate) fn attach(bus: &EventBus, metrics: &Metrics, store: Arc<dyn AuditStor
         queue_wait: Counter::default(),
         queue_depth: Gauge::default(),
         up: Gauge::default(),
+        commits: Counter::default(),
+        events_committed: Counter::default(),
     };
     metrics.register(
         "store_queue_full",
@@ -157,6 +174,16 @@ pub(crate) fn attach(bus: &EventBus, metrics: &Metrics, store: Arc<dyn AuditStor
         "Whether the audit trail can write (1) or not (0)",
         hook.up.clone(),
     );
+    metrics.register(
+        "store_commits",
+        "Transactions the audit trail committed",
+        hook.commits.clone(),
+    );
+    metrics.register(
+        "store_events_committed",
+        "Events the audit trail's commits wrote",
+        hook.events_committed.clone(),
+    );
     hook
 }
 
@@ -166,6 +193,12 @@ pub(crate) fn refresh_metrics(hook: Option<&StoreHook>) {
         hook.queue_depth.set(hook.store.queue_depth() as i64);
         hook.up
             .set(i64::from(hook.store.health() == StoreHealth::Ok));
+        let done = hook.store.commits();
+        // Counters only rise: bring each up to the store's own count.
+        hook.commits
+            .inc_by(done.commits.saturating_sub(hook.commits.get()));
+        hook.events_committed
+            .inc_by(done.events.saturating_sub(hook.events_committed.get()));
     }
 }
 

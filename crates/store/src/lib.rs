@@ -291,6 +291,8 @@ pub fn open(options: StoreOptions) -> Result<Opened, OpenError> {
 }
 
 /// The trail read-only, for `toolwarden audit`, whichever database holds it.
+// One per command, never moved in a hot loop: its size does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum TrailReader {
     /// An SQLite file.

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use toolwarden_core::backend::BoxFuture;
-use toolwarden_core::{AuditStore, StoreHealth, StoreReadError, StoreUnavailable};
+use toolwarden_core::{AuditStore, StoreCommits, StoreHealth, StoreReadError, StoreUnavailable};
 use toolwarden_protocol::{
     AuditPage, AuditQuery, CallsPage, Event, StoreDurability, TaskRecord, TurnId, TurnRecord,
 };
@@ -81,6 +81,10 @@ impl<R: Reads> AuditStore for Trail<R> {
 
     fn queue_depth(&self) -> usize {
         self.shared.depth()
+    }
+
+    fn commits(&self) -> StoreCommits {
+        self.shared.commits()
     }
 
     fn health(&self) -> StoreHealth {

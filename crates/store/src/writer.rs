@@ -10,7 +10,7 @@ use parking_lot::{Condvar, Mutex};
 use rusqlite::Connection;
 use tokio::sync::{Notify, watch};
 use toolwarden_core::backend::BoxFuture;
-use toolwarden_core::{StoreHealth, StoreUnavailable};
+use toolwarden_core::{StoreCommits, StoreHealth, StoreUnavailable};
 use toolwarden_protocol::{Event, TaskRecord, Timestamp};
 
 use crate::apply::{Prepared, Rows, apply};
@@ -54,6 +54,9 @@ pub(crate) struct Shared {
     depth: AtomicUsize,
     capacity: usize,
     durable_seq: AtomicU64,
+    /// Transactions of events committed, and the events they wrote.
+    commits: AtomicU64,
+    events_committed: AtomicU64,
     failing: AtomicBool,
     committed: watch::Sender<Committed>,
     room: Notify,
@@ -77,6 +80,8 @@ pub(crate) fn start(
         depth: AtomicUsize::new(0),
         capacity: options.queue_capacity.max(1),
         durable_seq: AtomicU64::new(last_seq),
+        commits: AtomicU64::new(0),
+        events_committed: AtomicU64::new(0),
         failing: AtomicBool::new(false),
         committed: watch::Sender::new(Committed {
             seq: last_seq,
@@ -183,6 +188,13 @@ impl Shared {
 
     pub(crate) fn depth(&self) -> usize {
         self.depth.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn commits(&self) -> StoreCommits {
+        StoreCommits {
+            commits: self.commits.load(Ordering::Relaxed),
+            events: self.events_committed.load(Ordering::Relaxed),
+        }
     }
 
     pub(crate) fn has_room(&self) -> bool {
@@ -346,6 +358,8 @@ impl Shared {
 
     /// `n` events up to `last` are committed: tells the waiters, makes room.
     fn committed_batch(&self, n: usize, last: u64) {
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        self.events_committed.fetch_add(n as u64, Ordering::Relaxed);
         self.durable_seq.fetch_max(last, Ordering::AcqRel);
         if self.failing.swap(false, Ordering::AcqRel) {
             *self.health.lock() = StoreHealth::Ok;

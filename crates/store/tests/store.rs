@@ -131,6 +131,7 @@ both_backends!(
     a_call_left_running_by_a_dead_process_is_recorded_interrupted_on_the_next_open,
     a_password_answer_and_an_api_key_input_never_reach_the_database,
     async_durability_does_not_wait_and_still_stores_everything,
+    commits_are_counted_and_parallel_calls_share_them,
     a_task_is_kept_with_its_turn_across_a_restart_and_pruned_after_its_ttl,
 );
 
@@ -741,6 +742,70 @@ async fn async_durability_does_not_wait_and_still_stores_everything(trail: Trail
         .await
         .unwrap();
     assert_eq!(calls.calls.len(), 50);
+}
+
+/// The store counts its commits and the events they wrote (`toolwarden_store_commits_total`,
+/// `toolwarden_store_events_committed_total`), and a turn's calls running side by side share
+/// commits (group commit): the writer takes everything queued since its last commit.
+async fn commits_are_counted_and_parallel_calls_share_them(trail: Trail) {
+    const CALLS: u64 = 20;
+    const PARALLEL: usize = 32;
+    for durability in [StoreDurability::BeforeExecution, StoreDurability::Async] {
+        let store = trail
+            .open_with(StoreOptions {
+                durability,
+                ..trail.options()
+            })
+            .store;
+        let engine = engine(store.clone());
+        let before = store.commits();
+        for i in 0..CALLS {
+            let result = engine
+                .call("s", ToolCall::new(format!("c{i}"), "echo", json!({"i": i})))
+                .await;
+            assert_eq!(result.outcome.status.name(), "ok", "{result:?}");
+        }
+        engine
+            .store_caught_up(Duration::from_secs(5))
+            .await
+            .unwrap();
+        let after = store.commits();
+        let (commits, events) = (after.commits - before.commits, after.events - before.events);
+        // Four events a call: turn_start, tool_start, tool_result, turn_end.
+        assert_eq!(events, 4 * CALLS, "{durability:?}");
+        assert!((1..=events).contains(&commits), "{durability:?}: {commits}");
+
+        let calls = (0..PARALLEL)
+            .map(|i| ToolCall::new(format!("p{i}"), "echo", json!({"p": i})))
+            .collect();
+        let output = engine
+            .run_turn(toolwarden_core::TurnRequest::new("s", calls))
+            .await
+            .unwrap();
+        assert_eq!(output.results.len(), PARALLEL);
+        engine
+            .store_caught_up(Duration::from_secs(5))
+            .await
+            .unwrap();
+        let last = store.commits();
+        let (commits, events) = (last.commits - after.commits, last.events - after.events);
+        // turn_start, a tool_start and a tool_result per call, turn_end.
+        assert_eq!(events, 2 + 2 * PARALLEL as u64, "{durability:?}");
+        assert!(
+            commits < events,
+            "{durability:?}: {commits} commits for {events} events of parallel calls"
+        );
+
+        let metrics = engine.metrics_text();
+        for line in [
+            format!("toolwarden_store_commits_total {}", last.commits),
+            format!("toolwarden_store_events_committed_total {}", last.events),
+        ] {
+            assert!(metrics.contains(&line), "{line} not in {metrics}");
+        }
+        drop(engine);
+        store.close().await;
+    }
 }
 
 // ---- PostgreSQL only: what sharing one database between replicas brings. ----

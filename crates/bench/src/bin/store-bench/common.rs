@@ -160,6 +160,21 @@ pub(crate) async fn measure_on(addrs: &[String], concurrency: usize, n: usize) -
     })
 }
 
+/// The store's commits and the events they wrote so far, read from the server's `/metrics`
+/// (`None` without a store).
+pub(crate) async fn store_commits(addr: &str) -> Result<Option<(f64, f64)>> {
+    let text = reqwest::get(format!("http://{addr}/metrics"))
+        .await?
+        .text()
+        .await?;
+    let value = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+    };
+    Ok(value("toolwarden_store_commits_total ")
+        .zip(value("toolwarden_store_events_committed_total ")))
+}
+
 pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]

@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use crate::common::{file_size, measure, median, start_binary, start_serve, stop, write_config};
+use crate::common::{
+    file_size, measure, median, start_binary, start_serve, stop, store_commits, write_config,
+};
 
 /// A configuration measured: its name, its `[store]` table, and the `toolwarden` binary to run
 /// (the one beside the benchmark unless another build's is named).
@@ -38,11 +40,26 @@ pub(crate) async fn speed(dir: &Path, tmp: &Path, rounds: usize, calls: usize) -
             tmp.join(file).display().to_string()
         )
     };
-    let modes = vec![
+    let mut modes = vec![
         Mode::new("store off", "enabled = false".into()),
         Mode::new("before_execution", store("before.db", "before_execution")),
         Mode::new("async", store("async.db", "async")),
     ];
+    // A before/after comparison: another build's `toolwarden`, measured in the same rounds.
+    if let Some(baseline) = std::env::var_os("STORE_BENCH_BASELINE") {
+        for (name, file, durability) in [
+            (
+                "baseline build: before_execution",
+                "base-before.db",
+                "before_execution",
+            ),
+            ("baseline build: async", "base-async.db", "async"),
+        ] {
+            let mut mode = Mode::new(name, store(file, durability));
+            mode.binary = Some(PathBuf::from(&baseline));
+            modes.push(mode);
+        }
+    }
     compare(dir, tmp, &modes, rounds, calls).await?;
     println!("\n| store | calls recorded | events | file size | per 1,000 calls |");
     println!("|---|---:|---:|---:|---:|");
@@ -90,13 +107,20 @@ pub(crate) async fn compare(
     let mut c1_p99: Vec<Vec<f64>> = vec![Vec::new(); m_count];
     let mut added: Vec<Vec<f64>> = vec![Vec::new(); m_count];
     let mut ratio: Vec<Vec<f64>> = vec![Vec::new(); m_count];
+    // Commits and events committed during the runs at concurrency 32, per store.
+    let mut batching = vec![(0.0, 0.0); m_count];
     for round in 0..rounds {
         let mut tput = vec![0.0; m_count];
         let mut lat = vec![0.0; m_count];
         for k in 0..m_count {
             let i = (round + k) % m_count;
             let addr = &servers[i].1;
+            let before = store_commits(addr).await?;
             let m = measure(addr, 32, calls).await?;
+            if let (Some((c0, e0)), Some((c1, e1))) = (before, store_commits(addr).await?) {
+                batching[i].0 += c1 - c0;
+                batching[i].1 += e1 - e0;
+            }
             tput[i] = m.per_second;
             let l = measure(addr, 1, calls / 8).await?;
             lat[i] = l.p50.as_secs_f64() * 1e6;
@@ -122,12 +146,18 @@ pub(crate) async fn compare(
         stop(child).await;
     }
     println!(
-        "| store | calls/s at concurrency 32 | × store off | p50 at concurrency 1 | added p50 | p99 at concurrency 1 |"
+        "| store | calls/s at concurrency 32 | × store off | events per commit at 32 | p50 at concurrency 1 | added p50 | p99 at concurrency 1 |"
     );
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     for i in 0..m_count {
+        let (commits, events) = batching[i];
+        let per_commit = if commits > 0.0 {
+            format!("{:.1}", events / commits)
+        } else {
+            "—".to_owned()
+        };
         println!(
-            "| {} | {:.0} | {:.2} | {:.0} µs | {:+.0} µs | {:.0} µs |",
+            "| {} | {:.0} | {:.2} | {per_commit} | {:.0} µs | {:+.0} µs | {:.0} µs |",
             modes[i].name,
             median(c32[i].clone()),
             median(ratio[i].clone()),
