@@ -16,12 +16,15 @@
 //!    keeps the request counted until its late answer or the server's exit) or, for a stdio
 //!    server, `Restarted` (its process group is killed and the server started again).
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use rmcp::ServiceError;
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, ClientRequest, RequestMetaObject, ServerResult,
+    CallToolRequest, CallToolRequestParams, ClientRequest, GetMeta as _, RequestMetaObject,
+    ServerJsonRpcMessage, ServerResult,
 };
 use rmcp::service::PeerRequestOptions;
 use tokio::sync::oneshot;
@@ -30,6 +33,7 @@ use toolwarden_core::{Attempt, AttemptEnd, AttemptError, AttemptMeta};
 use toolwarden_protocol::{OnStuck, StopHow};
 
 use super::convert::{arguments, service_error, tool_output};
+use super::frame::DirectAnswer;
 use super::input;
 use super::router::Registration;
 use super::session::{Conn, ConnEnd};
@@ -40,8 +44,34 @@ use super::task;
 /// connection ended (the supervisor needs a moment to see the exit status).
 const END_REASON_WAIT: Duration = Duration::from_secs(3);
 
-type Answer = Result<Result<ServerResult, ServiceError>, oneshot::error::RecvError>;
-type Receiver = oneshot::Receiver<Result<ServerResult, ServiceError>>;
+/// A request's answer; `None` when its connection closed first.
+type Answer = Option<Result<ServerResult, ServiceError>>;
+
+/// Where a request's answer comes from.
+enum Receiver {
+    /// rmcp's service loop.
+    Rmcp(oneshot::Receiver<Result<ServerResult, ServiceError>>),
+    /// The frame guard, for a request sent past rmcp (see `frame`).
+    Direct(DirectAnswer),
+}
+
+impl Future for Receiver {
+    type Output = Answer;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer> {
+        match self.get_mut() {
+            Receiver::Rmcp(rx) => Pin::new(rx).poll(cx).map(Result::ok),
+            Receiver::Direct(rx) => Pin::new(rx).poll(cx).map(|answer| {
+                answer.map(|message| match message {
+                    ServerJsonRpcMessage::Response(response) => Ok(response.result),
+                    ServerJsonRpcMessage::Error(error) => Err(ServiceError::McpError(error.error)),
+                    // The guard hands over answers only.
+                    _ => Err(ServiceError::UnexpectedResponse),
+                })
+            }),
+        }
+    }
+}
 
 /// Puts the attempt's trace context in the request's `_meta.traceparent` (rmcp adds its
 /// `progressToken` beside it, keeping the other keys).
@@ -97,8 +127,8 @@ pub(super) async fn run(shared: Arc<Shared>, attempt: Attempt) -> AttemptEnd {
             biased;
             error = call.failed() => return AttemptEnd::Done(Err(error)),
             answer = &mut rx => match answer {
-                Ok(Ok(ServerResult::InputRequiredResult(asked))) => asked,
-                Ok(Ok(ServerResult::CreateTaskResult(created))) => {
+                Some(Ok(ServerResult::InputRequiredResult(asked))) => asked,
+                Some(Ok(ServerResult::CreateTaskResult(created))) => {
                     // The registration stays: progress for the request still beats.
                     let attempt = TaskAttempt { shared: &shared, conn: &conn, meta: &meta,
                         tool: &tool, on_stuck, stop: &stop, heartbeat: &heartbeat };
@@ -286,13 +316,27 @@ fn abandon_task(shared: Arc<Shared>, conn: Arc<Conn>, id: String) {
     });
 }
 
-/// Queues `request` and registers it under the send lock, so that no progress can overtake
-/// the registration (see `router`).
+/// Queues `request` and registers it so that no progress can overtake the registration: past
+/// rmcp, registered before it is queued; through rmcp (which picks the progress token as it
+/// queues it), under the send lock (see `router`).
 async fn send(
     conn: &Conn,
-    request: ClientRequest,
+    mut request: ClientRequest,
     heartbeat: &toolwarden_core::Heartbeat,
 ) -> Result<(Registration, Receiver), ServiceError> {
+    if let Some(direct) = &conn.direct {
+        let (id, token) = direct.next_id();
+        request.get_meta_mut().set_progress_token(token.clone());
+        let reg = conn.router.register(id.clone(), token, heartbeat.clone());
+        return match direct.send(id, request).await {
+            Ok(answer) => Ok((reg, Receiver::Direct(answer))),
+            Err(e) => {
+                tracing::debug!(server = %conn.router.server, error = %e,
+                    "sending a call to the server failed");
+                Err(ServiceError::TransportClosed)
+            }
+        };
+    }
     let _queued = conn.router.send_lock.lock().await;
     let handle = conn
         .peer
@@ -303,7 +347,7 @@ async fn send(
         handle.progress_token.clone(),
         heartbeat.clone(),
     );
-    Ok((reg, handle.rx))
+    Ok((reg, Receiver::Rmcp(handle.rx)))
 }
 
 /// The outcome of an answer that arrived before any stop.
@@ -313,9 +357,9 @@ async fn answered(
     answer: Answer,
 ) -> Result<toolwarden_core::ToolOutput, AttemptError> {
     match answer {
-        Ok(Ok(result)) => tool_output(result),
-        Ok(Err(e)) => Err(request_failed(conn, shared, &e).await),
-        Err(_) => Err(closed_error(conn, shared).await),
+        Some(Ok(result)) => tool_output(result),
+        Some(Err(e)) => Err(request_failed(conn, shared, &e).await),
+        None => Err(closed_error(conn, shared).await),
     }
 }
 
@@ -382,9 +426,9 @@ fn end_error(shared: &Shared, end: ConnEnd) -> AttemptError {
 /// `Some(is_error)` when the answer came from the server, `None` when the connection closed.
 fn late_answer(answer: Answer) -> Option<bool> {
     match answer {
-        Ok(Ok(result)) => Some(tool_output(result).map_or(true, |o| o.is_error)),
-        Ok(Err(ServiceError::McpError(_))) => Some(true),
-        Ok(Err(_)) | Err(_) => None,
+        Some(Ok(result)) => Some(tool_output(result).map_or(true, |o| o.is_error)),
+        Some(Err(ServiceError::McpError(_))) => Some(true),
+        Some(Err(_)) | None => None,
     }
 }
 

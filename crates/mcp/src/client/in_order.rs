@@ -10,6 +10,9 @@
 //! the server sent before its answer has reached the call when rmcp sees the answer. A report
 //! whose token is not in the call table yet (its call is being registered right now) goes on to
 //! rmcp and the handler, which waits for the registration (`router`).
+//!
+//! On a stdio connection the frame guard already does this as it reads each line (`frame`):
+//! there an answer may go to its call past rmcp, so the report cannot wait for rmcp to read it.
 
 use std::sync::Arc;
 

@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 use toolwarden_process::GroupChild;
 use toolwarden_protocol::ServerConfig;
 
-use super::frame::{self, OnBadFrame};
+use super::frame::{self, Direct, Hooks};
 use super::handler::Handler;
 use super::in_order::InOrder;
 use super::link::Link;
@@ -128,6 +128,9 @@ pub(crate) struct Conn {
     pub(crate) router: Arc<Router>,
     pub(crate) stdio: bool,
     pub(crate) era: Era,
+    /// A stdio connection of a session-based revision sends its `tools/call` requests past
+    /// rmcp (see `frame`).
+    pub(crate) direct: Option<Direct>,
     end: watch::Sender<Option<ConnEnd>>,
 }
 
@@ -284,6 +287,7 @@ pub(crate) async fn connect(
         forward: opts.forward_client_features,
     };
     let ct = CancellationToken::new();
+    let mut direct = None;
     let service = match endpoint {
         Endpoint::Stdio {
             program,
@@ -317,14 +321,19 @@ pub(crate) async fn connect(
                 stderr_tail,
                 stderr_task: Some(stderr_task),
             });
-            let on_bad: OnBadFrame = {
-                let router = router.clone();
-                Arc::new(move |bad| router.bad_frame(bad))
+            let hooks = Hooks {
+                on_bad: {
+                    let router = router.clone();
+                    Arc::new(move |bad| router.bad_frame(bad))
+                },
+                on_progress: {
+                    let router = router.clone();
+                    Arc::new(move |progress| router.progress_now(progress))
+                },
             };
-            let transport = InOrder::new(
-                frame::guard(stdout, stdin, max_message_bytes, on_bad),
-                router.clone(),
-            );
+            let guarded = frame::guard(stdout, stdin, max_message_bytes, hooks);
+            direct = Some(guarded.direct());
+            let transport = InOrder::new(guarded, router.clone());
             serve_client_with_lifecycle_and_ct(handler, transport, lifecycle.mode(), ct.clone())
                 .await
                 .map_err(|e| format!("initialize failed: {e}"))?
@@ -364,6 +373,8 @@ pub(crate) async fn connect(
         router,
         stdio: endpoint.is_stdio(),
         era,
+        // A 2026-07-28 request carries rmcp's per-request `_meta` envelope: through rmcp.
+        direct: direct.filter(|_| era == Era::Handshake),
         end: watch::Sender::new(None),
     });
     Ok((Session { conn, ct, service }, tools))

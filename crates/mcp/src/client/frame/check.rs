@@ -1,15 +1,18 @@
 //! Frame checks: whether one line from a server is a message rmcp will read, an answer to one
-//! of our calls the guard can parse itself, or a bad frame that must fail the call it names
-//! (rmcp would drop it silently and leave that call waiting).
+//! of our calls the guard can parse itself (or must, when rmcp never saw the request), a
+//! progress report the guard can deliver as it reads it, or a bad frame that must fail the call
+//! it names (rmcp would drop it silently and leave that call waiting).
 
 use rmcp::model::{
-    CallToolResult, JsonRpcResponse, JsonRpcVersion2_0, NumberOrString, RequestId,
-    ServerJsonRpcMessage, ServerResult,
+    CallToolResult, JsonRpcError, JsonRpcResponse, JsonRpcVersion2_0, NumberOrString,
+    ProgressNotificationParam, RequestId, ServerJsonRpcMessage, ServerResult,
 };
 use serde_json::Value;
 use serde_json::value::RawValue;
+use tokio::sync::oneshot;
 
 use super::id_scanner::{BOM, IdScanner};
+use super::pending::Waiter;
 
 /// A line from the server that was not forwarded.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,12 +27,22 @@ pub(crate) struct BadFrame {
 pub(super) enum Verdict {
     /// Pass it to rmcp as it is.
     Forward,
-    /// The answer to one of our calls, parsed.
+    /// The answer to one of our calls sent through rmcp, parsed.
     Answer(Box<ServerJsonRpcMessage>),
+    /// The answer to one of our calls sent past rmcp, for the call that waits for it.
+    Direct(
+        oneshot::Sender<ServerJsonRpcMessage>,
+        Box<ServerJsonRpcMessage>,
+    ),
+    /// A progress report: to its call now, or to rmcp if no call takes it.
+    Progress(Box<ProgressNotificationParam>),
     /// Drop it: a blank line.
     Skip,
     /// Drop it and fail the call it names.
     Bad(BadFrame),
+    /// The same, for a call sent past rmcp, whose waiter was taken: it is dropped only once the
+    /// call has been failed, so that the call does not take it for the connection's end.
+    BadAnswer(oneshot::Sender<ServerJsonRpcMessage>, BadFrame),
 }
 
 /// The top-level members a JSON-RPC message may have, borrowed from the line: checking a frame
@@ -41,6 +54,8 @@ struct Frame<'a> {
     #[serde(borrow, default)]
     method: Option<&'a RawValue>,
     #[serde(borrow, default)]
+    params: Option<&'a RawValue>,
+    #[serde(borrow, default)]
     id: Option<&'a RawValue>,
     #[serde(borrow, default)]
     result: Option<&'a RawValue>,
@@ -48,8 +63,9 @@ struct Frame<'a> {
     error: Option<&'a RawValue>,
 }
 
-/// Judges one line. `our_call` says (once) whether an id is one of our pending `tools/call`s.
-pub(super) fn check(line: &[u8], our_call: &dyn Fn(&RequestId) -> bool) -> Verdict {
+/// Judges one line. `our_call` takes (once) who waits for an id, if it is one of our pending
+/// `tools/call`s.
+pub(super) fn check(line: &[u8], our_call: &dyn Fn(&RequestId) -> Option<Waiter>) -> Verdict {
     let body = line.strip_suffix(b"\n").unwrap_or(line);
     let body = body.strip_suffix(b"\r").unwrap_or(body);
     let body = body.strip_prefix(BOM).unwrap_or(body);
@@ -88,7 +104,14 @@ pub(super) fn check(line: &[u8], our_call: &dyn Fn(&RequestId) -> bool) -> Verdi
             );
         }
     };
-    if frame.method.is_some() {
+    if let Some(method) = frame.method {
+        if method.get() == "\"notifications/progress\""
+            && frame.id.is_none()
+            && let Some(params) = frame.params
+            && let Ok(progress) = serde_json::from_str::<ProgressNotificationParam>(params.get())
+        {
+            return Verdict::Progress(Box::new(progress));
+        }
         // A request or notification: rmcp's business (it ignores unknown notifications).
         return Verdict::Forward;
     }
@@ -108,24 +131,66 @@ pub(super) fn check(line: &[u8], our_call: &dyn Fn(&RequestId) -> bool) -> Verdi
             }
             _ => false,
         };
-    if well_formed {
+    if well_formed && let Some(id) = id.clone() {
         // Any answer (an error too) settles the call, so its id is taken in every case.
-        let ours = id.as_ref().is_some_and(our_call);
-        if let Some(id) = id
-            && ours
-            && let Some(result) = frame.result
-            && let Ok(result) = serde_json::from_str::<CallToolResult>(result.get())
-        {
-            return Verdict::Answer(Box::new(ServerJsonRpcMessage::Response(JsonRpcResponse {
-                jsonrpc: JsonRpcVersion2_0,
-                id,
-                result: ServerResult::CallToolResult(result),
-            })));
-        }
-        return Verdict::Forward;
+        let waiter = our_call(&id);
+        let tool_result = || {
+            frame
+                .result
+                .and_then(|result| serde_json::from_str::<CallToolResult>(result.get()).ok())
+                .map(|result| {
+                    Box::new(ServerJsonRpcMessage::Response(JsonRpcResponse {
+                        jsonrpc: JsonRpcVersion2_0,
+                        id: id.clone(),
+                        result: ServerResult::CallToolResult(result),
+                    }))
+                })
+        };
+        return match waiter {
+            None => Verdict::Forward,
+            Some(Waiter::Rmcp) => tool_result().map_or(Verdict::Forward, Verdict::Answer),
+            Some(Waiter::Direct(tx)) => {
+                if let Some(answer) = tool_result() {
+                    return Verdict::Direct(tx, answer);
+                }
+                if let Some(error) = frame.error
+                    && let Ok(error) = serde_json::from_str::<rmcp::ErrorData>(error.get())
+                {
+                    return Verdict::Direct(
+                        tx,
+                        Box::new(ServerJsonRpcMessage::Error(JsonRpcError {
+                            jsonrpc: JsonRpcVersion2_0,
+                            id: Some(id),
+                            error,
+                        })),
+                    );
+                }
+                // Another kind of result (a task, say): parsed as rmcp would.
+                match serde_json::from_slice::<ServerJsonRpcMessage>(body) {
+                    Ok(answer) => Verdict::Direct(tx, Box::new(answer)),
+                    Err(e) => Verdict::BadAnswer(
+                        tx,
+                        BadFrame {
+                            id: Some(id),
+                            problem: format!("the server sent a malformed response ({e})"),
+                        },
+                    ),
+                }
+            }
+        };
     }
     match serde_json::from_slice::<ServerJsonRpcMessage>(body) {
-        Ok(ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_)) => Verdict::Forward,
+        Ok(answer @ (ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_))) => {
+            let answered = match &answer {
+                ServerJsonRpcMessage::Response(response) => Some(&response.id),
+                ServerJsonRpcMessage::Error(error) => error.id.as_ref(),
+                _ => None,
+            };
+            match answered.and_then(our_call) {
+                Some(Waiter::Direct(tx)) => Verdict::Direct(tx, Box::new(answer)),
+                _ => Verdict::Forward,
+            }
+        }
         Ok(_) | Err(_) if id.is_none() => Verdict::Bad(BadFrame {
             id: None,
             problem: format!(
@@ -170,19 +235,21 @@ mod tests {
     }
 
     fn verdict(line: &str) -> Result<bool, BadFrame> {
-        match check(line.as_bytes(), &|_| false) {
-            Verdict::Forward | Verdict::Answer(_) => Ok(true),
+        match check(line.as_bytes(), &|_| None) {
+            Verdict::Forward | Verdict::Answer(_) | Verdict::Direct(..) | Verdict::Progress(_) => {
+                Ok(true)
+            }
             Verdict::Skip => Ok(false),
-            Verdict::Bad(b) => Err(b),
+            Verdict::Bad(b) | Verdict::BadAnswer(_, b) => Err(b),
         }
     }
 
     #[test]
     fn answers_to_our_calls_are_parsed_here_and_others_left_to_rmcp() {
         let answer = "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}}\n";
-        let Verdict::Answer(parsed) =
-            check(answer.as_bytes(), &|id| *id == NumberOrString::Number(7))
-        else {
+        let Verdict::Answer(parsed) = check(answer.as_bytes(), &|id| {
+            (*id == NumberOrString::Number(7)).then_some(Waiter::Rmcp)
+        }) else {
             panic!("an answer to our call is parsed");
         };
         let ServerJsonRpcMessage::Response(response) = *parsed else {
@@ -195,7 +262,7 @@ mod tests {
         assert_eq!(result.content.len(), 1);
         // Not one of our calls (e.g. tools/list): rmcp parses it.
         assert!(matches!(
-            check(answer.as_bytes(), &|_| false),
+            check(answer.as_bytes(), &|_| None),
             Verdict::Forward
         ));
         // An error settles the call too: its id is taken, the error goes to rmcp.
@@ -205,11 +272,79 @@ mod tests {
         assert!(matches!(
             check(error.as_bytes(), &|_| {
                 taken.set(true);
-                true
+                Some(Waiter::Rmcp)
             }),
             Verdict::Forward
         ));
         assert!(taken.get());
+    }
+
+    #[test]
+    fn answers_to_calls_sent_past_rmcp_go_to_them_whatever_they_are() {
+        let direct = |line: &str| {
+            let (tx, _rx) = oneshot::channel();
+            let tx = std::cell::Cell::new(Some(tx));
+            match check(line.as_bytes(), &|_| tx.take().map(Waiter::Direct)) {
+                Verdict::Direct(_, answer) => Some(*answer),
+                Verdict::Bad(bad) | Verdict::BadAnswer(_, bad) => panic!("bad frame: {bad:?}"),
+                _ => None,
+            }
+        };
+        let Some(ServerJsonRpcMessage::Response(response)) = direct(
+            "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}}\n",
+        ) else {
+            panic!("a tool's result");
+        };
+        assert!(matches!(response.result, ServerResult::CallToolResult(_)));
+        let Some(ServerJsonRpcMessage::Error(error)) = direct(
+            "{\"jsonrpc\":\"2.0\",\"id\":7,\"error\":{\"code\":-32602,\"message\":\"no\"}}\n",
+        ) else {
+            panic!("an error");
+        };
+        assert_eq!(error.id, num(7));
+        assert_eq!(error.error.message, "no");
+        let Some(ServerJsonRpcMessage::Response(response)) = direct(
+            "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"task\":{\"taskId\":\"t1\",\"status\":\"working\",\"createdAt\":\"2026-01-01T00:00:00Z\",\"lastUpdatedAt\":\"2026-01-01T00:00:00Z\",\"ttl\":null}}}\n",
+        ) else {
+            panic!("another result");
+        };
+        assert!(
+            !matches!(response.result, ServerResult::CallToolResult(_)),
+            "{:?}",
+            response.result
+        );
+        // An answer of an odd shape is never left to rmcp, which does not know the request:
+        // the call gets it, or fails on it.
+        let (tx, _rx) = oneshot::channel();
+        let tx = std::cell::Cell::new(Some(tx));
+        assert!(matches!(
+            check(b"{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":[1]}\n", &|_| tx
+                .take()
+                .map(Waiter::Direct)),
+            Verdict::Direct(..)
+                | Verdict::BadAnswer(..)
+                | Verdict::Bad(BadFrame { id: Some(_), .. })
+        ));
+    }
+
+    #[test]
+    fn progress_reports_are_read_for_the_guard() {
+        let Verdict::Progress(p) = check(
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":5,\"progress\":2,\"total\":4}}\n",
+            &|_| None,
+        ) else {
+            panic!("a progress report");
+        };
+        assert_eq!(p.progress_token.0, NumberOrString::Number(5));
+        assert_eq!(p.total, Some(4.0));
+        // A malformed one is rmcp's to judge.
+        assert!(matches!(
+            check(
+                b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\n",
+                &|_| None
+            ),
+            Verdict::Forward
+        ));
     }
 
     #[test]

@@ -7,6 +7,10 @@
 //! call. Here a message is appended to a buffer and handed to one writer task, which writes
 //! everything pending at once; the server reads several lines per wake-up.
 //!
+//! Our own `tools/call` requests, sent past rmcp (`super::Direct`), are queued the same way
+//! through a [`Queue`]: rmcp's messages and ours share the one buffer, in the order they were
+//! handed over.
+//!
 //! A flush returns once the message is handed over, not once it is in the pipe. A write that
 //! fails (the server closed its stdin, or died) fails every later write and flush, as the pipe
 //! itself would; a call whose request was lost that way ends with its connection, as it does
@@ -62,7 +66,54 @@ impl State {
     }
 }
 
+/// Another way into the same buffer, for messages sent past rmcp. Unlike the
+/// [`BatchedWriter`], dropping it does not close the pipe.
+#[derive(Clone)]
+pub(super) struct Queue {
+    shared: Arc<Shared>,
+}
+
+impl Queue {
+    /// Queues one whole message; fails as a write to the pipe would.
+    pub(super) async fn push(&self, message: &[u8]) -> io::Result<()> {
+        std::future::poll_fn(|cx| self.shared.poll_push(cx, message))
+            .await
+            .map(drop)
+    }
+}
+
+impl Shared {
+    /// Appends `buf` whole, or not at all (waiting for room).
+    fn poll_push(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let mut state = self.state.lock();
+        if let Some(e) = state.error() {
+            return Poll::Ready(Err(e));
+        }
+        if state.closing || state.done {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the server's stdin is closed",
+            )));
+        }
+        if !state.pending.is_empty() && state.pending.len() + buf.len() > MAX_PENDING {
+            state.waiting.push(cx.waker().clone());
+            return Poll::Pending;
+        }
+        state.pending.extend_from_slice(buf);
+        drop(state);
+        self.work.notify_one();
+        Poll::Ready(Ok(buf.len()))
+    }
+}
+
 impl BatchedWriter {
+    /// A [`Queue`] into this writer's buffer.
+    pub(super) fn queue(&self) -> Queue {
+        Queue {
+            shared: self.shared.clone(),
+        }
+    }
+
     /// Starts the writer task for `pipe`.
     pub(super) fn spawn<W>(pipe: W) -> BatchedWriter
     where
@@ -130,24 +181,7 @@ impl AsyncWrite for BatchedWriter {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let mut state = self.shared.state.lock();
-        if let Some(e) = state.error() {
-            return Poll::Ready(Err(e));
-        }
-        if state.closing || state.done {
-            return Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::BrokenPipe,
-                "the server's stdin is closed",
-            )));
-        }
-        if !state.pending.is_empty() && state.pending.len() + buf.len() > MAX_PENDING {
-            state.waiting.push(cx.waker().clone());
-            return Poll::Pending;
-        }
-        state.pending.extend_from_slice(buf);
-        drop(state);
-        self.shared.work.notify_one();
-        Poll::Ready(Ok(buf.len()))
+        self.shared.poll_push(cx, buf)
     }
 
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
