@@ -57,8 +57,62 @@ pub(crate) async fn rows(toolwarden: &Path, config: &Path, n: usize) -> Result<V
             }
         }
     }
+    if rows.is_ok()
+        && let Some(pid) = serve.id()
+        && let Err(e) = cpu_per_call(pid, n, &handshake, &stateless).await
+    {
+        stop(&mut serve).await;
+        return Err(e);
+    }
     stop(&mut serve).await;
     rows
+}
+
+/// What a call costs toolwarden itself, apart from the client: the CPU time of the `serve`
+/// process (user and system, from `/proc`) over blocks of handshake calls and of stateless
+/// calls, alternating, five blocks of `n` calls each; printed in µs per call.
+async fn cpu_per_call(
+    pid: u32,
+    n: usize,
+    handshake: &PlainMcp,
+    stateless: &PlainStateless,
+) -> Result<()> {
+    let mut spent = [0.0f64; 2];
+    for _ in 0..5 {
+        for (kind, slot) in spent.iter_mut().enumerate() {
+            let before = process_cpu_seconds(pid)?;
+            for _ in 0..n {
+                if kind == 0 {
+                    handshake.call().await?;
+                } else {
+                    stateless.call().await?;
+                }
+            }
+            *slot += process_cpu_seconds(pid)? - before;
+        }
+    }
+    let per_call = |s: f64| s * 1e6 / (5 * n) as f64;
+    println!(
+        "toolwarden's CPU per call (5 × {n} calls of each, alternating): handshake {:.1} µs, stateless {:.1} µs",
+        per_call(spent[0]),
+        per_call(spent[1])
+    );
+    Ok(())
+}
+
+/// A process's user and system CPU time so far, in seconds (`/proc/PID/stat`, in clock ticks
+/// of 1/100 s).
+fn process_cpu_seconds(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        bail!("unexpected /proc/{pid}/stat: {stat}");
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime: fields 14 and 15 of the line, the 12th and 13th after the name.
+    let ticks =
+        |i: usize| -> Result<f64> { Ok(fields.get(i).copied().unwrap_or("").parse::<f64>()?) };
+    Ok((ticks(11)? + ticks(12)?) / 100.0)
 }
 
 /// A stateless client of 2026-07-28 over Streamable HTTP: one POST per call, no session.

@@ -95,6 +95,13 @@ impl Client {
     }
 }
 
+/// Whether a result of the test server's `cancels` tool lists the cancel of a `sleep`.
+fn saw_sleep_cancelled(result: &Value) -> bool {
+    result["structuredContent"]["cancels"]
+        .as_array()
+        .is_some_and(|a| a.iter().any(|c| c["tool"] == json!("sleep")))
+}
+
 /// The JSON-RPC answer of a JSON or event-stream response.
 async fn answer(resp: reqwest::Response) -> Value {
     let json = resp
@@ -275,11 +282,7 @@ async fn a_task_reports_progress_and_tasks_cancel_stops_its_call_on_the_server()
         let r = c.call("t__cancels", json!({})).await;
         let id = r["result"]["taskId"].as_str().unwrap().to_owned();
         let list = c.until(&id, &["completed"]).await;
-        let cancels = &list["result"]["result"]["structuredContent"]["cancels"];
-        if cancels
-            .as_array()
-            .is_some_and(|a| a.iter().any(|c| c["tool"] == json!("sleep")))
-        {
+        if saw_sleep_cancelled(&list["result"]["result"]) {
             break;
         }
         assert!(tokio::time::Instant::now() < deadline, "no cancel: {list}");
@@ -354,5 +357,473 @@ async fn a_tasks_outcome_is_kept_for_its_ttl_then_forgotten() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     shutdown.cancel();
+    s.shutdown().await;
+}
+
+// --- Handshake clients: the experimental tasks of 2025-11-25 -------------------------------
+
+const HANDSHAKE: &str = "2025-11-25";
+
+/// A handshake client (2025-11-25) over Streamable HTTP, raw.
+struct Handshake {
+    http: reqwest::Client,
+    url: String,
+    session: String,
+    next: u64,
+    /// The `initialize` answer.
+    init: Value,
+}
+
+impl Handshake {
+    /// Initializes, declaring `capabilities`.
+    async fn open(url: &str, capabilities: Value) -> Handshake {
+        let http = reqwest::Client::new();
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": HANDSHAKE, "capabilities": capabilities,
+            "clientInfo": {"name": "handshake-tasks", "version": "0"}}});
+        let resp = http
+            .post(url)
+            .header("accept", "application/json, text/event-stream")
+            .json(&init)
+            .send()
+            .await
+            .unwrap();
+        assert!(resp.status().is_success(), "{}", resp.status());
+        let session = resp.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let init = answer(resp).await;
+        let c = Handshake {
+            http,
+            url: url.to_owned(),
+            session,
+            next: 0,
+            init,
+        };
+        let ack = c
+            .post(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
+        assert!(ack.status().is_success());
+        c
+    }
+
+    async fn post(&self, body: &Value) -> reqwest::Response {
+        self.http
+            .post(&self.url)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", &self.session)
+            .header("mcp-protocol-version", HANDSHAKE)
+            .json(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    async fn send(&mut self, method: &str, params: Value) -> Value {
+        self.next += 1;
+        let resp = self
+            .post(&json!({"jsonrpc": "2.0", "id": self.next, "method": method, "params": params}))
+            .await;
+        if !resp.status().is_success() {
+            let status = resp.status();
+            return json!({"http": status.as_u16(), "body": resp.text().await.unwrap()});
+        }
+        answer(resp).await
+    }
+
+    /// `tools/call` with `params.task`.
+    async fn call_task(&mut self, tool: &str, args: Value) -> Value {
+        self.send(
+            "tools/call",
+            json!({"name": tool, "arguments": args, "task": {"ttl": 60_000}}),
+        )
+        .await
+    }
+
+    async fn get(&mut self, task_id: &str) -> Value {
+        self.send("tasks/get", json!({"taskId": task_id})).await
+    }
+}
+
+/// The task of a 2025-11-25 `CreateTaskResult` answer, after checking its shape.
+fn handshake_created(r: &Value) -> String {
+    let task = &r["result"]["task"];
+    assert_eq!(task["status"], json!("working"), "{r}");
+    assert_eq!(task["ttl"], json!(3_600_000), "{r}");
+    assert_eq!(task["pollInterval"], json!(1000), "{r}");
+    assert!(task["createdAt"].as_str().unwrap().ends_with('Z'), "{r}");
+    assert!(r["result"].get("resultType").is_none(), "{r}");
+    task["taskId"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_handshake_client_that_declares_tasks_gets_one_and_fetches_its_result() {
+    let s = setup(&["t"], true, "[tools.\"t__progress\"]\ntask = \"never\"\n").await;
+    let (url, shutdown) = serve(&s.gateway).await;
+    let mut c = Handshake::open(&url, json!({"tasks": {"list": {}, "cancel": {}}})).await;
+    assert_eq!(c.init["result"]["protocolVersion"], json!(HANDSHAKE));
+    assert_eq!(
+        c.init["result"]["capabilities"]["tasks"],
+        json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}),
+        "{}",
+        c.init
+    );
+
+    // tools/list says which tools may run as a task.
+    let tools = c.send("tools/list", json!({})).await;
+    let support = |name: &str| {
+        tools["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == json!(name))
+            .map(|t| t["execution"]["taskSupport"].clone())
+    };
+    assert_eq!(support("t__sleep"), Some(json!("optional")), "{tools}");
+    assert_eq!(support("t__progress"), Some(json!("forbidden")), "{tools}");
+    assert_eq!(
+        support("toolwarden__status"),
+        Some(json!("forbidden")),
+        "{tools}"
+    );
+
+    // Answered at once with the task; the call runs on.
+    let started = tokio::time::Instant::now();
+    let r = c.call_task("t__sleep", json!({"ms": 1500})).await;
+    assert!(started.elapsed() < Duration::from_millis(1500), "{r}");
+    let id = handshake_created(&r);
+    let got = c.get(&id).await;
+    assert_eq!(got["result"]["taskId"], json!(id), "{got}");
+    assert_eq!(got["result"]["status"], json!("working"), "{got}");
+    assert_eq!(got["result"]["pollInterval"], json!(1000), "{got}");
+    let listed = c.send("tasks/list", json!({})).await;
+    assert_eq!(
+        listed["result"]["tasks"][0]["taskId"],
+        json!(id),
+        "{listed}"
+    );
+
+    // tasks/result waits for the outcome: the call's CallToolResult, naming its task.
+    let r = c.send("tasks/result", json!({"taskId": id})).await;
+    assert!(started.elapsed() >= Duration::from_millis(1500), "{r}");
+    let result = &r["result"];
+    assert_eq!(result["content"][0]["text"], json!("slept 1500 ms"), "{r}");
+    assert_eq!(result["isError"], json!(false), "{r}");
+    assert_eq!(
+        result["_meta"]["toolwarden/outcome"]["status"],
+        json!("ok"),
+        "{r}"
+    );
+    assert_eq!(
+        result["_meta"]["io.modelcontextprotocol/related-task"],
+        json!({"taskId": id}),
+        "{r}"
+    );
+    let got = c.get(&id).await;
+    assert_eq!(got["result"]["status"], json!("completed"), "{got}");
+
+    // Without params.task, a call is held as always.
+    let r = c
+        .send(
+            "tools/call",
+            json!({"name": "t__echo", "arguments": {"text": "held"}}),
+        )
+        .await;
+    assert_eq!(r["result"]["content"][0]["text"], json!("held"), "{r}");
+    // A tool whose policy never makes a task, and the gateway's own tool: -32601.
+    let r = c
+        .call_task("t__progress", json!({"every_ms": 10, "count": 1}))
+        .await;
+    assert_eq!(r["error"]["code"], json!(-32601), "{r}");
+    let r = c.call_task("toolwarden__status", json!({})).await;
+    assert_eq!(r["error"]["code"], json!(-32601), "{r}");
+    // An unknown task: -32602.
+    let r = c.send("tasks/result", json!({"taskId": "task_nope"})).await;
+    assert_eq!(r["error"]["code"], json!(-32602), "{r}");
+
+    // A handshake client that does not declare tasks: nothing changes for it.
+    let mut plain = Handshake::open(&url, json!({})).await;
+    assert!(
+        plain.init["result"]["capabilities"].get("tasks").is_none(),
+        "{}",
+        plain.init
+    );
+    let tools = plain.send("tools/list", json!({})).await;
+    assert!(
+        tools["result"]["tools"][0].get("execution").is_none(),
+        "{tools}"
+    );
+    let r = plain.call_task("t__echo", json!({"text": "no task"})).await;
+    assert_eq!(r["result"]["content"][0]["text"], json!("no task"), "{r}");
+    let r = plain.get(&id).await;
+    assert!(r.get("result").is_none(), "{r}");
+    shutdown.cancel();
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn tasks_cancel_of_a_handshake_task_stops_its_call_on_the_server() {
+    let s = setup(&["t"], true, "").await;
+    let (url, shutdown) = serve(&s.gateway).await;
+    let mut c = Handshake::open(&url, json!({"tasks": {"cancel": {}}})).await;
+    let r = c.call_task("t__sleep", json!({"ms": 30_000})).await;
+    let id = handshake_created(&r);
+    s.event("the call started", |e| {
+        matches!(e.kind, toolwarden_protocol::EventKind::ToolStart { .. })
+    })
+    .await;
+    // A tasks/result waiting on another request ends with the cancel.
+    let mut waiter = Handshake {
+        http: c.http.clone(),
+        url: c.url.clone(),
+        session: c.session.clone(),
+        next: 100,
+        init: Value::Null,
+    };
+    let waited = id.clone();
+    let waiting =
+        tokio::spawn(async move { waiter.send("tasks/result", json!({"taskId": waited})).await });
+    let ack = c.send("tasks/cancel", json!({"taskId": id})).await;
+    assert_eq!(ack["result"]["taskId"], json!(id), "{ack}");
+    assert_eq!(ack["result"]["status"], json!("cancelled"), "{ack}");
+    let got = c.get(&id).await;
+    assert_eq!(got["result"]["status"], json!("cancelled"), "{got}");
+    let o = s.outcome_of("t__sleep").await;
+    assert_eq!(
+        (o["status"].clone(), o["reason"].clone()),
+        (json!("cancelled"), json!("user"))
+    );
+    // What the call answered: its cancelled outcome.
+    let r = tokio::time::timeout(WAIT, waiting).await.unwrap().unwrap();
+    assert_eq!(r["result"]["isError"], json!(true), "{r}");
+    assert_eq!(
+        r["result"]["_meta"]["toolwarden/outcome"]["reason"],
+        json!("user"),
+        "{r}"
+    );
+    // The server saw the cancel of its sleep.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let r = c
+            .send("tools/call", json!({"name": "t__cancels", "arguments": {}}))
+            .await;
+        if saw_sleep_cancelled(&r["result"]) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no cancel: {r}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A task that ended cannot be cancelled.
+    let r = c.send("tasks/cancel", json!({"taskId": id})).await;
+    assert_eq!(r["error"]["code"], json!(-32602), "{r}");
+    shutdown.cancel();
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_handshake_task_ends_with_its_session() {
+    let s = setup(&["t"], true, "").await;
+    let (url, shutdown) = serve(&s.gateway).await;
+    let mut c = Handshake::open(&url, json!({"tasks": {}})).await;
+    let r = c.call_task("t__sleep", json!({"ms": 30_000})).await;
+    handshake_created(&r);
+    s.event("the call started", |e| {
+        matches!(e.kind, toolwarden_protocol::EventKind::ToolStart { .. })
+    })
+    .await;
+    let closed = c
+        .http
+        .delete(&c.url)
+        .header("mcp-session-id", &c.session)
+        .header("mcp-protocol-version", HANDSHAKE)
+        .send()
+        .await
+        .unwrap();
+    assert!(closed.status().is_success(), "{}", closed.status());
+    let o = s.outcome_of("t__sleep").await;
+    assert_eq!(
+        (o["status"].clone(), o["reason"].clone()),
+        (json!("cancelled"), json!("client_disconnect"))
+    );
+    shutdown.cancel();
+    s.shutdown().await;
+}
+
+/// A handshake client on stdio (an in-memory pipe the gateway serves as stdio), raw.
+struct StdioHandshake {
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>>,
+    write: tokio::io::WriteHalf<tokio::io::DuplexStream>,
+    next: u64,
+    /// Answers read while waiting for another.
+    early: Vec<Value>,
+}
+
+impl StdioHandshake {
+    async fn send_raw(&mut self, message: Value) {
+        use tokio::io::AsyncWriteExt as _;
+        self.write
+            .write_all(format!("{message}\n").as_bytes())
+            .await
+            .unwrap();
+    }
+
+    /// Sends a request; its answer (what else comes before it is skipped).
+    async fn send(&mut self, method: &str, params: Value) -> Value {
+        self.next += 1;
+        let id = self.next;
+        self.send_raw(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await;
+        self.answer(id).await
+    }
+
+    async fn answer(&mut self, id: u64) -> Value {
+        if let Some(at) = self.early.iter().position(|v| v["id"] == json!(id)) {
+            return self.early.remove(at);
+        }
+        loop {
+            let line = tokio::time::timeout(WAIT, self.lines.next_line())
+                .await
+                .expect("a line in time")
+                .unwrap()
+                .expect("the gateway is still there");
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v.get("method").is_none() {
+                if v["id"] == json!(id) {
+                    return v;
+                }
+                self.early.push(v);
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_handshake_client_on_stdio_gets_a_task_and_its_result_and_cancels_one() {
+    use tokio::io::AsyncBufReadExt as _;
+    let s = setup(&["t"], true, "").await;
+    let open = async |capabilities: Value| {
+        // A small pipe: rmcp's lines are written in pieces, and wait for room.
+        let (client_io, gateway_io) = tokio::io::duplex(4096);
+        let (gr, gw) = tokio::io::split(gateway_io);
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let gateway = s.gateway.clone();
+        let serving = tokio::spawn({
+            let shutdown = shutdown.clone();
+            async move { gateway.serve_io(gr, gw, shutdown).await }
+        });
+        let (r, w) = tokio::io::split(client_io);
+        let mut c = StdioHandshake {
+            lines: tokio::io::BufReader::new(r).lines(),
+            write: w,
+            next: 0,
+            early: Vec::new(),
+        };
+        let init = c
+            .send(
+                "initialize",
+                json!({"protocolVersion": HANDSHAKE, "capabilities": capabilities,
+                       "clientInfo": {"name": "stdio-tasks", "version": "0"}}),
+            )
+            .await;
+        c.send_raw(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
+        (c, init, serving)
+    };
+
+    let (mut c, init, serving) = open(json!({"tasks": {}})).await;
+    assert_eq!(
+        init["result"]["capabilities"]["tasks"],
+        json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}),
+        "{init}"
+    );
+    let tools = c.send("tools/list", json!({})).await;
+    let sleep = tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == json!("t__sleep"))
+        .unwrap()
+        .clone();
+    assert_eq!(sleep["execution"]["taskSupport"], json!("optional"));
+    // A task, at once; its result from tasks/result.
+    let r = c
+        .send(
+            "tools/call",
+            json!({"name": "t__sleep", "arguments": {"ms": 300}, "task": {}}),
+        )
+        .await;
+    let id = handshake_created(&r);
+    let got = c.send("tasks/get", json!({"taskId": id})).await;
+    assert_eq!(got["result"]["status"], json!("working"), "{got}");
+    let r = c.send("tasks/result", json!({"taskId": id})).await;
+    assert_eq!(
+        r["result"]["content"][0]["text"],
+        json!("slept 300 ms"),
+        "{r}"
+    );
+    let listed = c.send("tasks/list", json!({})).await;
+    assert_eq!(listed["result"]["tasks"][0]["status"], json!("completed"));
+    // A call without a task goes to rmcp, as always, while the gateway answers beside it.
+    let r = c
+        .send(
+            "tools/call",
+            json!({"name": "t__echo", "arguments": {"text": "held"}}),
+        )
+        .await;
+    assert_eq!(r["result"]["content"][0]["text"], json!("held"), "{r}");
+    // A long line of rmcp's (far over the pipe's size) reaches the client whole, while the
+    // gateway answers a task request beside it.
+    let long = "x".repeat(200_000);
+    c.send_raw(json!({"jsonrpc": "2.0", "id": 1000, "method": "tools/call",
+        "params": {"name": "t__echo", "arguments": {"text": long}}}))
+        .await;
+    let listed = c.send("tasks/list", json!({})).await;
+    assert_eq!(listed["result"]["tasks"].as_array().unwrap().len(), 1);
+    let r = c.answer(1000).await;
+    assert_eq!(r["result"]["content"][0]["text"], json!(long));
+    // tasks/cancel stops the call.
+    let r = c
+        .send(
+            "tools/call",
+            json!({"name": "t__sleep", "arguments": {"ms": 30_000}, "task": {}}),
+        )
+        .await;
+    let id = handshake_created(&r);
+    let ack = c.send("tasks/cancel", json!({"taskId": id})).await;
+    assert_eq!(ack["result"]["status"], json!("cancelled"), "{ack}");
+    let r = c.send("tasks/result", json!({"taskId": id})).await;
+    assert_eq!(
+        r["result"]["_meta"]["toolwarden/outcome"]["reason"],
+        json!("user"),
+        "{r}"
+    );
+    drop(c);
+    tokio::time::timeout(WAIT, serving)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+
+    // A client that does not declare tasks: its initialize offers none, and its calls are
+    // held as always.
+    let (mut plain, init, serving) = open(json!({})).await;
+    assert!(
+        init["result"]["capabilities"].get("tasks").is_none(),
+        "{init}"
+    );
+    let r = plain
+        .send(
+            "tools/call",
+            json!({"name": "t__echo", "arguments": {"text": "no task"}, "task": {}}),
+        )
+        .await;
+    assert_eq!(r["result"]["content"][0]["text"], json!("no task"), "{r}");
+    drop(plain);
+    tokio::time::timeout(WAIT, serving)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
     s.shutdown().await;
 }

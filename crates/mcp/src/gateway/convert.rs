@@ -222,9 +222,44 @@ fn or(a: Option<bool>, b: Option<bool>) -> Option<bool> {
     }
 }
 
+/// Whether a tool maps an argument to an `Mcp-Param-*` header anywhere in its input schema
+/// (`x-mcp-header`).
+pub(crate) fn maps_headers(tool: &Tool) -> bool {
+    tool.input_schema.values().any(schema_maps_headers)
+}
+
+fn schema_maps_headers(schema: &Value) -> bool {
+    match schema {
+        Value::Object(map) => map
+            .iter()
+            .any(|(k, v)| k == "x-mcp-header" || schema_maps_headers(v)),
+        Value::Array(items) => items.iter().any(schema_maps_headers),
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn header_mapped_arguments_are_found_anywhere_in_a_schema() {
+        let tool = |schema: Value| {
+            Tool::new(
+                "t",
+                "",
+                Arc::new(serde_json::from_value::<rmcp::model::JsonObject>(schema).unwrap()),
+            )
+        };
+        assert!(!maps_headers(&tool(
+            json!({"type": "object", "properties": {"a": {"type": "string"}}})
+        )));
+        assert!(maps_headers(&tool(
+            json!({"type": "object", "properties": {
+                "outer": {"type": "object", "properties": {"r": {"type": "string", "x-mcp-header": "R"}}}
+            }})
+        )));
+    }
     use pretty_assertions::assert_eq;
     use toolwarden_protocol::{CancelReason, Content, Outcome, Status, ToolAnnotations as Hints};
 

@@ -31,14 +31,14 @@ use rmcp::model::{
     ServerRequest, ServerResult,
 };
 use serde::Deserialize;
-use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::call::{Door, trace_from_header};
 use super::channel::{ClientChannel, Sent};
-use super::fast::{BoxBody, FastPath, Out, Probe, plain_headers, respond};
+use super::fast::{Probe, plain_headers};
 use super::handler::{identity_session, named_session};
+use super::respond::{BoxBody, FastPath, Out, respond};
 use super::rounds::{self, Driver};
 use super::session::ClientSession;
 use super::state::GatewayState;
@@ -106,10 +106,7 @@ pub(crate) async fn serve(
     if client_info.is_none() && meta.contains_key(ENVELOPE[2]) {
         return None;
     }
-    if gw
-        .tool(&params.name)
-        .is_some_and(|tool| tool.input_schema.values().any(maps_headers))
-    {
+    if gw.maps_headers(&params.name) {
         return None;
     }
 
@@ -160,17 +157,6 @@ fn single<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h [u8]> {
 fn plain_keys(meta: &RequestMetaObject) -> bool {
     meta.keys()
         .all(|k| !k.starts_with("io.modelcontextprotocol/") || ENVELOPE.contains(&k.as_str()))
-}
-
-/// Whether a schema maps an argument to an `Mcp-Param-*` header anywhere (rmcp checks those).
-fn maps_headers(schema: &Value) -> bool {
-    match schema {
-        Value::Object(map) => map
-            .iter()
-            .any(|(k, v)| k == "x-mcp-header" || maps_headers(v)),
-        Value::Array(items) => items.iter().any(maps_headers),
-        _ => false,
-    }
 }
 
 /// The call's task: its rounds (`super::rounds`), stopped (`ct`) when its response is closed;
@@ -257,17 +243,7 @@ impl ClientChannel for Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn header_mapped_arguments_are_found_anywhere_in_a_schema() {
-        assert!(!maps_headers(
-            &json!({"type": "object", "properties": {"a": {"type": "string"}}})
-        ));
-        assert!(maps_headers(&json!({"type": "object", "properties": {
-            "outer": {"type": "object", "properties": {"r": {"type": "string", "x-mcp-header": "R"}}}
-        }})));
-    }
+    use serde_json::{Value, json};
 
     #[test]
     fn only_the_envelopes_own_keys_are_plain() {

@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use toolwarden_protocol::SessionId;
 
 use super::call::Door;
+use super::handshake_tasks::{self, DeclaresTasks};
 use super::http_sessions::HttpSessionTag;
 use super::options::{TOOLS_TTL, versions};
 use super::session::ClientSession;
@@ -159,11 +160,14 @@ pub(crate) fn identity_session(
     if let Some(client) = client {
         digest.update(client.name.as_bytes());
     }
-    let hex: String = digest.finalize()[..12]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    SessionId::new(format!("mcp_{hex}"))
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut id = String::with_capacity(4 + 24);
+    id.push_str("mcp_");
+    for b in &digest.finalize()[..12] {
+        id.push(char::from(HEX[usize::from(b >> 4)]));
+        id.push(char::from(HEX[usize::from(b & 0xf)]));
+    }
+    SessionId::new(id)
 }
 
 impl Drop for GatewayConnection {
@@ -215,7 +219,16 @@ impl ServerHandler for GatewayConnection {
         self.gateway.register(session);
         tracing::debug!(session = %session.id, client = %request.client_info.name,
             version = %request.protocol_version, "MCP client initialize");
-        self.negotiate_initialize(&request)
+        let result = self.negotiate_initialize(&request)?;
+        // The 2025-11-25 tasks capability, which rmcp drops: seen in the raw request (`http`).
+        let declares_tasks = context
+            .extensions
+            .get::<http::request::Parts>()
+            .is_some_and(|p| p.extensions.get::<DeclaresTasks>().is_some());
+        if declares_tasks && result.protocol_version.as_str() == handshake_tasks::REVISION {
+            session.declare_handshake_tasks();
+        }
+        Ok(result)
     }
 
     async fn list_tools(

@@ -11,11 +11,13 @@ use bytes::Bytes;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
-use super::fast::{self, BoxBody, FastPath};
+use super::fast;
 use super::fast_stateless;
 use super::handler::GatewayConnection;
+use super::handshake_tasks;
 use super::http_sessions::{self, HttpSessions};
 use super::options::JSON_WINDOW;
+use super::respond::{BoxBody, FastPath};
 use super::state::GatewayState;
 
 type RmcpService = StreamableHttpService<GatewayConnection, HttpSessions>;
@@ -112,8 +114,20 @@ where
             {
                 return Ok(response);
             }
+            // An `initialize` declaring the 2025-11-25 tasks capability, which rmcp drops: the
+            // handler learns it from this mark, and the answer gets the gateway's own.
+            let mut parts = parts;
+            let declares_tasks = !parts.headers.contains_key("mcp-session-id")
+                && handshake_tasks::declares_tasks(&body);
+            if declares_tasks {
+                parts.extensions.insert(handshake_tasks::DeclaresTasks);
+            }
             let req = http::Request::from_parts(parts, http_body_util::Full::new(body));
-            Ok(this.inner.handle(req).await)
+            let response = this.inner.handle(req).await;
+            if declares_tasks && response.status() == http::StatusCode::OK {
+                return Ok(handshake_tasks::advertise(response));
+            }
+            Ok(response)
         })
     }
 }

@@ -20,7 +20,7 @@
 //! approvals through elicitation, and every decision the spec leaves open.
 //!
 //! This file is the public handle and its wiring. Below it, one way down: the transports
-//! (`stdio`, `http` over `fast` and `http_sessions`) feed rmcp's handler (`handler`), which
+//! (`stdio`, `http` over `fast` and `http_sessions`, answering through `respond`) feed rmcp's handler (`handler`), which
 //! dispatches to one module per MCP feature (`call`, `prompts`, `resources`, `completion`,
 //! `passthrough`; `elicit` and `upstream` for what goes to a client); all of them share
 //! `state` (the registry of clients, the tool view, `route_table`), which reads none of them.
@@ -35,6 +35,7 @@ mod elicit;
 mod fast;
 mod fast_stateless;
 mod handler;
+mod handshake_tasks;
 mod http;
 mod http_sessions;
 mod options;
@@ -42,12 +43,14 @@ mod parked;
 mod passthrough;
 mod prompts;
 mod resources;
+mod respond;
 mod rounds;
 mod route_table;
 mod session;
 mod state;
 mod status;
 mod stdio;
+mod stdio_frames;
 mod task_board;
 mod tasks;
 mod upstream;

@@ -9,6 +9,7 @@
 )]
 
 use std::collections::{BTreeMap, HashMap};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -24,6 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::channel::{ClientChannel, Sent};
 use super::options::ANSWER_ID_PREFIX;
@@ -36,7 +38,7 @@ pub(crate) const KEEP_PARKED: Duration = Duration::from_secs(3600);
 
 pub(crate) type Answer = oneshot::Sender<Result<ClientResult, ErrorData>>;
 
-/// What a call running on its own task tells the request driving it.
+/// What a call tells the request driving it.
 pub(crate) enum Event {
     Progress(ProgressNotificationParam),
     Ask {
@@ -145,9 +147,88 @@ pub(crate) struct Flow {
     pub(crate) asked: BTreeMap<String, (InputRequest, Answer)>,
     /// Cancels the call (its handler's `ct`).
     pub(crate) cancel: CancellationToken,
-    pub(crate) runner: JoinHandle<()>,
+    pub(crate) runner: Runner,
     /// Set when the call may become a task.
     pub(crate) task: Option<TaskPlan>,
+}
+
+/// The call's own work (`call::call_tool`, then its `Event::Done`): driven by the request that
+/// started it while that request waits for it ([`Runner::run`]), so a quick call costs no task
+/// of its own and no hand-over between two tasks; on a task of its own from the moment nothing
+/// may drive it — it is parked, becomes a task, or the request is dropped ([`Runner::detach`],
+/// and when the runner is dropped) — and from then on exactly as if it had started there.
+pub(crate) struct Runner(Run);
+
+enum Run {
+    Inline {
+        call: Pin<Box<dyn Future<Output = ()> + Send>>,
+        tasks: TaskTracker,
+    },
+    Spawned(JoinHandle<()>),
+    Finished,
+}
+
+impl Runner {
+    /// A call not started yet, driven by whoever [`run`](Self::run)s it until it is detached.
+    pub(crate) fn inline(
+        call: Pin<Box<dyn Future<Output = ()> + Send>>,
+        tasks: &TaskTracker,
+    ) -> Self {
+        Runner(Run::Inline {
+            call,
+            tasks: tasks.clone(),
+        })
+    }
+
+    /// A call already on a task of its own.
+    pub(crate) fn spawned(task: JoinHandle<()>) -> Self {
+        Runner(Run::Spawned(task))
+    }
+
+    /// Drives the call to its end while it is inline; never resolves once it is on its own task
+    /// (its events tell how it goes on).
+    pub(crate) async fn run(&mut self) {
+        std::future::poll_fn(|cx| match &mut self.0 {
+            Run::Inline { call, .. } => {
+                let done = call.as_mut().poll(cx);
+                if done.is_ready() {
+                    self.0 = Run::Finished;
+                }
+                done
+            }
+            Run::Spawned(_) | Run::Finished => std::task::Poll::Pending,
+        })
+        .await;
+    }
+
+    /// Puts an inline call on a task of its own. Outside a runtime (it is shutting down) the
+    /// call is dropped instead, which records its outcome as any dropped call does.
+    pub(crate) fn detach(&mut self) {
+        if !matches!(self.0, Run::Inline { .. }) {
+            return;
+        }
+        let Run::Inline { call, tasks } = std::mem::replace(&mut self.0, Run::Finished) else {
+            return;
+        };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            self.0 = Run::Spawned(tasks.spawn(call));
+        }
+    }
+
+    /// Whether the call has ended (an inline one has not: nobody has driven it to its end).
+    pub(crate) fn is_finished(&self) -> bool {
+        match &self.0 {
+            Run::Inline { .. } => false,
+            Run::Spawned(task) => task.is_finished(),
+            Run::Finished => true,
+        }
+    }
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        self.detach();
+    }
 }
 
 /// The calls parked until their client's next request, by `requestState`.
@@ -158,8 +239,10 @@ pub(crate) struct Parked {
 }
 
 impl Parked {
-    /// Parks `flow`; the `requestState` that finds it again.
-    pub(crate) fn park(&self, flow: Flow) -> String {
+    /// Parks `flow` (its call on a task of its own: nothing drives it until the client's next
+    /// request); the `requestState` that finds it again.
+    pub(crate) fn park(&self, mut flow: Flow) -> String {
+        flow.runner.detach();
         let state = format!(
             "tw-{}-{}",
             ulid::Ulid::new(),
@@ -214,5 +297,57 @@ pub(crate) fn read_answer(request: &InputRequest, value: Value) -> Result<Client
             "an input response to a request the gateway cannot read",
             None,
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A runner whose call ends when `go` is sent, and says so on `done`.
+    fn quick(tasks: &TaskTracker) -> (Runner, oneshot::Sender<()>, oneshot::Receiver<()>) {
+        let (go, wait) = oneshot::channel::<()>();
+        let (tell, done) = oneshot::channel();
+        let call = Box::pin(async move {
+            let _ = wait.await;
+            let _ = tell.send(());
+        });
+        (Runner::inline(call, tasks), go, done)
+    }
+
+    #[tokio::test]
+    async fn an_inline_call_is_driven_by_whoever_runs_it_until_its_end() {
+        let tasks = TaskTracker::new();
+        let (mut runner, go, mut done) = quick(&tasks);
+        // Nobody runs it: it does not move.
+        tokio::task::yield_now().await;
+        assert!(done.try_recv().is_err());
+        assert!(!runner.is_finished());
+        go.send(()).unwrap();
+        runner.run().await;
+        assert!(runner.is_finished());
+        assert!(done.try_recv().is_ok());
+        // No task of its own was ever made.
+        assert!(tasks.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_call_detached_or_dropped_goes_on_on_a_task_of_its_own() {
+        let tasks = TaskTracker::new();
+        let (mut runner, go, done) = quick(&tasks);
+        runner.detach();
+        assert_eq!(tasks.len(), 1);
+        // Once on its own task, running it waits forever: its events say how it goes on.
+        let ran = tokio::time::timeout(Duration::ZERO, runner.run()).await;
+        assert!(ran.is_err());
+        go.send(()).unwrap();
+        done.await.unwrap();
+
+        let (runner, go, done) = quick(&tasks);
+        drop(runner);
+        go.send(()).unwrap();
+        done.await.unwrap();
+        tasks.close();
+        tasks.wait().await;
     }
 }

@@ -5,11 +5,14 @@
 //! approval, a server's sampling, elicitation or roots request — answers the client's
 //! `tools/call` with an `input_required` result (`inputRequests`, and a `requestState`); the
 //! client answers each input and sends the same `tools/call` again with `inputResponses` and
-//! the `requestState`. Between the two requests nothing drives the call, so the call does not
-//! run in the request's handler: it runs on a task of its own (`call::call_tool`, exactly as
-//! for every other client), talking to its client through `parked::RoundChannel` — the third
-//! `ClientChannel` — and each request of the client drives it in turn ([`drive`]): relays its
-//! progress, answers with its result, or parks it with its questions until the next request.
+//! the `requestState`. The call (`call::call_tool`, exactly as for every other client) talks to
+//! its client through `parked::RoundChannel` — the third `ClientChannel` — and each request of
+//! the client drives it in turn ([`drive`]): relays its progress, answers with its result, or
+//! parks it with its questions until the next request. Between two requests nothing drives the
+//! call, so it is not part of the request's handler but a `parked::Runner` of its own: the
+//! request that starts it runs it on its own task while it waits (a quick call costs no task of
+//! its own and no hand-over between two tasks, as on `respond`'s path), and it moves to a task
+//! of its own once it asks something, becomes a task, or its request is dropped.
 //! For a client that declared tasks, the request may instead be answered with a task once the
 //! call's policy says so (`tasks`): from then on the task board follows the call.
 
@@ -26,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::call::{self, CallContext, Door};
 use super::channel::ClientChannel;
-use super::parked::{Event, Flow, RoundChannel, read_answer};
+use super::parked::{Event, Flow, RoundChannel, Runner, read_answer};
 use super::session::ClientSession;
 use super::state::GatewayState;
 use super::tasks;
@@ -47,9 +50,10 @@ pub(crate) async fn call_tool(
     gw: &Arc<GatewayState>,
     session: &Arc<ClientSession>,
     mut params: CallToolRequestParams,
-    driver: Driver,
+    mut driver: Driver,
 ) -> Result<CallToolResponse, ErrorData> {
     check_input_responses(&params)?;
+    let token = driver.meta.get_progress_token();
     let flow = match params.request_state.take() {
         Some(state) => {
             let Some(mut flow) = gw.parked.take(&state) else {
@@ -65,9 +69,9 @@ pub(crate) async fn call_tool(
             }
             flow
         }
-        None => start(gw, session, params, &driver),
+        None => start(gw, session, params, &mut driver),
     };
-    drive(gw, flow, driver).await
+    drive(gw, flow, driver, token).await
 }
 
 /// Every answer in `inputResponses` is a result object (an elicitation, sampling or roots
@@ -87,21 +91,24 @@ fn check_input_responses(params: &CallToolRequestParams) -> Result<(), ErrorData
     }
 }
 
-/// Starts the call on a task of its own.
+/// Starts the call: its runner is driven by this request ([`drive`]) until it asks something,
+/// becomes a task or the request goes away; then it goes on on a task of its own.
 fn start(
     gw: &Arc<GatewayState>,
     session: &Arc<ClientSession>,
     params: CallToolRequestParams,
-    driver: &Driver,
+    driver: &mut Driver,
 ) -> Flow {
     let (events, rx) = mpsc::unbounded_channel();
     let cancel = CancellationToken::new();
     let mut door = driver.door.clone();
-    let mut meta = driver.meta.clone();
+    // What the call needs of the request's `_meta` the driver has already read (its progress
+    // token): the call takes it over.
+    let mut meta = std::mem::take(&mut driver.meta);
     let task = tasks::plan(
         gw,
         &params.name,
-        tasks::declared(&driver.meta),
+        tasks::declared(&meta),
         &session.id,
         driver.id.to_string(),
     );
@@ -120,10 +127,13 @@ fn start(
         door,
     };
     let (gw2, session) = (gw.clone(), session.clone());
-    let runner = gw.tasks.spawn(async move {
-        let result = call::call_tool(&gw2, &session, params, context).await;
-        let _ = events.send(Event::Done(result));
-    });
+    let runner = Runner::inline(
+        Box::pin(async move {
+            let result = call::call_tool(&gw2, &session, params, context).await;
+            let _ = events.send(Event::Done(result));
+        }),
+        &gw.tasks,
+    );
     Flow {
         events: rx,
         asked: BTreeMap::new(),
@@ -144,8 +154,8 @@ async fn drive(
     gw: &Arc<GatewayState>,
     mut flow: Flow,
     driver: Driver,
+    token: Option<ProgressToken>,
 ) -> Result<CallToolResponse, ErrorData> {
-    let token: Option<ProgressToken> = driver.meta.get_progress_token();
     loop {
         // What is already in comes first: an answer, or a question withdrawn since.
         let event = match flow.events.try_recv() {
@@ -181,6 +191,9 @@ async fn drive(
                         continue;
                     }
                     () = until(task_at) => continue,
+                    // A call not yet on a task of its own is driven here; its end is its
+                    // `Event::Done`, read next.
+                    () = flow.runner.run() => continue,
                 }
             }
         };

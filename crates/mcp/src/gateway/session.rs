@@ -4,7 +4,7 @@
 //! request sent on a call's response — finds it here.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -122,6 +122,9 @@ pub(crate) struct ClientSession {
     /// the client's answer, by JSON-RPC id (see [`ClientSession::expect_answer`]).
     answers: Mutex<HashMap<String, oneshot::Sender<Result<ClientResult, ErrorData>>>>,
     next_answer: AtomicU64,
+    /// The client declared the 2025-11-25 `tasks` capability at `initialize` (and negotiated
+    /// that revision): its `tools/call` may ask for a task (`super::handshake_tasks`).
+    handshake_tasks: AtomicBool,
 }
 
 impl ClientSession {
@@ -160,6 +163,7 @@ impl ClientSession {
             last_active,
             answers: Mutex::default(),
             next_answer: AtomicU64::new(1),
+            handshake_tasks: AtomicBool::new(false),
         })
     }
 
@@ -199,6 +203,21 @@ impl ClientSession {
         if let Some(id) = http_id {
             let _ = self.http_id.set(id);
         }
+    }
+
+    /// The client negotiated 2025-11-25 and declared its `tasks` capability.
+    pub(crate) fn declare_handshake_tasks(&self) {
+        self.handshake_tasks.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the client's calls may ask for a 2025-11-25 task.
+    pub(crate) fn handshake_tasks(&self) -> bool {
+        self.handshake_tasks.load(Ordering::Relaxed)
+    }
+
+    /// The connection's peer (a handshake client's, once it initialized).
+    pub(crate) fn peer(&self) -> Option<Peer<RoleServer>> {
+        self.peer.get().cloned()
     }
 
     pub(crate) fn http_id(&self) -> Option<&str> {

@@ -2,7 +2,7 @@
 //! tool view, the route tables and the recency order. Every part of the gateway reads it; it
 //! reads none of them, so it sits at the bottom, below the features and the transports.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -59,6 +59,8 @@ struct ToolView {
     /// Every exposed tool, with the MCP server that serves it (none for `exec` and in-process).
     backends: HashMap<String, Option<Arc<str>>>,
     listed: Option<Arc<Vec<Tool>>>,
+    /// The listed tools that map an argument to an `Mcp-Param-*` header.
+    header_mapped: HashSet<String>,
 }
 
 impl GatewayState {
@@ -258,6 +260,19 @@ impl GatewayState {
         tools.iter().find(|t| t.name == name).cloned()
     }
 
+    /// Whether an exposed tool maps an argument to an `Mcp-Param-*` header (from the list last
+    /// made, which knows it without reading the tool's schema again).
+    pub(super) fn maps_headers(&self, name: &str) -> bool {
+        {
+            let view = self.tool_view.lock();
+            if view.listed.is_some() {
+                return view.header_mapped.contains(name);
+            }
+        }
+        self.tool(name)
+            .is_some_and(|tool| convert::maps_headers(&tool))
+    }
+
     /// Re-reads which server serves which tool; returns the list clients would see now.
     pub(super) fn refresh_tool_view(&self) -> Arc<Vec<Tool>> {
         let infos = self.engine.tools();
@@ -279,6 +294,13 @@ impl GatewayState {
         let tools = self.refresh_tool_view();
         let mut view = self.tool_view.lock();
         let differs = view.listed.as_ref() != Some(&tools);
+        if differs {
+            view.header_mapped = tools
+                .iter()
+                .filter(|tool| convert::maps_headers(tool))
+                .map(|tool| tool.name.to_string())
+                .collect();
+        }
         view.listed = Some(tools);
         differs
     }

@@ -16,6 +16,7 @@ use toolwarden_protocol::CancelReason;
 
 use super::handler::GatewayConnection;
 use super::state::GatewayState;
+use super::stdio_frames;
 
 /// Why serving a connection failed.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +44,8 @@ where
     let connection = GatewayConnection::new(gateway.clone(), shutdown.clone());
     let session = connection.session().clone();
     let eof = CancellationToken::new();
+    // The 2025-11-25 experimental tasks, which rmcp drops, are seen in the frames.
+    let (read, write) = stdio_frames::wrap(read, write, gateway, &session, &shutdown);
     let read = EofWatch::new(read, eof.clone());
     let ct = CancellationToken::new();
     let running = tokio::select! {

@@ -29,6 +29,8 @@ pub(crate) struct LiveTask {
     state: Mutex<TaskState>,
     /// Cancels the call as its client's leaving does (`cancelled{client_disconnect}`).
     cancel: CancellationToken,
+    /// Fires once the call's result is in.
+    finished: CancellationToken,
 }
 
 /// What a live task's call last said.
@@ -86,6 +88,7 @@ impl TaskBoard {
             }),
             record,
             cancel,
+            finished: CancellationToken::new(),
         });
         self.live
             .lock()
@@ -97,6 +100,22 @@ impl TaskBoard {
     /// The live task of that id.
     pub(crate) fn get(&self, task_id: &str) -> Option<Arc<LiveTask>> {
         self.live.lock().get(task_id).cloned()
+    }
+
+    /// The live tasks made in session `session`, oldest first.
+    pub(crate) fn of_session(
+        &self,
+        session: &toolwarden_protocol::SessionId,
+    ) -> Vec<Arc<LiveTask>> {
+        let mut tasks: Vec<Arc<LiveTask>> = self
+            .live
+            .lock()
+            .values()
+            .filter(|t| t.record.session_id.as_ref() == Some(session))
+            .cloned()
+            .collect();
+        tasks.sort_by(|a, b| a.record.task_id.cmp(&b.record.task_id));
+        tasks
     }
 
     /// Forgets the tasks whose call ended more than their `ttl` ago, and cancels those whose
@@ -172,6 +191,11 @@ impl LiveTask {
     pub(crate) fn is_done(&self) -> bool {
         self.state.lock().result.is_some()
     }
+
+    /// Resolves once the call's result is in.
+    pub(crate) async fn done(&self) {
+        self.finished.cancelled().await;
+    }
 }
 
 /// Follows a task's call: each event updates what `tasks/get` answers.
@@ -206,11 +230,13 @@ async fn follow(task: Arc<LiveTask>, mut events: mpsc::UnboundedReceiver<Event>)
                 state.asked.clear();
                 state.asking_since = None;
                 state.result = Some((result, Instant::now()));
+                task.finished.cancel();
                 return;
             }
             None => {
                 let lost = ErrorData::internal_error("the call ended without a result", None);
                 state.result = Some((Err(lost), Instant::now()));
+                task.finished.cancel();
                 return;
             }
         }

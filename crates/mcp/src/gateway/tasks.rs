@@ -4,13 +4,14 @@
 //! the client follows it with `tasks/get`, answers its questions with `tasks/update` and stops
 //! it with `tasks/cancel`.
 //!
-//! The call already runs on a task of its own (`rounds`), under its own policy; becoming a task
-//! only changes who follows it: instead of the request's handler, the board (`task_board`),
-//! which keeps what the call last said for any later request, from any client that knows the
-//! task's id. The task is recorded in the audit trail before the answer goes out, naming the
-//! call's turn: once the board no longer holds it (after a restart, or on another replica), its
-//! status and result are the turn's, as the trail has them — a call that a restart cut off
-//! reads `failed` with the `interrupted` outcome. `docs/GATEWAY.md`, "Tasks", has the rules.
+//! The call already runs under its own policy (`rounds`); becoming a task (which puts it on a
+//! task of its own, if it was not yet) only changes who follows it: instead of the request's
+//! handler, the board (`task_board`), which keeps what the call last said for any later
+//! request, from any client that knows the task's id. The task is recorded in the audit trail
+//! before the answer goes out, naming the call's turn: once the board no longer holds it (after
+//! a restart, or on another replica), its status and result are the turn's, as the trail has
+//! them — a call that a restart cut off reads `failed` with the `interrupted` outcome.
+//! `docs/GATEWAY.md`, "Tasks", has the rules.
 
 use std::time::Duration;
 
@@ -64,6 +65,15 @@ pub(crate) fn plan(
     })
 }
 
+/// Whether a call of `tool` may become a task at all (for a client that asks for one).
+pub(crate) fn allowed(gw: &GatewayState, tool: &str) -> bool {
+    tool != STATUS_TOOL
+        && gw
+            .engine
+            .policy_of(tool)
+            .is_some_and(|policy| !matches!(policy.task, TaskMode::Never))
+}
+
 /// Makes `flow`'s call a task: records it in the trail, then hands the call to the board. When
 /// the trail cannot record it, the call stays with its request (which goes on waiting for it).
 pub(crate) async fn start(
@@ -73,6 +83,9 @@ pub(crate) async fn start(
     let Some(plan) = flow.task.take() else {
         return Err(Box::new(flow));
     };
+    // The board follows the call from now on: it runs on a task of its own (and goes on while
+    // the task is recorded).
+    flow.runner.detach();
     let record = TaskRecord {
         task_id: format!("task_{}", ulid::Ulid::new()),
         turn_id: plan.turn_id,
