@@ -7,6 +7,9 @@
 //! shared. Every path out of a local command goes through [`stack::Stack::shutdown`], so no
 //! call, `exec` process group or MCP server outlives the process.
 
+// mimalloc, built without transparent huge pages (`no_thp` in the workspace's Cargo.toml): what
+// a long-running `serve` frees after a burst goes back to the system by the 4 KiB page
+// (ARCHITECTURE.md).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
