@@ -275,16 +275,19 @@ async fn an_abort_posted_to_one_replica_stops_the_call_on_another() {
         .send()
         .await
         .unwrap();
-    assert_eq!(resp.status(), 200);
+    // On failure, what the three replicas logged (Redis going unreachable shows there).
+    let all_logs = || logs(&[&a, &b, &c]);
+    assert_eq!(resp.status(), 200, "{}", all_logs());
     let body = tokio::time::timeout(Duration::from_secs(5), running)
         .await
-        .expect("the turn on A ended")
+        .unwrap_or_else(|_| panic!("the turn on A did not end\n{}", all_logs()))
         .unwrap();
     let outcome = &body["results"][0]["toolwarden"];
     assert_eq!(
         (&outcome["status"], &outcome["reason"]),
         (&json!("cancelled"), &json!("user")),
-        "{body}"
+        "{body}\n{}",
+        all_logs()
     );
     // A turn nobody runs is a 404 on any replica, once every replica said so.
     let resp = http()
@@ -292,14 +295,23 @@ async fn an_abort_posted_to_one_replica_stops_the_call_on_another() {
         .send()
         .await
         .unwrap();
-    assert_eq!(resp.status(), 404);
+    assert_eq!(resp.status(), 404, "{}", all_logs());
     // So is the finished turn.
     let resp = http()
         .post(format!("{}/v1/turns/{turn_id}/abort", c.url))
         .send()
         .await
         .unwrap();
-    assert_eq!(resp.status(), 404);
+    assert_eq!(resp.status(), 404, "{}", all_logs());
+}
+
+/// What `replicas` wrote to stderr, each under its URL.
+fn logs(replicas: &[&Replica]) -> String {
+    replicas
+        .iter()
+        .map(|r| format!("--- {}:\n{}", r.url, r.server.stderr()))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The figure in docs/PERFORMANCE.md: 200 aborts posted to C of turns running on A, each timed
