@@ -102,21 +102,8 @@ impl Raw {
 
     async fn open_with(url: &str, capabilities: Value) -> Raw {
         let http = reqwest::Client::new();
-        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": capabilities,
-            "clientInfo": {"name": "raw", "version": "0"}}});
-        let resp = http
-            .post(url)
-            .header("accept", "application/json, text/event-stream")
-            .json(&init)
-            .send()
-            .await
-            .unwrap();
-        assert!(resp.status().is_success(), "{}", resp.status());
-        let session = resp.headers()["mcp-session-id"]
-            .to_str()
-            .unwrap()
-            .to_owned();
+        let (session, resp) =
+            support::http_initialize(&http, url, "2025-06-18", capabilities, "raw").await;
         let answer = first_message(resp).await;
         assert_eq!(answer["result"]["serverInfo"]["name"], json!("toolwarden"));
         let raw = Raw {

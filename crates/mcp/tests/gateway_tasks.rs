@@ -13,7 +13,7 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use support::{WAIT, serve_http as serve, setup, setup_opts};
+use support::{WAIT, poll, serve_http as serve, setup, setup_opts};
 use toolwarden_mcp::GatewayOptions;
 
 const V: &str = "2026-07-28";
@@ -79,19 +79,12 @@ impl Client {
 
     /// Polls the task until its status is one of `statuses`; its last `tasks/get` answer.
     async fn until(&mut self, task_id: &str, statuses: &[&str]) -> Value {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            let got = self.get(task_id).await;
-            let status = got["result"]["status"].as_str().unwrap_or_default();
-            if statuses.contains(&status) {
-                return got;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "task {task_id} never reached {statuses:?}: {got}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        poll(
+            &format!("task {task_id} never reached {statuses:?}"),
+            async || self.get(task_id).await,
+            |got| statuses.contains(&got["result"]["status"].as_str().unwrap_or_default()),
+        )
+        .await
     }
 }
 
@@ -245,18 +238,16 @@ async fn a_task_reports_progress_and_tasks_cancel_stops_its_call_on_the_server()
         .call("t__progress", json!({"every_ms": 150, "count": 4}))
         .await;
     let id = created(&r);
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let seen = loop {
-        let got = c.get(&id).await;
-        if got["result"]["statusMessage"]
-            .as_str()
-            .is_some_and(|m| m.starts_with("step"))
-        {
-            break got;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no progress: {got}");
-        tokio::time::sleep(Duration::from_millis(30)).await;
-    };
+    let seen = poll(
+        "no progress",
+        async || c.get(&id).await,
+        |got| {
+            got["result"]["statusMessage"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("step"))
+        },
+    )
+    .await;
     let progress = &seen["result"]["_meta"]["toolwarden/progress"];
     assert_eq!(progress["total"], json!(4.0), "{seen}");
     let done = c.until(&id, &["completed"]).await;
@@ -276,18 +267,17 @@ async fn a_task_reports_progress_and_tasks_cancel_stops_its_call_on_the_server()
     assert!(got["result"].get("result").is_none(), "{got}");
     assert_eq!(s.outcome_of("t__sleep").await["status"], json!("cancelled"));
     assert_eq!(s.outcome_of("t__sleep").await["reason"], json!("user"));
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        // The status tool and `cancels` are quick: with `always` they are tasks too.
-        let r = c.call("t__cancels", json!({})).await;
-        let id = r["result"]["taskId"].as_str().unwrap().to_owned();
-        let list = c.until(&id, &["completed"]).await;
-        if saw_sleep_cancelled(&list["result"]["result"]) {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no cancel: {list}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    poll(
+        "no cancel",
+        async || {
+            // The status tool and `cancels` are quick: with `always` they are tasks too.
+            let r = c.call("t__cancels", json!({})).await;
+            let id = r["result"]["taskId"].as_str().unwrap().to_owned();
+            c.until(&id, &["completed"]).await
+        },
+        |list| saw_sleep_cancelled(&list["result"]["result"]),
+    )
+    .await;
     // A task that ended cannot be cancelled.
     let r = c.send("tasks/cancel", json!({"taskId": id})).await;
     assert_eq!(r["error"]["code"], json!(-32602), "{r}");
@@ -346,16 +336,18 @@ async fn a_tasks_outcome_is_kept_for_its_ttl_then_forgotten() {
     assert_eq!(r["result"]["pollIntervalMs"], json!(50), "{r}");
     let id = r["result"]["taskId"].as_str().unwrap().to_owned();
     c.until(&id, &["completed"]).await;
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let got = c.get(&id).await;
-        if got["error"]["code"] == json!(-32602) {
-            break;
-        }
-        assert_eq!(got["result"]["status"], json!("completed"), "{got}");
-        assert!(tokio::time::Instant::now() < deadline, "never forgotten");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    poll(
+        "never forgotten",
+        async || {
+            let got = c.get(&id).await;
+            if got["error"]["code"] != json!(-32602) {
+                assert_eq!(got["result"]["status"], json!("completed"), "{got}");
+            }
+            got
+        },
+        |got| got["error"]["code"] == json!(-32602),
+    )
+    .await;
     shutdown.cancel();
     s.shutdown().await;
 }
@@ -378,21 +370,8 @@ impl Handshake {
     /// Initializes, declaring `capabilities`.
     async fn open(url: &str, capabilities: Value) -> Handshake {
         let http = reqwest::Client::new();
-        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": HANDSHAKE, "capabilities": capabilities,
-            "clientInfo": {"name": "handshake-tasks", "version": "0"}}});
-        let resp = http
-            .post(url)
-            .header("accept", "application/json, text/event-stream")
-            .json(&init)
-            .send()
-            .await
-            .unwrap();
-        assert!(resp.status().is_success(), "{}", resp.status());
-        let session = resp.headers()["mcp-session-id"]
-            .to_str()
-            .unwrap()
-            .to_owned();
+        let (session, resp) =
+            support::http_initialize(&http, url, HANDSHAKE, capabilities, "handshake-tasks").await;
         let init = answer(resp).await;
         let c = Handshake {
             http,
@@ -603,17 +582,15 @@ async fn tasks_cancel_of_a_handshake_task_stops_its_call_on_the_server() {
         "{r}"
     );
     // The server saw the cancel of its sleep.
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let r = c
-            .send("tools/call", json!({"name": "t__cancels", "arguments": {}}))
-            .await;
-        if saw_sleep_cancelled(&r["result"]) {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no cancel: {r}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    poll(
+        "no cancel",
+        async || {
+            c.send("tools/call", json!({"name": "t__cancels", "arguments": {}}))
+                .await
+        },
+        |r| saw_sleep_cancelled(&r["result"]),
+    )
+    .await;
     // A task that ended cannot be cancelled.
     let r = c.send("tasks/cancel", json!({"taskId": id})).await;
     assert_eq!(r["error"]["code"], json!(-32602), "{r}");

@@ -490,15 +490,28 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
+    poll(
+        &format!("timed out after {WAIT:?}"),
+        async || check().await,
+        |yes| *yes,
+    )
+    .await;
+}
+
+/// Fetches with `fetch` every 50 ms until `done` says yes of what it got, and returns that; at
+/// most [`WAIT`], then panics with `what` and the last thing fetched.
+pub async fn poll<T: std::fmt::Display>(
+    what: &str,
+    mut fetch: impl AsyncFnMut() -> T,
+    done: impl Fn(&T) -> bool,
+) -> T {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        if check().await {
-            return;
+        let got = fetch().await;
+        if done(&got) {
+            return got;
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {WAIT:?}"
-        );
+        assert!(tokio::time::Instant::now() < deadline, "{what}: {got}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -516,4 +529,32 @@ pub async fn serve_http(gateway: &Arc<Gateway>) -> (String, CancellationToken) {
             .await
     });
     (format!("http://{addr}/mcp"), shutdown)
+}
+
+/// A raw Streamable HTTP client's `initialize` (revision `protocol`, declaring `capabilities`,
+/// as client `name`): the session id the gateway gave, and the response that carries the answer
+/// (each test reads it its own way, then sends `notifications/initialized` in the session).
+pub async fn http_initialize(
+    http: &reqwest::Client,
+    url: &str,
+    protocol: &str,
+    capabilities: Value,
+    name: &str,
+) -> (String, reqwest::Response) {
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": protocol, "capabilities": capabilities,
+        "clientInfo": {"name": name, "version": "0"}}});
+    let resp = http
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .json(&init)
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "{}", resp.status());
+    let session = resp.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    (session, resp)
 }
