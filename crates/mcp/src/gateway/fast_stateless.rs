@@ -23,12 +23,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use http::{HeaderMap, Response};
+use http::{HeaderMap, HeaderName, Response};
 use rmcp::ErrorData;
 use rmcp::model::{
-    CallToolRequestParams, CancelledNotificationParam, JsonObject, JsonRpcError, JsonRpcResponse,
-    JsonRpcVersion2_0, ProgressNotificationParam, ProtocolVersion, RequestId, RequestMetaObject,
-    ServerRequest, ServerResult,
+    CallToolRequestParams, CancelledNotificationParam, ClientCapabilities, Implementation,
+    JsonObject, JsonRpcError, JsonRpcResponse, JsonRpcVersion2_0, ProgressNotificationParam,
+    ProtocolVersion, RequestId, RequestMetaObject, ServerRequest, ServerResult,
 };
 use serde::Deserialize;
 use tokio::sync::mpsc;
@@ -45,21 +45,23 @@ use super::state::GatewayState;
 
 /// The `Mcp-*` headers of a plain stateless call.
 const HEADERS: &[&str] = &["mcp-protocol-version", "mcp-method", "mcp-name"];
+const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
+const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
+const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
 
 /// The envelope's keys in `_meta`; any other `io.modelcontextprotocol/` key goes to rmcp.
-const ENVELOPE: &[&str] = &[
-    "io.modelcontextprotocol/protocolVersion",
-    "io.modelcontextprotocol/clientCapabilities",
-    "io.modelcontextprotocol/clientInfo",
-];
+const PROTOCOL_VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
+const CAPABILITIES_KEY: &str = "io.modelcontextprotocol/clientCapabilities";
+const CLIENT_INFO_KEY: &str = "io.modelcontextprotocol/clientInfo";
 
 /// Whether a POST could be a stateless call the gateway serves: no session, a length, and
 /// `Mcp-Method: tools/call`.
 pub(crate) fn candidate(headers: &HeaderMap) -> bool {
-    !headers.contains_key("mcp-session-id")
+    !headers.contains_key(MCP_SESSION_ID)
         && headers.contains_key(http::header::CONTENT_LENGTH)
         && headers
-            .get("mcp-method")
+            .get(MCP_METHOD)
             .is_some_and(|m| m.as_bytes() == b"tools/call")
 }
 
@@ -73,13 +75,13 @@ pub(crate) async fn serve(
     if !plain_headers(headers, &fast.hosts, HEADERS) {
         return None;
     }
-    let version = single(headers, "mcp-protocol-version")?;
+    let version = single(headers, MCP_PROTOCOL_VERSION)?;
     if version != ProtocolVersion::V_2026_07_28.as_str().as_bytes()
-        || single(headers, "mcp-method")? != b"tools/call"
+        || single(headers, MCP_METHOD)? != b"tools/call"
     {
         return None;
     }
-    let name_header = single(headers, "mcp-name")?;
+    let name_header = single(headers, MCP_NAME)?;
     let message: Probe<'_> = serde_json::from_slice(body).ok()?;
     if message.jsonrpc != "2.0"
         || message.method != Some("tools/call")
@@ -93,20 +95,12 @@ pub(crate) async fn serve(
     if params.name.as_bytes() != name_header {
         return None;
     }
-    let mut meta = params.meta?;
-    if meta.protocol_version()? != ProtocolVersion::V_2026_07_28 {
-        return None;
-    }
-    let capabilities = meta.client_capabilities()?;
-    if capabilities.supports_tasks() || !plain_keys(&meta) {
-        return None;
-    }
-    // A `clientInfo` that is there must be well-formed (rmcp's path judges it otherwise).
-    let client_info = meta.client_info();
-    if client_info.is_none() && meta.contains_key(ENVELOPE[2]) {
-        return None;
-    }
-    if gw.maps_headers(&params.name) {
+    let Envelope {
+        mut meta,
+        capabilities,
+        client_info,
+    } = params.meta?;
+    if capabilities.supports_tasks() || gw.maps_headers(&params.name) {
         return None;
     }
 
@@ -127,6 +121,8 @@ pub(crate) async fn serve(
         meta,
         progress: Arc::new(Progress(out.clone())),
         ct: ct.clone(),
+        // `run` cancels `ct` only while it waits for the answer.
+        ct_ends_with_request: true,
         door: Door::Stream(fast.shutdown.clone()),
     };
     let run = run(gw.clone(), session, call, driver, ct, out, fast.keep_alive);
@@ -141,22 +137,94 @@ struct Params {
     #[serde(default)]
     arguments: Option<JsonObject>,
     #[serde(rename = "_meta", default)]
-    meta: Option<RequestMetaObject>,
+    meta: Option<Envelope>,
+}
+
+/// A plain call's `_meta`, read in one pass: the envelope's keys as what they declare, every
+/// other key kept for the call (`meta`). It does not read — so the request goes to rmcp — if
+/// the protocol version is not 2026-07-28, the client capabilities or a `clientInfo` are
+/// malformed, a key comes twice, or another key of the protocol's own
+/// (`io.modelcontextprotocol/…`) is there. The call itself needs none of the envelope's keys
+/// (its session holds the capabilities), so they are not kept in its `_meta`.
+struct Envelope {
+    meta: RequestMetaObject,
+    capabilities: ClientCapabilities,
+    client_info: Option<Implementation>,
+}
+
+impl<'de> Deserialize<'de> for Envelope {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(EnvelopeVisitor)
+    }
+}
+
+struct EnvelopeVisitor;
+
+impl<'de> serde::de::Visitor<'de> for EnvelopeVisitor {
+    type Value = Envelope;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a request's _meta object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Envelope, A::Error> {
+        use serde::de::Error as _;
+        let mut meta = RequestMetaObject::new();
+        let mut version = false;
+        let mut capabilities = None;
+        let mut client_info = None;
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            let twice = || A::Error::custom(format_args!("`{key}` twice"));
+            match key.as_ref() {
+                PROTOCOL_VERSION_KEY => {
+                    let value = map.next_value::<std::borrow::Cow<'de, str>>()?;
+                    if version || value != ProtocolVersion::V_2026_07_28.as_str() {
+                        return Err(A::Error::custom("not a plain 2026-07-28 envelope"));
+                    }
+                    version = true;
+                }
+                CAPABILITIES_KEY => {
+                    if capabilities.is_some() {
+                        return Err(twice());
+                    }
+                    capabilities = Some(map.next_value::<ClientCapabilities>()?);
+                }
+                CLIENT_INFO_KEY => {
+                    if client_info.is_some() {
+                        return Err(twice());
+                    }
+                    client_info = Some(map.next_value::<Implementation>()?);
+                }
+                other if other.starts_with("io.modelcontextprotocol/") => {
+                    return Err(A::Error::custom(format_args!("`{other}` is for rmcp")));
+                }
+                _ => {
+                    let value = map.next_value::<serde_json::Value>()?;
+                    if meta.contains_key(key.as_ref()) {
+                        return Err(twice());
+                    }
+                    meta.insert(key.into_owned(), value);
+                }
+            }
+        }
+        match (version, capabilities) {
+            (true, Some(capabilities)) => Ok(Envelope {
+                meta,
+                capabilities,
+                client_info,
+            }),
+            _ => Err(A::Error::custom("no 2026-07-28 envelope")),
+        }
+    }
 }
 
 /// The one value of a header, if it has exactly one.
-fn single<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h [u8]> {
+fn single(headers: &HeaderMap, name: HeaderName) -> Option<&[u8]> {
     let mut values = headers.get_all(name).iter();
     match (values.next(), values.next()) {
         (Some(value), None) => Some(value.as_bytes()),
         _ => None,
     }
-}
-
-/// The envelope's keys of the protocol's own are the plain ones.
-fn plain_keys(meta: &RequestMetaObject) -> bool {
-    meta.keys()
-        .all(|k| !k.starts_with("io.modelcontextprotocol/") || ENVELOPE.contains(&k.as_str()))
 }
 
 /// The call's task: its rounds (`super::rounds`), stopped (`ct`) when its response is closed;
@@ -243,24 +311,42 @@ impl ClientChannel for Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::{Value, json};
+    use serde_json::json;
+
+    fn envelope(m: &str) -> Result<Envelope, serde_json::Error> {
+        serde_json::from_str(m)
+    }
 
     #[test]
     fn only_the_envelopes_own_keys_are_plain() {
-        let meta = |m: Value| RequestMetaObject(serde_json::from_value(m).unwrap());
-        let base = json!({
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {},
-        });
-        assert!(plain_keys(&meta(base.clone())));
-        let mut with = base.clone();
-        with["io.modelcontextprotocol/clientInfo"] = json!({"name": "c", "version": "1"});
-        with["progressToken"] = json!(7);
-        with["toolwarden/session"] = json!("s");
-        assert!(plain_keys(&meta(with)));
-        let mut log = base;
-        log["io.modelcontextprotocol/logLevel"] = json!("info");
-        assert!(!plain_keys(&meta(log)));
+        let base = r#""io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}"#;
+        assert!(envelope(&format!("{{{base}}}")).is_ok());
+        let with = envelope(&format!(
+            r#"{{{base}, "io.modelcontextprotocol/clientInfo": {{"name": "c", "version": "1"}},
+               "progressToken": 7, "toolwarden/session": "s"}}"#
+        ))
+        .unwrap();
+        assert_eq!(with.client_info.unwrap().name, "c");
+        // The call keeps the other keys, not the envelope's.
+        let mut keys: Vec<&String> = with.meta.keys().collect();
+        keys.sort();
+        assert_eq!(keys, ["progressToken", "toolwarden/session"]);
+        assert_eq!(with.meta.get("progressToken"), Some(&json!(7)));
+        // Anything else goes to rmcp: another key of the protocol's own, another version, no
+        // capabilities, a malformed clientInfo, a key twice.
+        for bad in [
+            format!(r#"{{{base}, "io.modelcontextprotocol/logLevel": "info"}}"#),
+            r#"{"io.modelcontextprotocol/protocolVersion": "2025-11-25",
+                "io.modelcontextprotocol/clientCapabilities": {}}"#
+                .to_owned(),
+            r#"{"io.modelcontextprotocol/protocolVersion": "2026-07-28"}"#.to_owned(),
+            format!(r#"{{{base}, "io.modelcontextprotocol/clientInfo": null}}"#),
+            format!(r#"{{{base}, "io.modelcontextprotocol/clientCapabilities": {{}}}}"#),
+            format!(r#"{{{base}, "progressToken": 1, "progressToken": 2}}"#),
+        ] {
+            assert!(envelope(&bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

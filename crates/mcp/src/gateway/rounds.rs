@@ -12,11 +12,15 @@
 //! call, so it is not part of the request's handler but a `parked::Runner` of its own: the
 //! request that starts it runs it on its own task while it waits (a quick call costs no task of
 //! its own and no hand-over between two tasks, as on `respond`'s path), and it moves to a task
-//! of its own once it asks something, becomes a task, or its request is dropped.
+//! of its own once it asks something, becomes a task, or its request is dropped. On the
+//! gateway's own HTTP path a new call that cannot become a task skips even the runner: it is
+//! driven as it runs, cancelled by its request's own token, and becomes a parked [`Flow`] only
+//! if it asks something ([`first_round`]).
 //! For a client that declared tasks, the request may instead be answered with a task once the
 //! call's policy says so (`tasks`): from then on the task board follows the call.
 
 use std::collections::BTreeMap;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use rmcp::ErrorData;
@@ -29,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::call::{self, CallContext, Door};
 use super::channel::ClientChannel;
-use super::parked::{Event, Flow, RoundChannel, Runner, read_answer};
+use super::parked::{Answer, Event, Flow, RoundChannel, Runner, TaskPlan, read_answer};
 use super::session::ClientSession;
 use super::state::GatewayState;
 use super::tasks;
@@ -41,6 +45,10 @@ pub(crate) struct Driver {
     /// Where the call's progress goes (the request's own response).
     pub(crate) progress: Arc<dyn ClientChannel>,
     pub(crate) ct: CancellationToken,
+    /// `ct` fires only while the request waits for its answer (the gateway's own HTTP path, not
+    /// rmcp's): a new call that cannot become a task then takes it as its own cancel and is
+    /// driven as it runs, without the rounds' hand-over ([`first_round`]).
+    pub(crate) ct_ends_with_request: bool,
     pub(crate) door: Door,
 }
 
@@ -69,7 +77,19 @@ pub(crate) async fn call_tool(
             }
             flow
         }
-        None => start(gw, session, params, &mut driver),
+        None => {
+            let task = tasks::plan(
+                gw,
+                &params.name,
+                tasks::declared(&driver.meta),
+                &session.id,
+                driver.id.to_string(),
+            );
+            if task.is_none() && driver.ct_ends_with_request {
+                return first_round(gw, session, params, driver, token).await;
+            }
+            start(gw, session, params, &mut driver, task)
+        }
     };
     drive(gw, flow, driver, token).await
 }
@@ -98,6 +118,7 @@ fn start(
     session: &Arc<ClientSession>,
     params: CallToolRequestParams,
     driver: &mut Driver,
+    task: Option<TaskPlan>,
 ) -> Flow {
     let (events, rx) = mpsc::unbounded_channel();
     let cancel = CancellationToken::new();
@@ -105,13 +126,6 @@ fn start(
     // What the call needs of the request's `_meta` the driver has already read (its progress
     // token): the call takes it over.
     let mut meta = std::mem::take(&mut driver.meta);
-    let task = tasks::plan(
-        gw,
-        &params.name,
-        tasks::declared(&meta),
-        &session.id,
-        driver.id.to_string(),
-    );
     if let Some(plan) = &task {
         door = Door::Task(Box::new(door), plan.turn_id.clone());
         // A task reports the call's progress whether or not the request asked for it.
@@ -143,6 +157,100 @@ fn start(
     }
 }
 
+/// A new call that cannot become a task, for a request whose `ct` ends with it: the call
+/// takes that `ct` as its own cancel (the client closing its response stops it directly) and
+/// is driven right here as it runs. Only once it asks something does it become a [`Flow`] like
+/// any other — parked with its question, on a task of its own — so a quick call costs no
+/// runner, no second cancel and no hand-over of its result.
+async fn first_round(
+    gw: &Arc<GatewayState>,
+    session: &Arc<ClientSession>,
+    params: CallToolRequestParams,
+    driver: Driver,
+    token: Option<ProgressToken>,
+) -> Result<CallToolResponse, ErrorData> {
+    let (events, mut rx) = mpsc::unbounded_channel();
+    let context = CallContext {
+        id: driver.id,
+        meta: driver.meta,
+        channel: Arc::new(RoundChannel::new(events.clone())),
+        ct: driver.ct.clone(),
+        door: driver.door,
+    };
+    let (gw2, session) = (gw.clone(), session.clone());
+    let mut call: Pin<Box<dyn Future<Output = CallResult> + Send>> =
+        Box::pin(async move { call::call_tool(&gw2, &session, params, context).await });
+    let mut asked = BTreeMap::new();
+    loop {
+        let event = match rx.try_recv() {
+            Ok(event) => event,
+            Err(_) if !asked.is_empty() => {
+                // Its questions go to the client; the call goes on on a task of its own and
+                // ends with its `Event::Done`, as a call started by `start` does.
+                let runner = Runner::inline(
+                    Box::pin(async move {
+                        let result = call.await;
+                        let _ = events.send(Event::Done(result));
+                    }),
+                    &gw.tasks,
+                );
+                let flow = Flow {
+                    events: rx,
+                    asked,
+                    cancel: driver.ct,
+                    runner,
+                    task: None,
+                };
+                return Ok(park(gw, flow));
+            }
+            Err(_) => tokio::select! {
+                biased;
+                result = &mut call => return result.map(CallToolResponse::Complete),
+                // `events` is held here: the channel never closes while this waits.
+                Some(event) = rx.recv() => event,
+            },
+        };
+        if let Some(answer) = follow(event, &mut asked, &token, &*driver.progress).await {
+            return answer;
+        }
+    }
+}
+
+type CallResult = Result<rmcp::model::CallToolResult, ErrorData>;
+
+/// What one event of the call does for the request driving it: progress is relayed under the
+/// request's token, a question is kept until the call is parked, a withdrawn one forgotten;
+/// `Some` is the request's answer (the call's end).
+async fn follow(
+    event: Event,
+    asked: &mut BTreeMap<String, (InputRequest, Answer)>,
+    token: &Option<ProgressToken>,
+    progress: &dyn ClientChannel,
+) -> Option<Result<CallToolResponse, ErrorData>> {
+    match event {
+        Event::Progress(mut param) => {
+            if let Some(token) = token {
+                param.progress_token = token.clone();
+                if let Err(e) = progress.notify_progress(param).await {
+                    tracing::debug!(error = %e, "relaying progress failed");
+                }
+            }
+        }
+        Event::Ask {
+            key,
+            request,
+            answer,
+        } => {
+            asked.insert(key, (request, answer));
+        }
+        Event::Withdraw(key) => {
+            asked.remove(&key);
+        }
+        Event::Done(result) => return Some(result.map(CallToolResponse::Complete)),
+    }
+    None
+}
+
 /// The progress token of a call that may become a task and whose request gave none (never
 /// sent to a client: a request relays progress under its own token only).
 const TASK_TOKEN: &str = "toolwarden-task";
@@ -156,6 +264,9 @@ async fn drive(
     driver: Driver,
     token: Option<ProgressToken>,
 ) -> Result<CallToolResponse, ErrorData> {
+    // Made once: a call's request is polled again on every step of the call.
+    let client_left = driver.ct.cancelled();
+    tokio::pin!(client_left);
     loop {
         // What is already in comes first: an answer, or a question withdrawn since.
         let event = match flow.events.try_recv() {
@@ -183,7 +294,7 @@ async fn drive(
                 let task_at = flow.task.as_ref().map(|plan| plan.at);
                 tokio::select! {
                     event = flow.events.recv() => event,
-                    _ = driver.ct.cancelled(), if !flow.cancel.is_cancelled() => {
+                    () = &mut client_left, if !flow.cancel.is_cancelled() => {
                         // The client stopped waiting: the call is aborted (with the reason its
                         // door gives), and its result, which comes at once, is for nobody.
                         flow.cancel.cancel();
@@ -197,32 +308,14 @@ async fn drive(
                 }
             }
         };
-        match event {
-            Some(Event::Progress(mut param)) => {
-                if let Some(token) = &token {
-                    param.progress_token = token.clone();
-                    if let Err(e) = driver.progress.notify_progress(param).await {
-                        tracing::debug!(error = %e, "relaying progress failed");
-                    }
-                }
-            }
-            Some(Event::Ask {
-                key,
-                request,
-                answer,
-            }) => {
-                flow.asked.insert(key, (request, answer));
-            }
-            Some(Event::Withdraw(key)) => {
-                flow.asked.remove(&key);
-            }
-            Some(Event::Done(result)) => return result.map(CallToolResponse::Complete),
-            None => {
-                return Err(ErrorData::internal_error(
-                    "the call ended without a result",
-                    None,
-                ));
-            }
+        let Some(event) = event else {
+            return Err(ErrorData::internal_error(
+                "the call ended without a result",
+                None,
+            ));
+        };
+        if let Some(answer) = follow(event, &mut flow.asked, &token, &*driver.progress).await {
+            return answer;
         }
     }
 }
