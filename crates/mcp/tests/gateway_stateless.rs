@@ -338,6 +338,23 @@ async fn progress_deadlines_and_a_closed_stream_govern_stateless_calls() {
             .all(|p| p["params"]["progressToken"] == json!("mine"))
     );
     assert_eq!(seen.last().unwrap()["id"], json!(1));
+    // The last progress comes right before the answer, and still goes out before it.
+    for id in 100..120 {
+        let body = request(
+            id,
+            "tools/call",
+            json!({"name": "t__progress", "arguments": {"every_ms": 0, "count": 3}}),
+            json!({"progressToken": "mine"}),
+            json!({}),
+        );
+        let seen = messages(c.post(&body).await).await;
+        let progress = seen
+            .iter()
+            .filter(|m| m["method"] == json!("notifications/progress"))
+            .count();
+        assert_eq!(progress, 3, "{seen:?}");
+        assert_eq!(seen.last().unwrap()["id"], json!(id));
+    }
 
     // A deadline is a result with isError and the outcome.
     let r = c

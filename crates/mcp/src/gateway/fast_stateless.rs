@@ -121,8 +121,6 @@ pub(crate) async fn serve(
         meta,
         progress: Arc::new(Progress(out.clone())),
         ct: ct.clone(),
-        // `run` cancels `ct` only while it waits for the answer.
-        ct_ends_with_request: true,
         door: Door::Stream(fast.shutdown.clone()),
     };
     let run = run(gw.clone(), session, call, driver, ct, out, fast.keep_alive);
@@ -227,8 +225,8 @@ fn single(headers: &HeaderMap, name: HeaderName) -> Option<&[u8]> {
     }
 }
 
-/// The call's task: its rounds (`super::rounds`), stopped (`ct`) when its response is closed;
-/// its answer sent last.
+/// The call's task: its first round (`super::rounds`), stopped (`ct`) when its response is
+/// closed; its answer sent last.
 async fn run(
     gw: Arc<GatewayState>,
     session: Arc<ClientSession>,
@@ -239,7 +237,9 @@ async fn run(
     keep_alive: Duration,
 ) {
     let id = driver.id.clone();
-    let result = rounds::call_tool(&gw, &session, call, driver);
+    // A plain call: no `inputResponses` or `requestState` (`Params`), no tasks declared, and
+    // `ct` is cancelled below only while the answer is awaited.
+    let result = rounds::first_round(&gw, &session, call, driver);
     tokio::pin!(result);
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + keep_alive, keep_alive);
     let mut watching = true;

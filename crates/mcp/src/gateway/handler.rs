@@ -271,8 +271,6 @@ impl ServerHandler for GatewayConnection {
                 meta,
                 progress: Arc::new(context.peer),
                 ct: context.ct,
-                // rmcp's: it may fire after the answer (a parked call is not the request's).
-                ct_ends_with_request: false,
                 door,
             };
             return super::rounds::call_tool(&self.gateway, &session, request, driver).await;

@@ -13,9 +13,9 @@
 //! request that starts it runs it on its own task while it waits (a quick call costs no task of
 //! its own and no hand-over between two tasks, as on `respond`'s path), and it moves to a task
 //! of its own once it asks something, becomes a task, or its request is dropped. On the
-//! gateway's own HTTP path a new call that cannot become a task skips even the runner: it is
-//! driven as it runs, cancelled by its request's own token, and becomes a parked [`Flow`] only
-//! if it asks something ([`first_round`]).
+//! gateway's own HTTP path a new call that cannot become a task skips even that: it is driven
+//! as it runs, cancelled by its request's own token, and becomes a parked [`Flow`] only if it
+//! asks something ([`first_round`]).
 //! For a client that declared tasks, the request may instead be answered with a task once the
 //! call's policy says so (`tasks`): from then on the task board follows the call.
 
@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::call::{self, CallContext, Door};
 use super::channel::ClientChannel;
-use super::parked::{Answer, Event, Flow, RoundChannel, Runner, TaskPlan, read_answer};
+use super::parked::{Answer, Event, Flow, RoundChannel, Runner, read_answer};
 use super::session::ClientSession;
 use super::state::GatewayState;
 use super::tasks;
@@ -45,10 +45,6 @@ pub(crate) struct Driver {
     /// Where the call's progress goes (the request's own response).
     pub(crate) progress: Arc<dyn ClientChannel>,
     pub(crate) ct: CancellationToken,
-    /// `ct` fires only while the request waits for its answer (the gateway's own HTTP path, not
-    /// rmcp's): a new call that cannot become a task then takes it as its own cancel and is
-    /// driven as it runs, without the rounds' hand-over ([`first_round`]).
-    pub(crate) ct_ends_with_request: bool,
     pub(crate) door: Door,
 }
 
@@ -77,19 +73,7 @@ pub(crate) async fn call_tool(
             }
             flow
         }
-        None => {
-            let task = tasks::plan(
-                gw,
-                &params.name,
-                tasks::declared(&driver.meta),
-                &session.id,
-                driver.id.to_string(),
-            );
-            if task.is_none() && driver.ct_ends_with_request {
-                return first_round(gw, session, params, driver, token).await;
-            }
-            start(gw, session, params, &mut driver, task)
-        }
+        None => start(gw, session, params, &mut driver),
     };
     drive(gw, flow, driver, token).await
 }
@@ -118,7 +102,6 @@ fn start(
     session: &Arc<ClientSession>,
     params: CallToolRequestParams,
     driver: &mut Driver,
-    task: Option<TaskPlan>,
 ) -> Flow {
     let (events, rx) = mpsc::unbounded_channel();
     let cancel = CancellationToken::new();
@@ -126,6 +109,13 @@ fn start(
     // What the call needs of the request's `_meta` the driver has already read (its progress
     // token): the call takes it over.
     let mut meta = std::mem::take(&mut driver.meta);
+    let task = tasks::plan(
+        gw,
+        &params.name,
+        tasks::declared(&meta),
+        &session.id,
+        driver.id.to_string(),
+    );
     if let Some(plan) = &task {
         door = Door::Task(Box::new(door), plan.turn_id.clone());
         // A task reports the call's progress whether or not the request asked for it.
@@ -157,18 +147,21 @@ fn start(
     }
 }
 
-/// A new call that cannot become a task, for a request whose `ct` ends with it: the call
-/// takes that `ct` as its own cancel (the client closing its response stops it directly) and
-/// is driven right here as it runs. Only once it asks something does it become a [`Flow`] like
-/// any other — parked with its question, on a task of its own — so a quick call costs no
-/// runner, no second cancel and no hand-over of its result.
-async fn first_round(
+/// A new call of the gateway's own HTTP path (`super::fast_stateless`), which cannot become a
+/// task (its client declared no tasks) and has no `inputResponses` or `requestState`: the first
+/// round of [`call_tool`], without its hand-over. The call takes the request's `ct` as its own
+/// cancel — that `ct` fires only while the request waits for its answer, so the client closing
+/// its response stops the call directly — and is driven right here as it runs. Only once it
+/// asks something does it become a [`Flow`] like any other, parked with its question on a task
+/// of its own; so a quick call costs no runner, no second cancel and no hand-over of its result.
+/// (rmcp's `ct` may fire after the answer, so its requests go through [`call_tool`].)
+pub(crate) async fn first_round(
     gw: &Arc<GatewayState>,
     session: &Arc<ClientSession>,
     params: CallToolRequestParams,
     driver: Driver,
-    token: Option<ProgressToken>,
 ) -> Result<CallToolResponse, ErrorData> {
+    let token = driver.meta.get_progress_token();
     let (events, mut rx) = mpsc::unbounded_channel();
     let context = CallContext {
         id: driver.id,
@@ -181,34 +174,44 @@ async fn first_round(
     let mut call: Pin<Box<dyn Future<Output = CallResult> + Send>> =
         Box::pin(async move { call::call_tool(&gw2, &session, params, context).await });
     let mut asked = BTreeMap::new();
+    let mut ended: Option<CallResult> = None;
     loop {
         let event = match rx.try_recv() {
             Ok(event) => event,
-            Err(_) if !asked.is_empty() => {
-                // Its questions go to the client; the call goes on on a task of its own and
-                // ends with its `Event::Done`, as a call started by `start` does.
-                let runner = Runner::inline(
-                    Box::pin(async move {
-                        let result = call.await;
-                        let _ = events.send(Event::Done(result));
-                    }),
-                    &gw.tasks,
-                );
-                let flow = Flow {
-                    events: rx,
-                    asked,
-                    cancel: driver.ct,
-                    runner,
-                    task: None,
-                };
-                return Ok(park(gw, flow));
+            Err(_) => {
+                // The call's end comes after what it sent before it (its last progress).
+                if let Some(result) = ended.take() {
+                    return result.map(CallToolResponse::Complete);
+                }
+                if !asked.is_empty() {
+                    // Its questions go to the client; the call goes on on a task of its own
+                    // and ends with its `Event::Done`, as a call started by `start` does.
+                    let runner = Runner::inline(
+                        Box::pin(async move {
+                            let result = call.await;
+                            let _ = events.send(Event::Done(result));
+                        }),
+                        &gw.tasks,
+                    );
+                    let flow = Flow {
+                        events: rx,
+                        asked,
+                        cancel: driver.ct,
+                        runner,
+                        task: None,
+                    };
+                    return Ok(park(gw, flow));
+                }
+                tokio::select! {
+                    biased;
+                    result = &mut call => {
+                        ended = Some(result);
+                        continue;
+                    }
+                    // `events` is held here: the channel never closes while this waits.
+                    Some(event) = rx.recv() => event,
+                }
             }
-            Err(_) => tokio::select! {
-                biased;
-                result = &mut call => return result.map(CallToolResponse::Complete),
-                // `events` is held here: the channel never closes while this waits.
-                Some(event) = rx.recv() => event,
-            },
         };
         if let Some(answer) = follow(event, &mut asked, &token, &*driver.progress).await {
             return answer;
