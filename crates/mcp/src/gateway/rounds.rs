@@ -131,12 +131,10 @@ fn start(
         door,
     };
     let (gw2, session) = (gw.clone(), session.clone());
-    let runner = Runner::inline(
-        Box::pin(async move {
-            let result = call::call_tool(&gw2, &session, params, context).await;
-            let _ = events.send(Event::Done(result));
-        }),
-        &gw.tasks,
+    let runner = runner(
+        async move { call::call_tool(&gw2, &session, params, context).await },
+        events,
+        gw,
     );
     Flow {
         events: rx,
@@ -186,18 +184,11 @@ pub(crate) async fn first_round(
                 if !asked.is_empty() {
                     // Its questions go to the client; the call goes on on a task of its own
                     // and ends with its `Event::Done`, as a call started by `start` does.
-                    let runner = Runner::inline(
-                        Box::pin(async move {
-                            let result = call.await;
-                            let _ = events.send(Event::Done(result));
-                        }),
-                        &gw.tasks,
-                    );
                     let flow = Flow {
                         events: rx,
                         asked,
                         cancel: driver.ct,
-                        runner,
+                        runner: runner(call, events, gw),
                         task: None,
                     };
                     return Ok(park(gw, flow));
@@ -220,6 +211,22 @@ pub(crate) async fn first_round(
 }
 
 type CallResult = Result<rmcp::model::CallToolResult, ErrorData>;
+
+/// A call that may be parked, as its runner: `call`, then its end as an `Event::Done` on
+/// `events`, for whichever request drives it then.
+fn runner(
+    call: impl Future<Output = CallResult> + Send + 'static,
+    events: mpsc::UnboundedSender<Event>,
+    gw: &GatewayState,
+) -> Runner {
+    Runner::inline(
+        Box::pin(async move {
+            let result = call.await;
+            let _ = events.send(Event::Done(result));
+        }),
+        &gw.tasks,
+    )
+}
 
 /// What one event of the call does for the request driving it: progress is relayed under the
 /// request's token, a question is kept until the call is parked, a withdrawn one forgotten;
