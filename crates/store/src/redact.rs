@@ -40,6 +40,10 @@ impl Redactor {
             if let Some(&b) = w.as_bytes().first() {
                 firsts[usize::from(b.to_ascii_lowercase())] = true;
                 firsts[usize::from(b.to_ascii_uppercase())] = true;
+                if b == b'_' {
+                    // `_` in a word also matches `-` in the text, its first letter too.
+                    firsts[usize::from(b'-')] = true;
+                }
             }
         }
         Self {
@@ -179,6 +183,31 @@ mod tests {
     fn check(redactor: &Redactor, input: Value, stored: Value) {
         let body: Value = serde_json::from_str(&redactor.body(&start(input))).unwrap();
         assert_eq!(body["input"], stored);
+    }
+
+    #[test]
+    fn a_text_mentions_a_word_whatever_its_case_and_dashes() {
+        let words: Vec<String> = ["password", "api_key", "_x"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        let r = Redactor::new(&words, 1000);
+        for text in [
+            r#"{"PassWord":1}"#,
+            r#"{"x-api-KEY":1}"#,
+            r#"{"api_key":1}"#,
+            "a-X",
+        ] {
+            assert!(r.mentions_a_word(text), "{text}");
+        }
+        for text in [
+            r#"{"key":1,"api":2,"pass":3}"#,
+            r#"{"api key":1}"#,
+            "ax",
+            "",
+        ] {
+            assert!(!r.mentions_a_word(text), "{text}");
+        }
     }
 
     #[test]

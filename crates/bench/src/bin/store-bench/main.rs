@@ -9,6 +9,7 @@
 //! $B/store-bench pg [ROUNDS] [CALLS]        # store off / SQLite / PostgreSQL ×3, side by side
 //! $B/store-bench scale [ROUNDS] [CALLS]     # one node against replicas on PostgreSQL and Redis
 //! $B/store-bench abort [ABORTS]             # an abort posted to one replica, the call on another
+//! $B/store-bench writer [ROUNDS] [CALLS]    # the store's own cost, in process: CPU per call, the writer's
 //! ```
 //!
 //! `speed` starts three `toolwarden serve`s — without a store, with `before_execution`, with
@@ -40,6 +41,7 @@ mod redis_server;
 mod scale;
 mod soak;
 mod speed;
+mod writer;
 
 use anyhow::{Context, Result, bail};
 
@@ -69,8 +71,9 @@ async fn main() -> Result<()> {
             scale::scale(&dir, &tmp, arg(1, 5)? as usize, arg(2, 10_000)? as usize).await
         }
         Some("abort") => abort::abort(&dir, &tmp, arg(1, 200)? as usize).await,
+        Some("writer") => writer::writer(&tmp, arg(1, 5)? as usize, arg(2, 50_000)? as usize).await,
         _ => bail!(
-            "usage: store-bench speed [ROUNDS] [CALLS] | soak [RATE] [SECONDS] | query [TURNS] | pg [ROUNDS] [CALLS] | scale [ROUNDS] [CALLS] | abort [ABORTS]"
+            "usage: store-bench speed [ROUNDS] [CALLS] | soak [RATE] [SECONDS] | query [TURNS] | pg [ROUNDS] [CALLS] | scale [ROUNDS] [CALLS] | abort [ABORTS] | writer [ROUNDS] [CALLS]"
         ),
     };
     let _ = std::fs::remove_dir_all(&tmp);

@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 
 use crate::common::{
     file_size, measure, median, start_binary, start_serve, stop, store_commits, write_config,
@@ -109,6 +109,9 @@ pub(crate) async fn compare(
     let mut ratio: Vec<Vec<f64>> = vec![Vec::new(); m_count];
     // Commits and events committed during the runs at concurrency 32, per store.
     let mut batching = vec![(0.0, 0.0); m_count];
+    // The machine's CPU busy per call, and its idle share, during the runs at concurrency 32.
+    let mut busy_us: Vec<Vec<f64>> = vec![Vec::new(); m_count];
+    let mut idle: Vec<Vec<f64>> = vec![Vec::new(); m_count];
     for round in 0..rounds {
         let mut tput = vec![0.0; m_count];
         let mut lat = vec![0.0; m_count];
@@ -116,7 +119,11 @@ pub(crate) async fn compare(
             let i = (round + k) % m_count;
             let addr = &servers[i].1;
             let before = store_commits(addr).await?;
+            let cpu_before = machine_cpu()?;
             let m = measure(addr, 32, calls).await?;
+            let cpu = machine_cpu()?.since(&cpu_before);
+            busy_us[i].push(cpu.busy_s * 1e6 / calls as f64);
+            idle[i].push(cpu.idle_share());
             if let (Some((c0, e0)), Some((c1, e1))) = (before, store_commits(addr).await?) {
                 batching[i].0 += c1 - c0;
                 batching[i].1 += e1 - e0;
@@ -126,11 +133,13 @@ pub(crate) async fn compare(
             lat[i] = l.p50.as_secs_f64() * 1e6;
             c1_p99[i].push(l.p99.as_secs_f64() * 1e6);
             eprintln!(
-                "round {round}: {:<16} c32 {:>7.0}/s (p50 {:?} p99 {:?})   c1 p50 {:>4.0} µs p99 {:>5.0} µs",
+                "round {round}: {:<16} c32 {:>7.0}/s (p50 {:?} p99 {:?}, machine {:.0} µs/call, {:.0}% idle)   c1 p50 {:>4.0} µs p99 {:>5.0} µs",
                 modes[i].name,
                 m.per_second,
                 m.p50,
                 m.p99,
+                busy_us[i][round],
+                idle[i][round] * 100.0,
                 lat[i],
                 l.p99.as_secs_f64() * 1e6
             );
@@ -146,9 +155,9 @@ pub(crate) async fn compare(
         stop(child).await;
     }
     println!(
-        "| store | calls/s at concurrency 32 | × store off | events per commit at 32 | p50 at concurrency 1 | added p50 | p99 at concurrency 1 |"
+        "| store | calls/s at concurrency 32 | × store off | events per commit at 32 | machine CPU per call at 32 | idle at 32 | p50 at concurrency 1 | added p50 | p99 at concurrency 1 |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for i in 0..m_count {
         let (commits, events) = batching[i];
         let per_commit = if commits > 0.0 {
@@ -157,10 +166,12 @@ pub(crate) async fn compare(
             "—".to_owned()
         };
         println!(
-            "| {} | {:.0} | {:.2} | {per_commit} | {:.0} µs | {:+.0} µs | {:.0} µs |",
+            "| {} | {:.0} | {:.2} | {per_commit} | {:.0} µs | {:.0} % | {:.0} µs | {:+.0} µs | {:.0} µs |",
             modes[i].name,
             median(c32[i].clone()),
             median(ratio[i].clone()),
+            median(busy_us[i].clone()),
+            median(idle[i].clone()) * 100.0,
             median(c1[i].clone()),
             median(added[i].clone()),
             median(c1_p99[i].clone()),
@@ -171,4 +182,46 @@ pub(crate) async fn compare(
         calls / 8
     );
     Ok(())
+}
+
+/// The machine's CPU time from `/proc/stat`, in seconds: busy (every state but idle and waiting
+/// for the disk), and idle plus waiting.
+#[derive(Clone, Copy)]
+struct MachineCpu {
+    busy_s: f64,
+    idle_s: f64,
+}
+
+impl MachineCpu {
+    fn since(&self, before: &MachineCpu) -> MachineCpu {
+        MachineCpu {
+            busy_s: self.busy_s - before.busy_s,
+            idle_s: self.idle_s - before.idle_s,
+        }
+    }
+
+    fn idle_share(&self) -> f64 {
+        self.idle_s / (self.busy_s + self.idle_s).max(f64::MIN_POSITIVE)
+    }
+}
+
+fn machine_cpu() -> Result<MachineCpu> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let line = stat
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .context("no cpu line in /proc/stat")?;
+    let ticks: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(|t| t.parse::<f64>().unwrap_or(0.0))
+        .collect();
+    // user nice system idle iowait irq softirq steal, in hundredths of a second.
+    let idle = ticks.get(3).copied().unwrap_or(0.0) + ticks.get(4).copied().unwrap_or(0.0);
+    let all: f64 = ticks.iter().sum();
+    Ok(MachineCpu {
+        busy_s: (all - idle) / 100.0,
+        idle_s: idle / 100.0,
+    })
 }
