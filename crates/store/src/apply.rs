@@ -121,24 +121,30 @@ fn turn_row(
     ts: i64,
 ) -> rusqlite::Result<i64> {
     if let EventKind::TurnStart { parent_turn_id, .. } = &event.kind {
-        // A turn id used again (a caller may choose its turn ids) continues the same row.
-        let row: i64 = tx
+        // A plain insert, not an upsert returning the row: SQLite runs an upsert with a
+        // statement journal and its `RETURNING` through a table of its own, at every turn.
+        let inserted = tx
             .prepare_cached(
-                "INSERT INTO turns (turn_id, session_id, parent_turn_id, started_at, start_seq) \
-                 VALUES (?1, ?2, ?3, ?4, ?5) \
-                 ON CONFLICT (turn_id) DO UPDATE SET ended_at = NULL, outcome = NULL, \
-                 end_seq = NULL, start_seq = excluded.start_seq RETURNING id",
+                "INSERT OR IGNORE INTO turns (turn_id, session_id, parent_turn_id, started_at, \
+                 start_seq) VALUES (?1, ?2, ?3, ?4, ?5)",
             )?
-            .query_row(
-                params![
-                    turn_id,
-                    event.scope.session_id.as_ref().map(|s| s.as_str()),
-                    parent_turn_id.as_ref().map(|p| p.as_str()),
-                    ts,
-                    event.seq as i64
-                ],
-                |r| r.get(0),
-            )?;
+            .execute(params![
+                turn_id,
+                event.scope.session_id.as_ref().map(|s| s.as_str()),
+                parent_turn_id.as_ref().map(|p| p.as_str()),
+                ts,
+                event.seq as i64
+            ])?;
+        let row: i64 = if inserted == 1 {
+            tx.last_insert_rowid()
+        } else {
+            // A turn id used again (a caller may choose its turn ids) continues the same row.
+            tx.prepare_cached(
+                "UPDATE turns SET ended_at = NULL, outcome = NULL, end_seq = NULL, \
+                 start_seq = ?2 WHERE turn_id = ?1 RETURNING id",
+            )?
+            .query_row(params![turn_id, event.seq as i64], |r| r.get(0))?
+        };
         rows.last_turn_row = rows.last_turn_row.max(row);
         rows.turns.insert(turn_id.to_owned(), row);
         return Ok(row);
@@ -187,25 +193,29 @@ fn call_row(
         }
         return Ok(*row);
     }
-    let row: i64 = tx
+    let inserted = tx
         .prepare_cached(
-            "INSERT INTO calls (turn_row, turn_id, call_id, session_id, tool, started_at, ran) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
-             ON CONFLICT (turn_row, call_id) DO UPDATE SET ran = max(ran, excluded.ran) \
-             RETURNING id",
+            "INSERT OR IGNORE INTO calls (turn_row, turn_id, call_id, session_id, tool, \
+             started_at, ran) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         )?
-        .query_row(
-            params![
-                turn_row,
-                event.scope.turn_id.as_ref().map(|t| t.as_str()),
-                call_id,
-                event.scope.session_id.as_ref().map(|s| s.as_str()),
-                event.scope.tool.as_deref(),
-                ts,
-                ran
-            ],
-            |r| r.get(0),
-        )?;
+        .execute(params![
+            turn_row,
+            event.scope.turn_id.as_ref().map(|t| t.as_str()),
+            call_id,
+            event.scope.session_id.as_ref().map(|s| s.as_str()),
+            event.scope.tool.as_deref(),
+            ts,
+            ran
+        ])?;
+    let row: i64 = if inserted == 1 {
+        tx.last_insert_rowid()
+    } else {
+        // A call of an ended call's turn and id (a late event), or of a turn used again.
+        tx.prepare_cached(
+            "UPDATE calls SET ran = max(ran, ?3) WHERE turn_row = ?1 AND call_id = ?2 RETURNING id",
+        )?
+        .query_row(params![turn_row, call_id, ran], |r| r.get(0))?
+    };
     rows.last_call_row = rows.last_call_row.max(row);
     // Ended calls are not kept: their late events (`tool_stopped`) find them in the database.
     if !matches!(event.kind, EventKind::ToolResult { .. }) {

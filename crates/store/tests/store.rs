@@ -133,6 +133,7 @@ both_backends!(
     async_durability_does_not_wait_and_still_stores_everything,
     commits_are_counted_and_parallel_calls_share_them,
     a_task_is_kept_with_its_turn_across_a_restart_and_pruned_after_its_ttl,
+    a_turn_id_used_again_continues_its_turn_and_its_calls,
 );
 
 fn open(path: &Path) -> Arc<SqliteStore> {
@@ -250,6 +251,58 @@ async fn with_before_execution_a_tool_runs_only_once_its_start_is_committed(trai
             .await;
         assert_eq!(r.text(), "1", "{r:?}");
     }
+}
+
+/// A caller may choose its turn ids: a turn id used again continues the same turn, and a call id
+/// used again in it the same call, each run's events found under them.
+async fn a_turn_id_used_again_continues_its_turn_and_its_calls(trail: Trail) {
+    let store = trail.open().store;
+    let engine = engine(store.clone());
+    for i in 0..2 {
+        let mut req = toolwarden_core::TurnRequest::new(
+            "s",
+            vec![ToolCall::new("c1", "echo", json!({"run": i}))],
+        );
+        req.turn_id = Some(TurnId::new("t-again"));
+        let out = engine.run_turn(req).await.unwrap();
+        assert_eq!(out.results[0].text(), format!("{{\"run\":{i}}}"));
+    }
+    engine
+        .store_caught_up(Duration::from_secs(5))
+        .await
+        .unwrap();
+    let calls = store
+        .calls(AuditQuery {
+            turn: Some("t-again".into()),
+            ..AuditQuery::default()
+        })
+        .await
+        .unwrap()
+        .calls;
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0].call_id.as_str(), "c1");
+    assert_eq!(calls[0].status.as_deref(), Some("ok"));
+    let events = trail.events(AuditQuery {
+        turn: Some("t-again".into()),
+        ..AuditQuery::default()
+    });
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        types,
+        [
+            "turn_start",
+            "tool_start",
+            "tool_result",
+            "turn_end",
+            "turn_start",
+            "tool_start",
+            "tool_result",
+            "turn_end"
+        ]
+    );
+    assert_eq!(events[6]["content"][0]["text"], json!("{\"run\":1}"));
+    let turn = store.turn(TurnId::new("t-again")).await.unwrap().unwrap();
+    assert_eq!(turn.state, TurnRunState::Ended);
 }
 
 async fn reads_filter_and_page_events_calls_and_turns(trail: Trail) {
