@@ -23,7 +23,62 @@ pub struct Redactor {
     words: Vec<String>,
     /// The bytes a word starts with, in either case.
     firsts: [bool; 256],
+    /// Each word with the letter it is looked for by; `None` when a word has none (it is all
+    /// `_`), and texts are then scanned byte by byte.
+    anchors: Option<Vec<Anchor>>,
     max_payload: usize,
+}
+
+/// A word and its rarest letter in JSON text: the letter is found with a vectorised search
+/// (`memchr`), and the word compared only where it sits.
+#[derive(Clone, Debug)]
+struct Anchor {
+    word: Vec<u8>,
+    /// Where the letter is in the word.
+    at: usize,
+    lower: u8,
+    upper: u8,
+}
+
+impl Anchor {
+    /// Letters from the most to the least common in English, and so roughly in JSON keys;
+    /// digits count as more common than any (numbers, times, digests).
+    const COMMON: &'static [u8] = b"0123456789etaoinsrhldcumfpgwybvkxjqz";
+
+    fn of(word: &str) -> Option<Anchor> {
+        let rarity = |b: u8| match Self::COMMON.iter().position(|c| *c == b) {
+            Some(rank) => rank,
+            None => Self::COMMON.len(),
+        };
+        // `_` also matches `-`: never the letter searched for.
+        let (at, &b) = word
+            .as_bytes()
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| **b != b'_')
+            .max_by_key(|(i, b)| (rarity(**b), std::cmp::Reverse(*i)))?;
+        Some(Anchor {
+            word: word.as_bytes().to_vec(),
+            at,
+            lower: b.to_ascii_lowercase(),
+            upper: b.to_ascii_uppercase(),
+        })
+    }
+
+    fn in_text(&self, text: &[u8]) -> bool {
+        memchr::memchr2_iter(self.lower, self.upper, text)
+            .any(|p| p >= self.at && word_at(text, p - self.at, &self.word))
+    }
+}
+
+/// Whether `word` is in `text` at `start`, ignoring case, a `_` in it matching `-` too.
+fn word_at(text: &[u8], start: usize, word: &[u8]) -> bool {
+    text.get(start..start + word.len()).is_some_and(|window| {
+        window
+            .iter()
+            .zip(word)
+            .all(|(a, b)| a.eq_ignore_ascii_case(b) || (*b == b'_' && *a == b'-'))
+    })
 }
 
 impl Redactor {
@@ -46,9 +101,11 @@ impl Redactor {
                 }
             }
         }
+        let anchors = words.iter().map(|w| Anchor::of(w)).collect();
         Self {
             words,
             firsts,
+            anchors,
             max_payload,
         }
     }
@@ -94,22 +151,19 @@ impl Redactor {
         serde_json::to_string(&value).unwrap_or(text)
     }
 
-    /// Whether `text` contains any mask word (ignoring case): a cheap test before parsing. One
-    /// pass over the text; the words are compared only where one's first letter is.
+    /// Whether `text` contains any mask word (ignoring case): a cheap test before parsing. Each
+    /// word's rarest letter is searched for, and the word compared where it is; a word without
+    /// a letter makes it one pass over the text, comparing the words where one's first letter
+    /// is.
     fn mentions_a_word(&self, text: &str) -> bool {
         let bytes = text.as_bytes();
-        bytes.iter().enumerate().any(|(i, b)| {
-            self.firsts[usize::from(*b)]
-                && self.words.iter().any(|w| {
-                    let w = w.as_bytes();
-                    bytes.get(i..i + w.len()).is_some_and(|win| {
-                        // `_` in a word also matches `-` in the text.
-                        win.iter()
-                            .zip(w)
-                            .all(|(a, b)| a.eq_ignore_ascii_case(b) || (*b == b'_' && *a == b'-'))
-                    })
-                })
-        })
+        match &self.anchors {
+            Some(anchors) => anchors.iter().any(|a| a.in_text(bytes)),
+            None => bytes.iter().enumerate().any(|(i, b)| {
+                self.firsts[usize::from(*b)]
+                    && self.words.iter().any(|w| word_at(bytes, i, w.as_bytes()))
+            }),
+        }
     }
 
     fn masks(&self, key: &str) -> bool {
@@ -208,6 +262,37 @@ mod tests {
         ] {
             assert!(!r.mentions_a_word(text), "{text}");
         }
+    }
+
+    #[test]
+    fn the_anchored_search_finds_what_a_scan_of_every_place_finds() {
+        let words: Vec<String> = ["password", "api_key", "_x", "token", "a_b_"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        let r = Redactor::new(&words, 1000);
+        assert!(r.anchors.is_some());
+        let everywhere = |text: &[u8]| {
+            (0..text.len()).any(|i| r.words.iter().any(|w| word_at(text, i, w.as_bytes())))
+        };
+        // Texts drawn from the words' own letters, both cases, `_` and `-`.
+        let alphabet = b"pasSwWordDapiIKkeyY_-xXtToOkKnNbB";
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        let (mut found, mut missed) = (0, 0);
+        for _ in 0..20_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let len = (seed % 12) as usize;
+            let text: Vec<u8> = (0..len)
+                .map(|k| alphabet[((seed >> (4 * k % 60)) as usize + k) % alphabet.len()])
+                .collect();
+            let expected = everywhere(&text);
+            let text = String::from_utf8(text).unwrap();
+            assert_eq!(r.mentions_a_word(&text), expected, "{text:?}");
+            if expected { found += 1 } else { missed += 1 }
+        }
+        assert!(found > 100 && missed > 100, "{found} found, {missed} not");
     }
 
     #[test]
