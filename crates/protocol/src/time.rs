@@ -139,8 +139,45 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
+impl Timestamp {
+    /// The RFC 3339 text of a time in the years 0 to 9999 (`2026-11-24T21:47:04.225Z`), written
+    /// digit by digit: every event carries one or more, and the formatting machinery of `write!`
+    /// cost several times as much. `None` outside those years.
+    fn rfc3339(&self) -> Option<[u8; 24]> {
+        let ms = self.0.rem_euclid(1000);
+        let secs = self.0.div_euclid(1000);
+        let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
+        if !(0..=9999).contains(&y) {
+            return None;
+        }
+        let sod = secs.rem_euclid(86_400);
+        let mut out = *b"0000-00-00T00:00:00.000Z";
+        for (at, width, value) in [
+            (0, 4, y),
+            (5, 2, m),
+            (8, 2, d),
+            (11, 2, sod / 3600),
+            (14, 2, (sod / 60) % 60),
+            (17, 2, sod % 60),
+            (20, 3, ms),
+        ] {
+            let mut v = value;
+            for i in (at..at + width).rev() {
+                out[i] = b'0' + (v % 10) as u8;
+                v /= 10;
+            }
+        }
+        Some(out)
+    }
+}
+
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(text) = self.rfc3339()
+            && let Ok(text) = std::str::from_utf8(&text)
+        {
+            return f.write_str(text);
+        }
         let ms = self.0.rem_euclid(1000);
         let secs = self.0.div_euclid(1000);
         let days = secs.div_euclid(86_400);
@@ -164,6 +201,11 @@ impl fmt::Debug for Timestamp {
 
 impl Serialize for Timestamp {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if let Some(text) = self.rfc3339()
+            && let Ok(text) = std::str::from_utf8(&text)
+        {
+            return s.serialize_str(text);
+        }
         s.collect_str(self)
     }
 }
@@ -205,7 +247,29 @@ mod tests {
         assert!(Timestamp::parse("yesterday").is_none());
     }
 
+    /// The text of `ms` as `write!` makes it: what the digit-by-digit writer must match.
+    fn formatted(ms: i64) -> String {
+        let secs = ms.div_euclid(1000);
+        let sod = secs.rem_euclid(86_400);
+        let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
+        format!(
+            "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+            sod / 3600,
+            (sod / 60) % 60,
+            sod % 60,
+            ms.rem_euclid(1000)
+        )
+    }
+
     proptest! {
+        #[test]
+        fn written_digit_by_digit_as_write_would(ms in -70_000_000_000_000i64..300_000_000_000_000i64) {
+            let t = Timestamp::from_unix_millis(ms);
+            let expected = formatted(ms);
+            prop_assert_eq!(t.to_string(), expected.clone());
+            prop_assert_eq!(serde_json::to_string(&t).unwrap(), format!("\"{expected}\""));
+        }
+
         #[test]
         fn display_parse_roundtrip(ms in -62_135_596_800_000i64..253_402_300_799_999i64) {
             let t = Timestamp::from_unix_millis(ms);
