@@ -140,6 +140,14 @@ fn open(path: &Path) -> Arc<SqliteStore> {
     Arc::new(SqliteStore::open(StoreOptions::new(path)).unwrap())
 }
 
+/// Waits until everything `engine` recorded is committed.
+async fn caught_up(engine: &Engine) {
+    engine
+        .store_caught_up(Duration::from_secs(5))
+        .await
+        .unwrap();
+}
+
 /// An engine recording into `store`, with `echo`, `hang` and `check_recorded` (which reads the
 /// trail itself to see whether its own `tool_start` was committed before it ran).
 fn engine(store: Arc<dyn AuditStore>) -> Engine {
@@ -194,10 +202,7 @@ async fn every_event_is_stored_in_order_and_seq_goes_on_after_a_restart(trail: T
             .await;
         assert_eq!(r.text(), format!("{{\"i\":{i}}}"));
     }
-    engine
-        .store_caught_up(Duration::from_secs(5))
-        .await
-        .unwrap();
+    caught_up(&engine).await;
     let last = engine.events().last_seq();
     store.close().await;
     drop(engine);
@@ -224,10 +229,7 @@ async fn every_event_is_stored_in_order_and_seq_goes_on_after_a_restart(trail: T
     engine
         .call("s1", ToolCall::new("again", "echo", json!({})))
         .await;
-    engine
-        .store_caught_up(Duration::from_secs(5))
-        .await
-        .unwrap();
+    caught_up(&engine).await;
     let page = store
         .events(AuditQuery {
             after: Some(last),
@@ -267,10 +269,7 @@ async fn a_turn_id_used_again_continues_its_turn_and_its_calls(trail: Trail) {
         let out = engine.run_turn(req).await.unwrap();
         assert_eq!(out.results[0].text(), format!("{{\"run\":{i}}}"));
     }
-    engine
-        .store_caught_up(Duration::from_secs(5))
-        .await
-        .unwrap();
+    caught_up(&engine).await;
     let calls = store
         .calls(AuditQuery {
             turn: Some("t-again".into()),
@@ -319,10 +318,7 @@ async fn reads_filter_and_page_events_calls_and_turns(trail: Trail) {
     let unknown = engine
         .call("s0", ToolCall::new("u", "nope", json!({})))
         .await;
-    engine
-        .store_caught_up(Duration::from_secs(5))
-        .await
-        .unwrap();
+    caught_up(&engine).await;
 
     let page = store
         .events(AuditQuery {
@@ -443,10 +439,7 @@ async fn a_call_left_running_by_a_dead_process_is_recorded_interrupted_on_the_ne
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    engine
-        .store_caught_up(Duration::from_secs(5))
-        .await
-        .unwrap();
+    caught_up(&engine).await;
     // The process "dies": its store stops writing with the call still running.
     store.close().await;
     handle.detach();
@@ -577,10 +570,7 @@ async fn a_password_answer_and_an_api_key_input_never_reach_the_database(trail: 
             ),
         )
         .await;
-    engine
-        .store_caught_up(Duration::from_secs(5))
-        .await
-        .unwrap();
+    caught_up(&engine).await;
     let bytes = trail.contents();
     assert!(
         contains(&bytes, "interaction_answered"),
@@ -610,10 +600,7 @@ async fn a_store_that_cannot_write_runs_no_backend_says_so_and_loses_nothing() {
     engine
         .call("s", ToolCall::new("before", "echo", json!({})))
         .await;
-    engine
-        .store_caught_up(Duration::from_secs(5))
-        .await
-        .unwrap();
+    caught_up(&engine).await;
 
     // Another connection holds the database's write lock.
     let blocker = rusqlite::Connection::open(&path).unwrap();
@@ -637,10 +624,7 @@ async fn a_store_that_cannot_write_runs_no_backend_says_so_and_loses_nothing() {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    engine
-        .store_caught_up(Duration::from_secs(5))
-        .await
-        .unwrap();
+    caught_up(&engine).await;
     assert_eq!(store.health(), StoreHealth::Ok);
     let all = store
         .events(AuditQuery {
@@ -782,10 +766,7 @@ async fn async_durability_does_not_wait_and_still_stores_everything(trail: Trail
             .call("s", ToolCall::new(format!("c{i}"), "echo", json!({"i": i})))
             .await;
     }
-    engine
-        .store_caught_up(Duration::from_secs(5))
-        .await
-        .unwrap();
+    caught_up(&engine).await;
     let calls = store
         .calls(AuditQuery {
             status: Some("ok".into()),
@@ -818,10 +799,7 @@ async fn commits_are_counted_and_parallel_calls_share_them(trail: Trail) {
                 .await;
             assert_eq!(result.outcome.status.name(), "ok", "{result:?}");
         }
-        engine
-            .store_caught_up(Duration::from_secs(5))
-            .await
-            .unwrap();
+        caught_up(&engine).await;
         let after = store.commits();
         let (commits, events) = (after.commits - before.commits, after.events - before.events);
         // Four events a call: turn_start, tool_start, tool_result, turn_end.
@@ -836,10 +814,7 @@ async fn commits_are_counted_and_parallel_calls_share_them(trail: Trail) {
             .await
             .unwrap();
         assert_eq!(output.results.len(), PARALLEL);
-        engine
-            .store_caught_up(Duration::from_secs(5))
-            .await
-            .unwrap();
+        caught_up(&engine).await;
         let last = store.commits();
         let (commits, events) = (last.commits - after.commits, last.events - after.events);
         // turn_start, a tool_start and a tool_result per call, turn_end.
@@ -883,10 +858,7 @@ async fn hanging_turn(engine: &Engine, call_id: &str) -> TurnId {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    engine
-        .store_caught_up(Duration::from_secs(5))
-        .await
-        .unwrap();
+    caught_up(engine).await;
     turn_id
 }
 
@@ -916,10 +888,7 @@ async fn postgres_recovery_closes_only_this_replicas_calls_and_seq_is_per_replic
             .call("s", ToolCall::new(format!("e{i}"), "echo", json!({"i": i})))
             .await;
     }
-    engine_b
-        .store_caught_up(Duration::from_secs(5))
-        .await
-        .unwrap();
+    caught_up(&engine_b).await;
 
     // Each replica numbers its own events from 1: its own stream resumes by its own seq.
     for (store, engine) in [(&a, &engine_a), (&b, &engine_b)] {
@@ -991,10 +960,7 @@ async fn postgres_recovery_closes_only_this_replicas_calls_and_seq_is_per_replic
     );
     // B's call ends normally, and the trail has it.
     engine_b.shutdown(Duration::from_secs(5)).await;
-    engine_b
-        .store_caught_up(Duration::from_secs(5))
-        .await
-        .unwrap();
+    caught_up(&engine_b).await;
     assert_eq!(
         status_of(&a.store, &turn_b).await.as_deref(),
         Some("cancelled")
@@ -1018,10 +984,7 @@ async fn postgres_retain_prunes_rows_older_than_it_on_open() {
             .call("s", ToolCall::new(format!("c{i}"), "echo", json!({})))
             .await;
     }
-    engine
-        .store_caught_up(Duration::from_secs(5))
-        .await
-        .unwrap();
+    caught_up(&engine).await;
     store.close().await;
     drop(engine);
     drop(store);
@@ -1189,10 +1152,7 @@ async fn postgres_a_lost_connection_degrades_the_store_runs_no_backend_and_recon
     engine
         .call("s", ToolCall::new("before", "echo", json!({})))
         .await;
-    engine
-        .store_caught_up(Duration::from_secs(5))
-        .await
-        .unwrap();
+    caught_up(&engine).await;
 
     relay.cut(true);
     let r = engine
@@ -1214,10 +1174,7 @@ async fn postgres_a_lost_connection_degrades_the_store_runs_no_backend_and_recon
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(store.health(), StoreHealth::Ok, "reconnected");
-    engine
-        .store_caught_up(Duration::from_secs(5))
-        .await
-        .unwrap();
+    caught_up(&engine).await;
     let all = store
         .events(AuditQuery {
             limit: 1000,
