@@ -140,27 +140,35 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
 }
 
 impl Timestamp {
+    /// Year, month, day, hour, minute, second and millisecond (UTC).
+    fn fields(&self) -> [i64; 7] {
+        let secs = self.0.div_euclid(1000);
+        let sod = secs.rem_euclid(86_400);
+        let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
+        [
+            y,
+            m,
+            d,
+            sod / 3600,
+            (sod / 60) % 60,
+            sod % 60,
+            self.0.rem_euclid(1000),
+        ]
+    }
+
     /// The RFC 3339 text of a time in the years 0 to 9999 (`2026-11-24T21:47:04.225Z`), written
     /// digit by digit: every event carries one or more, and the formatting machinery of `write!`
     /// cost several times as much. `None` outside those years.
     fn rfc3339(&self) -> Option<[u8; 24]> {
-        let ms = self.0.rem_euclid(1000);
-        let secs = self.0.div_euclid(1000);
-        let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
-        if !(0..=9999).contains(&y) {
+        let fields = self.fields();
+        if !(0..=9999).contains(&fields[0]) {
             return None;
         }
-        let sod = secs.rem_euclid(86_400);
         let mut out = *b"0000-00-00T00:00:00.000Z";
-        for (at, width, value) in [
-            (0, 4, y),
-            (5, 2, m),
-            (8, 2, d),
-            (11, 2, sod / 3600),
-            (14, 2, (sod / 60) % 60),
-            (17, 2, sod % 60),
-            (20, 3, ms),
-        ] {
+        // Where each field's digits start in `out`, and how many there are.
+        const PLACES: [(usize, usize); 7] =
+            [(0, 4), (5, 2), (8, 2), (11, 2), (14, 2), (17, 2), (20, 3)];
+        for ((at, width), value) in PLACES.into_iter().zip(fields) {
             let mut v = value;
             for i in (at..at + width).rev() {
                 out[i] = b'0' + (v % 10) as u8;
@@ -178,18 +186,8 @@ impl fmt::Display for Timestamp {
         {
             return f.write_str(text);
         }
-        let ms = self.0.rem_euclid(1000);
-        let secs = self.0.div_euclid(1000);
-        let days = secs.div_euclid(86_400);
-        let sod = secs.rem_euclid(86_400);
-        let (y, m, d) = civil_from_days(days);
-        write!(
-            f,
-            "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z",
-            sod / 3600,
-            (sod / 60) % 60,
-            sod % 60
-        )
+        let [y, m, d, h, mi, s, ms] = self.fields();
+        write!(f, "{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{ms:03}Z")
     }
 }
 
