@@ -74,6 +74,12 @@ pub trait AuditStore: Send + Sync + 'static {
     /// cannot write.
     fn durable(&self, seq: u64) -> BoxFuture<Result<(), StoreUnavailable>>;
 
+    /// Resolves once every event up to `seq` (`None`: every event committed so far) is committed
+    /// and can be read through [`AuditStore::events`], [`AuditStore::calls`] and
+    /// [`AuditStore::turn`] — a store may commit events somewhere its reads do not look yet, and
+    /// is asked here to make them readable now — or with an error while it cannot write.
+    fn readable(&self, seq: Option<u64>) -> BoxFuture<Result<(), StoreUnavailable>>;
+
     /// Whether the write queue has room for new work.
     fn has_room(&self) -> bool;
 
@@ -176,7 +182,7 @@ pub(crate) fn attach(bus: &EventBus, metrics: &Metrics, store: Arc<dyn AuditStor
     );
     metrics.register(
         "store_commits",
-        "Transactions the audit trail committed",
+        "Commits of the audit trail (SQLite: appends to its pending file; PostgreSQL: transactions)",
         hook.commits.clone(),
     );
     metrics.register(

@@ -120,7 +120,8 @@ impl StoredRange {
                 return None;
             }
             let committed =
-                tokio::time::timeout(STORED_WAIT, range.store.durable(range.until - 1)).await;
+                tokio::time::timeout(STORED_WAIT, range.store.readable(Some(range.until - 1)))
+                    .await;
             let page = match committed {
                 Ok(Ok(())) => {
                     range

@@ -32,52 +32,113 @@ pub(crate) struct Prepared<'a> {
     pub(crate) body: String,
 }
 
-/// Writes one event and what it changes in `turns` and `calls`.
+/// What writing one event into `events`, `turns` and `calls` needs to know about it: read from a
+/// live event ([`Fact::of`]) or from a record of the pending file (`pending.rs`), borrowing from
+/// either.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Fact<'a> {
+    pub(crate) seq: u64,
+    /// Milliseconds since the Unix epoch.
+    pub(crate) ts: i64,
+    /// The event's `type`.
+    pub(crate) kind: &'a str,
+    pub(crate) turn_id: Option<&'a str>,
+    pub(crate) call_id: Option<&'a str>,
+    pub(crate) session_id: Option<&'a str>,
+    pub(crate) tool: Option<&'a str>,
+    pub(crate) change: Change<'a>,
+}
+
+/// What an event changes in `turns` and `calls` beyond its own row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Change<'a> {
+    /// A turn starts (under a parent turn, for a nested one).
+    TurnStart { parent_turn_id: Option<&'a str> },
+    /// A turn ends with this outcome.
+    TurnEnd { outcome: &'a str },
+    /// A call's backend is invoked.
+    ToolStart,
+    /// A call ends.
+    ToolResult {
+        status: &'a str,
+        duration_ms: i64,
+        attempts: i64,
+    },
+    /// Nothing beyond the event's row.
+    None,
+}
+
+impl<'a> Fact<'a> {
+    pub(crate) fn of(event: &'a Event) -> Fact<'a> {
+        let change = match &event.kind {
+            EventKind::TurnStart { parent_turn_id, .. } => Change::TurnStart {
+                parent_turn_id: parent_turn_id.as_ref().map(|p| p.as_str()),
+            },
+            EventKind::TurnEnd { outcome, .. } => Change::TurnEnd { outcome },
+            EventKind::ToolStart { .. } => Change::ToolStart,
+            EventKind::ToolResult { result, .. } => Change::ToolResult {
+                status: result.outcome.status.name(),
+                duration_ms: i64::try_from(result.outcome.duration_ms).unwrap_or(i64::MAX),
+                attempts: i64::from(result.outcome.attempts),
+            },
+            _ => Change::None,
+        };
+        let scope = &event.scope;
+        Fact {
+            seq: event.seq,
+            ts: event.ts.unix_millis(),
+            kind: event.kind.name(),
+            turn_id: scope.turn_id.as_ref().map(|t| t.as_str()),
+            call_id: scope.call_id.as_ref().map(|c| c.as_str()),
+            session_id: scope.session_id.as_ref().map(|s| s.as_str()),
+            tool: scope.tool.as_deref(),
+            change,
+        }
+    }
+}
+
+/// Writes one event (`fact`, its serialized and redacted `body`) and what it changes in `turns`
+/// and `calls`.
 pub(crate) fn apply(
     tx: &Transaction<'_>,
     rows: &mut Rows,
-    item: &Prepared<'_>,
+    fact: &Fact<'_>,
+    body: &str,
 ) -> rusqlite::Result<()> {
-    let event = item.event;
-    let ts = event.ts.unix_millis();
-    let turn_row = match &event.scope.turn_id {
-        Some(turn_id) => Some(turn_row(tx, rows, event, turn_id.as_str(), ts)?),
+    let ts = fact.ts;
+    let turn_row = match fact.turn_id {
+        Some(turn_id) => Some(turn_row(tx, rows, fact, turn_id)?),
         None => None,
     };
-    let call_row = match (&event.scope.call_id, turn_row) {
-        (Some(call_id), Some(turn_row)) => {
-            Some(call_row(tx, rows, event, turn_row, call_id.as_str(), ts)?)
-        }
+    let call_row = match (fact.call_id, turn_row) {
+        (Some(call_id), Some(turn_row)) => Some(call_row(tx, rows, fact, turn_row, call_id)?),
         _ => None,
     };
-    match &event.kind {
-        EventKind::TurnEnd { outcome, .. } => {
+    match &fact.change {
+        Change::TurnEnd { outcome } => {
             if let Some(row) = turn_row {
                 tx.prepare_cached(
                     "UPDATE turns SET ended_at = ?1, outcome = ?2, end_seq = ?3 WHERE id = ?4",
                 )?
-                .execute(params![ts, outcome.as_ref(), event.seq as i64, row])?;
+                .execute(params![ts, outcome, fact.seq as i64, row])?;
             }
-            if let Some(turn_id) = &event.scope.turn_id {
-                rows.turns.remove(turn_id.as_str());
+            if let Some(turn_id) = fact.turn_id {
+                rows.turns.remove(turn_id);
             }
         }
-        EventKind::ToolResult { result, .. } => {
+        Change::ToolResult {
+            status,
+            duration_ms,
+            attempts,
+        } => {
             if let Some(row) = call_row {
-                let outcome = &result.outcome;
                 tx.prepare_cached(
                     "UPDATE calls SET status = ?1, ended_at = ?2, duration_ms = ?3, attempts = ?4 \
                      WHERE id = ?5",
                 )?
-                .execute(params![
-                    outcome.status.name(),
-                    ts,
-                    outcome.duration_ms as i64,
-                    outcome.attempts,
-                    row
-                ])?;
-                if let (Some(turn_row), Some(call_id)) = (turn_row, &event.scope.call_id) {
-                    rows.calls.remove(&(turn_row, call_id.as_str().to_owned()));
+                .execute(params![status, ts, duration_ms, attempts, row])?;
+                if let (Some(turn_row), Some(call_id)) = (turn_row, fact.call_id) {
+                    rows.calls.remove(&(turn_row, call_id.to_owned()));
                 }
             }
         }
@@ -91,7 +152,7 @@ pub(crate) fn apply(
         )?
         .execute(params![
             minute,
-            event.seq as i64,
+            fact.seq as i64,
             call_row.unwrap_or(rows.last_call_row + 1),
             turn_row.unwrap_or(rows.last_turn_row + 1)
         ])?;
@@ -103,12 +164,12 @@ pub(crate) fn apply(
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?
     .execute(params![
-        event.seq as i64,
+        fact.seq as i64,
         ts,
-        event.kind.name(),
+        fact.kind,
         turn_row,
         call_row,
-        item.body
+        body
     ])?;
     Ok(())
 }
@@ -116,11 +177,11 @@ pub(crate) fn apply(
 fn turn_row(
     tx: &Transaction<'_>,
     rows: &mut Rows,
-    event: &Event,
+    fact: &Fact<'_>,
     turn_id: &str,
-    ts: i64,
 ) -> rusqlite::Result<i64> {
-    if let EventKind::TurnStart { parent_turn_id, .. } = &event.kind {
+    let ts = fact.ts;
+    if let Change::TurnStart { parent_turn_id } = fact.change {
         // A plain insert, not an upsert returning the row: SQLite runs an upsert with a
         // statement journal and its `RETURNING` through a table of its own, at every turn.
         let inserted = tx
@@ -130,10 +191,10 @@ fn turn_row(
             )?
             .execute(params![
                 turn_id,
-                event.scope.session_id.as_ref().map(|s| s.as_str()),
-                parent_turn_id.as_ref().map(|p| p.as_str()),
+                fact.session_id,
+                parent_turn_id,
                 ts,
-                event.seq as i64
+                fact.seq as i64
             ])?;
         let row: i64 = if inserted == 1 {
             tx.last_insert_rowid()
@@ -143,7 +204,7 @@ fn turn_row(
                 "UPDATE turns SET ended_at = NULL, outcome = NULL, end_seq = NULL, \
                  start_seq = ?2 WHERE turn_id = ?1 RETURNING id",
             )?
-            .query_row(params![turn_id, event.seq as i64], |r| r.get(0))?
+            .query_row(params![turn_id, fact.seq as i64], |r| r.get(0))?
         };
         rows.last_turn_row = rows.last_turn_row.max(row);
         rows.turns.insert(turn_id.to_owned(), row);
@@ -164,14 +225,7 @@ fn turn_row(
         .prepare_cached(
             "INSERT INTO turns (turn_id, session_id, started_at) VALUES (?1, ?2, ?3) RETURNING id",
         )?
-        .query_row(
-            params![
-                turn_id,
-                event.scope.session_id.as_ref().map(|s| s.as_str()),
-                ts
-            ],
-            |r| r.get(0),
-        )?;
+        .query_row(params![turn_id, fact.session_id, ts], |r| r.get(0))?;
     rows.last_turn_row = rows.last_turn_row.max(row);
     Ok(row)
 }
@@ -179,13 +233,12 @@ fn turn_row(
 fn call_row(
     tx: &Transaction<'_>,
     rows: &mut Rows,
-    event: &Event,
+    fact: &Fact<'_>,
     turn_row: i64,
     call_id: &str,
-    ts: i64,
 ) -> rusqlite::Result<i64> {
     let key = (turn_row, call_id.to_owned());
-    let ran = matches!(event.kind, EventKind::ToolStart { .. });
+    let ran = fact.change == Change::ToolStart;
     if let Some(row) = rows.calls.get(&key) {
         if ran {
             tx.prepare_cached("UPDATE calls SET ran = 1 WHERE id = ?1")?
@@ -200,11 +253,11 @@ fn call_row(
         )?
         .execute(params![
             turn_row,
-            event.scope.turn_id.as_ref().map(|t| t.as_str()),
+            fact.turn_id,
             call_id,
-            event.scope.session_id.as_ref().map(|s| s.as_str()),
-            event.scope.tool.as_deref(),
-            ts,
+            fact.session_id,
+            fact.tool,
+            fact.ts,
             ran
         ])?;
     let row: i64 = if inserted == 1 {
@@ -218,7 +271,7 @@ fn call_row(
     };
     rows.last_call_row = rows.last_call_row.max(row);
     // Ended calls are not kept: their late events (`tool_stopped`) find them in the database.
-    if !matches!(event.kind, EventKind::ToolResult { .. }) {
+    if !matches!(fact.change, Change::ToolResult { .. }) {
         rows.calls.insert(key, row);
     }
     Ok(row)

@@ -1,12 +1,13 @@
 //! The toolwarden audit trail (docs/AUDIT.md): every event of the engine in an SQLite file, committed
 //! before a call's backend runs, recovered after a crash, masked and truncated, pruned by age.
 //!
-//! The key design choice: **one writer thread, many events per transaction.** The engine hands
-//! events over without waiting ([`toolwarden_core::AuditStore::append`] only enqueues); the writer
-//! takes everything queued, writes it in one transaction and commits, then tells every waiter up to
-//! the highest committed `seq` at once (group commit). A call that must not start before its
-//! `tool_start` is durable waits for one commit it shares with every other call started meanwhile,
-//! so the cost of a commit is spread over all of them. The database is in WAL mode: readers
+//! The key design choice: **one writer thread, many events per commit.** The engine hands events
+//! over without waiting ([`toolwarden_core::AuditStore::append`] only enqueues); the writer takes
+//! everything queued and commits it, then tells every waiter up to the highest committed `seq` at
+//! once (group commit). A call that must not start before its `tool_start` is durable waits for
+//! one commit it shares with every other call started meanwhile. With SQLite a commit is one append
+//! to the pending file (`pending.rs`); its events reach the database thousands at a time, in one
+//! transaction, moments later or as soon as a read asks for them. The database is in WAL mode: readers
 //! (`GET /v1/audit`, `toolwarden audit`) use their own connections and never block the writer.
 //!
 //! Everything SQLite-specific sits behind [`toolwarden_core::AuditStore`], implemented once by
@@ -19,6 +20,7 @@ mod apply;
 mod error;
 mod file;
 mod options;
+mod pending;
 mod pg;
 mod read;
 mod recover;
@@ -102,6 +104,8 @@ impl Trail<SqliteReads> {
         let version = schema::check(&conn).map_err(|e| schema_error(&path, e))?;
         file::configure_writer(&path, &conn)?;
         schema::migrate(&mut conn, version).map_err(|e| sqlite_error(&path, e))?;
+        let pending_path = pending::path_for(&path);
+        replay_pending(&path, &pending_path, &mut conn)?;
         let redactor = Redactor::new(&options.mask_keys, options.max_payload);
         let interrupted = recover::recover(&mut conn, &redactor, Timestamp::now())
             .map_err(|e| sqlite_error(&path, e))?;
@@ -109,9 +113,15 @@ impl Trail<SqliteReads> {
         // Expired tasks go whatever `retain` says (zero keeps every other row).
         let retain = options.retain.unwrap_or_default();
         writer::prune(&conn, retain, Timestamp::now()).map_err(|e| sqlite_error(&path, e))?;
+        let pending =
+            pending::PendingFile::open(pending_path.clone()).map_err(|e| OpenError::Open {
+                path: path.clone(),
+                detail: format!("cannot open {}: {e}", pending_path.display()),
+            })?;
         let backend = writer::SqliteWriter {
             conn,
             rows: apply::Rows::default(),
+            pending,
         };
         let shared = writer::start(Box::new(backend), Some(lock), redactor, &options, last_seq)
             .map_err(|e| OpenError::Open {
@@ -134,6 +144,90 @@ impl Trail<SqliteReads> {
     pub fn path(&self) -> &Path {
         &self.reads.path
     }
+}
+
+/// Moves what a dead process left in the pending file into the database (records the database
+/// already has, by `seq`, are skipped), then empties the file. A damaged file's readable records
+/// are moved and the file is kept as `FILE.pending.damaged`, with a warning; nothing is deleted.
+fn replay_pending(
+    path: &Path,
+    pending_path: &Path,
+    conn: &mut Connection,
+) -> Result<(), OpenError> {
+    let bytes = pending::read_left(pending_path).map_err(|e| OpenError::Open {
+        path: path.to_owned(),
+        detail: format!("cannot read {}: {e}", pending_path.display()),
+    })?;
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    let last = read::last_seq(conn).map_err(|e| sqlite_error(path, e))?;
+    let mut records = pending::Records::new(&bytes);
+    let mut moved = 0usize;
+    let tx = conn.transaction().map_err(|e| sqlite_error(path, e))?;
+    let mut rows = apply::Rows::default();
+    for (fact, body) in records.by_ref() {
+        if fact.seq <= last {
+            continue;
+        }
+        apply::apply(&tx, &mut rows, &fact, body).map_err(|e| sqlite_error(path, e))?;
+        moved += 1;
+    }
+    tx.commit().map_err(|e| sqlite_error(path, e))?;
+    if let Some(pending::Stop::Damaged { at, why }) = records.stop() {
+        let kept = pending::damaged_path(pending_path);
+        std::fs::rename(pending_path, &kept).map_err(|e| OpenError::Corrupt {
+            path: path.to_owned(),
+            detail: format!(
+                "{} is damaged at byte {at} ({why}) and cannot be set aside as {}: {e}",
+                pending_path.display(),
+                kept.display()
+            ),
+        })?;
+        tracing::warn!(
+            file = %pending_path.display(),
+            kept = %kept.display(),
+            byte = at,
+            "the audit trail's pending file is damaged ({why}): the {moved} events before that byte were recovered, the file is kept"
+        );
+    } else {
+        if moved > 0 {
+            tracing::info!(
+                events = moved,
+                file = %pending_path.display(),
+                "recovered the events a stopped process had committed to the audit trail's pending file"
+            );
+        }
+        std::fs::write(pending_path, b"").map_err(|e| OpenError::Open {
+            path: path.to_owned(),
+            detail: format!("cannot empty {}: {e}", pending_path.display()),
+        })?;
+    }
+    Ok(())
+}
+
+/// For a reader: when no process writes the store and one that did left events in its pending
+/// file, moves them into the database (as the next writer would) so that they can be read. A
+/// running writer moves them itself within moments.
+fn settle_pending(path: &Path) {
+    let pending_path = pending::path_for(path);
+    if std::fs::metadata(&pending_path).map_or(true, |m| m.len() == 0) {
+        return;
+    }
+    let lock = match file::lock(path) {
+        Ok(lock) => lock,
+        Err(OpenError::InUse { .. }) => return,
+        Err(e) => {
+            tracing::warn!(error = %e, "the events in {} are read once toolwarden next opens the store", pending_path.display());
+            return;
+        }
+    };
+    let settled = file::writer_connection(path)
+        .and_then(|mut conn| replay_pending(path, &pending_path, &mut conn));
+    if let Err(e) = settled {
+        tracing::warn!(error = %e, "the events in {} are read once toolwarden next opens the store", pending_path.display());
+    }
+    drop(lock);
 }
 
 impl SqliteReads {
@@ -209,6 +303,9 @@ impl AuditReader {
         file::check_header(path)?;
         let conn = file::reader_connection(path)?;
         let version = schema::check(&conn).map_err(|e| schema_error(path, e))?;
+        if version == schema::LATEST {
+            settle_pending(path);
+        }
         if version < schema::LATEST {
             // Written by an older toolwarden, not migrated yet: the next writer migrates it.
             if version == 0 {

@@ -36,6 +36,9 @@ pub struct StoreOptions {
     pub retain: Option<Duration>,
     /// Queued events past which new calls wait.
     pub queue_capacity: usize,
+    /// SQLite: how long committed events may wait in the pending file before they are moved
+    /// into the database (sooner when many are waiting or a read asks for them).
+    pub apply_after: Duration,
 }
 
 impl StoreOptions {
@@ -50,6 +53,7 @@ impl StoreOptions {
             mask_keys: DEFAULT_MASK_KEYS.iter().map(|k| (*k).to_owned()).collect(),
             retain: Some(DEFAULT_RETAIN),
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
+            apply_after: crate::pending::APPLY_AFTER,
         }
     }
 }

@@ -12,7 +12,7 @@ use toolwarden_protocol::{
     TurnId, TurnResults,
 };
 
-use crate::apply::{Prepared, Rows, apply};
+use crate::apply::{Fact, Rows, apply};
 use crate::redact::Redactor;
 
 /// One call of an unfinished turn, as the trail knows it.
@@ -61,11 +61,7 @@ pub(crate) fn recover(
     let tx = conn.transaction()?;
     let mut rows = Rows::default();
     for event in &events {
-        let item = Prepared {
-            event,
-            body: redactor.body(event),
-        };
-        apply(&tx, &mut rows, &item)?;
+        apply(&tx, &mut rows, &Fact::of(event), &redactor.body(event))?;
     }
     tx.commit()?;
     Ok(interrupted)

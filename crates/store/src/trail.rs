@@ -71,6 +71,10 @@ impl<R: Reads> AuditStore for Trail<R> {
         self.shared.durable(seq)
     }
 
+    fn readable(&self, seq: Option<u64>) -> BoxFuture<Result<(), StoreUnavailable>> {
+        self.shared.readable(seq)
+    }
+
     fn has_room(&self) -> bool {
         self.shared.has_room()
     }

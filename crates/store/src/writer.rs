@@ -13,7 +13,8 @@ use toolwarden_core::backend::BoxFuture;
 use toolwarden_core::{StoreCommits, StoreHealth, StoreUnavailable};
 use toolwarden_protocol::{Event, TaskRecord, Timestamp};
 
-use crate::apply::{Prepared, Rows, apply};
+use crate::apply::{Fact, Prepared, Rows, apply};
+use crate::pending::{PendingFile, Unapplied};
 
 use crate::options::StoreOptions;
 use crate::redact::Redactor;
@@ -34,6 +35,9 @@ const RETRY_MAX: Duration = Duration::from_secs(5);
 struct Committed {
     /// Every event up to this `seq` is committed.
     seq: u64,
+    /// Every event up to this `seq` can be read (SQLite: it is in the database, not only in the
+    /// pending file).
+    readable: u64,
     /// Why the last write failed, while it fails.
     failed: Option<Arc<str>>,
 }
@@ -44,6 +48,8 @@ struct Queue {
     closing: bool,
     /// The writer sleeps on the condvar and must be woken.
     idle: bool,
+    /// A read waits for the events up to this `seq` to be readable.
+    read_upto: u64,
 }
 
 /// What the store and its writer thread share.
@@ -85,6 +91,7 @@ pub(crate) fn start(
         failing: AtomicBool::new(false),
         committed: watch::Sender::new(Committed {
             seq: last_seq,
+            readable: last_seq,
             failed: None,
         }),
         room: Notify::new(),
@@ -98,6 +105,8 @@ pub(crate) fn start(
         _lock: lock,
         retain: options.retain,
         last_prune: Timestamp::now().unix_millis(),
+        readable: last_seq,
+        apply_after: options.apply_after,
     };
     std::thread::Builder::new()
         .name("toolwarden-store".into())
@@ -107,9 +116,18 @@ pub(crate) fn start(
 
 /// Where the writer thread writes: one implementation per database.
 pub(crate) trait Backend: Send {
-    /// Writes `items` in one transaction and commits. On an error nothing of them is written
-    /// (the backend forgets what it cached about rows the transaction made).
+    /// Commits `items`. On an error nothing of them is committed (the backend forgets what it
+    /// cached about rows the transaction made).
     fn write(&mut self, items: &[Prepared<'_>]) -> Result<(), String>;
+    /// Events committed but not readable yet (SQLite: in the pending file); `None` when every
+    /// committed event can be read (PostgreSQL commits into the tables themselves).
+    fn unapplied(&self) -> Option<Unapplied> {
+        None
+    }
+    /// Makes every committed event readable. On an error they stay committed, to be moved again.
+    fn apply_pending(&mut self) -> Result<(), String> {
+        Ok(())
+    }
     /// Deletes rows older than `retain`, and tasks past their `ttl_ms`.
     fn prune(&mut self, retain: Duration, now: Timestamp) -> Result<(), String>;
     /// Writes one task and commits.
@@ -118,25 +136,49 @@ pub(crate) trait Backend: Send {
     fn close(&mut self);
 }
 
-/// The SQLite writer: its connection and the rows it remembers.
+/// The SQLite writer: its connection, the rows it remembers, and the pending file its commits go
+/// to (`pending.rs`).
 pub(crate) struct SqliteWriter {
     pub(crate) conn: Connection,
     pub(crate) rows: Rows,
+    pub(crate) pending: PendingFile,
 }
 
 impl Backend for SqliteWriter {
     fn write(&mut self, items: &[Prepared<'_>]) -> Result<(), String> {
+        self.pending
+            .append(
+                items
+                    .iter()
+                    .map(|item| (Fact::of(item.event), item.body.as_str())),
+            )
+            .map_err(|e| format!("cannot write {}: {e}", self.pending.path().display()))
+    }
+
+    fn unapplied(&self) -> Option<Unapplied> {
+        self.pending.unapplied()
+    }
+
+    fn apply_pending(&mut self) -> Result<(), String> {
+        if self.pending.unapplied().is_none() {
+            return Ok(());
+        }
         let result = (|| {
             let tx = self.conn.transaction()?;
-            for item in items {
-                apply(&tx, &mut self.rows, item)?;
+            for (fact, body) in self.pending.records() {
+                apply(&tx, &mut self.rows, &fact, body)?;
             }
             tx.commit()
         })();
         result.map_err(|e| {
             self.rows.clear();
             e.to_string()
-        })
+        })?;
+        // Should emptying the file fail, its records are in the database: moved again when the
+        // store next opens, they are skipped by their `seq`.
+        self.pending
+            .applied()
+            .map_err(|e| format!("cannot empty {}: {e}", self.pending.path().display()))
     }
 
     fn prune(&mut self, retain: Duration, now: Timestamp) -> Result<(), String> {
@@ -148,6 +190,9 @@ impl Backend for SqliteWriter {
     }
 
     fn close(&mut self) {
+        if let Err(e) = self.apply_pending() {
+            tracing::error!(error = %e, "the audit trail's pending events stay in {} until it next opens", self.pending.path().display());
+        }
         // Let readers see a clean database: checkpoint the WAL into it.
         let _ = self.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);");
     }
@@ -162,6 +207,10 @@ pub(crate) struct Conn {
 impl Conn {
     fn write(&mut self, items: &[Prepared<'_>]) -> Result<(), String> {
         self.backend.write(items)
+    }
+
+    fn apply_pending(&mut self) -> Result<(), String> {
+        self.backend.apply_pending()
     }
 
     fn prepare<'a>(&self, batch: &'a [Arc<Event>]) -> Vec<Prepared<'a>> {
@@ -243,6 +292,41 @@ impl Shared {
         })
     }
 
+    /// Resolves once every event up to `seq` (`None`: every event committed so far) can be read,
+    /// asking the writer to make them readable now rather than at its next turn.
+    pub(crate) fn readable(
+        self: &Arc<Self>,
+        seq: Option<u64>,
+    ) -> BoxFuture<Result<(), StoreUnavailable>> {
+        let seq = seq.unwrap_or_else(|| self.durable_seq.load(Ordering::Acquire));
+        if self.committed.borrow().readable >= seq {
+            return Box::pin(std::future::ready(Ok(())));
+        }
+        let mut rx = self.committed.subscribe();
+        {
+            let mut q = self.queue.lock();
+            q.read_upto = q.read_upto.max(seq);
+            if q.idle {
+                q.idle = false;
+                self.wake.notify_one();
+            }
+        }
+        Box::pin(async move {
+            let state = rx
+                .wait_for(|c| c.readable >= seq || c.failed.is_some())
+                .await
+                .map(|c| c.clone())
+                .map_err(|_| StoreUnavailable("the store was closed".to_owned()))?;
+            if state.readable >= seq {
+                Ok(())
+            } else {
+                Err(StoreUnavailable(
+                    state.failed.as_deref().unwrap_or("unknown").to_owned(),
+                ))
+            }
+        })
+    }
+
     pub(crate) fn health(&self) -> StoreHealth {
         self.health.lock().clone()
     }
@@ -310,29 +394,55 @@ impl Shared {
         std::mem::take(&mut self.queue.lock().events)
     }
 
-    /// Writes `batch` in one transaction, retrying (every event kept) until it commits or the
-    /// store is closed.
+    /// Commits `batch`, retrying (every event kept) until it commits or the store is closed.
     fn commit_retrying(&self, conn: &mut Conn, batch: &[Arc<Event>]) {
         let items = conn.prepare(batch);
+        if self.retrying(conn, |conn| conn.write(&items)) {
+            let last = items.last().map_or(0, |i| i.event.seq);
+            let readable = conn.backend.unapplied().is_none();
+            self.committed_batch(items.len(), last, readable);
+        } else {
+            tracing::error!(
+                events = items.len(),
+                "the audit trail could not be written before closing"
+            );
+        }
+    }
+
+    /// Makes the committed events up to `last` readable, retrying like a commit.
+    fn apply_retrying(&self, conn: &mut Conn, last: u64) {
+        if self.retrying(conn, Conn::apply_pending) {
+            self.recovered();
+            self.committed.send_modify(|c| {
+                c.readable = c.readable.max(last);
+                c.failed = None;
+            });
+        } else {
+            tracing::error!(
+                "the audit trail's pending events could not be moved into the database before closing"
+            );
+        }
+    }
+
+    /// Runs `write` until it succeeds — after a failure the store is degraded and waits, 100 ms
+    /// doubling up to 5 s, between tries — or, once the store is closing, one more try has
+    /// failed (then `false`).
+    fn retrying(
+        &self,
+        conn: &mut Conn,
+        mut write: impl FnMut(&mut Conn) -> Result<(), String>,
+    ) -> bool {
         let mut wait = RETRY_FIRST;
         loop {
-            match conn.write(&items) {
-                Ok(()) => break,
+            match write(conn) {
+                Ok(()) => return true,
                 Err(e) => {
                     self.failed(&e);
                     let mut q = self.queue.lock();
                     if q.closing {
-                        // Closing: one more try after the wait, then give up on this batch.
                         drop(q);
                         std::thread::park_timeout(wait);
-                        if conn.write(&items).is_err() {
-                            tracing::error!(
-                                events = items.len(),
-                                "the audit trail could not be written before closing"
-                            );
-                            return;
-                        }
-                        break;
+                        return write(conn).is_ok();
                     }
                     q.idle = true;
                     self.wake.wait_for(&mut q, wait);
@@ -341,8 +451,6 @@ impl Shared {
                 }
             }
         }
-        let last = items.last().map_or(0, |i| i.event.seq);
-        self.committed_batch(items.len(), last);
     }
 
     /// A write failed: the store is degraded; waiters hear why.
@@ -356,17 +464,26 @@ impl Shared {
         self.room.notify_waiters();
     }
 
-    /// `n` events up to `last` are committed: tells the waiters, makes room.
-    fn committed_batch(&self, n: usize, last: u64) {
-        self.commits.fetch_add(1, Ordering::Relaxed);
-        self.events_committed.fetch_add(n as u64, Ordering::Relaxed);
-        self.durable_seq.fetch_max(last, Ordering::AcqRel);
+    /// A write went through: the store is healthy again if it was not.
+    fn recovered(&self) {
         if self.failing.swap(false, Ordering::AcqRel) {
             *self.health.lock() = StoreHealth::Ok;
             tracing::info!("the audit trail can be written again");
         }
+    }
+
+    /// `n` events up to `last` are committed: tells the waiters, makes room.
+    /// `readable`: they can be read already (nothing pending).
+    fn committed_batch(&self, n: usize, last: u64, readable: bool) {
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        self.events_committed.fetch_add(n as u64, Ordering::Relaxed);
+        self.durable_seq.fetch_max(last, Ordering::AcqRel);
+        self.recovered();
         self.committed.send_modify(|c| {
             c.seq = c.seq.max(last);
+            if readable {
+                c.readable = c.readable.max(last);
+            }
             c.failed = None;
         });
         let before = self.depth.fetch_sub(n, Ordering::AcqRel);
@@ -381,25 +498,44 @@ struct Writer {
     _lock: Option<File>,
     retain: Option<Duration>,
     last_prune: i64,
+    /// Every event up to this `seq` can be read.
+    readable: u64,
+    /// How long committed events may wait before they are made readable.
+    apply_after: Duration,
 }
 
 impl Writer {
     fn run(mut self) {
+        // Committed events not yet readable, as of the last write.
+        let mut unapplied: Option<Unapplied> = None;
         loop {
-            let closing = {
+            let (closing, read_upto) = {
                 let mut q = self.shared.queue.lock();
-                while q.events.is_empty() && !q.closing {
+                loop {
+                    if !q.events.is_empty()
+                        || q.closing
+                        || (unapplied.is_some() && q.read_upto > self.readable)
+                    {
+                        break;
+                    }
+                    // Pending events are made readable within their time; otherwise the writer
+                    // wakes at least once a minute, to prune.
+                    let now = tokio::time::Instant::now();
+                    let wait = match &unapplied {
+                        Some(u) if u.due(now, self.apply_after) => break,
+                        Some(u) => (u.since + self.apply_after).saturating_duration_since(now),
+                        None => Duration::from_secs(60),
+                    };
                     q.idle = true;
-                    // Wakes at least once a minute, to prune.
-                    self.shared.wake.wait_for(&mut q, Duration::from_secs(60));
-                    if q.events.is_empty() && !q.closing {
+                    let timed_out = self.shared.wake.wait_for(&mut q, wait).timed_out();
+                    q.idle = false;
+                    if timed_out && unapplied.is_none() && q.events.is_empty() && !q.closing {
                         drop(q);
                         self.maybe_prune();
                         q = self.shared.queue.lock();
                     }
                 }
-                q.idle = false;
-                q.closing
+                (q.closing, q.read_upto)
             };
             {
                 let mut guard = self.shared.state.lock();
@@ -408,12 +544,28 @@ impl Writer {
                     if !batch.is_empty() {
                         self.shared.commit_retrying(conn, &batch);
                     }
+                    unapplied = conn.backend.unapplied();
+                    match unapplied {
+                        Some(u)
+                            if closing
+                                || read_upto > self.readable
+                                || u.due(tokio::time::Instant::now(), self.apply_after) =>
+                        {
+                            self.shared.apply_retrying(conn, u.last_seq);
+                            self.readable = u.last_seq;
+                            unapplied = None;
+                        }
+                        Some(_) => {}
+                        None => self.readable = self.shared.durable_seq.load(Ordering::Acquire),
+                    }
                 }
             }
             if closing && self.shared.queue.lock().events.is_empty() {
                 break;
             }
-            self.maybe_prune();
+            if unapplied.is_none() {
+                self.maybe_prune();
+            }
         }
         // The connection and the lock go before anyone hears that the store is closed, so that
         // the next writer can open it at once.

@@ -175,6 +175,12 @@ fn engine(store: Arc<dyn AuditStore>) -> Engine {
         move |_input, ctx| {
             let reads = reads.clone();
             async move {
+                // What is committed so far, made readable (SQLite keeps its latest commits in
+                // the pending file until a read asks or their time comes).
+                reads
+                    .readable(None)
+                    .await
+                    .map_err(|e| ToolError::new(e.to_string()))?;
                 let page = reads
                     .events(AuditQuery {
                         turn: Some(ctx.meta().turn_id.clone()),
@@ -490,6 +496,145 @@ async fn a_call_left_running_by_a_dead_process_is_recorded_interrupted_on_the_ne
     assert_eq!(trail.open().interrupted, 0);
 }
 
+/// Copies the store at `from` (database, WAL, pending file) to `to`, as a process that dies now
+/// leaves it.
+fn copy_store(from: &Path, to: &Path) {
+    for suffix in ["", "-wal", ".pending"] {
+        let name = |p: &Path| {
+            let mut n = p.as_os_str().to_owned();
+            n.push(suffix);
+            PathBuf::from(n)
+        };
+        if name(from).exists() {
+            std::fs::copy(name(from), name(to)).unwrap();
+        }
+    }
+}
+
+fn pending_of(path: &Path) -> PathBuf {
+    let mut n = path.as_os_str().to_owned();
+    n.push(".pending");
+    PathBuf::from(n)
+}
+
+/// Events committed to the pending file and not yet moved into the database when the process
+/// dies are in the trail once it opens again (and for `toolwarden audit` before that), the call
+/// that was running recorded `interrupted`; a damaged pending file gives up its records before
+/// the damage and is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_in_the_pending_file_when_the_process_dies_are_recovered() {
+    let tmp = dir();
+    let path = tmp.path().join("audit.db");
+    let mut options = StoreOptions::new(&path);
+    // Nothing is moved into the database unless a read asks.
+    options.apply_after = Duration::from_secs(3600);
+    let store: Arc<SqliteStore> = Arc::new(SqliteStore::open(options).unwrap());
+    let first = engine(store.clone());
+    let turn_id = hanging_turn(&first, "a").await;
+    first
+        .call("s", ToolCall::new("b", "echo", json!({"x": 1})))
+        .await;
+    let last = first.events().last_seq();
+    store.durable(last).await.unwrap();
+    assert!(
+        std::fs::metadata(pending_of(&path)).unwrap().len() > 0,
+        "the events wait in the pending file"
+    );
+    // The process dies here: its files as they are.
+    let dead = dir();
+    let copy = dead.path().join("audit.db");
+    copy_store(&path, &copy);
+    let reader_copy = dead.path().join("reader.db");
+    copy_store(&path, &reader_copy);
+    store.close().await;
+
+    // `toolwarden audit` reads them before any writer opens the store.
+    let reader = AuditReader::open(&reader_copy).unwrap();
+    let calls = reader
+        .calls(&AuditQuery {
+            call: Some("b".into()),
+            ..AuditQuery::default()
+        })
+        .unwrap();
+    assert_eq!(calls.calls[0].status.as_deref(), Some("ok"));
+    assert_eq!(
+        std::fs::metadata(pending_of(&reader_copy)).unwrap().len(),
+        0
+    );
+
+    let reopened = SqliteStore::open(StoreOptions::new(&copy)).unwrap();
+    assert_eq!(reopened.interrupted(), 1);
+    let all = reopened
+        .events(AuditQuery {
+            limit: 1000,
+            ..AuditQuery::default()
+        })
+        .await
+        .unwrap();
+    let seqs: Vec<u64> = all
+        .events
+        .iter()
+        .map(|e| e.seq)
+        .take_while(|s| *s <= last)
+        .collect();
+    assert_eq!(
+        seqs,
+        (1..=last).collect::<Vec<_>>(),
+        "nothing committed is missing"
+    );
+    assert_eq!(
+        status_of(&(Arc::new(reopened) as Arc<dyn AuditStore>), &turn_id)
+            .await
+            .as_deref(),
+        Some("interrupted")
+    );
+
+    // Damage in the middle of a pending file: the records before it are recovered, the file kept.
+    let damaged = tmp.path().join("damaged.db");
+    let store: Arc<SqliteStore> = Arc::new(
+        SqliteStore::open(StoreOptions {
+            apply_after: Duration::from_secs(3600),
+            ..StoreOptions::new(&damaged)
+        })
+        .unwrap(),
+    );
+    let engine2 = engine(store.clone());
+    for i in 0..3 {
+        engine2
+            .call("s", ToolCall::new(format!("d{i}"), "echo", json!({"i": i})))
+            .await;
+    }
+    store.durable(engine2.events().last_seq()).await.unwrap();
+    let left = dir();
+    let copy = left.path().join("audit.db");
+    copy_store(&damaged, &copy);
+    store.close().await;
+    let mut bytes = std::fs::read(pending_of(&copy)).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x55;
+    std::fs::write(pending_of(&copy), &bytes).unwrap();
+    let reopened = SqliteStore::open(StoreOptions::new(&copy)).unwrap();
+    let mut kept = pending_of(&copy).into_os_string();
+    kept.push(".damaged");
+    assert_eq!(
+        std::fs::read(PathBuf::from(kept)).unwrap(),
+        bytes,
+        "kept as it was"
+    );
+    let page = reopened
+        .calls(AuditQuery {
+            call: Some("d0".into()),
+            ..AuditQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        page.calls[0].status.as_deref(),
+        Some("ok"),
+        "recovered before the damage"
+    );
+}
+
 struct Passive;
 
 impl Interactor for Passive {
@@ -505,9 +650,11 @@ impl Interactor for Passive {
 /// The bytes of the database and its WAL.
 fn file_bytes(path: &Path) -> Vec<u8> {
     let mut bytes = std::fs::read(path).unwrap_or_default();
-    let mut wal = path.as_os_str().to_owned();
-    wal.push("-wal");
-    bytes.extend(std::fs::read(PathBuf::from(wal)).unwrap_or_default());
+    for suffix in ["-wal", ".pending"] {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        bytes.extend(std::fs::read(PathBuf::from(name)).unwrap_or_default());
+    }
     bytes
 }
 
@@ -602,19 +749,45 @@ async fn a_store_that_cannot_write_runs_no_backend_says_so_and_loses_nothing() {
         .await;
     caught_up(&engine).await;
 
-    // Another connection holds the database's write lock.
+    let ran = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = ran.clone();
+    engine.register(InProcessTool::new(
+        "count",
+        "Counts its runs",
+        json!({"type": "object"}),
+        move |_input, _ctx| {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async { Ok::<_, ToolError>("counted") }
+        },
+    ));
+
+    // Another connection holds the database's write lock. A call's start still commits (to the
+    // pending file), but moving it into the database fails: the store is degraded.
     let blocker = rusqlite::Connection::open(&path).unwrap();
     blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
     let r = engine
-        .call("s", ToolCall::new("blocked", "check_recorded", json!({})))
+        .call("s", ToolCall::new("first", "echo", json!({})))
+        .await;
+    assert_eq!(r.outcome.status.name(), "ok", "{r:?}");
+    for _ in 0..200 {
+        if store.health() != StoreHealth::Ok {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(matches!(store.health(), StoreHealth::Degraded(_)));
+    // From then on a call is not started: its backend never runs.
+    let r = engine
+        .call("s", ToolCall::new("blocked", "count", json!({})))
         .await;
     assert_eq!(r.outcome.status.name(), "error", "{r:?}");
     assert!(
-        r.text().contains("audit trail cannot be written"),
+        r.text().contains("audit trail cannot be written")
+            && r.text().contains("the call was not started"),
         "{}",
         r.text()
     );
-    assert!(matches!(store.health(), StoreHealth::Degraded(_)));
+    assert_eq!(ran.load(std::sync::atomic::Ordering::SeqCst), 0);
 
     blocker.execute_batch("COMMIT").unwrap();
     drop(blocker);
@@ -635,6 +808,14 @@ async fn a_store_that_cannot_write_runs_no_backend_says_so_and_loses_nothing() {
         .unwrap();
     let seqs: Vec<u64> = all.events.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, (1..=engine.events().last_seq()).collect::<Vec<_>>());
+    let first = store
+        .calls(AuditQuery {
+            call: Some("first".into()),
+            ..AuditQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(first.calls[0].status.as_deref(), Some("ok"));
     let blocked = store
         .calls(AuditQuery {
             call: Some("blocked".into()),

@@ -466,9 +466,22 @@ async fn a_trail_that_cannot_be_written_runs_nothing_and_healthz_says_degraded()
     let (status, health) = get(&format!("{url}/healthz")).await;
     assert_eq!((status, health["store"].as_str()), (200, Some("ok")));
 
-    // Another program holds the database's write lock.
+    // Another program holds the database's write lock. The next call still commits its start
+    // (to the pending file) and runs, recorded; moving it into the database fails, and from then
+    // on the trail is degraded.
     let blocker = rusqlite::Connection::open(dir.path().join("audit.db")).unwrap();
     blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let first = turn(
+        &url,
+        json!([{"id": "first", "name": "exec", "input": {"command": "true"}}]),
+    )
+    .await;
+    assert_eq!(first["results"][0]["toolwarden"]["status"], "ok", "{first}");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while get(&format!("{url}/healthz")).await.0 != 503 {
+        assert!(Instant::now() < deadline, "the store did not degrade");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let marker_file = dir.path().join("ran");
     let answer = turn(
         &url,
@@ -504,9 +517,11 @@ async fn a_trail_that_cannot_be_written_runs_nothing_and_healthz_says_degraded()
         assert!(Instant::now() < deadline, "the store did not recover");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // The refused call is recorded too.
+    // The refused call is recorded too, and the one that ran.
     let events = all_events(&url, "&call=w&type=tool_result").await;
     assert_eq!(events[0]["outcome"]["status"], "error");
+    let events = all_events(&url, "&call=first&type=tool_result").await;
+    assert_eq!(events[0]["outcome"]["status"], "ok");
     server.signal(Signal::SIGTERM);
     server.wait(Duration::from_secs(10)).await.expect_code(0);
 }

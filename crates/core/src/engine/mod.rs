@@ -470,17 +470,14 @@ impl Engine {
         self.inner.turns.env.store.as_ref().map(|h| &h.store)
     }
 
-    /// Waits (at most `within`) until every event emitted so far is committed, so that a read of
-    /// the trail sees them. Without a store, returns at once.
+    /// Waits (at most `within`) until every event emitted so far is committed and readable, so
+    /// that a read of the trail sees them. Without a store, returns at once.
     pub async fn store_caught_up(&self, within: Duration) -> Result<(), StoreUnavailable> {
         let Some(store) = self.store() else {
             return Ok(());
         };
         let seq = self.inner.turns.env.bus.last_seq();
-        if store.is_durable(seq) {
-            return Ok(());
-        }
-        match tokio::time::timeout(within, store.durable(seq)).await {
+        match tokio::time::timeout(within, store.readable(Some(seq))).await {
             Ok(done) => done,
             Err(_) => Err(StoreUnavailable(format!(
                 "events up to seq {seq} were not committed within {within:?}"
