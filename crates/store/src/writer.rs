@@ -52,6 +52,29 @@ struct Queue {
     read_upto: u64,
 }
 
+/// Resolves once `reached` of what is committed is at least `seq`, or with the error while the
+/// store cannot write.
+fn wait_until(
+    mut rx: watch::Receiver<Committed>,
+    seq: u64,
+    reached: fn(&Committed) -> u64,
+) -> BoxFuture<Result<(), StoreUnavailable>> {
+    Box::pin(async move {
+        let state = rx
+            .wait_for(|c| reached(c) >= seq || c.failed.is_some())
+            .await
+            .map(|c| c.clone())
+            .map_err(|_| StoreUnavailable("the store was closed".to_owned()))?;
+        if reached(&state) >= seq {
+            Ok(())
+        } else {
+            Err(StoreUnavailable(
+                state.failed.as_deref().unwrap_or("unknown").to_owned(),
+            ))
+        }
+    })
+}
+
 /// What the store and its writer thread share.
 pub(crate) struct Shared {
     queue: Mutex<Queue>,
@@ -275,21 +298,7 @@ impl Shared {
         if self.is_durable(seq) {
             return Box::pin(std::future::ready(Ok(())));
         }
-        let mut rx = self.committed.subscribe();
-        Box::pin(async move {
-            let state = rx
-                .wait_for(|c| c.seq >= seq || c.failed.is_some())
-                .await
-                .map(|c| c.clone())
-                .map_err(|_| StoreUnavailable("the store was closed".to_owned()))?;
-            if state.seq >= seq {
-                Ok(())
-            } else {
-                Err(StoreUnavailable(
-                    state.failed.as_deref().unwrap_or("unknown").to_owned(),
-                ))
-            }
-        })
+        wait_until(self.committed.subscribe(), seq, |c| c.seq)
     }
 
     /// Resolves once every event up to `seq` (`None`: every event committed so far) can be read,
@@ -302,7 +311,7 @@ impl Shared {
         if self.committed.borrow().readable >= seq {
             return Box::pin(std::future::ready(Ok(())));
         }
-        let mut rx = self.committed.subscribe();
+        let rx = self.committed.subscribe();
         {
             let mut q = self.queue.lock();
             q.read_upto = q.read_upto.max(seq);
@@ -311,20 +320,7 @@ impl Shared {
                 self.wake.notify_one();
             }
         }
-        Box::pin(async move {
-            let state = rx
-                .wait_for(|c| c.readable >= seq || c.failed.is_some())
-                .await
-                .map(|c| c.clone())
-                .map_err(|_| StoreUnavailable("the store was closed".to_owned()))?;
-            if state.readable >= seq {
-                Ok(())
-            } else {
-                Err(StoreUnavailable(
-                    state.failed.as_deref().unwrap_or("unknown").to_owned(),
-                ))
-            }
-        })
+        wait_until(rx, seq, |c| c.readable)
     }
 
     pub(crate) fn health(&self) -> StoreHealth {

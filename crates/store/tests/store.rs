@@ -621,15 +621,8 @@ async fn events_in_the_pending_file_when_the_process_dies_are_recovered() {
         bytes,
         "kept as it was"
     );
-    let page = reopened
-        .calls(AuditQuery {
-            call: Some("d0".into()),
-            ..AuditQuery::default()
-        })
-        .await
-        .unwrap();
     assert_eq!(
-        page.calls[0].status.as_deref(),
+        call_status(&reopened, "d0").await.as_deref(),
         Some("ok"),
         "recovered before the damage"
     );
@@ -808,22 +801,23 @@ async fn a_store_that_cannot_write_runs_no_backend_says_so_and_loses_nothing() {
         .unwrap();
     let seqs: Vec<u64> = all.events.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, (1..=engine.events().last_seq()).collect::<Vec<_>>());
-    let first = store
+    assert_eq!(call_status(&*store, "first").await.as_deref(), Some("ok"));
+    assert_eq!(
+        call_status(&*store, "blocked").await.as_deref(),
+        Some("error")
+    );
+}
+
+/// The status of the (first) call of that id in the trail.
+async fn call_status(store: &dyn AuditStore, call_id: &str) -> Option<String> {
+    let page = store
         .calls(AuditQuery {
-            call: Some("first".into()),
+            call: Some(call_id.into()),
             ..AuditQuery::default()
         })
         .await
         .unwrap();
-    assert_eq!(first.calls[0].status.as_deref(), Some("ok"));
-    let blocked = store
-        .calls(AuditQuery {
-            call: Some("blocked".into()),
-            ..AuditQuery::default()
-        })
-        .await
-        .unwrap();
-    assert_eq!(blocked.calls[0].status.as_deref(), Some("error"));
+    page.calls[0].status.clone()
 }
 
 fn open_err(path: &Path) -> OpenError {
