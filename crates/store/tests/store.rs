@@ -564,17 +564,9 @@ async fn events_in_the_pending_file_when_the_process_dies_are_recovered() {
 
     let reopened = SqliteStore::open(StoreOptions::new(&copy)).unwrap();
     assert_eq!(reopened.interrupted(), 1);
-    let all = reopened
-        .events(AuditQuery {
-            limit: 1000,
-            ..AuditQuery::default()
-        })
+    let seqs: Vec<u64> = stored_seqs(&reopened)
         .await
-        .unwrap();
-    let seqs: Vec<u64> = all
-        .events
-        .iter()
-        .map(|e| e.seq)
+        .into_iter()
         .take_while(|s| *s <= last)
         .collect();
     assert_eq!(
@@ -792,20 +784,27 @@ async fn a_store_that_cannot_write_runs_no_backend_says_so_and_loses_nothing() {
     }
     caught_up(&engine).await;
     assert_eq!(store.health(), StoreHealth::Ok);
-    let all = store
+    assert_eq!(
+        stored_seqs(&*store).await,
+        (1..=engine.events().last_seq()).collect::<Vec<_>>()
+    );
+    assert_eq!(call_status(&*store, "first").await.as_deref(), Some("ok"));
+    assert_eq!(
+        call_status(&*store, "blocked").await.as_deref(),
+        Some("error")
+    );
+}
+
+/// The `seq`s of the trail's first thousand events, in order.
+async fn stored_seqs(store: &dyn AuditStore) -> Vec<u64> {
+    let page = store
         .events(AuditQuery {
             limit: 1000,
             ..AuditQuery::default()
         })
         .await
         .unwrap();
-    let seqs: Vec<u64> = all.events.iter().map(|e| e.seq).collect();
-    assert_eq!(seqs, (1..=engine.events().last_seq()).collect::<Vec<_>>());
-    assert_eq!(call_status(&*store, "first").await.as_deref(), Some("ok"));
-    assert_eq!(
-        call_status(&*store, "blocked").await.as_deref(),
-        Some("error")
-    );
+    page.events.iter().map(|e| e.seq).collect()
 }
 
 /// The status of the (first) call of that id in the trail.
@@ -1350,15 +1349,10 @@ async fn postgres_a_lost_connection_degrades_the_store_runs_no_backend_and_recon
     }
     assert_eq!(store.health(), StoreHealth::Ok, "reconnected");
     caught_up(&engine).await;
-    let all = store
-        .events(AuditQuery {
-            limit: 1000,
-            ..AuditQuery::default()
-        })
-        .await
-        .unwrap();
-    let seqs: Vec<u64> = all.events.iter().map(|e| e.seq).collect();
-    assert_eq!(seqs, (1..=engine.events().last_seq()).collect::<Vec<_>>());
+    assert_eq!(
+        stored_seqs(&*store).await,
+        (1..=engine.events().last_seq()).collect::<Vec<_>>()
+    );
     let blocked = store
         .calls(AuditQuery {
             call: Some("blocked".into()),
