@@ -128,7 +128,6 @@ pub(crate) fn start(
         _lock: lock,
         retain: options.retain,
         last_prune: Timestamp::now().unix_millis(),
-        readable: last_seq,
         apply_after: options.apply_after,
     };
     std::thread::Builder::new()
@@ -308,7 +307,7 @@ impl Shared {
         seq: Option<u64>,
     ) -> BoxFuture<Result<(), StoreUnavailable>> {
         let seq = seq.unwrap_or_else(|| self.durable_seq.load(Ordering::Acquire));
-        if self.committed.borrow().readable >= seq {
+        if self.readable_seq() >= seq {
             return Box::pin(std::future::ready(Ok(())));
         }
         let rx = self.committed.subscribe();
@@ -460,6 +459,11 @@ impl Shared {
         self.room.notify_waiters();
     }
 
+    /// Every event up to this `seq` can be read.
+    fn readable_seq(&self) -> u64 {
+        self.committed.borrow().readable
+    }
+
     /// A write went through: the store is healthy again if it was not.
     fn recovered(&self) {
         if self.failing.swap(false, Ordering::AcqRel) {
@@ -494,8 +498,6 @@ struct Writer {
     _lock: Option<File>,
     retain: Option<Duration>,
     last_prune: i64,
-    /// Every event up to this `seq` can be read.
-    readable: u64,
     /// How long committed events may wait before they are made readable.
     apply_after: Duration,
 }
@@ -510,7 +512,7 @@ impl Writer {
                 loop {
                     if !q.events.is_empty()
                         || q.closing
-                        || (unapplied.is_some() && q.read_upto > self.readable)
+                        || (unapplied.is_some() && q.read_upto > self.shared.readable_seq())
                     {
                         break;
                     }
@@ -541,18 +543,13 @@ impl Writer {
                         self.shared.commit_retrying(conn, &batch);
                     }
                     unapplied = conn.backend.unapplied();
-                    match unapplied {
-                        Some(u)
-                            if closing
-                                || read_upto > self.readable
-                                || u.due(tokio::time::Instant::now(), self.apply_after) =>
-                        {
-                            self.shared.apply_retrying(conn, u.last_seq);
-                            self.readable = u.last_seq;
-                            unapplied = None;
-                        }
-                        Some(_) => {}
-                        None => self.readable = self.shared.durable_seq.load(Ordering::Acquire),
+                    if let Some(u) = unapplied
+                        && (closing
+                            || read_upto > self.shared.readable_seq()
+                            || u.due(tokio::time::Instant::now(), self.apply_after))
+                    {
+                        self.shared.apply_retrying(conn, u.last_seq);
+                        unapplied = None;
                     }
                 }
             }
