@@ -71,7 +71,8 @@ pub trait AuditStore: Send + Sync + 'static {
     fn is_durable(&self, seq: u64) -> bool;
 
     /// Resolves once every event up to `seq` is committed, or with an error while the store
-    /// cannot write.
+    /// cannot write. A store whose commit is a quick local write may make it right here, on the
+    /// caller's thread, and return a future that is already resolved.
     fn durable(&self, seq: u64) -> BoxFuture<Result<(), StoreUnavailable>>;
 
     /// Resolves once every event up to `seq` (`None`: every event committed so far) is committed

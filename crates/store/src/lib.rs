@@ -104,8 +104,8 @@ impl Trail<SqliteReads> {
         let version = schema::check(&conn).map_err(|e| schema_error(&path, e))?;
         file::configure_writer(&path, &conn)?;
         schema::migrate(&mut conn, version).map_err(|e| sqlite_error(&path, e))?;
-        let pending_path = pending::path_for(&path);
-        replay_pending(&path, &pending_path, &mut conn)?;
+        let pending_paths = pending::paths_for(&path);
+        replay_pending(&path, &pending_paths, &mut conn)?;
         let redactor = Redactor::new(&options.mask_keys, options.max_payload);
         let interrupted = recover::recover(&mut conn, &redactor, Timestamp::now())
             .map_err(|e| sqlite_error(&path, e))?;
@@ -113,21 +113,34 @@ impl Trail<SqliteReads> {
         // Expired tasks go whatever `retain` says (zero keeps every other row).
         let retain = options.retain.unwrap_or_default();
         writer::prune(&conn, retain, Timestamp::now()).map_err(|e| sqlite_error(&path, e))?;
-        let pending =
-            pending::PendingFile::open(pending_path.clone()).map_err(|e| OpenError::Open {
+        let log =
+            pending::PendingLog::open(pending_paths.clone()).map_err(|e| OpenError::Open {
                 path: path.clone(),
-                detail: format!("cannot open {}: {e}", pending_path.display()),
+                detail: format!(
+                    "cannot open its pending files {} and {}: {e}",
+                    pending_paths[0].display(),
+                    pending_paths[1].display()
+                ),
             })?;
+        let log = Arc::new(Mutex::new(log));
         let backend = writer::SqliteWriter {
             conn,
             rows: apply::Rows::default(),
-            pending,
+            log: log.clone(),
+            sealed: None,
         };
-        let shared = writer::start(Box::new(backend), Some(lock), redactor, &options, last_seq)
-            .map_err(|e| OpenError::Open {
-                path: path.clone(),
-                detail: format!("cannot start its writer thread: {e}"),
-            })?;
+        let shared = writer::start(
+            Box::new(backend),
+            Some(log),
+            Some(lock),
+            redactor,
+            &options,
+            last_seq,
+        )
+        .map_err(|e| OpenError::Open {
+            path: path.clone(),
+            detail: format!("cannot start its writer thread: {e}"),
+        })?;
         Ok(Trail {
             durability: options.durability,
             last_seq,
@@ -146,23 +159,46 @@ impl Trail<SqliteReads> {
     }
 }
 
-/// Moves what a dead process left in the pending file into the database (records the database
-/// already has, by `seq`, are skipped), then empties the file. A damaged file's readable records
-/// are moved and the file is kept as `FILE.pending.damaged`, with a warning; nothing is deleted.
+/// Moves what a dead process left in the pending files into the database — the file whose
+/// records come first, first (one was being moved into the database while commits went to the
+/// other) — then empties them.
 fn replay_pending(
     path: &Path,
-    pending_path: &Path,
+    pending_paths: &[PathBuf; 2],
     conn: &mut Connection,
 ) -> Result<(), OpenError> {
-    let bytes = pending::read_left(pending_path).map_err(|e| OpenError::Open {
-        path: path.to_owned(),
-        detail: format!("cannot read {}: {e}", pending_path.display()),
-    })?;
-    if bytes.is_empty() {
-        return Ok(());
+    let mut left = Vec::new();
+    for pending_path in pending_paths {
+        let bytes = pending::read_left(pending_path).map_err(|e| OpenError::Open {
+            path: path.to_owned(),
+            detail: format!("cannot read {}: {e}", pending_path.display()),
+        })?;
+        if !bytes.is_empty() {
+            left.push((pending_path, bytes));
+        }
     }
+    left.sort_by_key(|(_, bytes)| {
+        pending::Records::new(bytes)
+            .next()
+            .map_or(u64::MAX, |(fact, _)| fact.seq)
+    });
+    for (pending_path, bytes) in left {
+        replay_file(path, pending_path, &bytes, conn)?;
+    }
+    Ok(())
+}
+
+/// Moves one pending file's records into the database (those the database already has, by
+/// `seq`, are skipped), then empties the file. A damaged file's readable records are moved and
+/// the file is kept as `….damaged`, with a warning; nothing is deleted.
+fn replay_file(
+    path: &Path,
+    pending_path: &Path,
+    bytes: &[u8],
+    conn: &mut Connection,
+) -> Result<(), OpenError> {
     let last = read::last_seq(conn).map_err(|e| sqlite_error(path, e))?;
-    let mut records = pending::Records::new(&bytes);
+    let mut records = pending::Records::new(bytes);
     let mut moved = 0usize;
     let tx = conn.transaction().map_err(|e| sqlite_error(path, e))?;
     let mut rows = apply::Rows::default();
@@ -210,22 +246,25 @@ fn replay_pending(
 /// file, moves them into the database (as the next writer would) so that they can be read. A
 /// running writer moves them itself within moments.
 fn settle_pending(path: &Path) {
-    let pending_path = pending::path_for(path);
-    if std::fs::metadata(&pending_path).map_or(true, |m| m.len() == 0) {
+    let pending_paths = pending::paths_for(path);
+    if pending_paths
+        .iter()
+        .all(|p| std::fs::metadata(p).map_or(true, |m| m.len() == 0))
+    {
         return;
     }
     let lock = match file::lock(path) {
         Ok(lock) => lock,
         Err(OpenError::InUse { .. }) => return,
         Err(e) => {
-            tracing::warn!(error = %e, "the events in {} are read once toolwarden next opens the store", pending_path.display());
+            tracing::warn!(error = %e, file = %pending_paths[0].display(), "the events in the audit trail's pending files are read once toolwarden next opens the store");
             return;
         }
     };
     let settled = file::writer_connection(path)
-        .and_then(|mut conn| replay_pending(path, &pending_path, &mut conn));
+        .and_then(|mut conn| replay_pending(path, &pending_paths, &mut conn));
     if let Err(e) = settled {
-        tracing::warn!(error = %e, "the events in {} are read once toolwarden next opens the store", pending_path.display());
+        tracing::warn!(error = %e, file = %pending_paths[0].display(), "the events in the audit trail's pending files are read once toolwarden next opens the store");
     }
     drop(lock);
 }

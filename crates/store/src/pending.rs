@@ -1,14 +1,18 @@
-//! The pending file, `FILE.pending` beside the database: where the SQLite writer commits events.
+//! The pending files, `FILE.pending` and `FILE.pending.2` beside the database: where SQLite's
+//! commits go.
 //!
-//! A batch of events is committed by appending its records to this file in one write: from then
-//! on it survives the process dying (the operating system has it), which is what a call with
+//! A batch of events is committed by appending its records to the active file in one write: from
+//! then on it survives the process dying (the operating system has it), which is what a call with
 //! `before_execution` waits for. The records are moved into the database later, many batches in
 //! one transaction (every [`APPLY_EVENTS`] events, [`APPLY_BYTES`] bytes or `apply_after` —
 //! [`APPLY_AFTER`] unless the options say otherwise — whichever comes first, at once when a read
-//! asks for them, and when the store closes), and the file is emptied. A transaction that carries thousands of events rewrites each B-tree's last
-//! pages once instead of once per small commit; a call waits for one `write` instead of a
-//! transaction. When the store opens, records a dead process left in the file are moved into the
-//! database before anything else (those whose `seq` the database already has are skipped: the
+//! asks for them, and when the store closes). To move them the writer seals the active file
+//! ([`PendingLog::seal`]): commits go on into the other one meanwhile, and the sealed file, once
+//! its records are in the database, is emptied and waits for its next turn. A transaction that
+//! carries thousands of events rewrites each B-tree's last pages once instead of once per small
+//! commit; a call waits for one `write` instead of a transaction. When the store opens, records a
+//! dead process left in either file are moved into the database before anything else, the file
+//! whose records come first first (those whose `seq` the database already has are skipped: the
 //! process died between the transaction and emptying the file).
 //!
 //! A record is the header `len: u32, check: u64` (little-endian; `check` is the XXH3 hash of the
@@ -16,7 +20,8 @@
 //! strings, each `u32` length and UTF-8 bytes (`u32::MAX` for none). The file starts with
 //! [`MAGIC`]. A record cut short at the end of the file (the process died during the write) was
 //! never reported committed and is dropped; a damaged record before the end stops the replay
-//! there and the file is kept beside the database as `FILE.pending.damaged`.
+//! there and the file is kept beside the database as `FILE.pending.damaged` (or
+//! `FILE.pending.2.damaged`).
 
 use std::fs::File;
 use std::os::unix::fs::FileExt as _;
@@ -71,11 +76,69 @@ impl Unapplied {
     }
 }
 
-/// `FILE.pending` for the database `FILE`.
-pub(crate) fn path_for(db: &Path) -> PathBuf {
-    let mut name = db.as_os_str().to_owned();
-    name.push(".pending");
-    PathBuf::from(name)
+/// The two pending files of the database `FILE`: `FILE.pending` and `FILE.pending.2`.
+pub(crate) fn paths_for(db: &Path) -> [PathBuf; 2] {
+    let mut first = db.as_os_str().to_owned();
+    first.push(".pending");
+    let mut second = first.clone();
+    second.push(".2");
+    [PathBuf::from(first), PathBuf::from(second)]
+}
+
+/// The two pending files, taking turns: commits are appended to the active one while the
+/// writer thread moves the other one's records into the database, so that moving them never
+/// holds up a commit. Whoever needs a commit holds this (behind its mutex) while appending.
+pub(crate) struct PendingLog {
+    active: PendingFile,
+    /// The other file, empty; `None` while its records are being moved into the database.
+    spare: Option<PendingFile>,
+    /// The store has closed: nothing more is committed here.
+    closed: bool,
+}
+
+impl PendingLog {
+    /// Opens (creating) both files, which must be empty (see [`PendingFile::open`]).
+    pub(crate) fn open([first, second]: [PathBuf; 2]) -> std::io::Result<PendingLog> {
+        Ok(PendingLog {
+            active: PendingFile::open(first)?,
+            spare: Some(PendingFile::open(second)?),
+            closed: false,
+        })
+    }
+
+    /// The file commits are appended to.
+    pub(crate) fn active(&mut self) -> &mut PendingFile {
+        &mut self.active
+    }
+
+    /// What is committed to the active file and not in the database yet.
+    pub(crate) fn unapplied(&self) -> Option<Unapplied> {
+        self.active.unapplied()
+    }
+
+    /// Hands over the active file, when it holds records, for them to be moved into the
+    /// database; commits go to the other file from now on. `None` when there is nothing to move
+    /// (or the other file is still being moved, which only its mover can be waiting for).
+    pub(crate) fn seal(&mut self) -> Option<PendingFile> {
+        self.active.unapplied()?;
+        let spare = self.spare.take()?;
+        Some(std::mem::replace(&mut self.active, spare))
+    }
+
+    /// A sealed file whose records are in the database and which has been emptied: it takes its
+    /// turn again.
+    pub(crate) fn free(&mut self, file: PendingFile) {
+        self.spare = Some(file);
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// The store closes: later commits are refused.
+    pub(crate) fn close(&mut self) {
+        self.closed = true;
+    }
 }
 
 impl PendingFile {

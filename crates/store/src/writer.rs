@@ -1,5 +1,12 @@
 //! The writer thread and its queue: group commit, durability notices, back-pressure, health,
 //! retries, and pruning by age.
+//!
+//! Where the commits are made depends on the database. PostgreSQL's are transactions over the
+//! network: the writer thread makes them all, and a call waiting for one waits for that thread.
+//! SQLite's are appends to a local file (`pending.rs`): a call that needs its `tool_start`
+//! committed appends everything queued itself, on its own thread, in one `write` — no hand-over
+//! to another thread and back — while the writer thread commits what nobody waits for every few
+//! milliseconds and moves committed events into the database.
 
 use std::fs::File;
 use std::sync::Arc;
@@ -14,7 +21,7 @@ use toolwarden_core::{StoreCommits, StoreHealth, StoreUnavailable};
 use toolwarden_protocol::{Event, TaskRecord, Timestamp};
 
 use crate::apply::{Fact, Prepared, Rows, apply};
-use crate::pending::{PendingFile, Unapplied};
+use crate::pending::{PendingFile, PendingLog, Unapplied};
 
 use crate::options::StoreOptions;
 use crate::redact::Redactor;
@@ -29,6 +36,11 @@ const PUT_TASK_WAIT: Duration = Duration::from_secs(1);
 /// Waits between attempts to write after a failure: doubling up to the last.
 const RETRY_FIRST: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(5);
+/// With a pending log: how long the writer thread lets events nobody waits for gather before it
+/// commits them (and looks whether the committed ones are due to be moved into the database)…
+const LINGER: Duration = Duration::from_millis(5);
+/// …unless this many are queued.
+const COMMIT_AT: usize = 1024;
 
 /// What has been committed, as waiters see it.
 #[derive(Clone, Debug, Default)]
@@ -46,8 +58,10 @@ struct Committed {
 struct Queue {
     events: Vec<Arc<Event>>,
     closing: bool,
-    /// The writer sleeps on the condvar and must be woken.
+    /// The writer sleeps on the condvar until an event is appended, which wakes it.
     idle: bool,
+    /// The writer waits on the condvar, idle or lingering: a read or a full queue wakes it.
+    waiting: bool,
     /// A read waits for the events up to this `seq` to be readable.
     read_upto: u64,
 }
@@ -92,12 +106,18 @@ pub(crate) struct Shared {
     health: Mutex<StoreHealth>,
     closed: watch::Sender<bool>,
     /// The write connection; `None` once the store is closed.
-    state: Mutex<Option<Conn>>,
+    state: Mutex<Option<Box<dyn Backend>>>,
+    /// Where commits go when whoever needs one makes it (SQLite: the pending files); `None`:
+    /// the writer thread commits to the backend.
+    log: Option<Arc<Mutex<PendingLog>>>,
+    redactor: Redactor,
 }
 
-/// Starts the writer thread over `backend` (the thread holds `lock`, if any, until it ends).
+/// Starts the writer thread over `backend` (the thread holds `lock`, if any, until it ends);
+/// commits go to `log` when there is one, else to the backend.
 pub(crate) fn start(
     backend: Box<dyn Backend>,
+    log: Option<Arc<Mutex<PendingLog>>>,
     lock: Option<File>,
     redactor: Redactor,
     options: &StoreOptions,
@@ -120,9 +140,10 @@ pub(crate) fn start(
         room: Notify::new(),
         health: Mutex::new(StoreHealth::Ok),
         closed: watch::Sender::new(false),
-        state: Mutex::new(None),
+        state: Mutex::new(Some(backend)),
+        log,
+        redactor,
     });
-    *shared.state.lock() = Some(Conn { backend, redactor });
     let writer = Writer {
         shared: shared.clone(),
         _lock: lock,
@@ -138,17 +159,19 @@ pub(crate) fn start(
 
 /// Where the writer thread writes: one implementation per database.
 pub(crate) trait Backend: Send {
-    /// Commits `items`. On an error nothing of them is committed (the backend forgets what it
-    /// cached about rows the transaction made).
+    /// Commits `items` (a store without a pending log). On an error nothing of them is
+    /// committed (the backend forgets what it cached about rows the transaction made).
     fn write(&mut self, items: &[Prepared<'_>]) -> Result<(), String>;
-    /// Events committed but not readable yet (SQLite: in the pending file); `None` when every
+    /// Events committed but not readable yet (SQLite: in the pending files); `None` when every
     /// committed event can be read (PostgreSQL commits into the tables themselves).
     fn unapplied(&self) -> Option<Unapplied> {
         None
     }
-    /// Makes every committed event readable. On an error they stay committed, to be moved again.
-    fn apply_pending(&mut self) -> Result<(), String> {
-        Ok(())
+    /// Makes the events committed so far readable (commits made meanwhile may stay to be moved
+    /// next time); says up to which `seq`, if anything was moved. On an error they stay
+    /// committed, to be moved again.
+    fn apply_pending(&mut self) -> Result<Option<u64>, String> {
+        Ok(None)
     }
     /// Deletes rows older than `retain`, and tasks past their `ttl_ms`.
     fn prune(&mut self, retain: Duration, now: Timestamp) -> Result<(), String>;
@@ -158,36 +181,30 @@ pub(crate) trait Backend: Send {
     fn close(&mut self);
 }
 
-/// The SQLite writer: its connection, the rows it remembers, and the pending file its commits go
-/// to (`pending.rs`).
+/// The SQLite writer: its connection, the rows it remembers, and the pending files its commits
+/// go to (`pending.rs`).
 pub(crate) struct SqliteWriter {
     pub(crate) conn: Connection,
     pub(crate) rows: Rows,
-    pub(crate) pending: PendingFile,
+    pub(crate) log: Arc<Mutex<PendingLog>>,
+    /// A file taken from the log whose records are being moved into the database (kept here
+    /// while moving them fails).
+    pub(crate) sealed: Option<PendingFile>,
 }
 
-impl Backend for SqliteWriter {
-    fn write(&mut self, items: &[Prepared<'_>]) -> Result<(), String> {
-        self.pending
-            .append(
-                items
-                    .iter()
-                    .map(|item| (Fact::of(item.event), item.body.as_str())),
-            )
-            .map_err(|e| format!("cannot write {}: {e}", self.pending.path().display()))
-    }
-
-    fn unapplied(&self) -> Option<Unapplied> {
-        self.pending.unapplied()
-    }
-
-    fn apply_pending(&mut self) -> Result<(), String> {
-        if self.pending.unapplied().is_none() {
-            return Ok(());
-        }
+impl SqliteWriter {
+    /// Moves the sealed file's records into the database in one transaction and empties it;
+    /// gives back the `seq` of its last record.
+    fn apply_sealed(&mut self) -> Result<Option<u64>, String> {
+        let Some(sealed) = &mut self.sealed else {
+            return Ok(None);
+        };
+        let Some(last) = sealed.unapplied().map(|u| u.last_seq) else {
+            return Ok(None);
+        };
         let result = (|| {
             let tx = self.conn.transaction()?;
-            for (fact, body) in self.pending.records() {
+            for (fact, body) in sealed.records() {
                 apply(&tx, &mut self.rows, &fact, body)?;
             }
             tx.commit()
@@ -198,9 +215,46 @@ impl Backend for SqliteWriter {
         })?;
         // Should emptying the file fail, its records are in the database: moved again when the
         // store next opens, they are skipped by their `seq`.
-        self.pending
+        sealed
             .applied()
-            .map_err(|e| format!("cannot empty {}: {e}", self.pending.path().display()))
+            .map_err(|e| format!("cannot empty {}: {e}", sealed.path().display()))?;
+        Ok(Some(last))
+    }
+
+    /// The sealed file is empty again: it takes its turn in the log.
+    fn free_sealed(&mut self) {
+        if let Some(file) = self.sealed.take() {
+            self.log.lock().free(file);
+        }
+    }
+}
+
+impl Backend for SqliteWriter {
+    fn write(&mut self, _items: &[Prepared<'_>]) -> Result<(), String> {
+        Err("this store commits to its pending files, not through the writer".to_owned())
+    }
+
+    fn unapplied(&self) -> Option<Unapplied> {
+        match &self.sealed {
+            Some(sealed) if sealed.unapplied().is_some() => sealed.unapplied(),
+            _ => self.log.lock().unapplied(),
+        }
+    }
+
+    fn apply_pending(&mut self) -> Result<Option<u64>, String> {
+        // A file that failed before goes first; then the active one, sealed so that commits
+        // go on in the other file while this one is moved.
+        let mut readable = None;
+        if self.sealed.is_some() {
+            readable = self.apply_sealed()?;
+            self.free_sealed();
+        }
+        self.sealed = self.log.lock().seal();
+        if self.sealed.is_some() {
+            readable = self.apply_sealed()?.or(readable);
+            self.free_sealed();
+        }
+        Ok(readable)
     }
 
     fn prune(&mut self, retain: Duration, now: Timestamp) -> Result<(), String> {
@@ -212,38 +266,25 @@ impl Backend for SqliteWriter {
     }
 
     fn close(&mut self) {
+        // Nothing more is committed to the log; what is in it goes into the database.
+        self.log.lock().close();
         if let Err(e) = self.apply_pending() {
-            tracing::error!(error = %e, "the audit trail's pending events stay in {} until it next opens", self.pending.path().display());
+            tracing::error!(error = %e, "the audit trail's pending events stay in its pending files until it next opens");
         }
         // Let readers see a clean database: checkpoint the WAL into it.
         let _ = self.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);");
     }
 }
 
-/// The write backend and what goes with it, used by the writer thread.
-pub(crate) struct Conn {
-    backend: Box<dyn Backend>,
-    redactor: Redactor,
-}
-
-impl Conn {
-    fn write(&mut self, items: &[Prepared<'_>]) -> Result<(), String> {
-        self.backend.write(items)
-    }
-
-    fn apply_pending(&mut self) -> Result<(), String> {
-        self.backend.apply_pending()
-    }
-
-    fn prepare<'a>(&self, batch: &'a [Arc<Event>]) -> Vec<Prepared<'a>> {
-        batch
-            .iter()
-            .map(|event| Prepared {
-                event,
-                body: self.redactor.body(event),
-            })
-            .collect()
-    }
+/// Masks and truncates each event's body for the trail.
+fn prepare<'a>(redactor: &Redactor, batch: &'a [Arc<Event>]) -> Vec<Prepared<'a>> {
+    batch
+        .iter()
+        .map(|event| Prepared {
+            event,
+            body: redactor.body(event),
+        })
+        .collect()
 }
 
 impl Shared {
@@ -251,8 +292,9 @@ impl Shared {
         let mut q = self.queue.lock();
         q.events.push(event.clone());
         self.depth.fetch_add(1, Ordering::AcqRel);
-        if q.idle {
+        if q.idle || (q.waiting && q.events.len() == COMMIT_AT) {
             q.idle = false;
+            q.waiting = false;
             self.wake.notify_one();
         }
     }
@@ -291,13 +333,91 @@ impl Shared {
         self.durable_seq.load(Ordering::Acquire) >= seq
     }
 
-    /// Waits until `seq` is committed (by the writer thread: a waiting call never writes on the
-    /// async runtime's threads, so a slow disk never stalls other calls).
+    /// Resolves once `seq` is committed. With a pending log the caller commits it: everything
+    /// queued — other calls' events too — is appended in one `write` on the caller's thread (a
+    /// call finding another one appending waits for it, and usually finds its own event carried
+    /// by that write). Without one, the writer thread commits and the caller waits for it.
     pub(crate) fn durable(self: &Arc<Self>, seq: u64) -> BoxFuture<Result<(), StoreUnavailable>> {
         if self.is_durable(seq) {
             return Box::pin(std::future::ready(Ok(())));
         }
-        wait_until(self.committed.subscribe(), seq, |c| c.seq)
+        match self.commit_for(seq) {
+            Some(done) => Box::pin(std::future::ready(done)),
+            None => wait_until(self.committed.subscribe(), seq, |c| c.seq),
+        }
+    }
+
+    /// Commits everything queued to the pending log, on this thread, so that `seq` is committed;
+    /// `None` without a pending log, or if `seq` was not queued yet (never so for a call's own
+    /// event): then the writer commits it.
+    fn commit_for(&self, seq: u64) -> Option<Result<(), StoreUnavailable>> {
+        let log = self.log.as_ref()?;
+        // While the store cannot write, nothing new is committed (the writer retries).
+        if let Some(why) = self.committed.borrow().failed.clone() {
+            return Some(Err(StoreUnavailable(why.to_string())));
+        }
+        let mut log = log.lock();
+        if log.is_closed() {
+            return Some(Err(StoreUnavailable(
+                "the audit trail is closed".to_owned(),
+            )));
+        }
+        let result = if self.is_durable(seq) {
+            Ok(())
+        } else {
+            // A call's commit leaves the store's failure, if any, to the writer's retries.
+            self.commit_to_log(&mut log, false)
+        };
+        drop(log);
+        match result {
+            Ok(()) => self.is_durable(seq).then_some(Ok(())),
+            Err(why) => {
+                self.failed(&why);
+                self.wake_writer();
+                Some(Err(StoreUnavailable(why)))
+            }
+        }
+    }
+
+    /// Appends everything queued to the pending log (whose lock the caller holds) in one write.
+    /// On an error the events go back to the head of the queue, to be committed again, and
+    /// nothing of them counts as committed.
+    fn commit_to_log(&self, log: &mut PendingLog, clear_failure: bool) -> Result<(), String> {
+        let batch = self.take();
+        let Some(last) = batch.last().map(|e| e.seq) else {
+            return Ok(());
+        };
+        let items = prepare(&self.redactor, &batch);
+        let file = log.active();
+        let written = file.append(
+            items
+                .iter()
+                .map(|item| (Fact::of(item.event), item.body.as_str())),
+        );
+        drop(items);
+        match written {
+            Ok(()) => {
+                self.committed_batch(batch.len(), last, false, clear_failure);
+                Ok(())
+            }
+            Err(e) => {
+                let why = format!("cannot write {}: {e}", file.path().display());
+                let mut q = self.queue.lock();
+                let newer = std::mem::replace(&mut q.events, batch);
+                q.events.extend(newer);
+                Err(why)
+            }
+        }
+    }
+
+    /// Wakes the writer thread, sleeping or lingering.
+    fn wake_writer(&self) {
+        let mut q = self.queue.lock();
+        if q.waiting {
+            q.idle = false;
+            q.waiting = false;
+            self.wake.notify_one();
+        }
     }
 
     /// Resolves once every event up to `seq` (`None`: every event committed so far) can be read,
@@ -314,11 +434,8 @@ impl Shared {
         {
             let mut q = self.queue.lock();
             q.read_upto = q.read_upto.max(seq);
-            if q.idle {
-                q.idle = false;
-                self.wake.notify_one();
-            }
         }
+        self.wake_writer();
         wait_until(rx, seq, |c| c.readable)
     }
 
@@ -327,10 +444,8 @@ impl Shared {
     }
 
     pub(crate) fn request_close(&self) {
-        let mut q = self.queue.lock();
-        q.closing = true;
-        q.idle = false;
-        self.wake.notify_one();
+        self.queue.lock().closing = true;
+        self.wake_writer();
     }
 
     /// Writes `task` on the write connection, off the caller's thread, between two batches of
@@ -358,8 +473,7 @@ impl Shared {
                 ));
             };
             match state.as_mut() {
-                Some(conn) => conn
-                    .backend
+                Some(backend) => backend
                     .put_task(&task)
                     .map_err(|e| StoreUnavailable(format!("the task was not recorded: {e}"))),
                 None => Err(StoreUnavailable("the audit trail is closed".to_owned())),
@@ -389,27 +503,47 @@ impl Shared {
         std::mem::take(&mut self.queue.lock().events)
     }
 
-    /// Commits `batch`, retrying (every event kept) until it commits or the store is closed.
-    fn commit_retrying(&self, conn: &mut Conn, batch: &[Arc<Event>]) {
-        let items = conn.prepare(batch);
-        if self.retrying(conn, |conn| conn.write(&items)) {
-            let last = items.last().map_or(0, |i| i.event.seq);
-            let readable = conn.backend.unapplied().is_none();
-            self.committed_batch(items.len(), last, readable);
-        } else {
+    /// Commits everything queued, retrying (every event kept) until it commits or the store is
+    /// closed.
+    fn commit_retrying(&self, backend: &mut dyn Backend) {
+        let committed = match &self.log {
+            // Each try takes the log anew: waiting between tries never holds it.
+            Some(log) => self.retrying(|| self.commit_to_log(&mut log.lock(), true)),
+            None => {
+                let batch = self.take();
+                let Some(last) = batch.last().map(|e| e.seq) else {
+                    return;
+                };
+                let items = prepare(&self.redactor, &batch);
+                let committed = self.retrying(|| backend.write(&items));
+                if committed {
+                    let readable = backend.unapplied().is_none();
+                    self.committed_batch(items.len(), last, readable, true);
+                }
+                committed
+            }
+        };
+        if !committed {
             tracing::error!(
-                events = items.len(),
+                events = self.queue.lock().events.len(),
                 "the audit trail could not be written before closing"
             );
         }
     }
 
-    /// Makes the committed events up to `last` readable, retrying like a commit.
-    fn apply_retrying(&self, conn: &mut Conn, last: u64) {
-        if self.retrying(conn, Conn::apply_pending) {
+    /// Makes the committed events readable, retrying like a commit.
+    fn apply_retrying(&self, backend: &mut dyn Backend) {
+        let mut readable = None;
+        let applied = self.retrying(|| {
+            readable = backend.apply_pending()?;
+            Ok(())
+        });
+        if applied {
             self.recovered();
             self.committed.send_modify(|c| {
-                c.readable = c.readable.max(last);
+                if let Some(last) = readable {
+                    c.readable = c.readable.max(last);
+                }
                 c.failed = None;
             });
         } else {
@@ -422,14 +556,10 @@ impl Shared {
     /// Runs `write` until it succeeds — after a failure the store is degraded and waits, 100 ms
     /// doubling up to 5 s, between tries — or, once the store is closing, one more try has
     /// failed (then `false`).
-    fn retrying(
-        &self,
-        conn: &mut Conn,
-        mut write: impl FnMut(&mut Conn) -> Result<(), String>,
-    ) -> bool {
+    fn retrying(&self, mut write: impl FnMut() -> Result<(), String>) -> bool {
         let mut wait = RETRY_FIRST;
         loop {
-            match write(conn) {
+            match write() {
                 Ok(()) => return true,
                 Err(e) => {
                     self.failed(&e);
@@ -437,11 +567,11 @@ impl Shared {
                     if q.closing {
                         drop(q);
                         std::thread::park_timeout(wait);
-                        return write(conn).is_ok();
+                        return write().is_ok();
                     }
-                    q.idle = true;
+                    q.waiting = true;
                     self.wake.wait_for(&mut q, wait);
-                    q.idle = false;
+                    q.waiting = false;
                     wait = (wait * 2).min(RETRY_MAX);
                 }
             }
@@ -473,18 +603,23 @@ impl Shared {
     }
 
     /// `n` events up to `last` are committed: tells the waiters, makes room.
-    /// `readable`: they can be read already (nothing pending).
-    fn committed_batch(&self, n: usize, last: u64, readable: bool) {
+    /// `readable`: they can be read already (nothing pending); `clear_failure`: the store, if
+    /// it was failing, is healthy again.
+    fn committed_batch(&self, n: usize, last: u64, readable: bool, clear_failure: bool) {
         self.commits.fetch_add(1, Ordering::Relaxed);
         self.events_committed.fetch_add(n as u64, Ordering::Relaxed);
         self.durable_seq.fetch_max(last, Ordering::AcqRel);
-        self.recovered();
+        if clear_failure {
+            self.recovered();
+        }
         self.committed.send_modify(|c| {
             c.seq = c.seq.max(last);
             if readable {
                 c.readable = c.readable.max(last);
             }
-            c.failed = None;
+            if clear_failure {
+                c.failed = None;
+            }
         });
         let before = self.depth.fetch_sub(n, Ordering::AcqRel);
         if before - n < self.capacity {
@@ -504,30 +639,43 @@ struct Writer {
 
 impl Writer {
     fn run(mut self) {
-        // Committed events not yet readable, as of the last write.
-        let mut unapplied: Option<Unapplied> = None;
+        // With a pending log, calls that wait commit for themselves: the writer lets what
+        // nobody waits for gather for a few milliseconds instead of waking for every event.
+        let lingers = self.shared.log.is_some();
         loop {
             let (closing, read_upto) = {
                 let mut q = self.shared.queue.lock();
                 loop {
-                    if !q.events.is_empty()
-                        || q.closing
-                        || (unapplied.is_some() && q.read_upto > self.shared.readable_seq())
-                    {
+                    if q.closing {
                         break;
                     }
-                    // Pending events are made readable within their time; otherwise the writer
-                    // wakes at least once a minute, to prune.
-                    let now = tokio::time::Instant::now();
-                    let wait = match &unapplied {
-                        Some(u) if u.due(now, self.apply_after) => break,
-                        Some(u) => (u.since + self.apply_after).saturating_duration_since(now),
-                        None => Duration::from_secs(60),
-                    };
+                    let readable = self.shared.readable_seq();
+                    let unread = self.shared.durable_seq.load(Ordering::Acquire) > readable;
+                    if q.read_upto > readable && (unread || !q.events.is_empty()) {
+                        break;
+                    }
+                    if q.events.len() >= if lingers { COMMIT_AT } else { 1 } {
+                        break;
+                    }
+                    if unread || !q.events.is_empty() {
+                        // Lingering: committed events are made readable within their time.
+                        q.waiting = true;
+                        self.shared.wake.wait_for(&mut q, LINGER);
+                        q.waiting = false;
+                        break;
+                    }
+                    // Nothing to do until an event comes; the writer wakes at least once a
+                    // minute, to prune.
                     q.idle = true;
-                    let timed_out = self.shared.wake.wait_for(&mut q, wait).timed_out();
+                    q.waiting = true;
+                    let timed_out = self
+                        .shared
+                        .wake
+                        .wait_for(&mut q, Duration::from_secs(60))
+                        .timed_out();
                     q.idle = false;
-                    if timed_out && unapplied.is_none() && q.events.is_empty() && !q.closing {
+                    q.waiting = false;
+                    if timed_out && q.events.is_empty() && !q.closing {
                         drop(q);
                         self.maybe_prune();
                         q = self.shared.queue.lock();
@@ -535,35 +683,34 @@ impl Writer {
                 }
                 (q.closing, q.read_upto)
             };
+            let mut settled = true;
             {
                 let mut guard = self.shared.state.lock();
-                if let Some(conn) = guard.as_mut() {
-                    let batch = self.shared.take();
-                    if !batch.is_empty() {
-                        self.shared.commit_retrying(conn, &batch);
-                    }
-                    unapplied = conn.backend.unapplied();
-                    if let Some(u) = unapplied
-                        && (closing
+                if let Some(backend) = guard.as_mut() {
+                    self.shared.commit_retrying(backend.as_mut());
+                    if let Some(u) = backend.unapplied() {
+                        if closing
                             || read_upto > self.shared.readable_seq()
-                            || u.due(tokio::time::Instant::now(), self.apply_after))
-                    {
-                        self.shared.apply_retrying(conn, u.last_seq);
-                        unapplied = None;
+                            || u.due(tokio::time::Instant::now(), self.apply_after)
+                        {
+                            self.shared.apply_retrying(backend.as_mut());
+                        } else {
+                            settled = false;
+                        }
                     }
                 }
             }
             if closing && self.shared.queue.lock().events.is_empty() {
                 break;
             }
-            if unapplied.is_none() {
+            if settled {
                 self.maybe_prune();
             }
         }
         // The connection and the lock go before anyone hears that the store is closed, so that
         // the next writer can open it at once.
-        if let Some(mut conn) = self.shared.state.lock().take() {
-            conn.backend.close();
+        if let Some(mut backend) = self.shared.state.lock().take() {
+            backend.close();
         }
         let Writer { shared, _lock, .. } = self;
         drop(_lock);
@@ -579,8 +726,8 @@ impl Writer {
         }
         self.last_prune = now.unix_millis();
         let mut guard = self.shared.state.lock();
-        if let Some(conn) = guard.as_mut()
-            && let Err(e) = conn.backend.prune(retain, now)
+        if let Some(backend) = guard.as_mut()
+            && let Err(e) = backend.prune(retain, now)
         {
             tracing::warn!(error = %e, "pruning the audit trail failed");
         }

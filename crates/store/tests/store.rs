@@ -499,7 +499,7 @@ async fn a_call_left_running_by_a_dead_process_is_recorded_interrupted_on_the_ne
 /// Copies the store at `from` (database, WAL, pending file) to `to`, as a process that dies now
 /// leaves it.
 fn copy_store(from: &Path, to: &Path) {
-    for suffix in ["", "-wal", ".pending"] {
+    for suffix in ["", "-wal", ".pending", ".pending.2"] {
         let name = |p: &Path| {
             let mut n = p.as_os_str().to_owned();
             n.push(suffix);
@@ -511,10 +511,22 @@ fn copy_store(from: &Path, to: &Path) {
     }
 }
 
-fn pending_of(path: &Path) -> PathBuf {
-    let mut n = path.as_os_str().to_owned();
-    n.push(".pending");
-    PathBuf::from(n)
+/// The two pending files (commits go to one while the other's records are moved into the
+/// database).
+fn pending_files(path: &Path) -> [PathBuf; 2] {
+    [".pending", ".pending.2"].map(|suffix| {
+        let mut n = path.as_os_str().to_owned();
+        n.push(suffix);
+        PathBuf::from(n)
+    })
+}
+
+/// How many bytes wait in the pending files.
+fn pending_bytes(path: &Path) -> u64 {
+    pending_files(path)
+        .iter()
+        .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
+        .sum()
 }
 
 /// Events committed to the pending file and not yet moved into the database when the process
@@ -537,7 +549,7 @@ async fn events_in_the_pending_file_when_the_process_dies_are_recovered() {
     let last = first.events().last_seq();
     store.durable(last).await.unwrap();
     assert!(
-        std::fs::metadata(pending_of(&path)).unwrap().len() > 0,
+        pending_bytes(&path) > 0,
         "the events wait in the pending file"
     );
     // The process dies here: its files as they are.
@@ -557,10 +569,7 @@ async fn events_in_the_pending_file_when_the_process_dies_are_recovered() {
         })
         .unwrap();
     assert_eq!(calls.calls[0].status.as_deref(), Some("ok"));
-    assert_eq!(
-        std::fs::metadata(pending_of(&reader_copy)).unwrap().len(),
-        0
-    );
+    assert_eq!(pending_bytes(&reader_copy), 0);
 
     let reopened = SqliteStore::open(StoreOptions::new(&copy)).unwrap();
     assert_eq!(reopened.interrupted(), 1);
@@ -601,12 +610,14 @@ async fn events_in_the_pending_file_when_the_process_dies_are_recovered() {
     let copy = left.path().join("audit.db");
     copy_store(&damaged, &copy);
     store.close().await;
-    let mut bytes = std::fs::read(pending_of(&copy)).unwrap();
+    // Nothing was read from this store: its commits are all in the first file.
+    let [pending, _] = pending_files(&copy);
+    let mut bytes = std::fs::read(&pending).unwrap();
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0x55;
-    std::fs::write(pending_of(&copy), &bytes).unwrap();
+    std::fs::write(&pending, &bytes).unwrap();
     let reopened = SqliteStore::open(StoreOptions::new(&copy)).unwrap();
-    let mut kept = pending_of(&copy).into_os_string();
+    let mut kept = pending.into_os_string();
     kept.push(".damaged");
     assert_eq!(
         std::fs::read(PathBuf::from(kept)).unwrap(),
@@ -618,6 +629,77 @@ async fn events_in_the_pending_file_when_the_process_dies_are_recovered() {
         Some("ok"),
         "recovered before the damage"
     );
+}
+
+/// A process that dies while one pending file's records are being moved into the database and
+/// newer commits wait in the other: both are replayed, the older first whichever file holds it,
+/// and records the database already has are skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_pending_files_are_replayed_in_seq_order() {
+    let tmp = dir();
+    let path = tmp.path().join("audit.db");
+    let store: Arc<SqliteStore> = Arc::new(
+        SqliteStore::open(StoreOptions {
+            apply_after: Duration::from_secs(3600),
+            ..StoreOptions::new(&path)
+        })
+        .unwrap(),
+    );
+    let engine = engine(store.clone());
+    for id in ["c0", "c1"] {
+        engine.call("s", ToolCall::new(id, "echo", json!({}))).await;
+    }
+    store.durable(engine.events().last_seq()).await.unwrap();
+    // Before: c0 and c1 only in the first pending file.
+    let before = dir();
+    copy_store(&path, &before.path().join("audit.db"));
+    // A read moves them into the database; c2 is committed to the other file.
+    caught_up(&engine).await;
+    let _ = stored_seqs(&*store).await;
+    engine
+        .call("s", ToolCall::new("c2", "echo", json!({})))
+        .await;
+    let last = engine.events().last_seq();
+    store.durable(last).await.unwrap();
+    let after = dir();
+    copy_store(&path, &after.path().join("audit.db"));
+    store.close().await;
+    let [first, second] = pending_files(&before.path().join("audit.db"));
+    let older = std::fs::read(first).unwrap();
+    assert!(!older.is_empty() && std::fs::read(second).unwrap().is_empty());
+    let [first, second] = pending_files(&after.path().join("audit.db"));
+    assert!(std::fs::read(&first).unwrap().is_empty());
+    let newer = std::fs::read(second).unwrap();
+    assert!(!newer.is_empty());
+
+    for (database, older_in, newer_in, what) in [
+        // Died before the transaction moving c0 and c1 committed: the database lacks them.
+        (&before, 1, 0, "the older file not yet in the database"),
+        // Died after it, before the file was emptied: the database has them.
+        (&after, 1, 0, "the older file already in the database"),
+        (&before, 0, 1, "the files the other way round"),
+    ] {
+        let dead = dir();
+        let copy = dead.path().join("audit.db");
+        copy_store(&database.path().join("audit.db"), &copy);
+        let files = pending_files(&copy);
+        std::fs::write(&files[older_in], &older).unwrap();
+        std::fs::write(&files[newer_in], &newer).unwrap();
+        let reopened = SqliteStore::open(StoreOptions::new(&copy)).unwrap();
+        assert_eq!(
+            stored_seqs(&reopened).await,
+            (1..=last).collect::<Vec<_>>(),
+            "{what}"
+        );
+        for id in ["c0", "c1", "c2"] {
+            assert_eq!(
+                call_status(&reopened, id).await.as_deref(),
+                Some("ok"),
+                "{what}: {id}"
+            );
+        }
+        assert_eq!(pending_bytes(&copy), 0, "{what}");
+    }
 }
 
 struct Passive;

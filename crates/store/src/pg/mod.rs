@@ -156,7 +156,7 @@ impl Trail<PgReads> {
         writer
             .prune(options.retain.unwrap_or_default(), now)
             .map_err(|e| connector.error(format!("pruning failed: {e}")))?;
-        let shared = writer::start(Box::new(writer), None, redactor, options, last_seq)
+        let shared = writer::start(Box::new(writer), None, None, redactor, options, last_seq)
             .map_err(|e| connector.error(format!("cannot start its writer thread: {e}")))?;
         Ok(Trail {
             durability: options.durability,
