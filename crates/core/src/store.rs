@@ -75,7 +75,7 @@ pub trait AuditStore: Send + Sync + 'static {
     /// caller's thread, and return a future that is already resolved.
     fn durable(&self, seq: u64) -> BoxFuture<Result<(), StoreUnavailable>>;
 
-    /// Resolves once every event up to `seq` (`None`: every event committed so far) is committed
+    /// Resolves once every event up to `seq` (`None`: every event appended so far) is committed
     /// and can be read through [`AuditStore::events`], [`AuditStore::calls`] and
     /// [`AuditStore::turn`] — a store may commit events somewhere its reads do not look yet, and
     /// is asked here to make them readable now — or with an error while it cannot write.

@@ -97,6 +97,8 @@ pub(crate) struct Shared {
     depth: AtomicUsize,
     capacity: usize,
     durable_seq: AtomicU64,
+    /// The last event appended (committed or not).
+    appended_seq: AtomicU64,
     /// Transactions of events committed, and the events they wrote.
     commits: AtomicU64,
     events_committed: AtomicU64,
@@ -129,6 +131,7 @@ pub(crate) fn start(
         depth: AtomicUsize::new(0),
         capacity: options.queue_capacity.max(1),
         durable_seq: AtomicU64::new(last_seq),
+        appended_seq: AtomicU64::new(last_seq),
         commits: AtomicU64::new(0),
         events_committed: AtomicU64::new(0),
         failing: AtomicBool::new(false),
@@ -291,6 +294,7 @@ impl Shared {
     pub(crate) fn append(&self, event: &Arc<Event>) {
         let mut q = self.queue.lock();
         q.events.push(event.clone());
+        self.appended_seq.store(event.seq, Ordering::Release);
         self.depth.fetch_add(1, Ordering::AcqRel);
         if q.idle || (q.waiting && q.events.len() == COMMIT_AT) {
             q.idle = false;
@@ -420,13 +424,14 @@ impl Shared {
         }
     }
 
-    /// Resolves once every event up to `seq` (`None`: every event committed so far) can be read,
-    /// asking the writer to make them readable now rather than at its next turn.
+    /// Resolves once every event up to `seq` (`None`: every event appended so far, committed or
+    /// not) can be read, asking the writer to commit them and make them readable now rather
+    /// than at its next turn.
     pub(crate) fn readable(
         self: &Arc<Self>,
         seq: Option<u64>,
     ) -> BoxFuture<Result<(), StoreUnavailable>> {
-        let seq = seq.unwrap_or_else(|| self.durable_seq.load(Ordering::Acquire));
+        let seq = seq.unwrap_or_else(|| self.appended_seq.load(Ordering::Acquire));
         if self.readable_seq() >= seq {
             return Box::pin(std::future::ready(Ok(())));
         }
@@ -651,13 +656,18 @@ impl Writer {
                     }
                     let readable = self.shared.readable_seq();
                     let unread = self.shared.durable_seq.load(Ordering::Acquire) > readable;
-                    if q.read_upto > readable && (unread || !q.events.is_empty()) {
+                    // A read waits, and not everything appended can be read yet.
+                    let asked = q.read_upto > readable
+                        && self.shared.appended_seq.load(Ordering::Acquire) > readable;
+                    if asked && (unread || !q.events.is_empty()) {
                         break;
                     }
                     if q.events.len() >= if lingers { COMMIT_AT } else { 1 } {
                         break;
                     }
-                    if unread || !q.events.is_empty() {
+                    // (A read may ask for events a call is committing right now: they are
+                    // there at the next look.)
+                    if unread || asked || !q.events.is_empty() {
                         // Lingering: committed events are made readable within their time.
                         q.waiting = true;
                         self.shared.wake.wait_for(&mut q, LINGER);

@@ -175,8 +175,8 @@ fn engine(store: Arc<dyn AuditStore>) -> Engine {
         move |_input, ctx| {
             let reads = reads.clone();
             async move {
-                // What is committed so far, made readable (SQLite keeps its latest commits in
-                // the pending file until a read asks or their time comes).
+                // Everything appended so far, made readable (SQLite keeps its latest commits in
+                // a pending file until a read asks or their time comes).
                 reads
                     .readable(None)
                     .await
@@ -699,6 +699,35 @@ async fn both_pending_files_are_replayed_in_seq_order() {
             );
         }
         assert_eq!(pending_bytes(&copy), 0, "{what}");
+    }
+}
+
+/// A read made right after a call answered sees the call with its outcome: the events nobody
+/// waited for (its result, its turn's end; with `async`, all of them), still queued for the
+/// writer's next commit, are committed and made readable for the read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_right_after_a_call_sees_its_outcome() {
+    let tmp = dir();
+    let store: Arc<SqliteStore> = Arc::new(
+        SqliteStore::open(StoreOptions {
+            durability: StoreDurability::Async,
+            ..StoreOptions::new(tmp.path().join("audit.db"))
+        })
+        .unwrap(),
+    );
+    let engine = engine(store.clone());
+    for i in 0..20 {
+        let id = format!("r{i}");
+        let r = engine
+            .call("s", ToolCall::new(id.clone(), "echo", json!({"i": i})))
+            .await;
+        assert_eq!(r.outcome.status.name(), "ok");
+        store.readable(None).await.unwrap();
+        assert_eq!(
+            call_status(&*store, &id).await.as_deref(),
+            Some("ok"),
+            "call {id}"
+        );
     }
 }
 
