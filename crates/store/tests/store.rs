@@ -137,7 +137,20 @@ both_backends!(
 );
 
 fn open(path: &Path) -> Arc<SqliteStore> {
-    Arc::new(SqliteStore::open(StoreOptions::new(path)).unwrap())
+    open_options(StoreOptions::new(path))
+}
+
+fn open_options(options: StoreOptions) -> Arc<SqliteStore> {
+    Arc::new(SqliteStore::open(options).unwrap())
+}
+
+/// A store that moves nothing into the database unless a read asks (or it closes): its
+/// commits stay in its pending files.
+fn open_holding(path: &Path) -> Arc<SqliteStore> {
+    open_options(StoreOptions {
+        apply_after: Duration::from_secs(3600),
+        ..StoreOptions::new(path)
+    })
 }
 
 /// Waits until everything `engine` recorded is committed.
@@ -537,10 +550,7 @@ fn pending_bytes(path: &Path) -> u64 {
 async fn events_in_the_pending_file_when_the_process_dies_are_recovered() {
     let tmp = dir();
     let path = tmp.path().join("audit.db");
-    let mut options = StoreOptions::new(&path);
-    // Nothing is moved into the database unless a read asks.
-    options.apply_after = Duration::from_secs(3600);
-    let store: Arc<SqliteStore> = Arc::new(SqliteStore::open(options).unwrap());
+    let store = open_holding(&path);
     let first = engine(store.clone());
     let turn_id = hanging_turn(&first, "a").await;
     first
@@ -592,13 +602,7 @@ async fn events_in_the_pending_file_when_the_process_dies_are_recovered() {
 
     // Damage in the middle of a pending file: the records before it are recovered, the file kept.
     let damaged = tmp.path().join("damaged.db");
-    let store: Arc<SqliteStore> = Arc::new(
-        SqliteStore::open(StoreOptions {
-            apply_after: Duration::from_secs(3600),
-            ..StoreOptions::new(&damaged)
-        })
-        .unwrap(),
-    );
+    let store = open_holding(&damaged);
     let engine2 = engine(store.clone());
     for i in 0..3 {
         engine2
@@ -638,13 +642,7 @@ async fn events_in_the_pending_file_when_the_process_dies_are_recovered() {
 async fn both_pending_files_are_replayed_in_seq_order() {
     let tmp = dir();
     let path = tmp.path().join("audit.db");
-    let store: Arc<SqliteStore> = Arc::new(
-        SqliteStore::open(StoreOptions {
-            apply_after: Duration::from_secs(3600),
-            ..StoreOptions::new(&path)
-        })
-        .unwrap(),
-    );
+    let store = open_holding(&path);
     let engine = engine(store.clone());
     for id in ["c0", "c1"] {
         engine.call("s", ToolCall::new(id, "echo", json!({}))).await;
@@ -708,13 +706,10 @@ async fn both_pending_files_are_replayed_in_seq_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_right_after_a_call_sees_its_outcome() {
     let tmp = dir();
-    let store: Arc<SqliteStore> = Arc::new(
-        SqliteStore::open(StoreOptions {
-            durability: StoreDurability::Async,
-            ..StoreOptions::new(tmp.path().join("audit.db"))
-        })
-        .unwrap(),
-    );
+    let store = open_options(StoreOptions {
+        durability: StoreDurability::Async,
+        ..StoreOptions::new(tmp.path().join("audit.db"))
+    });
     let engine = engine(store.clone());
     for i in 0..20 {
         let id = format!("r{i}");
