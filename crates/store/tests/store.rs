@@ -741,7 +741,7 @@ impl Interactor for Passive {
 /// The bytes of the database and its WAL.
 fn file_bytes(path: &Path) -> Vec<u8> {
     let mut bytes = std::fs::read(path).unwrap_or_default();
-    for suffix in ["-wal", ".pending"] {
+    for suffix in ["-wal", ".pending", ".pending.2"] {
         let mut name = path.as_os_str().to_owned();
         name.push(suffix);
         bytes.extend(std::fs::read(PathBuf::from(name)).unwrap_or_default());

@@ -162,12 +162,14 @@ async fn all_events(url: &str, filter: &str) -> Vec<Value> {
     }
 }
 
-/// The bytes of the database and its WAL.
+/// The bytes of the database, its WAL and its pending files.
 fn file_bytes(path: &Path) -> Vec<u8> {
     let mut bytes = std::fs::read(path).unwrap_or_default();
-    let mut wal = path.as_os_str().to_owned();
-    wal.push("-wal");
-    bytes.extend(std::fs::read(wal).unwrap_or_default());
+    for suffix in ["-wal", ".pending", ".pending.2"] {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        bytes.extend(std::fs::read(name).unwrap_or_default());
+    }
     bytes
 }
 
