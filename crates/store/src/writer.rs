@@ -296,10 +296,8 @@ impl Shared {
         q.events.push(event.clone());
         self.appended_seq.store(event.seq, Ordering::Release);
         self.depth.fetch_add(1, Ordering::AcqRel);
-        if q.idle || (q.waiting && q.events.len() == COMMIT_AT) {
-            q.idle = false;
-            q.waiting = false;
-            self.wake.notify_one();
+        if q.idle || q.events.len() == COMMIT_AT {
+            self.wake_locked(&mut q);
         }
     }
 
@@ -416,7 +414,11 @@ impl Shared {
 
     /// Wakes the writer thread, sleeping or lingering.
     fn wake_writer(&self) {
-        let mut q = self.queue.lock();
+        self.wake_locked(&mut self.queue.lock());
+    }
+
+    /// Wakes the writer thread if it waits on the condvar (`q` is the queue, locked).
+    fn wake_locked(&self, q: &mut Queue) {
         if q.waiting {
             q.idle = false;
             q.waiting = false;
@@ -439,8 +441,8 @@ impl Shared {
         {
             let mut q = self.queue.lock();
             q.read_upto = q.read_upto.max(seq);
+            self.wake_locked(&mut q);
         }
-        self.wake_writer();
         wait_until(rx, seq, |c| c.readable)
     }
 
@@ -449,8 +451,9 @@ impl Shared {
     }
 
     pub(crate) fn request_close(&self) {
-        self.queue.lock().closing = true;
-        self.wake_writer();
+        let mut q = self.queue.lock();
+        q.closing = true;
+        self.wake_locked(&mut q);
     }
 
     /// Writes `task` on the write connection, off the caller's thread, between two batches of
