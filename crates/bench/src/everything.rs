@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::Peer;
@@ -23,7 +23,9 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use serde_json::{Map, json};
 use tokio::process::Command;
 
-use crate::support::{Client, Row, batch, ready, start_serve, stdio_client, stop};
+use crate::support::{
+    Client, Row, batch, process_cpu_seconds, ready, start_serve, stdio_client, stop,
+};
 
 /// One call, as every path of a comparison makes it.
 type Caller =
@@ -31,8 +33,13 @@ type Caller =
 
 /// The rows: at concurrency 1, direct and through toolwarden; at concurrency 16, direct and
 /// through toolwarden in 1 and in 16 sessions. `calls` per row at concurrency 16, a quarter of
-/// it at concurrency 1.
-pub(crate) async fn rows(toolwarden: &Path, tmp: &Path, calls: usize) -> Result<Vec<Row>> {
+/// it at concurrency 1. Then, for each path at concurrency 16, where its CPU went (a markdown
+/// table, [`cpu_split`]).
+pub(crate) async fn rows(
+    toolwarden: &Path,
+    tmp: &Path,
+    calls: usize,
+) -> Result<(Vec<Row>, String)> {
     let everything = everything_bin()?;
     let config = tmp.join("everything.toml");
     std::fs::write(
@@ -79,16 +86,139 @@ pub(crate) async fn rows(toolwarden: &Path, tmp: &Path, calls: usize) -> Result<
             16,
             calls,
             400,
-            [direct_call, through_one, through_sixteen],
+            [
+                direct_call.clone(),
+                through_one.clone(),
+                through_sixteen.clone(),
+            ],
         )
         .await?,
     );
+    let serve_pid = serve.id().context("toolwarden serve has exited")?;
+    let mut split = String::from(
+        "| path (concurrency 16, one path at a time) | calls/s | benchmark (its rmcp clients) | toolwarden | Node server behind toolwarden | Node server, direct | idle (both cores) |\n|---|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for (path, caller) in [
+        ("everything: direct stdio", direct_call),
+        ("everything: through toolwarden /mcp", through_one),
+        (
+            "everything: through toolwarden /mcp, 16 sessions",
+            through_sixteen,
+        ),
+    ] {
+        split.push_str(&cpu_split(path, serve_pid, calls, caller).await?);
+    }
     for client in one_session.into_iter().chain(sixteen) {
         client.cancel().await?;
     }
     direct.cancel().await?;
     stop(&mut serve).await;
-    Ok(rows)
+    Ok((rows, split))
+}
+
+/// One path alone at concurrency 16 for `n` calls (after a warm-up), and the CPU each process
+/// spent per call meanwhile, from `/proc` (user and system time): the benchmark's own (its rmcp
+/// clients), `toolwarden serve`'s, the Node server's behind it, the direct Node server's, and
+/// the machine's idle time. One markdown row, in µs per call. The rows with paths side by side
+/// are the fair comparison; this says where one path's time goes.
+async fn cpu_split(path: &str, serve: u32, n: usize, caller: Caller) -> Result<String> {
+    let warm = caller.clone();
+    batch(16, (n / 10).max(200), move || warm()).await?;
+    let before = Processes::now(serve)?;
+    let (_, elapsed) = batch(16, n, move || caller()).await?;
+    let after = Processes::now(serve)?;
+    let per_call = |a: f64, b: f64| (a - b) / n as f64 * 1e6;
+    Ok(format!(
+        "| {path} | {:.0} | {:.1} µs | {:.1} µs | {:.1} µs | {:.1} µs | {:.1} µs |\n",
+        n as f64 / elapsed.as_secs_f64(),
+        per_call(after.bench, before.bench),
+        per_call(after.toolwarden, before.toolwarden),
+        per_call(after.behind, before.behind),
+        per_call(after.direct, before.direct),
+        per_call(after.idle, before.idle),
+    ))
+}
+
+/// CPU seconds so far of the processes of a run, and the machine's idle seconds.
+struct Processes {
+    bench: f64,
+    toolwarden: f64,
+    /// Everything `toolwarden serve` started (the Node server).
+    behind: f64,
+    /// The benchmark's other children (the direct Node server).
+    direct: f64,
+    idle: f64,
+}
+
+impl Processes {
+    fn now(serve: u32) -> Result<Self> {
+        let me = std::process::id();
+        let children = children()?;
+        let tree = |root: u32| {
+            let mut all = vec![root];
+            let mut i = 0;
+            while let Some(&pid) = all.get(i) {
+                all.extend(children.iter().filter(|c| c.1 == pid).map(|c| c.0));
+                i += 1;
+            }
+            all
+        };
+        let behind = tree(serve);
+        let sum = |pids: &[u32]| -> f64 {
+            // A process that has just exited counts nothing.
+            pids.iter()
+                .map(|&p| process_cpu_seconds(p).unwrap_or(0.0))
+                .sum()
+        };
+        let direct: Vec<u32> = tree(me)
+            .into_iter()
+            .filter(|p| *p != me && !behind.contains(p))
+            .collect();
+        Ok(Processes {
+            bench: process_cpu_seconds(me)?,
+            toolwarden: process_cpu_seconds(serve)?,
+            behind: sum(&behind[1..]),
+            direct: sum(&direct),
+            idle: machine_idle_seconds()?,
+        })
+    }
+}
+
+/// Every process as (pid, parent pid), from `/proc`.
+fn children() -> Result<Vec<(u32, u32)>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc")? {
+        let Some(pid) = entry?.file_name().to_str().and_then(|s| s.parse().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let parent = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse().ok());
+        if let Some(parent) = parent {
+            out.push((pid, parent));
+        }
+    }
+    Ok(out)
+}
+
+/// The machine's idle time so far (all cores, idle and waiting for the disk), in seconds.
+fn machine_idle_seconds() -> Result<f64> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let line = stat
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .context("no cpu line in /proc/stat")?;
+    let ticks: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|t| t.parse().unwrap_or(0.0))
+        .collect();
+    // user nice system idle iowait ..., in hundredths of a second.
+    Ok((ticks.get(3).copied().unwrap_or(0.0) + ticks.get(4).copied().unwrap_or(0.0)) / 100.0)
 }
 
 /// The server's launcher in the workspace's `node_modules`.

@@ -12,7 +12,9 @@
 //! The last rows (`everything.rs`) put the official reference server,
 //! `@modelcontextprotocol/server-everything` (`scripts/setup-test-deps.sh` installs it), behind
 //! `toolwarden serve` and call it with rmcp's client on a pooled connection, side by side with the
-//! same client straight to the server over stdio, at concurrency 1 and 16.
+//! same client straight to the server over stdio, at concurrency 1 and 16, and end with a
+//! second table: each of those paths alone at concurrency 16, and the CPU every process spent
+//! per call meanwhile.
 //!
 //! It finds `toolwarden` and `tw-test-server` next to itself, writes a temporary config, starts
 //! every process it measures, and prints one markdown table: p50 and p99 latency seen by the
@@ -153,8 +155,11 @@ async fn main() -> Result<()> {
     }
     // The official reference server behind toolwarden, with rmcp's client on a pooled
     // connection (`everything.rs`).
+    let mut cpu_split = None;
     if wanted("everything") {
-        rows.extend(everything::rows(&toolwarden, &tmp, calls).await?);
+        let (everything, split) = everything::rows(&toolwarden, &tmp, calls).await?;
+        rows.extend(everything);
+        cpu_split = Some(split);
     }
     let _ = std::fs::remove_dir_all(&tmp);
 
@@ -172,6 +177,9 @@ async fn main() -> Result<()> {
     }
     for (path, by) in added {
         println!("\nadded at p50 ({path}): {by:.0} µs");
+    }
+    if let Some(split) = cpu_split {
+        println!("\nCPU per call, each path alone at concurrency 16:\n\n{split}");
     }
     Ok(())
 }

@@ -16,7 +16,7 @@ use anyhow::{Result, bail};
 use serde_json::json;
 
 use crate::plain::PlainMcp;
-use crate::support::{Row, paired, start_serve, stop};
+use crate::support::{Row, paired, process_cpu_seconds, start_serve, stop};
 
 /// The protocol version of the stateless client.
 const V: &str = "2026-07-28";
@@ -98,21 +98,6 @@ async fn cpu_per_call(
         per_call(spent[1])
     );
     Ok(())
-}
-
-/// A process's user and system CPU time so far, in seconds (`/proc/PID/stat`, in clock ticks
-/// of 1/100 s).
-fn process_cpu_seconds(pid: u32) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // The fields after the command name, which is in parentheses and may hold spaces.
-    let Some((_, rest)) = stat.rsplit_once(')') else {
-        bail!("unexpected /proc/{pid}/stat: {stat}");
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime: fields 14 and 15 of the line, the 12th and 13th after the name.
-    let ticks =
-        |i: usize| -> Result<f64> { Ok(fields.get(i).copied().unwrap_or("").parse::<f64>()?) };
-    Ok((ticks(11)? + ticks(12)?) / 100.0)
 }
 
 /// A stateless client of 2026-07-28 over Streamable HTTP: one POST per call, no session.
