@@ -23,9 +23,8 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use serde_json::{Map, json};
 use tokio::process::Command;
 
-use crate::support::{
-    Client, Row, batch, process_cpu_seconds, ready, start_serve, stdio_client, stop,
-};
+use crate::cpu::{machine_cpu, process_cpu_seconds};
+use crate::support::{Client, Row, batch, ready, start_serve, stdio_client, stop};
 
 /// One call, as every path of a comparison makes it.
 type Caller =
@@ -179,7 +178,7 @@ impl Processes {
             toolwarden: process_cpu_seconds(serve)?,
             behind: sum(&behind[1..]),
             direct: sum(&direct),
-            idle: machine_idle_seconds()?,
+            idle: machine_cpu()?.idle_s,
         })
     }
 }
@@ -203,22 +202,6 @@ fn children() -> Result<Vec<(u32, u32)>> {
         }
     }
     Ok(out)
-}
-
-/// The machine's idle time so far (all cores, idle and waiting for the disk), in seconds.
-fn machine_idle_seconds() -> Result<f64> {
-    let stat = std::fs::read_to_string("/proc/stat")?;
-    let line = stat
-        .lines()
-        .find(|l| l.starts_with("cpu "))
-        .context("no cpu line in /proc/stat")?;
-    let ticks: Vec<f64> = line
-        .split_whitespace()
-        .skip(1)
-        .map(|t| t.parse().unwrap_or(0.0))
-        .collect();
-    // user nice system idle iowait ..., in hundredths of a second.
-    Ok((ticks.get(3).copied().unwrap_or(0.0) + ticks.get(4).copied().unwrap_or(0.0)) / 100.0)
 }
 
 /// The server's launcher in the workspace's `node_modules`.

@@ -26,6 +26,7 @@
     reason = "a benchmark measures wall time"
 )]
 
+mod cpu;
 mod everything;
 mod plain;
 mod stateless;

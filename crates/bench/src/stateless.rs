@@ -15,8 +15,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use anyhow::{Result, bail};
 use serde_json::json;
 
+use crate::cpu::process_cpu_seconds;
 use crate::plain::PlainMcp;
-use crate::support::{Row, paired, process_cpu_seconds, start_serve, stop};
+use crate::support::{Row, paired, start_serve, stop};
 
 /// The protocol version of the stateless client.
 const V: &str = "2026-07-28";

@@ -261,18 +261,3 @@ where
         })
         .collect())
 }
-
-/// A process's user and system CPU time so far, in seconds (`/proc/PID/stat`, in clock ticks
-/// of 1/100 s).
-pub(crate) fn process_cpu_seconds(pid: u32) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // The fields after the command name, which is in parentheses and may hold spaces.
-    let Some((_, rest)) = stat.rsplit_once(')') else {
-        bail!("unexpected /proc/{pid}/stat: {stat}");
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime: fields 14 and 15 of the line, the 12th and 13th after the name.
-    let ticks =
-        |i: usize| -> Result<f64> { Ok(fields.get(i).copied().unwrap_or("").parse::<f64>()?) };
-    Ok((ticks(11)? + ticks(12)?) / 100.0)
-}

@@ -35,6 +35,8 @@
 
 mod abort;
 mod common;
+#[path = "../../cpu.rs"]
+mod cpu;
 mod pg;
 mod query;
 mod redis_server;

@@ -9,11 +9,12 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 
 use crate::common::{
     file_size, measure, median, start_binary, start_serve, stop, store_commits, write_config,
 };
+use crate::cpu::{MachineCpu, machine_cpu};
 
 /// A configuration measured: its name, its `[store]` table, and the `toolwarden` binary to run
 /// (the one beside the benchmark unless another build's is named).
@@ -123,7 +124,7 @@ pub(crate) async fn compare(
             let m = measure(addr, 32, calls).await?;
             let cpu = machine_cpu()?.since(&cpu_before);
             busy_us[i].push(cpu.busy_s * 1e6 / calls as f64);
-            idle[i].push(cpu.idle_share());
+            idle[i].push(idle_share(&cpu));
             if let (Some((c0, e0)), Some((c1, e1))) = (before, store_commits(addr).await?) {
                 batching[i].0 += c1 - c0;
                 batching[i].1 += e1 - e0;
@@ -184,44 +185,7 @@ pub(crate) async fn compare(
     Ok(())
 }
 
-/// The machine's CPU time from `/proc/stat`, in seconds: busy (every state but idle and waiting
-/// for the disk), and idle plus waiting.
-#[derive(Clone, Copy)]
-struct MachineCpu {
-    busy_s: f64,
-    idle_s: f64,
-}
-
-impl MachineCpu {
-    fn since(&self, before: &MachineCpu) -> MachineCpu {
-        MachineCpu {
-            busy_s: self.busy_s - before.busy_s,
-            idle_s: self.idle_s - before.idle_s,
-        }
-    }
-
-    fn idle_share(&self) -> f64 {
-        self.idle_s / (self.busy_s + self.idle_s).max(f64::MIN_POSITIVE)
-    }
-}
-
-fn machine_cpu() -> Result<MachineCpu> {
-    let stat = std::fs::read_to_string("/proc/stat")?;
-    let line = stat
-        .lines()
-        .find(|l| l.starts_with("cpu "))
-        .context("no cpu line in /proc/stat")?;
-    let ticks: Vec<f64> = line
-        .split_whitespace()
-        .skip(1)
-        .take(8)
-        .map(|t| t.parse::<f64>().unwrap_or(0.0))
-        .collect();
-    // user nice system idle iowait irq softirq steal, in hundredths of a second.
-    let idle = ticks.get(3).copied().unwrap_or(0.0) + ticks.get(4).copied().unwrap_or(0.0);
-    let all: f64 = ticks.iter().sum();
-    Ok(MachineCpu {
-        busy_s: (all - idle) / 100.0,
-        idle_s: idle / 100.0,
-    })
+/// The share of the machine's CPU time that was idle.
+fn idle_share(cpu: &MachineCpu) -> f64 {
+    cpu.idle_s / (cpu.busy_s + cpu.idle_s).max(f64::MIN_POSITIVE)
 }
