@@ -77,12 +77,101 @@ impl HostPort {
     /// Whether this is what `allowed` names: `host` (any port), `host:port` (that port), or a
     /// bare IPv6 address (`::1`, any port). An `allowed` that does not parse allows nothing.
     pub fn is(&self, allowed: &str) -> bool {
+        AllowedHost::parse(allowed).allows(self)
+    }
+}
+
+/// The `Host`s a door accepts: loopback ones if it says so, and a list of allowed entries
+/// (`host`, `host:port`, a bare IPv6 address), parsed once when the door is built.
+///
+/// A door checks the `Host` of every request, and most requests of a deployment carry one of
+/// a few values; so the values found allowed are remembered as they came (at most
+/// [`AllowedHosts::REMEMBERED`] of them) and a value seen before is one comparison of bytes,
+/// not a parse. What is remembered is only ever a value this list allows, so the answer is
+/// the same either way.
+#[derive(Debug)]
+pub struct AllowedHosts {
+    loopback: bool,
+    entries: Vec<AllowedHost>,
+    seen: std::sync::RwLock<Vec<Box<[u8]>>>,
+}
+
+#[derive(Debug)]
+enum AllowedHost {
+    /// `host` (any port) or `host:port`.
+    Host(HostPort),
+    /// A bare IPv6 address (`::1`): that address, any port.
+    V6(std::net::Ipv6Addr),
+    /// An entry that does not parse: it allows nothing.
+    Nothing,
+}
+
+impl AllowedHosts {
+    /// How many allowed values are remembered.
+    pub const REMEMBERED: usize = 16;
+
+    /// `loopback`: whether every loopback host is allowed too (see [`HostPort::is_loopback`]).
+    pub fn new<I>(loopback: bool, allowed: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        let entries = allowed
+            .into_iter()
+            .map(|a| AllowedHost::parse(a.as_ref()))
+            .collect();
+        Self {
+            loopback,
+            entries,
+            seen: std::sync::RwLock::new(Vec::new()),
+        }
+    }
+
+    /// Whether a parsed host is allowed.
+    pub fn allows(&self, host: &HostPort) -> bool {
+        (self.loopback && host.is_loopback()) || self.entries.iter().any(|a| a.allows(host))
+    }
+
+    /// Whether a `Host` value is allowed; one that does not parse is not.
+    pub fn allows_value(&self, value: &[u8]) -> bool {
+        if let Ok(seen) = self.seen.read()
+            && seen.iter().any(|v| **v == *value)
+        {
+            return true;
+        }
+        let allowed = std::str::from_utf8(value)
+            .ok()
+            .and_then(HostPort::parse)
+            .is_some_and(|h| self.allows(&h));
+        if allowed
+            && let Ok(mut seen) = self.seen.write()
+            && seen.len() < Self::REMEMBERED
+            && !seen.iter().any(|v| **v == *value)
+        {
+            seen.push(value.into());
+        }
+        allowed
+    }
+}
+
+impl AllowedHost {
+    fn parse(allowed: &str) -> Self {
         let allowed = allowed.trim();
-        match Self::parse(allowed) {
-            Some(a) => a.host == self.host && (a.port.is_none() || a.port == self.port),
+        match HostPort::parse(allowed) {
+            Some(host) => AllowedHost::Host(host),
             None => allowed
                 .parse::<std::net::Ipv6Addr>()
-                .is_ok_and(|ip| self.host.parse::<std::net::Ipv6Addr>() == Ok(ip)),
+                .map_or(AllowedHost::Nothing, AllowedHost::V6),
+        }
+    }
+
+    fn allows(&self, host: &HostPort) -> bool {
+        match self {
+            AllowedHost::Host(a) => {
+                a.host == host.host && (a.port.is_none() || a.port == host.port)
+            }
+            AllowedHost::V6(ip) => host.host.parse::<std::net::Ipv6Addr>() == Ok(*ip),
+            AllowedHost::Nothing => false,
         }
     }
 }
@@ -198,6 +287,44 @@ mod tests {
         assert!(!h.is("box.lan:1:2"));
         assert!(HostPort::parse("[::1]:80").unwrap().is("::1"));
         assert!(HostPort::parse("[0:0::1]").unwrap().is("::1"));
+    }
+
+    #[test]
+    fn allowed_hosts_answer_alike_whether_remembered_or_not() {
+        let allowed = AllowedHosts::new(false, ["localhost", "box.lan:7420", "::1", "bad:1:2"]);
+        let loopback = AllowedHosts::new(true, ["box.lan"]);
+        let cases: [(&str, bool, bool); 9] = [
+            ("localhost:1234", true, true),
+            ("LOCALHOST", true, true),
+            ("box.lan:7420", true, true),
+            ("box.lan:7421", false, true),
+            ("[::1]:80", true, true),
+            ("127.0.0.2:80", false, true),
+            ("evil.example", false, false),
+            ("localhost:1:2", false, false),
+            ("bad:1", false, false),
+        ];
+        // Twice: the second round answers from what the first remembered.
+        for _ in 0..2 {
+            for (value, plain, with_loopback) in cases {
+                assert_eq!(allowed.allows_value(value.as_bytes()), plain, "{value}");
+                assert_eq!(
+                    loopback.allows_value(value.as_bytes()),
+                    with_loopback,
+                    "{value}"
+                );
+            }
+        }
+        assert!(!allowed.allows_value(b"\xff"));
+        // Only allowed values are remembered, and no more than REMEMBERED of them.
+        let many = AllowedHosts::new(true, Vec::<String>::new());
+        for port in 0..100u16 {
+            assert!(many.allows_value(format!("127.0.0.1:{port}").as_bytes()));
+            assert!(!many.allows_value(format!("evil{port}.example").as_bytes()));
+        }
+        let seen = many.seen.read().unwrap();
+        assert_eq!(seen.len(), AllowedHosts::REMEMBERED);
+        assert!(seen.iter().all(|v| v.starts_with(b"127.0.0.1:")));
     }
 
     #[test]

@@ -13,16 +13,16 @@ use std::task::{Context, Poll};
 use axum::http::{HeaderMap, Request, Uri, header};
 use axum::response::{IntoResponse, Response};
 use futures::future::{Either, Ready, ready};
-use toolwarden_hosts::{HostPort, Origin};
+use toolwarden_hosts::{AllowedHosts, Origin};
 use tower::{Layer, Service};
 
 use crate::error::{ApiError, ErrorCode};
 
-/// The allowed extras, as configured (parsed when compared, by the one parser of
-/// `toolwarden-hosts`).
-#[derive(Debug, Default)]
+/// Loopback and the allowed extras, as configured (hosts parsed once, by the one parser of
+/// `toolwarden-hosts`; origins when compared).
+#[derive(Debug)]
 struct Allowed {
-    hosts: Vec<String>,
+    hosts: AllowedHosts,
     origins: Vec<String>,
 }
 
@@ -46,10 +46,7 @@ where
     let norm = |s: &str| s.trim().trim_end_matches('/').to_ascii_lowercase();
     HostOriginLayer {
         allowed: Arc::new(Allowed {
-            hosts: allowed_hosts
-                .into_iter()
-                .map(|h| norm(h.as_ref()))
-                .collect(),
+            hosts: AllowedHosts::new(true, allowed_hosts.into_iter().map(|h| norm(h.as_ref()))),
             origins: allowed_origins
                 .into_iter()
                 .map(|o| norm(o.as_ref()))
@@ -99,22 +96,20 @@ where
 impl Allowed {
     fn check(&self, uri: &Uri, headers: &HeaderMap) -> Result<(), ApiError> {
         // HTTP/2 carries the host as the URI's authority; HTTP/1.1 as the Host header.
-        let host = uri.authority().map(|a| a.as_str().to_owned()).or_else(|| {
-            headers
-                .get(header::HOST)
-                .map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned())
-        });
-        if let Some(host) = host {
-            let ok = HostPort::parse(&host)
-                .is_some_and(|h| h.is_loopback() || self.hosts.iter().any(|a| h.is(a)));
-            if !ok {
-                return Err(ApiError::new(
-                    ErrorCode::Forbidden,
-                    format!(
-                        "Host {host:?} is not allowed (DNS-rebinding protection); add it to http.allowed_hosts to accept it"
-                    ),
-                ));
-            }
+        let host = uri
+            .authority()
+            .map(|a| a.as_str().as_bytes())
+            .or_else(|| headers.get(header::HOST).map(|h| h.as_bytes()));
+        if let Some(host) = host
+            && !self.hosts.allows_value(host)
+        {
+            let host = String::from_utf8_lossy(host);
+            return Err(ApiError::new(
+                ErrorCode::Forbidden,
+                format!(
+                    "Host {host:?} is not allowed (DNS-rebinding protection); add it to http.allowed_hosts to accept it"
+                ),
+            ));
         }
         if let Some(origin) = headers.get(header::ORIGIN) {
             let origin = String::from_utf8_lossy(origin.as_bytes()).into_owned();

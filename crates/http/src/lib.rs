@@ -177,13 +177,23 @@ pub fn router_with(engine: Engine, opts: HttpOptions, mcp: Option<Router>) -> Ro
         .fallback(error::not_found)
         .layer(DefaultBodyLimit::max(opts.max_body))
         .with_state(app);
+    let token = opts.token.as_deref().filter(|t| !t.is_empty());
+    // The MCP endpoint is always behind the Host/Origin guard: its own when the API is behind
+    // its bearer check, the API's (below) when it is not, never both.
     let routes = match mcp {
-        Some(mcp) => routes.merge(mcp.layer(DefaultBodyLimit::max(opts.max_body)).layer(
-            host_origin_guard(&opts.allowed_hosts, &opts.allowed_origins),
-        )),
+        Some(mcp) => {
+            let mcp = mcp.layer(DefaultBodyLimit::max(opts.max_body));
+            routes.merge(match token {
+                Some(_) => mcp.layer(host_origin_guard(
+                    &opts.allowed_hosts,
+                    &opts.allowed_origins,
+                )),
+                None => mcp,
+            })
+        }
         None => routes,
     };
-    let routes = match opts.token.as_deref().filter(|t| !t.is_empty()) {
+    let routes = match token {
         Some(token) => routes.layer(axum::middleware::from_fn_with_state(
             auth::Token::new(token),
             auth::require,

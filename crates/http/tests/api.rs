@@ -903,6 +903,42 @@ async fn without_a_token_only_loopback_hosts_and_origins_are_served() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_mcp_endpoint_is_behind_the_host_guard_with_or_without_a_token() {
+    for token in [None, Some("s3cret")] {
+        let mcp = Router::new().route("/mcp", axum::routing::post(|| async { "mcp" }));
+        let opts = HttpOptions {
+            token: token.map(str::to_owned),
+            ..HttpOptions::default()
+        };
+        let app = toolwarden_http::router_with(engine(), opts, Some(mcp));
+        let req = |host: &'static str, origin: Option<&'static str>| {
+            let mut r = Request::post("/mcp").header(header::HOST, host);
+            if let Some(o) = origin {
+                r = r.header(header::ORIGIN, o);
+            }
+            if token.is_some() {
+                r = r.header(header::AUTHORIZATION, "Bearer s3cret");
+            }
+            r.body(Body::empty()).unwrap()
+        };
+        // Twice each: the second answer comes from what the guard remembers of the first.
+        for _ in 0..2 {
+            let ok = app
+                .clone()
+                .oneshot(req("127.0.0.1:7420", None))
+                .await
+                .unwrap();
+            assert_eq!(ok.status(), StatusCode::OK, "{token:?}");
+            let (status, _, answer) = send(&app, req("evil.example:7420", None)).await;
+            assert_eq!(status, StatusCode::FORBIDDEN, "{token:?}");
+            assert_eq!(answer["error"]["code"], "forbidden");
+            let (status, _, _) = send(&app, req("localhost", Some("https://evil.example"))).await;
+            assert_eq!(status, StatusCode::FORBIDDEN, "{token:?}");
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn bodies_over_the_limit_are_413() {
     let engine = engine();
     let app = router(

@@ -23,7 +23,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use http::header::{ACCEPT, CONTENT_TYPE, HOST, ORIGIN};
-use http::{HeaderMap, Response, StatusCode};
+use http::{HeaderMap, HeaderName, Response, StatusCode};
 use rmcp::ErrorData;
 use rmcp::model::{
     CallToolRequestParams, CancelledNotificationParam, ClientResult, JsonObject, JsonRpcError,
@@ -40,12 +40,17 @@ use super::call::{CallContext, Door, call_tool};
 use super::channel::{ClientChannel, Sent};
 use super::handshake_tasks;
 use super::http_sessions::HttpSessions;
-use toolwarden_hosts::HostPort;
+use toolwarden_hosts::AllowedHosts;
 
 use super::options::{ANSWER_ID_PREFIX, versions};
 use super::respond::{BoxBody, FastPath, Out, respond};
 use super::session::ClientSession;
 use super::state::GatewayState;
+
+/// The headers of a session and of its protocol version (names made once, not parsed at
+/// every lookup).
+pub(crate) const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
+pub(crate) const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
 
 /// The response of a call the gateway serves itself, as the call's handler sees it.
 #[derive(Clone)]
@@ -116,7 +121,7 @@ impl ClientChannel for CallResponse {
 /// Whether a POST could be one the fast path serves: it names a session and says how long its
 /// body is (its size was checked against the limit before).
 pub(crate) fn candidate(headers: &HeaderMap) -> bool {
-    headers.contains_key("mcp-session-id") && headers.contains_key(http::header::CONTENT_LENGTH)
+    headers.contains_key(MCP_SESSION_ID) && headers.contains_key(http::header::CONTENT_LENGTH)
 }
 
 /// Serves the POST if it is a plain `tools/call` or the client's answer to a request the
@@ -135,7 +140,7 @@ pub(crate) async fn serve(
     ) {
         return None;
     }
-    let session_id = headers.get("mcp-session-id")?.to_str().ok()?;
+    let session_id = headers.get(MCP_SESSION_ID)?.to_str().ok()?;
     let session = gw.http_session(session_id)?;
     if session.is_ended() {
         return None;
@@ -263,14 +268,12 @@ struct CallParams {
 /// Headers rmcp would accept without a second look: an allowed `Host`, no `Origin`, both
 /// media types accepted, a JSON body, a protocol version the gateway speaks (or none), and
 /// no `Mcp-*` header but those in `mcp` (lowercase).
-pub(crate) fn plain_headers(headers: &HeaderMap, hosts: &[String], mcp: &[&str]) -> bool {
-    if headers.contains_key(ORIGIN) {
-        return false;
-    }
-    let Some(host) = headers.get(HOST).and_then(|h| h.to_str().ok()) else {
-        return false;
-    };
-    if !host_allowed(host, hosts) {
+pub(crate) fn plain_headers(headers: &HeaderMap, hosts: &AllowedHosts, mcp: &[&str]) -> bool {
+    if headers.contains_key(ORIGIN)
+        || !headers
+            .get(HOST)
+            .is_some_and(|host| hosts.allows_value(host.as_bytes()))
+    {
         return false;
     }
     let (mut json, mut sse) = (false, false);
@@ -297,7 +300,7 @@ pub(crate) fn plain_headers(headers: &HeaderMap, hosts: &[String], mcp: &[&str])
     if !(json && sse && json_body) {
         return false;
     }
-    if let Some(version) = headers.get("mcp-protocol-version") {
+    if let Some(version) = headers.get(MCP_PROTOCOL_VERSION) {
         let known = versions()
             .iter()
             .any(|v| v.as_str().as_bytes() == version.as_bytes());
@@ -309,13 +312,6 @@ pub(crate) fn plain_headers(headers: &HeaderMap, hosts: &[String], mcp: &[&str])
         let name = name.as_str();
         !name.starts_with("mcp-") || mcp.contains(&name)
     })
-}
-
-/// Whether `host` (a `Host` header) names one of `allowed` (`host`, any port, or `host:port`),
-/// by the same parser as the HTTP API's guard: a value that is not a valid authority allows
-/// nothing.
-fn host_allowed(host: &str, allowed: &[String]) -> bool {
-    HostPort::parse(host).is_some_and(|h| allowed.iter().any(|a| h.is(a)))
 }
 
 fn accepted() -> Response<BoxBody> {
@@ -411,11 +407,7 @@ mod tests {
 
     #[test]
     fn only_plain_headers_take_the_fast_path() {
-        let hosts = vec![
-            "localhost".to_owned(),
-            "127.0.0.1".to_owned(),
-            "::1".to_owned(),
-        ];
+        let hosts = AllowedHosts::new(false, ["localhost", "127.0.0.1", "::1"]);
         assert!(plain_headers(&headers(&plain()), &hosts, HANDSHAKE));
         let with = |extra: (&'static str, &'static str)| {
             let mut h = plain();
@@ -441,15 +433,16 @@ mod tests {
 
     #[test]
     fn hosts_match_by_name_or_name_and_port() {
-        let allowed = vec!["localhost".to_owned(), "example.com:8443".to_owned()];
-        assert!(host_allowed("localhost", &allowed));
-        assert!(host_allowed("LOCALHOST:1234", &allowed));
-        assert!(host_allowed("example.com:8443", &allowed));
-        assert!(!host_allowed("example.com:80", &allowed));
-        assert!(!host_allowed("localhost.evil", &allowed));
-        assert!(!host_allowed("[::1", &allowed));
+        let allowed = AllowedHosts::new(false, ["localhost", "example.com:8443"]);
+        let host_allowed = |host: &str| allowed.allows_value(host.as_bytes());
+        assert!(host_allowed("localhost"));
+        assert!(host_allowed("LOCALHOST:1234"));
+        assert!(host_allowed("example.com:8443"));
+        assert!(!host_allowed("example.com:80"));
+        assert!(!host_allowed("localhost.evil"));
+        assert!(!host_allowed("[::1"));
         // Not an authority at all: the guard refuses it, and so does the fast path.
-        assert!(!host_allowed("localhost:1:2", &allowed));
+        assert!(!host_allowed("localhost:1:2"));
     }
 
     #[test]

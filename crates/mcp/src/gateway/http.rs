@@ -19,6 +19,7 @@ use super::http_sessions::{self, HttpSessions};
 use super::options::JSON_WINDOW;
 use super::respond::{BoxBody, FastPath};
 use super::state::GatewayState;
+use toolwarden_hosts::AllowedHosts;
 
 type RmcpService = StreamableHttpService<GatewayConnection, HttpSessions>;
 
@@ -178,7 +179,7 @@ pub(crate) fn service(
         move || Ok(GatewayConnection::new(gateway.clone(), shutdown.clone()))
     };
     let fast = FastPath {
-        hosts,
+        hosts: AllowedHosts::new(false, &hosts),
         json_window: JSON_WINDOW,
         keep_alive: gateway.opts.sse_keep_alive,
         shutdown: shutdown.clone(),

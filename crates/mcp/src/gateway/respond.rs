@@ -32,7 +32,7 @@ pub(crate) enum Out {
 /// The fast path's view of the gateway's HTTP service.
 pub(crate) struct FastPath {
     /// `Host` names (or `name:port`) rmcp is configured to accept.
-    pub(crate) hosts: Vec<String>,
+    pub(crate) hosts: toolwarden_hosts::AllowedHosts,
     /// How long an answer is waited for before the response starts as an event stream.
     pub(crate) json_window: Duration,
     pub(crate) keep_alive: Duration,
