@@ -18,6 +18,7 @@
 //! `requestState` (the next round), a log level, header-mapped arguments — goes to rmcp
 //! untouched, which validates and answers (errors included) exactly as before.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,9 +27,9 @@ use futures::future::BoxFuture;
 use http::{HeaderMap, HeaderName, Response};
 use rmcp::ErrorData;
 use rmcp::model::{
-    CallToolRequestParams, CancelledNotificationParam, ClientCapabilities, Implementation,
-    JsonObject, JsonRpcError, JsonRpcResponse, JsonRpcVersion2_0, ProgressNotificationParam,
-    ProtocolVersion, RequestId, RequestMetaObject, ServerRequest, ServerResult,
+    CallToolRequestParams, CancelledNotificationParam, ClientCapabilities, Icon, JsonObject,
+    JsonRpcError, JsonRpcResponse, JsonRpcVersion2_0, ProgressNotificationParam, ProtocolVersion,
+    RequestId, RequestMetaObject, ServerRequest, ServerResult,
 };
 use serde::Deserialize;
 use tokio::sync::mpsc;
@@ -36,7 +37,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::call::{Door, trace_from_header};
 use super::channel::{ClientChannel, Sent};
-use super::fast::{Probe, plain_headers};
+use super::fast::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID, plain_headers};
 use super::handler::{identity_session, named_session};
 use super::respond::{BoxBody, FastPath, Out, respond};
 use super::rounds::{self, Driver};
@@ -45,10 +46,8 @@ use super::state::GatewayState;
 
 /// The `Mcp-*` headers of a plain stateless call.
 const HEADERS: &[&str] = &["mcp-protocol-version", "mcp-method", "mcp-name"];
-const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
 const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
 const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
-const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
 
 /// The envelope's keys in `_meta`; any other `io.modelcontextprotocol/` key goes to rmcp.
 const PROTOCOL_VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
@@ -75,30 +74,27 @@ pub(crate) async fn serve(
     if !plain_headers(headers, &fast.hosts, HEADERS) {
         return None;
     }
-    let version = single(headers, MCP_PROTOCOL_VERSION)?;
-    if version != ProtocolVersion::V_2026_07_28.as_str().as_bytes()
-        || single(headers, MCP_METHOD)? != b"tools/call"
+    // `candidate` saw `Mcp-Method: tools/call`; `plain_headers` a protocol version the gateway
+    // speaks, but not that it is 2026-07-28, nor that each header comes once.
+    if single(headers, &MCP_PROTOCOL_VERSION)? != ProtocolVersion::V_2026_07_28.as_str().as_bytes()
+        || single(headers, &MCP_METHOD).is_none()
     {
         return None;
     }
-    let name_header = single(headers, MCP_NAME)?;
-    let message: Probe<'_> = serde_json::from_slice(body).ok()?;
-    if message.jsonrpc != "2.0"
-        || message.method != Some("tools/call")
-        || message.result.is_some()
-        || message.error.is_some()
-    {
+    let name_header = single(headers, &MCP_NAME)?;
+    // The whole body in one pass, the envelope included; anything else goes to rmcp.
+    let message: Message<'_> = serde_json::from_slice(body).ok()?;
+    if message.jsonrpc != "2.0" || message.method != "tools/call" {
         return None;
     }
-    let id: RequestId = serde_json::from_str(message.id?.get()).ok()?;
-    let params: Params = serde_json::from_str(message.params?.get()).ok()?;
+    let params = message.params;
     if params.name.as_bytes() != name_header {
         return None;
     }
     let Envelope {
         mut meta,
         capabilities,
-        client_info,
+        client_name,
     } = params.meta?;
     if capabilities.supports_tasks() || gw.maps_headers(&params.name) {
         return None;
@@ -106,7 +102,7 @@ pub(crate) async fn serve(
 
     let session_id = match named_session(&meta) {
         Some(name) => toolwarden_protocol::SessionId::new(name),
-        None => identity_session(headers, client_info.as_ref()),
+        None => identity_session(headers, client_name.as_deref()),
     };
     let session = gw.stateless_session(session_id, &fast.shutdown);
     session.declare(capabilities);
@@ -117,7 +113,7 @@ pub(crate) async fn serve(
     let (out, rx) = mpsc::unbounded_channel();
     let ct = CancellationToken::new();
     let driver = Driver {
-        id,
+        id: message.id,
         meta,
         progress: Arc::new(Progress(out.clone())),
         ct: ct.clone(),
@@ -127,15 +123,26 @@ pub(crate) async fn serve(
     Some(respond(gw, Box::pin(run), rx, fast).await)
 }
 
+/// A plain stateless `tools/call`, read in one pass: no `result` or `error`, nothing unknown.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Message<'a> {
+    jsonrpc: &'a str,
+    id: RequestId,
+    method: &'a str,
+    #[serde(borrow)]
+    params: Params<'a>,
+}
+
 /// The parameters of a plain stateless `tools/call`: no `inputResponses`, no `requestState`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Params {
+struct Params<'a> {
     name: String,
     #[serde(default)]
     arguments: Option<JsonObject>,
-    #[serde(rename = "_meta", default)]
-    meta: Option<Envelope>,
+    #[serde(rename = "_meta", default, borrow)]
+    meta: Option<Envelope<'a>>,
 }
 
 /// A plain call's `_meta`, read in one pass: the envelope's keys as what they declare, every
@@ -144,13 +151,34 @@ struct Params {
 /// malformed, a key comes twice, or another key of the protocol's own
 /// (`io.modelcontextprotocol/…`) is there. The call itself needs none of the envelope's keys
 /// (its session holds the capabilities), so they are not kept in its `_meta`.
-struct Envelope {
+struct Envelope<'a> {
     meta: RequestMetaObject,
     capabilities: ClientCapabilities,
-    client_info: Option<Implementation>,
+    /// `clientInfo.name`: with the bearer token, it names the client's session.
+    client_name: Option<Cow<'a, str>>,
 }
 
-impl<'de> Deserialize<'de> for Envelope {
+/// A `clientInfo` (`Implementation`), checked as rmcp reads it but kept only for its name:
+/// a call needs nothing else of it, and borrowing spares its strings.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[expect(dead_code, reason = "read only to check the clientInfo as rmcp would")]
+struct ClientInfo<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    #[serde(borrow)]
+    version: Cow<'a, str>,
+    #[serde(default, borrow)]
+    title: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    description: Option<Cow<'a, str>>,
+    #[serde(default)]
+    icons: Option<Vec<Icon>>,
+    #[serde(default, borrow)]
+    website_url: Option<Cow<'a, str>>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Envelope<'a> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         deserializer.deserialize_map(EnvelopeVisitor)
     }
@@ -159,23 +187,26 @@ impl<'de> Deserialize<'de> for Envelope {
 struct EnvelopeVisitor;
 
 impl<'de> serde::de::Visitor<'de> for EnvelopeVisitor {
-    type Value = Envelope;
+    type Value = Envelope<'de>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("a request's _meta object")
     }
 
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Envelope, A::Error> {
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> Result<Envelope<'de>, A::Error> {
         use serde::de::Error as _;
         let mut meta = RequestMetaObject::new();
         let mut version = false;
         let mut capabilities = None;
-        let mut client_info = None;
-        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+        let mut client_name = None;
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
             let twice = || A::Error::custom(format_args!("`{key}` twice"));
             match key.as_ref() {
                 PROTOCOL_VERSION_KEY => {
-                    let value = map.next_value::<std::borrow::Cow<'de, str>>()?;
+                    let value = map.next_value::<Cow<'de, str>>()?;
                     if version || value != ProtocolVersion::V_2026_07_28.as_str() {
                         return Err(A::Error::custom("not a plain 2026-07-28 envelope"));
                     }
@@ -188,10 +219,10 @@ impl<'de> serde::de::Visitor<'de> for EnvelopeVisitor {
                     capabilities = Some(map.next_value::<ClientCapabilities>()?);
                 }
                 CLIENT_INFO_KEY => {
-                    if client_info.is_some() {
+                    if client_name.is_some() {
                         return Err(twice());
                     }
-                    client_info = Some(map.next_value::<Implementation>()?);
+                    client_name = Some(map.next_value::<ClientInfo<'de>>()?.name);
                 }
                 other if other.starts_with("io.modelcontextprotocol/") => {
                     return Err(A::Error::custom(format_args!("`{other}` is for rmcp")));
@@ -209,7 +240,7 @@ impl<'de> serde::de::Visitor<'de> for EnvelopeVisitor {
             (true, Some(capabilities)) => Ok(Envelope {
                 meta,
                 capabilities,
-                client_info,
+                client_name,
             }),
             _ => Err(A::Error::custom("no 2026-07-28 envelope")),
         }
@@ -217,7 +248,7 @@ impl<'de> serde::de::Visitor<'de> for EnvelopeVisitor {
 }
 
 /// The one value of a header, if it has exactly one.
-fn single(headers: &HeaderMap, name: HeaderName) -> Option<&[u8]> {
+fn single<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Option<&'h [u8]> {
     let mut values = headers.get_all(name).iter();
     match (values.next(), values.next()) {
         (Some(value), None) => Some(value.as_bytes()),
@@ -313,7 +344,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn envelope(m: &str) -> Result<Envelope, serde_json::Error> {
+    fn envelope(m: &str) -> Result<Envelope<'_>, serde_json::Error> {
         serde_json::from_str(m)
     }
 
@@ -322,12 +353,12 @@ mod tests {
         let base = r#""io.modelcontextprotocol/protocolVersion": "2026-07-28",
             "io.modelcontextprotocol/clientCapabilities": {}"#;
         assert!(envelope(&format!("{{{base}}}")).is_ok());
-        let with = envelope(&format!(
+        let with = format!(
             r#"{{{base}, "io.modelcontextprotocol/clientInfo": {{"name": "c", "version": "1"}},
                "progressToken": 7, "toolwarden/session": "s"}}"#
-        ))
-        .unwrap();
-        assert_eq!(with.client_info.unwrap().name, "c");
+        );
+        let with = envelope(&with).unwrap();
+        assert_eq!(with.client_name.as_deref(), Some("c"));
         // The call keeps the other keys, not the envelope's.
         let mut keys: Vec<&String> = with.meta.keys().collect();
         keys.sort();
@@ -346,6 +377,54 @@ mod tests {
             format!(r#"{{{base}, "progressToken": 1, "progressToken": 2}}"#),
         ] {
             assert!(envelope(&bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_client_info_reads_exactly_when_rmcps_does() {
+        for info in [
+            r#"{"name": "c", "version": "1"}"#,
+            r#"{"name": "c\u00e9", "version": "1", "title": null, "websiteUrl": "https://x"}"#,
+            r#"{"name": "c", "version": "1", "icons": [{"src": "https://x/i.png"}], "more": 1}"#,
+            r#"{"name": "c", "version": "1", "icons": [{"nosrc": 1}]}"#,
+            r#"{"name": "c"}"#,
+            r#"{"name": 1, "version": "1"}"#,
+            r#"{"name": "c", "version": "1", "title": 7}"#,
+            r#"{"name": "c", "version": "1", "description": []}"#,
+            r#"[]"#,
+        ] {
+            assert_eq!(
+                serde_json::from_str::<ClientInfo<'_>>(info).is_ok(),
+                serde_json::from_str::<rmcp::model::Implementation>(info).is_ok(),
+                "{info}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_a_plain_call_reads_as_one() {
+        let call = |extra: &str, params: &str| {
+            format!(
+                r#"{{"jsonrpc": "2.0", "id": 3, "method": "tools/call"{extra}, "params": {{"name": "echo",
+                    "arguments": {{"text": "hi"}}{params}, "_meta": {{
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {{}}}}}}}}"#
+            )
+        };
+        let plain = call("", "");
+        let message: Message<'_> = serde_json::from_str(&plain).unwrap();
+        assert_eq!(message.id, RequestId::Number(3));
+        assert_eq!(message.params.name, "echo");
+        assert!(message.params.meta.is_some());
+        for other in [
+            call(r#", "result": {}"#, ""),
+            call("", r#", "inputResponses": {}"#),
+            call("", r#", "requestState": "s""#),
+        ] {
+            assert!(
+                serde_json::from_str::<Message<'_>>(&other).is_err(),
+                "{other}"
+            );
         }
     }
 

@@ -15,7 +15,7 @@ use std::sync::{Arc, OnceLock};
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CancelTaskParams, CompleteRequestParams,
     CompleteResult, DiscoverResult, GetPromptRequestParams, GetPromptResponse, GetTaskParams,
-    GetTaskResult, Implementation, InitializeRequestParams, InitializeResult, ListPromptsResult,
+    GetTaskResult, InitializeRequestParams, InitializeResult, ListPromptsResult,
     ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
     ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, SetLevelRequestParams,
     SubscribeRequestParams, Tool, UnsubscribeRequestParams, UpdateTaskParams,
@@ -104,7 +104,8 @@ impl GatewayConnection {
                 (session, door)
             }
             (None, Some(parts)) => {
-                let id = identity_session(&parts.headers, context.meta.client_info().as_ref());
+                let client = context.meta.client_info();
+                let id = identity_session(&parts.headers, client.as_ref().map(|c| c.name.as_str()));
                 let session = self.gateway.stateless_session(id, &self.shutdown);
                 (session, Door::Stream(self.shutdown.clone()))
             }
@@ -146,10 +147,7 @@ pub(crate) fn named_session(meta: &rmcp::model::MetaObject) -> Option<&str> {
 /// The session of a stateless HTTP client that names none: one per client identity — its
 /// bearer token (the whole `Authorization` value) and its client name — as `mcp_` and a digest
 /// of both, so the token never shows.
-pub(crate) fn identity_session(
-    headers: &http::HeaderMap,
-    client: Option<&Implementation>,
-) -> SessionId {
+pub(crate) fn identity_session(headers: &http::HeaderMap, client_name: Option<&str>) -> SessionId {
     use sha2::Digest as _;
     let mut digest = sha2::Sha256::new();
     digest.update(b"toolwarden stateless session\0");
@@ -157,8 +155,8 @@ pub(crate) fn identity_session(
         digest.update(auth.as_bytes());
     }
     digest.update(b"\0");
-    if let Some(client) = client {
-        digest.update(client.name.as_bytes());
+    if let Some(name) = client_name {
+        digest.update(name.as_bytes());
     }
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut id = String::with_capacity(4 + 24);
