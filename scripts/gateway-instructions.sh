@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Counts the instructions `toolwarden serve` spends per `tools/call` at /mcp, for a handshake
+# client and for a stateless (2026-07-28) client, under valgrind's callgrind: exact counts,
+# untouched by the noise of a shared machine (docs/PERFORMANCE.md, "Stateless").
+#
+# usage: bash scripts/gateway-instructions.sh [CALLS]   (default 2000 calls per block)
+# needs: a release build (cargo build --release -p toolwarden -p toolwarden-testkit), valgrind,
+# python3. Blocks alternate handshake, stateless, handshake, stateless.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+calls="${1:-2000}"
+bin="${CARGO_TARGET_DIR:-target}/release"
+for tool in valgrind callgrind_control callgrind_annotate python3; do
+  command -v "$tool" >/dev/null || { echo "gateway-instructions: $tool is missing (apt-get install valgrind python3)" >&2; exit 2; }
+done
+for exe in toolwarden tw-test-server; do
+  [ -x "$bin/$exe" ] || { echo "gateway-instructions: no $bin/$exe: cargo build --release -p toolwarden -p toolwarden-testkit" >&2; exit 2; }
+done
+work="$(mktemp -d)"
+serve=""
+cleanup() {
+  [ -n "$serve" ] && kill "$serve" 2>/dev/null && wait "$serve" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+cat > "$work/toolwarden.toml" <<TOML
+[servers.echo]
+command = "$(realpath "$bin/tw-test-server")"
+
+[gateway]
+prefix = false
+
+[defaults]
+timeout = "30s"
+
+[defaults.loop]
+warn_after = 0
+block_after = 0
+
+[store]
+enabled = false
+TOML
+RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out.%p" \
+  "$bin/toolwarden" serve --config "$work/toolwarden.toml" --listen 127.0.0.1:0 \
+  >"$work/serve.log" 2>&1 &
+serve=$!
+address=""
+for _ in $(seq 1 600); do
+  address="$(sed -n 's|^toolwarden: listening on http://||p' "$work/serve.log")"
+  grep -q 'server "echo" is up' "$work/serve.log" && [ -n "$address" ] && break
+  sleep 0.1
+done
+grep -q 'server "echo" is up' "$work/serve.log" || { cat "$work/serve.log" >&2; exit 1; }
+
+block() { # KIND TAG
+  coproc DRIVE { python3 scripts/mcp_drive.py "$address" "$1" "$calls"; }
+  # bash forgets a coprocess's variables once it has exited: keep them.
+  local pid=$DRIVE_PID in=${DRIVE[0]} to=${DRIVE[1]} line
+  read -r line <&"$in"
+  [ "$line" = ready ] || { echo "gateway-instructions: the $1 client failed" >&2; exit 1; }
+  callgrind_control -z "$serve" >/dev/null 2>&1
+  echo go >&"$to"
+  read -r line <&"$in"
+  [ "$line" = done ] || { echo "gateway-instructions: the $1 client failed" >&2; exit 1; }
+  callgrind_control -d "$2" "$serve" >/dev/null 2>&1
+  wait "$pid" 2>/dev/null || true
+  local out
+  out="$(grep -l "^desc: Trigger: dump $2\$" "$work"/callgrind.out.*)"
+  local total sha
+  total="$(sed -n 's/^summary: //p' "$out")"
+  sha="$(callgrind_annotate --auto=no --threshold=100 "$out" 2>/dev/null \
+    | awk '/compress256/ { gsub(",", "", $1); s += $1 } END { print s + 0 }')"
+  printf '%-10s %8d instructions per call (SHA-256 compression in software: %d)\n' \
+    "$1" $((total / calls)) $((sha / calls))
+}
+for round in 1 2; do
+  block handshake "h$round"
+  block stateless "s$round"
+done
