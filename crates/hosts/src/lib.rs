@@ -293,7 +293,7 @@ mod tests {
     fn allowed_hosts_answer_alike_whether_remembered_or_not() {
         let allowed = AllowedHosts::new(false, ["localhost", "box.lan:7420", "::1", "bad:1:2"]);
         let loopback = AllowedHosts::new(true, ["box.lan"]);
-        let cases: [(&str, bool, bool); 9] = [
+        let cases: [(&str, bool, bool); 11] = [
             ("localhost:1234", true, true),
             ("LOCALHOST", true, true),
             ("box.lan:7420", true, true),
@@ -301,6 +301,8 @@ mod tests {
             ("[::1]:80", true, true),
             ("127.0.0.2:80", false, true),
             ("evil.example", false, false),
+            ("localhost.evil", false, false),
+            ("[::1", false, false),
             ("localhost:1:2", false, false),
             ("bad:1", false, false),
         ];
