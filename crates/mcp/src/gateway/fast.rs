@@ -145,7 +145,8 @@ pub(crate) async fn serve(
     if session.is_ended() {
         return None;
     }
-    let message: Probe<'_> = serde_json::from_slice(body).ok()?;
+    // UTF-8 checked at once, not string by string.
+    let message: Probe<'_> = serde_json::from_str(std::str::from_utf8(body).ok()?).ok()?;
     if message.jsonrpc != "2.0" {
         return None;
     }

@@ -82,8 +82,9 @@ pub(crate) async fn serve(
         return None;
     }
     let name_header = single(headers, &MCP_NAME)?;
-    // The whole body in one pass, the envelope included; anything else goes to rmcp.
-    let message: Message<'_> = serde_json::from_slice(body).ok()?;
+    // The whole body in one pass, the envelope included; anything else goes to rmcp. (Its
+    // UTF-8 checked at once, not string by string.)
+    let message: Message<'_> = serde_json::from_str(std::str::from_utf8(body).ok()?).ok()?;
     if message.jsonrpc != "2.0" || message.method != "tools/call" {
         return None;
     }
