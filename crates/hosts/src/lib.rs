@@ -73,12 +73,6 @@ impl HostPort {
                 .parse::<IpAddr>()
                 .is_ok_and(|ip| ip.to_canonical().is_loopback())
     }
-
-    /// Whether this is what `allowed` names: `host` (any port), `host:port` (that port), or a
-    /// bare IPv6 address (`::1`, any port). An `allowed` that does not parse allows nothing.
-    pub fn is(&self, allowed: &str) -> bool {
-        AllowedHost::parse(allowed).allows(self)
-    }
 }
 
 /// The `Host`s a door accepts: loopback ones if it says so, and a list of allowed entries
@@ -127,7 +121,9 @@ impl AllowedHosts {
         }
     }
 
-    /// Whether a parsed host is allowed.
+    /// Whether a parsed host is allowed: loopback (if the door allows it) or named by an entry
+    /// — `host` (any port), `host:port` (that port), or a bare IPv6 address (`::1`, any port).
+    /// An entry that does not parse allows nothing.
     pub fn allows(&self, host: &HostPort) -> bool {
         (self.loopback && host.is_loopback()) || self.entries.iter().any(|a| a.allows(host))
     }
@@ -280,13 +276,15 @@ mod tests {
 
     #[test]
     fn allowed_hosts_match_by_host_or_host_and_port() {
-        let h = HostPort::parse("Box.Lan:7420").unwrap();
-        assert!(h.is("box.lan"));
-        assert!(h.is("box.lan:7420"));
-        assert!(!h.is("box.lan:7421"));
-        assert!(!h.is("box.lan:1:2"));
-        assert!(HostPort::parse("[::1]:80").unwrap().is("::1"));
-        assert!(HostPort::parse("[0:0::1]").unwrap().is("::1"));
+        let is = |host: &str, allowed: &str| {
+            AllowedHost::parse(allowed).allows(&HostPort::parse(host).unwrap())
+        };
+        assert!(is("Box.Lan:7420", "box.lan"));
+        assert!(is("Box.Lan:7420", "box.lan:7420"));
+        assert!(!is("Box.Lan:7420", "box.lan:7421"));
+        assert!(!is("Box.Lan:7420", "box.lan:1:2"));
+        assert!(is("[::1]:80", "::1"));
+        assert!(is("[0:0::1]", "::1"));
     }
 
     #[test]
