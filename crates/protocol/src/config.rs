@@ -126,6 +126,11 @@ pub struct GatewayConfig {
     /// Expose MCP tools as `SERVER__TOOL` (default `true`; `false` only with one server).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix: Option<bool>,
+    /// The deadline of a request the gateway forwards to a server (`resources/*`, `prompts/*`,
+    /// `completion/complete`, `logging/setLevel`) when the client's request gives none
+    /// (default `"30s"`; must be positive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_timeout: Option<DurationValue>,
 }
 
 /// `[http]`.

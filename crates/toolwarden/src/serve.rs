@@ -144,6 +144,12 @@ pub(crate) fn gateway_options(stack: &Stack) -> GatewayOptions {
             .map_or(toolwarden_http::DEFAULT_MAX_BODY, |s| {
                 usize::try_from(s.bytes()).unwrap_or(usize::MAX)
             }),
+        request_timeout: stack
+            .config
+            .file
+            .gateway
+            .request_timeout
+            .map_or(toolwarden_mcp::DEFAULT_REQUEST_TIMEOUT, |d| d.duration()),
         ..GatewayOptions::default()
     }
 }

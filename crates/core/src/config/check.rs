@@ -491,6 +491,17 @@ impl<'a> Checker<'a> {
         if let Some(v) = file.exec.as_ref().and_then(|e| e.output_limit) {
             self.size(&path(&["exec", "output_limit"]), v);
         }
+        if let Some(v) = file.gateway.request_timeout {
+            let at = path(&["gateway", "request_timeout"]);
+            self.duration(&at, v);
+            if v.0 == 0 {
+                self.fail(
+                    ConfigErrorKind::InvalidValue,
+                    &at,
+                    "request_timeout must be positive: a forwarded request that a server never answers would wait forever; write e.g. \"30s\"".to_owned(),
+                );
+            }
+        }
         if let Some(v) = file.http.max_body {
             self.size(&path(&["http", "max_body"]), v);
         }

@@ -7,7 +7,10 @@ use rmcp::model::{
     CancelledNotificationParam, ClientNotification, ClientRequest, ErrorCode, GetMeta as _,
     RequestMetaObject, ServerResult,
 };
-use rmcp::service::PeerRequestOptions;
+use std::time::Duration;
+
+use rmcp::model::RequestId;
+use rmcp::service::{Peer, PeerRequestOptions, RoleClient};
 use rmcp::{ErrorData, ServiceError};
 use tokio_util::sync::CancellationToken;
 use toolwarden_protocol::ServerStateKind;
@@ -17,15 +20,25 @@ use super::shared::Shared;
 /// Sends `request` on the live connection (waiting while the server is starting) and returns
 /// its answer. A JSON-RPC error from the server comes back unchanged. When `cancel` fires
 /// first, the server gets `notifications/cancelled` for the request.
+///
+/// Every request has a deadline, `within` from now, the wait for a starting server included:
+/// a server that never answers (or a transport that loses the answer) ends the request with
+/// [`TIMED_OUT`] and the server gets `notifications/cancelled` — never silence.
 pub(super) async fn request(
     shared: &Shared,
     mut request: ClientRequest,
     meta: RequestMetaObject,
     cancel: &CancellationToken,
+    within: Duration,
 ) -> Result<ServerResult, ErrorData> {
+    let deadline = tokio::time::Instant::now() + within;
+    let method = request.method().to_owned();
     let conn = tokio::select! {
         conn = shared.ready_conn() => conn.map_err(|e| unavailable(&e.to_string()))?,
         _ = cancel.cancelled() => return Err(cancelled()),
+        () = tokio::time::sleep_until(deadline) => {
+            return Err(timed_out(&shared.name, &method, within));
+        }
     };
     // The caller's `_meta` goes with it; rmcp sets its own progress token.
     *request.get_meta_mut() = meta;
@@ -42,15 +55,36 @@ pub(super) async fn request(
             Err(_) => Err(unavailable(&format!("MCP server {:?} closed the connection", shared.name))),
         },
         _ = cancel.cancelled() => {
-            // The typed cancel: rmcp forgets the request, which is what we want here.
-            let param = CancelledNotificationParam::new(
-                Some(id),
-                Some("cancelled by the client".into()),
-            );
-            let _ = conn.peer.notify_cancelled(param).await;
+            withdraw(&conn.peer, id, "cancelled by the client").await;
             Err(cancelled())
         }
+        () = tokio::time::sleep_until(deadline) => {
+            withdraw(&conn.peer, id, "timed out in toolwarden").await;
+            Err(timed_out(&shared.name, &method, within))
+        }
     }
+}
+
+/// The typed cancel: rmcp forgets the request, which is what we want here.
+async fn withdraw(peer: &Peer<RoleClient>, id: RequestId, reason: &str) {
+    let param = CancelledNotificationParam::new(Some(id), Some(reason.into()));
+    let _ = peer.notify_cancelled(param).await;
+}
+
+/// The JSON-RPC error code of a forwarded request that got no answer within its deadline: the
+/// one the MCP SDKs give their own request timeouts.
+pub(crate) const TIMED_OUT: ErrorCode = ErrorCode(-32001);
+
+fn timed_out(server: &str, method: &str, within: Duration) -> ErrorData {
+    ErrorData::new(
+        TIMED_OUT,
+        format!(
+            "MCP server {server:?} did not answer {method} within {} (toolwarden's deadline for \
+             a forwarded request; pass a larger `_meta.timeout_ms` to wait longer)",
+            toolwarden_protocol::format_duration(within)
+        ),
+        None,
+    )
 }
 
 /// Sends a notification if the server is up; drops it otherwise.

@@ -191,7 +191,9 @@ impl McpServer {
 
     /// Sends `request` on the live connection (waiting while the server is starting) and
     /// returns its answer. A JSON-RPC error from the server comes back unchanged. When
-    /// `cancel` fires first, the server gets `notifications/cancelled` for the request.
+    /// `cancel` fires first, the server gets `notifications/cancelled` for the request. No
+    /// answer `within` that (the wait for a starting server included): a JSON-RPC error with
+    /// code -32001, and the server gets `notifications/cancelled`.
     ///
     /// Not an `async fn`: that would keep a second copy of `request` (some hundred bytes) in
     /// every future that forwards one, and every request handler of the gateway is as large as
@@ -201,8 +203,9 @@ impl McpServer {
         request: ClientRequest,
         meta: RequestMetaObject,
         cancel: &CancellationToken,
+        within: Duration,
     ) -> impl Future<Output = Result<ServerResult, ErrorData>> {
-        forward::request(&self.shared, request, meta, cancel)
+        forward::request(&self.shared, request, meta, cancel, within)
     }
 
     /// Sends a notification if the server is up; drops it otherwise.

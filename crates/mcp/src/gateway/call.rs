@@ -261,7 +261,7 @@ impl Drop for Registered<'_> {
 }
 
 /// A per-call hint in `_meta`, in milliseconds (a non-negative number; fractions are cut).
-fn hint_ms(meta: &RequestMetaObject, keys: &[&str]) -> Option<u64> {
+pub(crate) fn hint_ms(meta: &RequestMetaObject, keys: &[&str]) -> Option<u64> {
     keys.iter().find_map(|key| match meta.get(*key)? {
         Value::Number(n) => n
             .as_u64()

@@ -53,7 +53,7 @@ pub(crate) async fn complete(
         _ => return Err(unknown("unknown completion reference".into())),
     };
     let request = ClientRequest::CompleteRequest(CompleteRequest::new(params));
-    match forward(session, &server, request, &ctx).await? {
+    match forward(gw, session, &server, request, &ctx).await? {
         ServerResult::CompleteResult(r) => Ok(r),
         other => retype(other, "completion/complete"),
     }

@@ -33,6 +33,7 @@ use super::options::{TOOLS_TTL, versions};
 use super::session::ClientSession;
 use super::state::GatewayState;
 use super::{completion, convert, passthrough, prompts, resources, tasks};
+use super::passthrough::Completed as _;
 
 /// One MCP client's connection to the [`Gateway`](super::Gateway): rmcp's `ServerHandler`. The
 /// gateway makes one per stdio connection, per Streamable HTTP session and per stateless HTTP
@@ -291,7 +292,9 @@ impl ServerHandler for GatewayConnection {
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
         let session = self.session_of(&context).session;
-        prompts::list(&self.gateway, &session, request, context).await
+        prompts::list(&self.gateway, &session, request, context)
+            .await
+            .map(passthrough::Completed::completed)
     }
 
     async fn get_prompt(
@@ -302,7 +305,7 @@ impl ServerHandler for GatewayConnection {
         let session = self.session_of(&context).session;
         prompts::get(&self.gateway, &session, request, context)
             .await
-            .map(Into::into)
+            .map(|r| r.completed().into())
     }
 
     async fn list_resources(
@@ -311,7 +314,9 @@ impl ServerHandler for GatewayConnection {
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
         let session = self.session_of(&context).session;
-        resources::list(&self.gateway, &session, request, context).await
+        resources::list(&self.gateway, &session, request, context)
+            .await
+            .map(passthrough::Completed::completed)
     }
 
     async fn list_resource_templates(
@@ -320,7 +325,9 @@ impl ServerHandler for GatewayConnection {
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
         let session = self.session_of(&context).session;
-        resources::list_templates(&self.gateway, &session, request, context).await
+        resources::list_templates(&self.gateway, &session, request, context)
+            .await
+            .map(passthrough::Completed::completed)
     }
 
     async fn read_resource(
@@ -331,7 +338,7 @@ impl ServerHandler for GatewayConnection {
         let session = self.session_of(&context).session;
         resources::read(&self.gateway, &session, request, context)
             .await
-            .map(Into::into)
+            .map(|r| r.completed().into())
     }
 
     async fn subscribe(
@@ -358,7 +365,9 @@ impl ServerHandler for GatewayConnection {
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
         let session = self.session_of(&context).session;
-        completion::complete(&self.gateway, &session, request, context).await
+        completion::complete(&self.gateway, &session, request, context)
+            .await
+            .map(passthrough::Completed::completed)
     }
 
     async fn set_level(

@@ -69,7 +69,7 @@ use crate::client::link::Upstream;
 pub use handler::GatewayConnection;
 pub use http::GatewayHttpService;
 pub use http_sessions::HttpSessions;
-pub use options::{ELICITATION_INTERACTOR, GatewayOptions, STATUS_TOOL};
+pub use options::{DEFAULT_REQUEST_TIMEOUT, ELICITATION_INTERACTOR, GatewayOptions, STATUS_TOOL};
 pub use stdio::GatewayError;
 
 use elicit::{ElicitationInteractor, Elicitations};

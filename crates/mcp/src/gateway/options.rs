@@ -39,6 +39,12 @@ pub struct GatewayOptions {
     /// Tasks toward clients: the wait between two `tasks/get` suggested to the client
     /// (`pollIntervalMs`; default 1 s).
     pub task_poll_interval: Duration,
+    /// The deadline of a request the gateway forwards to a server (`resources/*`,
+    /// `prompts/*`, `completion/complete`, `logging/setLevel`) when the client's request
+    /// carries none in `_meta.timeout_ms` (default 30 s; the binary uses
+    /// `[gateway] request_timeout`). A server that does not answer within it gets
+    /// `notifications/cancelled` and the client a JSON-RPC error (-32001).
+    pub request_timeout: Duration,
 }
 
 impl Default for GatewayOptions {
@@ -51,6 +57,7 @@ impl Default for GatewayOptions {
             max_body: DEFAULT_MAX_BODY,
             task_ttl: Duration::from_secs(3600),
             task_poll_interval: Duration::from_secs(1),
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
         }
     }
 }
@@ -73,6 +80,13 @@ pub(crate) const STREAM_CLOSE_SETTLE: Duration = Duration::from_millis(200);
 /// How long the fast path waits for a call's answer before its response starts as an event
 /// stream anyway (see `super::fast`).
 pub(crate) const JSON_WINDOW: Duration = Duration::from_secs(1);
+
+/// The default deadline of a forwarded request: 30 s.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The longest deadline a client's `_meta.timeout_ms` may give a forwarded request: 30 min
+/// (the `max_timeout` default of tool calls).
+pub(crate) const MAX_REQUEST_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// The default largest request body on Streamable HTTP: 4 MiB.
 pub(crate) const DEFAULT_MAX_BODY: usize = 4 * 1024 * 1024;

@@ -13,11 +13,14 @@
 )]
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use rmcp::ErrorData;
 use rmcp::model::{
-    ClientNotification, ClientRequest, PaginatedRequestParams, RequestMetaObject,
-    RootsListChangedNotification, ServerResult, SetLevelRequest, SetLevelRequestParams,
+    ClientNotification, ClientRequest, CompleteResult, GetPromptResult,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, PaginatedRequestParams,
+    ReadResourceResult, RequestMetaObject, ResultType, RootsListChangedNotification,
+    ServerResult, SetLevelRequest, SetLevelRequestParams,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use tokio_util::sync::CancellationToken;
@@ -25,6 +28,8 @@ use tokio_util::sync::CancellationToken;
 use crate::McpServer;
 use crate::client::link::retype;
 
+use super::call::hint_ms;
+use super::options::MAX_REQUEST_TIMEOUT;
 use super::session::ClientSession;
 use super::state::GatewayState;
 
@@ -50,8 +55,11 @@ pub(crate) fn servers_with(servers: &[Arc<McpServer>], kind: Kind) -> Vec<Arc<Mc
 }
 
 /// Sends `request` to `server` for the client's request in `ctx`, cancelled with it: by the
-/// client's `notifications/cancelled`, its closed response stream, or its session's end.
+/// client's `notifications/cancelled`, its closed response stream, or its session's end; and
+/// ended with a JSON-RPC error when the server has not answered by the request's deadline
+/// ([`deadline`]).
 pub(crate) async fn forward(
+    gw: &GatewayState,
     session: &ClientSession,
     server: &McpServer,
     request: ClientRequest,
@@ -72,7 +80,7 @@ pub(crate) async fn forward(
             }
         }
     };
-    let call = server.request(request, forward_meta(ctx), &cancel);
+    let call = server.request(request, forward_meta(ctx), &cancel, deadline(gw, &ctx.meta));
     let (result, ()) = tokio::join!(
         async {
             let r = call.await;
@@ -85,12 +93,32 @@ pub(crate) async fn forward(
     result
 }
 
-/// The client's `_meta` for the server (rmcp sets its own progress token on each hop).
+/// How long a forwarded request may wait for its server: the client's own hint
+/// (`_meta.timeout_ms` or `_meta["toolwarden/timeout_ms"]`, at most
+/// [`MAX_REQUEST_TIMEOUT`]), else the gateway's `request_timeout`.
+pub(crate) fn deadline(gw: &GatewayState, meta: &RequestMetaObject) -> Duration {
+    match hint_ms(meta, &["timeout_ms", "toolwarden/timeout_ms"]) {
+        Some(ms) => Duration::from_millis(ms).min(MAX_REQUEST_TIMEOUT),
+        None => gw.opts.request_timeout,
+    }
+}
+
+/// The client's `_meta` for the server: what the client said, without what belongs to the
+/// hop — rmcp sets its own progress token, and the 2026-07-28 envelope
+/// (`io.modelcontextprotocol/protocolVersion`, `clientCapabilities`, `clientInfo`,
+/// `logLevel`) describes the gateway's client, not the gateway toward its server. (rmcp's HTTP
+/// client takes a request's own `protocolVersion` as the connection's: a stateless client's
+/// envelope sent on to a handshake server changed the connection's protocol header, and the
+/// server refused every request after it.)
 fn forward_meta(ctx: &RequestContext<RoleServer>) -> RequestMetaObject {
     let mut meta = ctx.meta.clone();
     meta.remove("progressToken");
+    meta.retain(|key, _| !key.starts_with(ENVELOPE_PREFIX));
     meta
 }
+
+/// The prefix of the keys the 2026-07-28 revision reserves in a request's `_meta`.
+const ENVELOPE_PREFIX: &str = "io.modelcontextprotocol/";
 
 /// A list request's paging parameters, without the client's `_meta` (it goes with the
 /// request's own).
@@ -101,6 +129,33 @@ pub(crate) fn page(params: Option<PaginatedRequestParams>) -> Option<PaginatedRe
     })
 }
 
+/// A forwarded answer as the gateway's own: with `resultType: "complete"`, which the 2026-07-28
+/// revision requires of every answer and a handshake server's answer lacks (SDK clients of
+/// that revision refuse an answer without it). rmcp strips it again for handshake clients.
+pub(crate) trait Completed {
+    fn completed(self) -> Self;
+}
+
+macro_rules! completed {
+    ($($t:ty),*) => {$(
+        impl Completed for $t {
+            fn completed(mut self) -> Self {
+                self.result_type.get_or_insert(ResultType::COMPLETE);
+                self
+            }
+        }
+    )*};
+}
+
+completed!(
+    ListResourcesResult,
+    ListResourceTemplatesResult,
+    ListPromptsResult,
+    ReadResourceResult,
+    GetPromptResult,
+    CompleteResult
+);
+
 /// The error for a name or reference no server serves.
 pub(crate) fn unknown(what: String) -> ErrorData {
     ErrorData::invalid_params(what, None)
@@ -109,6 +164,7 @@ pub(crate) fn unknown(what: String) -> ErrorData {
 /// Every item of a paginated `*/list` request to one server, page after page: `request` makes
 /// the request for a page, `split` takes a page apart into its items and the next cursor.
 pub(crate) async fn all_pages<P, T>(
+    gw: &GatewayState,
     server: &McpServer,
     what: &str,
     request: impl Fn(PaginatedRequestParams) -> ClientRequest,
@@ -128,6 +184,7 @@ where
                     request(params),
                     RequestMetaObject::new(),
                     &CancellationToken::new(),
+                    gw.opts.request_timeout,
                 )
                 .await?,
             what,
@@ -170,7 +227,7 @@ pub(crate) async fn set_level(
     let mut any = false;
     for server in &servers {
         let request = ClientRequest::SetLevelRequest(SetLevelRequest::new(params.clone()));
-        match forward(session, server, request, &ctx).await {
+        match forward(gw, session, server, request, &ctx).await {
             Ok(_) => any = true,
             Err(e) => {
                 tracing::warn!(server = %server.server_name(), error = %e.message,

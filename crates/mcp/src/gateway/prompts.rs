@@ -37,7 +37,7 @@ pub(crate) async fn list(
             extensions: Default::default(),
         });
         let mut result: ListPromptsResult = as_list(
-            forward(session, server, request, &ctx).await?,
+            forward(gw, session, server, request, &ctx).await?,
             "prompts/list",
         )?;
         result.prompts = expose(gw, server, result.prompts);
@@ -45,7 +45,7 @@ pub(crate) async fn list(
     }
     let mut all = Vec::new();
     for server in &servers {
-        match all_prompts(server).await {
+        match all_prompts(gw, server).await {
             Ok(prompts) => all.extend(expose(gw, server, prompts)),
             Err(e) => tracing::warn!(server = %server.server_name(), error = %e.message,
                 "prompts/list failed; its prompts are left out"),
@@ -67,7 +67,7 @@ pub(crate) async fn get(
     params.name = own;
     params.meta = None;
     let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
-    match forward(session, &server, request, &ctx).await? {
+    match forward(gw, session, &server, request, &ctx).await? {
         ServerResult::GetPromptResult(r) => Ok(r),
         other => retype(other, "prompts/get"),
     }
@@ -86,7 +86,7 @@ pub(crate) async fn resolve(gw: &GatewayState, exposed: &str) -> Option<(Arc<Mcp
     }
     // Not listed yet: read the lists.
     for server in servers_with(&gw.servers, Kind::Prompts) {
-        if let Ok(prompts) = all_prompts(&server).await {
+        if let Ok(prompts) = all_prompts(gw, &server).await {
             expose(gw, &server, prompts);
         }
     }
@@ -116,8 +116,9 @@ pub(crate) fn server_restarted(gw: &GatewayState, name: &str) {
     }
 }
 
-async fn all_prompts(server: &McpServer) -> Result<Vec<Prompt>, ErrorData> {
+async fn all_prompts(gw: &GatewayState, server: &McpServer) -> Result<Vec<Prompt>, ErrorData> {
     all_pages(
+        gw,
         server,
         "prompts/list",
         |params| {

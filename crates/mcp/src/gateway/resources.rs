@@ -50,7 +50,7 @@ pub(crate) async fn list(
             extensions: Default::default(),
         });
         let result: ListResourcesResult = as_list(
-            forward(session, server, request, &ctx).await?,
+            forward(gw, session, server, request, &ctx).await?,
             "resources/list",
         )?;
         remember_resources(gw, server, &result.resources);
@@ -58,7 +58,7 @@ pub(crate) async fn list(
     }
     let mut all = Vec::new();
     for server in &servers {
-        match all_resources(server).await {
+        match all_resources(gw, server).await {
             Ok(resources) => {
                 remember_resources(gw, server, &resources);
                 all.extend(resources);
@@ -85,7 +85,7 @@ pub(crate) async fn list_templates(
             extensions: Default::default(),
         });
         let result: ListResourceTemplatesResult = as_list(
-            forward(session, server, request, &ctx).await?,
+            forward(gw, session, server, request, &ctx).await?,
             "resources/templates/list",
         )?;
         remember_templates(gw, server, &result.resource_templates);
@@ -93,7 +93,7 @@ pub(crate) async fn list_templates(
     }
     let mut all = Vec::new();
     for server in &servers {
-        match all_templates(server).await {
+        match all_templates(gw, server).await {
             Ok(templates) => {
                 remember_templates(gw, server, &templates);
                 all.extend(templates);
@@ -117,7 +117,7 @@ pub(crate) async fn read(
     let mut last = None;
     for server in &servers {
         let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params.clone()));
-        match forward(session, server, request, &ctx).await {
+        match forward(gw, session, server, request, &ctx).await {
             Ok(ServerResult::ReadResourceResult(r)) => return Ok(r),
             Ok(other) => return retype(other, "resources/read"),
             Err(e) => last = Some(e),
@@ -145,7 +145,7 @@ pub(crate) async fn subscribe(
     };
     if gw.routes.unsubscribed(&uri) {
         let request = ClientRequest::SubscribeRequest(SubscribeRequest::new(params));
-        forward(session, &server, request, &ctx).await?;
+        forward(gw, session, &server, request, &ctx).await?;
     }
     gw.routes
         .subscribe(&uri, &server.server_name().into(), &session.id);
@@ -166,7 +166,7 @@ pub(crate) async fn unsubscribe(
     let last = gw.routes.unsubscribe(&uri, &session.id);
     if let Some(server) = last.and_then(|s| gw.server(&s).cloned()) {
         let request = ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(params));
-        forward(session, &server, request, &ctx).await?;
+        forward(gw, session, &server, request, &ctx).await?;
     }
     Ok(())
 }
@@ -188,13 +188,19 @@ pub(crate) fn server_restarted(gw: &GatewayState, name: &str) {
     if uris.is_empty() {
         return;
     }
+    let within = gw.opts.request_timeout;
     gw.tasks.spawn(async move {
         for uri in uris {
             let request = ClientRequest::SubscribeRequest(SubscribeRequest::new(
                 SubscribeRequestParams::new(uri.clone()),
             ));
             if let Err(e) = server
-                .request(request, RequestMetaObject::new(), &CancellationToken::new())
+                .request(
+                    request,
+                    RequestMetaObject::new(),
+                    &CancellationToken::new(),
+                    within,
+                )
                 .await
             {
                 tracing::warn!(server = %server.server_name(), %uri, error = %e.message,
@@ -215,10 +221,10 @@ pub(crate) async fn servers_for_uri(gw: &GatewayState, uri: &str) -> Vec<Arc<Mcp
     }
     // The client may know the URI from elsewhere (a tool's resource link): read the lists.
     for server in &servers {
-        if let Ok(resources) = all_resources(server).await {
+        if let Ok(resources) = all_resources(gw, server).await {
             remember_resources(gw, server, &resources);
         }
-        if let Ok(templates) = all_templates(server).await {
+        if let Ok(templates) = all_templates(gw, server).await {
             remember_templates(gw, server, &templates);
         }
     }
@@ -234,8 +240,9 @@ fn lookup_uri(gw: &GatewayState, uri: &str) -> Option<Arc<McpServer>> {
     gw.server(&server).cloned()
 }
 
-async fn all_resources(server: &McpServer) -> Result<Vec<Resource>, ErrorData> {
+async fn all_resources(gw: &GatewayState, server: &McpServer) -> Result<Vec<Resource>, ErrorData> {
     all_pages(
+        gw,
         server,
         "resources/list",
         |params| {
@@ -250,8 +257,9 @@ async fn all_resources(server: &McpServer) -> Result<Vec<Resource>, ErrorData> {
     .await
 }
 
-async fn all_templates(server: &McpServer) -> Result<Vec<ResourceTemplate>, ErrorData> {
+async fn all_templates(gw: &GatewayState, server: &McpServer) -> Result<Vec<ResourceTemplate>, ErrorData> {
     all_pages(
+        gw,
         server,
         "resources/templates/list",
         |params| {

@@ -208,7 +208,7 @@ impl GatewayState {
         for (uri, server) in self.routes.forget_session(&session.id) {
             // It was the last subscriber: the server is unsubscribed.
             if let Some(server) = self.server(&server).cloned() {
-                self.tasks.spawn(unsubscribe(server, uri));
+                self.tasks.spawn(unsubscribe(server, uri, self.opts.request_timeout));
             }
         }
     }
@@ -319,11 +319,16 @@ impl Drop for GatewayState {
     reason = "resources/unsubscribe is deprecated by SEP-2577 (MCP 2026-07-28), but the \
               session-based revisions the gateway speaks still use it"
 )]
-async fn unsubscribe(server: Arc<McpServer>, uri: String) {
+async fn unsubscribe(server: Arc<McpServer>, uri: String, within: Duration) {
     let mut params = rmcp::model::UnsubscribeRequestParams::new(uri);
     params.meta = None;
     let request = ClientRequest::UnsubscribeRequest(rmcp::model::UnsubscribeRequest::new(params));
     let _ = server
-        .request(request, RequestMetaObject::new(), &CancellationToken::new())
+        .request(
+            request,
+            RequestMetaObject::new(),
+            &CancellationToken::new(),
+            within,
+        )
         .await;
 }

@@ -32,6 +32,9 @@ use crate::state::{Era, TAG, TestServer};
 const STATELESS_ONLY: &[ProtocolVersion] = &[ProtocolVersion::V_2026_07_28];
 use crate::tools::{ITEM_IDS, NAMES, id_json, tools, wire};
 
+/// A resource whose `resources/read` is never answered (a hung server), unless cancelled.
+const NEVER_ANSWERED: &str = "test://hang/never";
+
 /// What `resources/read` answers for `uri`.
 fn read(uri: &str) -> Option<String> {
     if uri == "test://static/hello" {
@@ -91,8 +94,13 @@ impl rmcp::ServerHandler for TestServer {
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
+        if request.uri == NEVER_ANSWERED {
+            // Until the request is cancelled, which is the only way it ends.
+            context.ct.cancelled().await;
+            return Err(McpError::internal_error("cancelled", None));
+        }
         match read(&request.uri) {
             Some(body) => {
                 let result: ReadResourceResult = wire(json!({"contents": [

@@ -29,7 +29,8 @@
 //!
 //! Besides tools it serves what a gateway passes through: a resource `test://static/hello`
 //! (text `hello`), a template `test://items/{id}` (text `item ID`; an unknown URI is
-//! `-32002`), subscriptions, a prompt `greet {name}` ("Hello, NAME!"), completion of
+//! `-32002`), a resource `test://hang/never` whose read is never answered (until cancelled; not
+//! listed), subscriptions, a prompt `greet {name}` ("Hello, NAME!"), completion of
 //! `greet`'s `name` (`alice`, `albert`, `bob`) and of the template's `id` (`1`, `2`, `3`), and
 //! `logging/setLevel`. With `--tag TAG` it also serves `test://TAG/mine` (text `mine of TAG`)
 //! and its greeting ends with ` (TAG)`.
