@@ -495,6 +495,39 @@ async fn a_slow_start_within_the_startup_timeout_comes_up_and_calls_wait_for_it(
     finish(server, &[pid]).await;
 }
 
+/// rmcp probes with `server/discover` and falls back to `initialize` after 10 s; a server that
+/// reads nothing for 15 s (a package download, a JVM) then answers the probe late. Its first
+/// start must still succeed, whichever eras it speaks.
+#[tokio::test]
+async fn a_server_that_reads_its_first_requests_15s_late_starts_on_its_first_try() {
+    let slow = |era: &str| {
+        let mut cfg = stdio(&["--silent-ms", "15000", "--era", era]);
+        cfg.startup_timeout = Some(DurationValue::from_duration(Duration::from_secs(40)));
+        launch(&format!("slow-{era}"), cfg)
+    };
+    let (handshake_host, handshake) = slow("handshake");
+    let (both_host, both) = slow("both");
+    for (host, server) in [(&handshake_host, &handshake), (&both_host, &both)] {
+        server
+            .wait_ready(Duration::from_secs(40))
+            .await
+            .expect("it comes up on its first start");
+        let name = server.server_name().to_owned();
+        assert_eq!(
+            host.record().states_of(&name),
+            vec![ServerStateKind::Starting, ServerStateKind::Up],
+            "{name}: one start, no failure"
+        );
+        assert_eq!(
+            text(call(server, "echo", json!({"text": "late but fine"})).await),
+            "late but fine"
+        );
+    }
+    let pids = [server_pid(&handshake).await, server_pid(&both).await];
+    finish(handshake, &pids[..1]).await;
+    finish(both, &pids[1..]).await;
+}
+
 #[tokio::test]
 async fn a_start_over_the_startup_timeout_is_down_and_retried() {
     let mut cfg = stdio(&["--startup-delay-ms", "5000"]);

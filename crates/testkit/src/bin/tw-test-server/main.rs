@@ -47,6 +47,10 @@ struct Args {
     /// Answer `initialize` only after this many milliseconds.
     #[arg(long, default_value_t = 0)]
     startup_delay_ms: u64,
+    /// Read nothing for this many milliseconds after start (stdio): a server that is slow to
+    /// start (a package download, a JVM), whose client's first requests wait in the pipe.
+    #[arg(long, default_value_t = 0)]
+    silent_ms: u64,
     /// Exit with status 2 before serving anything.
     #[arg(long)]
     fail_startup: bool,
@@ -86,6 +90,7 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
+        tokio::time::sleep(Duration::from_millis(args.silent_ms)).await;
         let startup_delay = Duration::from_millis(args.startup_delay_ms);
         match args.http {
             Some(addr) => serve_http(addr, startup_delay, args.era).await,
