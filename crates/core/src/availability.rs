@@ -1,8 +1,14 @@
 //! Calls for a server that is starting or restarting wait for it. Right after start, a server's
 //! tools are not listed yet: a call that names one (by its `SERVER__` prefix, or any call when
-//! tools are not prefixed) waits — within its own deadline and the server's `startup_timeout`
-//! — until the server lists the tool (the call runs), comes up without it (`invalid`, unknown
-//! tool), or stays down past the wait (`error{transport}`: nothing ran, it may be retried).
+//! tools are not prefixed) waits — within the server's `startup_timeout`, and the call's own
+//! deadline hint when it gave one — until the server lists the tool (the call runs), comes up
+//! without it (`invalid`, unknown tool), stays down past the wait (`error{transport}`: nothing
+//! ran, it may be retried), or is found unable to start (`failed`: the call ends at once).
+//!
+//! The tool's configured `timeout` does not bound the wait: like every deadline of a call it
+//! counts from the call's first attempt. A server whose first start takes minutes (compiled or
+//! downloaded on first use) is given its `startup_timeout` for that, and a call made meanwhile
+//! runs once it is up.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +19,7 @@ use toolwarden_protocol::{Policy, ServerStateKind, format_duration};
 use crate::cancel::Scope;
 use crate::registry::{Registry, ToolEntry};
 use crate::servers::{AwaitedServer, Servers};
+use crate::text::cannot_start;
 
 /// A call's tool whose server is not up yet.
 pub(crate) struct PendingTool {
@@ -30,23 +37,23 @@ pub(crate) enum Resolved {
     Tool(Arc<ToolEntry>),
     /// The server is up and does not list it; the suggestion names close tools.
     Unknown(Option<String>),
-    /// The server did not come up in time.
+    /// The server did not come up in time, or cannot start.
     Down(String),
     /// The call was cancelled while it waited.
     Cancelled,
 }
 
 impl PendingTool {
-    /// Waits for the server, at most `timeout` (the call's own, `0` = none) and its
-    /// `startup_timeout`, from `arrived`.
+    /// Waits for the server, at most its `startup_timeout` and `hint` (the call's own deadline
+    /// hint, `0` = none), from `arrived`.
     pub(crate) async fn resolve(
         &self,
         scope: &Scope,
         arrived: Instant,
-        timeout: Duration,
+        hint: Option<Duration>,
     ) -> Resolved {
         let limits = [
-            (!timeout.is_zero()).then_some(timeout),
+            hint.filter(|h| !h.is_zero()),
             self.server.startup_timeout,
         ];
         let wait = limits.into_iter().flatten().min();
@@ -60,11 +67,15 @@ impl PendingTool {
                 return Resolved::Tool(entry);
             }
             let status = self.servers.status(&self.server.name);
-            if status
-                .as_ref()
-                .is_some_and(|s| s.state == ServerStateKind::Up)
-            {
-                return Resolved::Unknown(self.registry.suggest(&self.name));
+            match status.as_ref().map(|s| s.state) {
+                Some(ServerStateKind::Up) => {
+                    return Resolved::Unknown(self.registry.suggest(&self.name));
+                }
+                Some(ServerStateKind::Failed) => {
+                    let why = status.and_then(|s| s.detail).unwrap_or_default();
+                    return Resolved::Down(cannot_start(&self.server.name, &why));
+                }
+                _ => {}
             }
             tokio::select! {
                 biased;

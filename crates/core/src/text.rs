@@ -133,6 +133,10 @@ pub fn outcome_text(tool: &str, status: &Status, detail: Option<&str>) -> String
             ErrorReason::ToolError => {
                 format!("[ERROR] Tool \"{tool}\" failed.{}", detail_sentence(""))
             }
+            ErrorReason::Transport if detail.is_some_and(is_cannot_start) => format!(
+                "[ERROR] Tool \"{tool}\" could not be reached.{} It did not run. Its server cannot start until that is fixed, so calling it again now fails the same way; tell the user, or use another tool.",
+                detail_sentence("")
+            ),
             ErrorReason::Transport => format!(
                 "[ERROR] Tool \"{tool}\" could not be reached.{} It may not have run; try again later.",
                 detail_sentence("")
@@ -150,6 +154,20 @@ pub fn outcome_text(tool: &str, status: &Status, detail: Option<&str>) -> String
 }
 
 /// The note appended to a result the loop detector flagged.
+/// The detail of a call whose server cannot start (state `failed`): `MCP server "x" cannot
+/// start: WHY`. Backends use it too, so that the model's text can tell such a server from one
+/// that is only slow or restarting.
+pub fn cannot_start(server: &str, why: &str) -> String {
+    format!("MCP server {server:?} {CANNOT_START}{why}")
+}
+
+const CANNOT_START: &str = "cannot start: ";
+
+/// Whether a transport error's detail is [`cannot_start`]'s.
+fn is_cannot_start(detail: &str) -> bool {
+    detail.starts_with("MCP server ") && detail.contains(CANNOT_START)
+}
+
 pub(crate) fn loop_note(tool: &str, count: u32, block_after: u32) -> String {
     let block = if block_after > count {
         format!(

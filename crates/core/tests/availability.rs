@@ -1,7 +1,9 @@
 //! Calls wait for their server: a call for a server that is starting (or restarting) waits for
-//! it, within its own deadline and the server's `startup_timeout`; it is never answered "no such
+//! it, within the server's `startup_timeout` (and the call's own deadline hint, when it gives
+//! one; the configured `timeout` counts from the first attempt); it is never answered "no such
 //! tool" because the tool list is not loaded yet. A server that stays down past that ends the
-//! call `error{transport}`; one that comes up without the tool ends it `invalid{unknown_tool}`.
+//! call `error{transport}`; one that comes up without the tool ends it `invalid{unknown_tool}`;
+//! one that cannot start (`failed`) ends it at once.
 
 mod common;
 
@@ -97,6 +99,49 @@ async fn the_calls_own_deadline_bounds_the_wait() {
         status(&r),
         json!({"status": "error", "reason": "transport", "call_id": "c1"})
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_configured_timeout_does_not_bound_the_wait_for_a_first_start() {
+    // A server compiled or downloaded on first use takes longer than a call may run.
+    let mut h = Harness::new("[defaults]\ntimeout = \"5s\"\n");
+    let _host = slow_server(&h, Some(secs(12)), "work");
+    let start = Instant::now();
+    let r = h.call("c1", "slow__work", json!({})).await;
+    assert_eq!(r.text(), "ok from work");
+    assert_eq!(start.elapsed(), secs(12));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_for_a_server_that_cannot_start_ends_at_once() {
+    let mut h = Harness::new("");
+    let host = slow_server(&h, None, "work");
+    host.server_state(
+        "slow",
+        ServerStateKind::Failed,
+        Some("cannot run slowd: No such file or directory".into()),
+    );
+    let start = Instant::now();
+    let r = h.call("c1", "slow__work", json!({})).await;
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    check(
+        &r,
+        json!({"status": "error", "reason": "transport", "attempts": 0, "call_id": "c1",
+               "tool": "slow__work", "duration_ms": 0,
+               "detail": "MCP server \"slow\" cannot start: cannot run slowd: No such file or directory"}),
+        "[ERROR] Tool \"slow__work\" could not be reached. MCP server \"slow\" cannot start: cannot run slowd: No such file or directory. It did not run. Its server cannot start until that is fixed, so calling it again now fails the same way; tell the user, or use another tool.",
+    );
+    // And one that is waiting when the server fails ends then.
+    let host2 = slow_server(&h, None, "work");
+    let handle = h.start(vec![call("c2", "slow__work", json!({}))]);
+    tokio::time::sleep(secs(3)).await;
+    host2.server_state("slow", ServerStateKind::Failed, Some("exited".into()));
+    let out = handle.finish().await;
+    assert_eq!(
+        status(&out.results[0]),
+        json!({"status": "error", "reason": "transport", "call_id": "c2"})
+    );
+    assert_eq!(start.elapsed(), secs(3));
 }
 
 #[tokio::test(start_paused = true)]

@@ -604,7 +604,7 @@ const HANDLERS = {
     if (!ev.server) return;
     m.servers.set(ev.server, { state: ev.state, detail: ev.detail ?? null });
     m.dirty.servers = true;
-    if (ev.state === "down" || ev.state === "restarted") {
+    if (ev.state === "down" || ev.state === "failed" || ev.state === "restarted") {
       // The server's process is gone: so is the work it was abandoned with.
       for (const call of [...m.stopping.values()]) {
         if (call.abandoned && m.tools.get(call.tool)?.backend === ev.server) {

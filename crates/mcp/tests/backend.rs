@@ -568,13 +568,23 @@ async fn a_start_over_the_startup_timeout_is_down_and_retried() {
 
 #[tokio::test]
 async fn a_server_that_fails_to_start_says_why() {
-    let (_host, server) = launch("t", stdio(&["--fail-startup"]));
+    let (host, server) = launch("t", stdio(&["--fail-startup"]));
     let err = server.wait_ready(READY).await.unwrap_err();
     let ReadyError::Down { detail, .. } = &err else {
         panic!("expected Down, got {err:?}")
     };
     assert!(detail.contains("exited with status 2"), "{detail}");
     assert!(detail.contains("failing start-up on purpose"), "{detail}");
+    // An exit before the handshake is `failed`: its calls fail at once, saying why.
+    assert_eq!(host.record().last_state("t").map(|s| s.0), Some(ServerStateKind::Failed));
+    let started = tokio::time::Instant::now();
+    let failed = error(call(&server, "echo", json!({"text": "x"})).await);
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert!(
+        matches!(&failed, AttemptError::Transport(m)
+            if m.starts_with("MCP server \"t\" cannot start: ") && m.contains("exited with status 2")),
+        "{failed:?}"
+    );
     finish(server, &[]).await;
 
     let (_host, server) = launch(
@@ -585,7 +595,7 @@ async fn a_server_that_fails_to_start_says_why() {
         },
     );
     let err = server.wait_ready(READY).await.unwrap_err();
-    assert!(err.to_string().contains("cannot start"), "{err}");
+    assert!(err.to_string().contains("cannot run /nonexistent/tw-nothing"), "{err}");
     finish(server, &[]).await;
 
     let (_host, server) = launch("t", ServerConfig::default());
@@ -595,6 +605,57 @@ async fn a_server_that_fails_to_start_says_why() {
         "{err}"
     );
     finish(server, &[]).await;
+}
+
+/// A failed server is tried again on the backoff, quietly (no `starting` for those tries, no
+/// second `failed` while it fails the same way), and comes up once its command exists.
+#[tokio::test]
+async fn a_failed_server_is_retried_and_comes_up_once_its_command_exists() {
+    let dir = std::env::temp_dir().join(format!("tw-failed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("late-server");
+    let _ = std::fs::remove_file(&script);
+    let (host, server) = launch(
+        "t",
+        ServerConfig {
+            command: Some(script.display().to_string()),
+            ..Default::default()
+        },
+    );
+    host.wait_for(Duration::from_secs(10), "failed", |r| {
+        r.states_of("t") == vec![ServerStateKind::Starting, ServerStateKind::Failed]
+    })
+    .await;
+    // Several quiet tries later (the test backoff starts at 100 ms), still the same two states.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(
+        host.record().states_of("t"),
+        vec![ServerStateKind::Starting, ServerStateKind::Failed]
+    );
+    // The command appears (installed): the next try brings it up.
+    let tmp = dir.join("late-server.tmp");
+    std::fs::write(
+        &tmp,
+        format!("#!/bin/sh\nexec {} \"$@\"\n", toolwarden_testkit::test_server_path().display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::rename(&tmp, &script).unwrap();
+    host.wait_for(Duration::from_secs(10), "up once the command exists", |r| {
+        r.states_of("t").contains(&ServerStateKind::Up)
+    })
+    .await;
+    assert_eq!(
+        host.record().states_of("t"),
+        vec![ServerStateKind::Starting, ServerStateKind::Failed, ServerStateKind::Up]
+    );
+    assert_eq!(
+        text(call(&server, "echo", json!({"text": "at last"})).await),
+        "at last"
+    );
+    let pid = server_pid(&server).await;
+    finish(server, &[pid]).await;
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test]

@@ -57,8 +57,14 @@ pub enum ServerStateKind {
     Starting,
     /// Initialized and listing its tools.
     Up,
-    /// Crashed, exited, unreachable or failed to start.
+    /// Crashed, exited, unreachable, or its start timed out: it may come back by itself, and
+    /// calls for it wait for it (within its `startup_timeout`).
     Down,
+    /// Its start failed in a way that does not fix itself: the command cannot be run (not
+    /// found, not executable), the process exited before the MCP handshake, or its definition
+    /// is invalid. Calls for it end at once; it is still retried on a backoff (the command may
+    /// get installed), without `starting` reports.
+    Failed,
     /// Was restarted (by `on_stuck = "restart"` or after a crash).
     Restarted,
 }

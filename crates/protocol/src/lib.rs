@@ -53,7 +53,7 @@ pub use policy::{
     OnStuck, POLICY_KEYS, Policy, PolicyConfig, TaskMode,
 };
 pub use status::{
-    ActiveCall, ActiveTurn, BreakerInfo, CallState, RecentCall, RunningCall, SessionStatus,
+    ActiveCall, ActiveTurn, BreakerInfo, CallState, RecentCall, RunningCall, ServerNotUp, SessionStatus,
     ToolInfo,
 };
 pub use time::Timestamp;

@@ -171,6 +171,18 @@ pub enum Decider {
     Headless,
 }
 
+impl Decider {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decider::ModeGate => "mode_gate",
+            Decider::Policy => "policy",
+            Decider::LoopDetector => "loop_detector",
+            Decider::Headless => "headless",
+        }
+    }
+}
+
 /// Why a call was denied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -187,6 +199,19 @@ pub enum DenyReason {
     NoInteractor,
 }
 
+impl DenyReason {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DenyReason::Timeout => "timeout",
+            DenyReason::User => "user",
+            DenyReason::Rule => "rule",
+            DenyReason::Loop => "loop",
+            DenyReason::NoInteractor => "no_interactor",
+        }
+    }
+}
+
 /// Why a call was rejected as invalid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -197,6 +222,17 @@ pub enum InvalidReason {
     Schema,
     /// The input is larger than the limit.
     TooLarge,
+}
+
+impl InvalidReason {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InvalidReason::UnknownTool => "unknown_tool",
+            InvalidReason::Schema => "schema",
+            InvalidReason::TooLarge => "too_large",
+        }
+    }
 }
 
 /// Where a result came from.
@@ -342,6 +378,32 @@ mod tests {
         );
         let back: Outcome = serde_json::from_value(v).unwrap();
         assert_eq!(back, o);
+    }
+
+    /// Every reason's `as_str` is its serde name, so that metrics, texts and the wire agree.
+    #[test]
+    fn wire_names_are_the_serde_names() {
+        fn check<T: Serialize>(values: &[T], name: impl Fn(&T) -> &'static str) {
+            for v in values {
+                assert_eq!(serde_json::to_value(v).unwrap(), json!(name(v)));
+            }
+        }
+        use ErrorReason as E;
+        check(&[E::ToolError, E::Transport, E::Crashed, E::ServerRestart], |v| v.as_str());
+        use TimeoutKind as T;
+        check(&[T::Total, T::Idle, T::Attempt], |v| v.as_str());
+        use CancelReason as C;
+        check(
+            &[C::User, C::ClientDisconnect, C::Parent, C::Timeout, C::Shutdown,
+              C::ServerRestart, C::NotStarted],
+            |v| v.as_str(),
+        );
+        use Decider as D;
+        check(&[D::ModeGate, D::Policy, D::LoopDetector, D::Headless], |v| v.as_str());
+        use DenyReason as R;
+        check(&[R::Timeout, R::User, R::Rule, R::Loop, R::NoInteractor], |v| v.as_str());
+        use InvalidReason as I;
+        check(&[I::UnknownTool, I::Schema, I::TooLarge], |v| v.as_str());
     }
 }
 

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::event::{BreakerStateKind, ProgressInfo};
+use crate::event::{BreakerStateKind, ProgressInfo, ServerStateKind};
 use crate::ids::{CallId, SessionId, TurnId};
 use crate::outcome::Status;
 use crate::policy::Policy;
@@ -121,6 +121,20 @@ pub struct SessionStatus {
     pub recent_failures: Vec<RecentCall>,
     /// Breakers that are not closed (shared by every session).
     pub open_breakers: Vec<BreakerInfo>,
+    /// Backend servers that are not up — starting, down or failed — by name, with why (shared
+    /// by every session): their tools' calls wait for them, or (`failed`) fail at once.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub servers_not_up: BTreeMap<String, ServerNotUp>,
+}
+
+/// A backend server that is not up.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerNotUp {
+    /// Its state: `starting`, `down` or `failed`.
+    pub state: ServerStateKind,
+    /// Why, when it is down or failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 /// One tool as the engine governs it (`GET /v1/tools`).

@@ -425,6 +425,13 @@ async fn print_server_states(engine: Engine, mut events: toolwarden_core::Matchi
                     .map(|d| format!(": {d}"))
                     .unwrap_or_default()
             ),
+            ServerStateKind::Failed => eprintln!(
+                "toolwarden: server {server:?} cannot start{}; its tools' calls fail at once, and it is tried again on a backoff",
+                detail
+                    .as_deref()
+                    .map(|d| format!(": {d}"))
+                    .unwrap_or_default()
+            ),
             ServerStateKind::Restarted => eprintln!(
                 "toolwarden: server {server:?} restarted{}",
                 detail

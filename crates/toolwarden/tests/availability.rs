@@ -132,3 +132,83 @@ async fn a_server_that_never_comes_up_ends_the_call_after_its_startup_timeout() 
     assert_eq!(readyz(&url).await.0, 503);
     stop(server, &mark).await;
 }
+
+/// A server whose command does not exist, and one that exits before its handshake, cannot start
+/// by retrying: they are `failed` with why, their tools' calls end at once naming the cause,
+/// `/readyz` says so, and so does `toolwarden__status` (to the model).
+#[tokio::test]
+async fn a_server_that_cannot_start_is_failed_and_its_calls_end_at_once() {
+    let extra = format!(
+        "[servers.gone]\ncommand = \"tw-no-such-command-anywhere\"\n\n\
+         [servers.quits]\ncommand = {}\nargs = [\"--fail-startup\"]\nstartup_timeout = \"60s\"\n",
+        toml_str(&crate::util::test_server())
+    );
+    let (_dir, server, url, mark) = start("avail-failed", &[], "", &extra).await;
+    server
+        .wait_stderr(
+            "server \"gone\" cannot start: cannot run tw-no-such-command-anywhere",
+            Duration::from_secs(30),
+        )
+        .await;
+    server
+        .wait_stderr("server \"quits\" cannot start", Duration::from_secs(30))
+        .await;
+
+    let (code, body) = readyz(&url).await;
+    assert_eq!((code, &body["status"]), (503, &json!("not_ready")), "{body}");
+    for name in ["gone", "quits"] {
+        assert_eq!(body["servers"][name]["state"], "failed", "{body}");
+    }
+    let detail = body["servers"]["gone"]["detail"].as_str().unwrap();
+    assert!(detail.contains("No such file or directory"), "{detail}");
+    let detail = body["servers"]["quits"]["detail"].as_str().unwrap();
+    assert!(detail.contains("exited with status 2"), "{detail}");
+
+    // Calls end at once, not after startup_timeout, saying why.
+    let started = tokio::time::Instant::now();
+    let answer = turn(
+        &url,
+        json!([{"id": "c1", "name": "gone__anything", "input": {}},
+               {"id": "c2", "name": "quits__echo", "input": {"text": "x"}}]),
+    )
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    for (result, needle) in answer["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(["tw-no-such-command-anywhere", "exited with status 2"])
+    {
+        let outcome = &result["toolwarden"];
+        assert_eq!(
+            (&outcome["status"], &outcome["reason"], &outcome["attempts"]),
+            (&json!("error"), &json!("transport"), &json!(0)),
+            "{answer:#}"
+        );
+        let detail = outcome["detail"].as_str().unwrap();
+        assert!(detail.contains("cannot start") && detail.contains(needle), "{detail}");
+        let text = result["content"][0]["text"].as_str().unwrap();
+        assert!(
+            text.contains("It did not run. Its server cannot start until that is fixed"),
+            "{text}"
+        );
+    }
+
+    // The model sees it in toolwarden__status.
+    let status = crate::util::mcp(&url, 1, "tools/call", json!({"name": "toolwarden__status"})).await;
+    let structured = &status["result"]["structuredContent"];
+    assert_eq!(structured["servers_not_up"]["gone"]["state"], "failed", "{status:#}");
+    assert_eq!(structured["servers_not_up"]["quits"]["state"], "failed", "{status:#}");
+    let text = status["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("- gone: cannot start (its tools fail at once until it is fixed): cannot run tw-no-such-command-anywhere"),
+        "{text}"
+    );
+    // The good server is up and is not listed.
+    assert!(structured["servers_not_up"].get("test").is_none(), "{status:#}");
+    stop(server, &mark).await;
+}

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::scale_out::{
     Throwaway, command_counts, delta, detached, prefix, replica, stop_replica, three, wait_health,
 };
-use crate::util::{Dir, http};
+use crate::util::{Dir, http, mcp};
 
 /// One `exec` call as a turn of `session`; its `toolwarden` outcome.
 async fn in_session(url: &str, session: &str, id: &str, command: &str) -> Value {
@@ -436,41 +436,6 @@ async fn what_a_session_did_while_redis_was_away_reaches_it_when_it_is_back() {
     stop_replica(a).await;
 }
 
-/// One JSON-RPC request of a stateless MCP client that declares tasks (as in
-/// `crates/mcp/tests/gateway_tasks.rs`), to a replica's `/mcp`; its answer.
-async fn mcp(url: &str, id: u64, method: &str, mut params: Value) -> Value {
-    const V: &str = "2026-07-28";
-    params["_meta"] = json!({
-        "io.modelcontextprotocol/protocolVersion": V,
-        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
-        "io.modelcontextprotocol/clientInfo": {"name": "replicas-test", "version": "0"},
-    });
-    let name = params["name"]
-        .as_str()
-        .or(params["taskId"].as_str())
-        .unwrap_or_default()
-        .to_owned();
-    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-    let resp = http()
-        .post(format!("{url}/mcp"))
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", V)
-        .header("mcp-method", method)
-        .header("mcp-name", name)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let text = resp.text().await.unwrap();
-    if let Ok(v) = serde_json::from_str::<Value>(&text) {
-        return v;
-    }
-    text.lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-        .find(|v| v.get("id").is_some() && v.get("method").is_none())
-        .unwrap_or_else(|| panic!("no answer to {method}: {text}"))
-}
 
 /// A replica like `scale_out::replica`, its trail in the PostgreSQL `store_url` as `name`.
 async fn replica_on_postgres(

@@ -371,6 +371,42 @@ pub fn http() -> reqwest::Client {
 }
 
 /// TOML for a string (quoted and escaped).
+/// One JSON-RPC request of a stateless (2026-07-28) MCP client that declares tasks, to
+/// `url`'s `/mcp`; its answer (read from JSON or from the event stream).
+pub async fn mcp(url: &str, id: u64, method: &str, mut params: Value) -> Value {
+    const V: &str = "2026-07-28";
+    params["_meta"] = serde_json::json!({
+        "io.modelcontextprotocol/protocolVersion": V,
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+        "io.modelcontextprotocol/clientInfo": {"name": "toolwarden-tests", "version": "0"},
+    });
+    let name = params["name"]
+        .as_str()
+        .or(params["taskId"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    let resp = http()
+        .post(format!("{url}/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", V)
+        .header("mcp-method", method)
+        .header("mcp-name", name)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let text = resp.text().await.unwrap();
+    if let Ok(v) = serde_json::from_str::<Value>(&text) {
+        return v;
+    }
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .find(|v| v.get("id").is_some() && v.get("method").is_none())
+        .unwrap_or_else(|| panic!("no answer to {method}: {text}"))
+}
+
 pub fn toml_str(s: &str) -> String {
     Value::String(s.to_owned()).to_string()
 }

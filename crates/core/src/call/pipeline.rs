@@ -134,8 +134,12 @@ async fn pipeline(
         }
         Target::Pending(pending) => {
             slot.set_state(CallState::Waiting);
-            let timeout = apply_hints(&pending.policy, call.timeout_ms, None).timeout;
-            match Box::pin(pending.resolve(&slot.scope, fin.arrived, timeout)).await {
+            // Only the call's own hint bounds the wait besides `startup_timeout` (see
+            // `availability`), clamped as the hint always is.
+            let hint = call
+                .timeout_ms
+                .map(|_| apply_hints(&pending.policy, call.timeout_ms, None).timeout);
+            match Box::pin(pending.resolve(&slot.scope, fin.arrived, hint)).await {
                 Resolved::Tool(entry) => {
                     slot.set_state(CallState::Queued);
                     let entry = &*listed.insert(entry);

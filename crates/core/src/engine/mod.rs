@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use toolwarden_protocol::{
     ActiveTurn, BreakerInfo, BreakerStateKind, CallId, CallResult, CancelReason, Content, Outcome,
-    Policy, SessionId, SessionStatus, Status, ToolCall, ToolInfo, ToolSpec, TurnId,
+    Policy, ServerNotUp, ServerStateKind, SessionId, SessionStatus, Status, ToolCall, ToolInfo, ToolSpec, TurnId,
 };
 
 use crate::backend::{Backend, BackendHost};
@@ -359,9 +359,27 @@ impl Engine {
 
     /// How a session's calls are doing; `None` for an unknown session.
     pub fn session_status(&self, session_id: &SessionId) -> Option<SessionStatus> {
-        self.inner
+        let mut status = self
+            .inner
             .turns
-            .session_status(session_id, self.open_breakers())
+            .session_status(session_id, self.open_breakers())?;
+        status.servers_not_up = self.servers_not_up();
+        Some(status)
+    }
+
+    /// Backend servers that are not up, by name, with why.
+    pub fn servers_not_up(&self) -> std::collections::BTreeMap<String, ServerNotUp> {
+        self.servers()
+            .into_iter()
+            .filter(|(_, s)| s.state != ServerStateKind::Up)
+            .map(|(name, s)| {
+                let s = ServerNotUp {
+                    state: s.state,
+                    detail: s.detail,
+                };
+                (name, s)
+            })
+            .collect()
     }
 
     /// Breakers that are not closed.

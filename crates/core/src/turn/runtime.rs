@@ -196,6 +196,7 @@ impl TurnRuntime {
             timed_out_tools: h.timed_out.clone(),
             recent_failures: h.recent_failures.iter().cloned().collect(),
             open_breakers,
+            servers_not_up: Default::default(),
         })
     }
 }

@@ -122,7 +122,8 @@ impl McpServer {
     }
 
     /// Waits until the server is up, or until its current (or, while it is down, its next)
-    /// start-up attempt fails, or `timeout`.
+    /// start-up attempt fails, or `timeout`. A server that cannot start (`failed`) fails the
+    /// wait at once.
     pub async fn wait_ready(&self, timeout: Duration) -> Result<(), ReadyError> {
         let server = self.shared.name.to_string();
         let mut rx = self.shared.state.subscribe();
@@ -139,6 +140,13 @@ impl McpServer {
                     ServerStateKind::Up if live => return Ok(()),
                     // A failure counts once a start attempt began after (or was under way
                     // when) we started waiting.
+                    // A server that cannot start fails the wait at once.
+                    ServerStateKind::Failed => {
+                        return Err(ReadyError::Down {
+                            server,
+                            detail: snap.detail.unwrap_or_default(),
+                        });
+                    }
                     ServerStateKind::Down
                         if snap.starts > first.starts || first.kind != ServerStateKind::Down =>
                     {

@@ -267,6 +267,22 @@ impl Lifecycle {
     }
 }
 
+/// Why a start failed.
+#[derive(Debug)]
+pub(crate) enum StartError {
+    /// The command could not be run at all (not found, not executable): retrying the same
+    /// command will not help until something outside changes.
+    Spawn(String),
+    /// Anything else: the connection, the lifecycle, `tools/list`.
+    Other(String),
+}
+
+impl From<String> for StartError {
+    fn from(detail: String) -> Self {
+        StartError::Other(detail)
+    }
+}
+
 /// Spawns or connects, then the lifecycle (`server/discover` or `initialize`) and `tools/list`. A spawned child is put in
 /// `child_slot` before anything is awaited, so the caller still holds it (to kill and reap it)
 /// when this future fails or is dropped by the start-up timeout.
@@ -278,7 +294,7 @@ pub(crate) async fn connect(
     opts: &McpOptions,
     link: Arc<Link>,
     child_slot: &mut Option<Child>,
-) -> Result<(Session, Vec<Tool>), String> {
+) -> Result<(Session, Vec<Tool>), StartError> {
     let max_message_bytes = opts.max_message_bytes;
     let router = Router::new(server.clone());
     let handler = Handler {
@@ -303,16 +319,16 @@ pub(crate) async fn connect(
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
             let mut proc = GroupChild::spawn(cmd).map_err(|e| {
-                format!(
-                    "cannot start {} (in {}): {e}",
+                StartError::Spawn(format!(
+                    "cannot run {} (in {}): {e}",
                     program.display(),
                     cwd.display()
-                )
+                ))
             })?;
             let (Some(stdin), Some(stdout), Some(stderr)) =
                 (proc.take_stdin(), proc.take_stdout(), proc.take_stderr())
             else {
-                return Err("the child's pipes are missing".into());
+                return Err(StartError::Other("the child's pipes are missing".into()));
             };
             let stderr_tail: StderrTail = Arc::default();
             let stderr_task = tokio::spawn(log_stderr(stderr, server.clone(), stderr_tail.clone()));

@@ -28,7 +28,7 @@ pub(super) struct Snapshot {
     pub(super) conn: Option<Arc<Conn>>,
     /// Start attempts begun so far.
     pub(super) starts: u64,
-    /// Down for good (a config error): no start attempt will follow.
+    /// Failed for good (a config error): no start attempt will follow.
     pub(super) permanent: bool,
     pub(super) shut_down: bool,
 }
@@ -107,8 +107,8 @@ impl Shared {
     }
 
     /// The live connection, waiting while the server is starting or restarting — at most its
-    /// `startup_timeout` (the call's own deadlines and stop apply too). A server that is down for
-    /// good (a bad config) or shut down fails at once.
+    /// `startup_timeout` (the call's own deadlines and stop apply too). A server that cannot
+    /// start (`failed`: a bad config, a command that cannot run) or is shut down fails at once.
     pub(super) async fn ready_conn(&self) -> Result<Arc<Conn>, AttemptError> {
         let mut rx = self.state.subscribe();
         let deadline = self.startup_timeout.map(|t| Instant::now() + t);
@@ -130,11 +130,10 @@ impl Shared {
                     (ServerStateKind::Up, Some(conn)) if conn.end().is_none() => {
                         return Ok(conn.clone());
                     }
-                    (ServerStateKind::Down, _) if snap.permanent => {
-                        return Err(AttemptError::Transport(format!(
-                            "MCP server {:?} is down: {}",
-                            self.name,
-                            snap.detail.as_deref().unwrap_or("unknown reason")
+                    (ServerStateKind::Failed, _) => {
+                        return Err(AttemptError::Transport(toolwarden_core::cannot_start(
+                            &self.name,
+                            snap.detail.as_deref().unwrap_or("unknown reason"),
                         )));
                     }
                     _ => {}

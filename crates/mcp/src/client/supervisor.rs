@@ -3,8 +3,12 @@
 //! States it reports: `starting` at every start attempt; `up` once the lifecycle
 //! (`server/discover` or `initialize`) and `tools/list` succeeded (preceded by a `restarted` event when an earlier instance had been up
 //! and went down); `down` with a detail when a start fails, the server exits or is restarted on
-//! purpose, and at shutdown. Restarts after failures wait a capped exponential backoff; a
-//! restart for a stuck call (`on_stuck = "restart"`) happens at once.
+//! purpose, and at shutdown; `failed` when a start fails in a way that will not fix itself —
+//! the command cannot be run, the process exited before the handshake, a bad definition.
+//! Restarts after failures wait a capped exponential backoff; a restart for a stuck call
+//! (`on_stuck = "restart"`) happens at once. A failed server is still tried again on the
+//! backoff (the command may get installed), but quietly: no `starting` for those attempts, and
+//! no new `failed` while it fails the same way.
 
 use std::pin::pin;
 use std::sync::Arc;
@@ -14,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use toolwarden_protocol::ServerStateKind;
 
-use super::session::{self, Child, ConnEnd, Session, describe_exit};
+use super::session::{self, Child, ConnEnd, Session, StartError, describe_exit};
 use super::shared::{RestartRequest, Shared};
 
 /// Runs until the server is shut down.
@@ -28,11 +32,13 @@ pub(crate) async fn supervise(
             // A config problem does not heal by retrying.
             shared.state.send_modify(|s| s.permanent = true);
             shared.set_state(
-                ServerStateKind::Down,
+                ServerStateKind::Failed,
                 Some(format!("bad server config: {detail}")),
                 None,
             );
             shared.shutdown.cancelled().await;
+            shared.state.send_modify(|s| s.shut_down = true);
+            shared.set_state(ServerStateKind::Down, Some("shut down".into()), None);
             finish(&shared);
             return;
         }
@@ -46,12 +52,18 @@ pub(crate) async fn supervise(
     // on the probe (some close the connection on any first request but `initialize`) is
     // reached by the handshake at its next start; a start that works keeps it.
     let mut lifecycle = session::Lifecycle::DiscoverFirst;
+    // Why the last start failed, while the server is `failed`: its next tries are quiet.
+    let mut failed: Option<String> = None;
     loop {
         if shared.shutdown.is_cancelled() {
             break;
         }
         generation += 1;
-        shared.set_state(ServerStateKind::Starting, None, None);
+        if failed.is_some() {
+            shared.state.send_modify(|s| s.starts += 1);
+        } else {
+            shared.set_state(ServerStateKind::Starting, None, None);
+        }
         let mut child: Option<Child> = None;
         let started = tokio::select! {
             r = start(&shared, &endpoint, generation, lifecycle, &mut child) => Some(r),
@@ -62,13 +74,23 @@ pub(crate) async fn supervise(
                 stop_child(child, false).await;
                 break;
             }
-            Some(Err(detail)) => {
+            Some(Err(error)) => {
                 lifecycle = lifecycle.other();
-                let detail = failed_child_detail(child, detail).await;
-                shared.set_state(ServerStateKind::Down, Some(detail.clone()), None);
+                let (detail, hopeless) = match error {
+                    StartError::Spawn(detail) => (detail, true),
+                    StartError::Other(detail) => failed_child_detail(child, detail).await,
+                };
+                if !hopeless {
+                    failed = None;
+                    shared.set_state(ServerStateKind::Down, Some(detail.clone()), None);
+                } else if failed.as_ref() != Some(&detail) {
+                    failed = Some(detail.clone());
+                    shared.set_state(ServerStateKind::Failed, Some(detail.clone()), None);
+                }
                 Some(detail)
             }
             Some(Ok((session, tools))) => {
+                failed = None;
                 let conn = session.conn.clone();
                 *shared.info.lock() = conn.peer.peer_info();
                 shared.publish_tools(tools);
@@ -129,7 +151,7 @@ async fn start(
     generation: u64,
     lifecycle: session::Lifecycle,
     child: &mut Option<Child>,
-) -> Result<(Session, Vec<rmcp::model::Tool>), String> {
+) -> Result<(Session, Vec<rmcp::model::Tool>), StartError> {
     let connect = session::connect(
         endpoint,
         &shared.name,
@@ -142,31 +164,32 @@ async fn start(
     match shared.startup_timeout {
         None => connect.await,
         Some(limit) => tokio::time::timeout(limit, connect).await.unwrap_or_else(|_| {
-            Err(format!(
+            Err(StartError::Other(format!(
                 "did not start within {} (startup_timeout: spawn or connect, initialize and tools/list)",
                 toolwarden_protocol::format_duration(limit)
-            ))
+            )))
         }),
     }
 }
 
 /// Kills and reaps a child whose start failed, and completes the failure's detail with how it
-/// exited and what it said last on stderr.
-async fn failed_child_detail(child: Option<Child>, detail: String) -> String {
+/// exited and what it said last on stderr. Whether the process had exited by itself: a server
+/// that exits before the handshake will do so again.
+async fn failed_child_detail(child: Option<Child>, detail: String) -> (String, bool) {
     let Some(mut child) = child else {
-        return detail;
+        return (detail, false);
     };
     let exited = tokio::time::timeout(Duration::from_millis(300), child.proc.wait()).await;
-    let exit = match exited {
+    let (exit, by_itself) = match exited {
         Ok(Ok(status)) => {
             child.settle_stderr().await;
-            format!(" (the server {})", describe_exit(status))
+            (format!(" (the server {})", describe_exit(status)), true)
         }
-        _ => String::new(),
+        _ => (String::new(), false),
     };
     let note = child.stderr_note();
     stop_child(Some(child), false).await;
-    format!("{detail}{exit}{note}")
+    (format!("{detail}{exit}{note}"), by_itself)
 }
 
 /// Kills the child's whole process group and reaps the leader. With `grace`, first waits a

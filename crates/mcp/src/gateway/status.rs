@@ -6,7 +6,8 @@ use std::fmt::Write as _;
 use rmcp::model::{CallToolResult, ContentBlock};
 use toolwarden_core::Engine;
 use toolwarden_protocol::{
-    BreakerStateKind, CallState, SessionId, SessionStatus, Status, format_duration,
+    BreakerStateKind, CallState, ServerStateKind, SessionId, SessionStatus, Status,
+    format_duration,
 };
 
 /// The status tool's answer: text the model can use, and the [`SessionStatus`] as structured
@@ -21,6 +22,7 @@ pub(crate) fn result(engine: &Engine, session: &SessionId) -> CallToolResult {
             timed_out_tools: Default::default(),
             recent_failures: Vec::new(),
             open_breakers: engine.open_breakers(),
+            servers_not_up: engine.servers_not_up(),
         });
     let mut r = CallToolResult::success(vec![ContentBlock::text(text(&status))]);
     r.structured_content = serde_json::to_value(&status).ok();
@@ -105,11 +107,13 @@ pub(crate) fn text(s: &SessionStatus) -> String {
                     format!("timeout ({}, after {})", kind.as_str(), ms(*after_ms))
                 }
                 Status::Cancelled { reason } => format!("cancelled ({})", reason.as_str()),
-                Status::Denied { reason, .. } => format!("denied ({reason:?})").to_lowercase(),
+                Status::Denied { decider, reason } => {
+                    format!("denied ({}, {})", decider.as_str(), reason.as_str())
+                }
                 Status::CircuitOpen { retry_after_ms } => {
                     format!("circuit open (retry after {})", ms(*retry_after_ms))
                 }
-                Status::Invalid { reason } => format!("invalid ({reason:?})").to_lowercase(),
+                Status::Invalid { reason } => format!("invalid ({})", reason.as_str()),
                 Status::Interrupted => "interrupted".to_owned(),
             };
             let _ = writeln!(
@@ -117,6 +121,24 @@ pub(crate) fn text(s: &SessionStatus) -> String {
                 "- {} (call {}): {what}, at {}",
                 f.tool, f.call_id, f.at
             );
+        }
+    }
+    if !s.servers_not_up.is_empty() {
+        out.push_str("Servers not up:\n");
+        for (name, server) in &s.servers_not_up {
+            let what = match server.state {
+                ServerStateKind::Failed => {
+                    "cannot start (its tools fail at once until it is fixed)"
+                }
+                ServerStateKind::Starting => "starting (calls of its tools wait for it)",
+                _ => "down (calls of its tools wait for it to come back)",
+            };
+            let why = server
+                .detail
+                .as_deref()
+                .map(|d| format!(": {d}"))
+                .unwrap_or_default();
+            let _ = writeln!(out, "- {name}: {what}{why}");
         }
     }
     if s.open_breakers.is_empty() {
@@ -157,6 +179,7 @@ mod tests {
             timed_out_tools: Default::default(),
             recent_failures: Vec::new(),
             open_breakers: Vec::new(),
+            servers_not_up: Default::default(),
         };
         assert_eq!(
             text(&s),
@@ -199,12 +222,30 @@ mod tests {
                     after_ms: 30_000,
                 },
                 at,
+            },
+            RecentCall {
+                call_id: "2".into(),
+                turn_id: "t_0".into(),
+                tool: "t__nope".into(),
+                status: Status::Invalid {
+                    reason: toolwarden_protocol::InvalidReason::UnknownTool,
+                },
+                at,
             }],
             open_breakers: vec![BreakerInfo {
                 tool: "s__flaky".into(),
                 state: BreakerStateKind::Open,
                 retry_after_ms: Some(5_000),
             }],
+            servers_not_up: [(
+                "t".to_owned(),
+                toolwarden_protocol::ServerNotUp {
+                    state: ServerStateKind::Failed,
+                    detail: Some("cannot run nope: No such file or directory".into()),
+                },
+            )]
+            .into_iter()
+            .collect(),
         };
         let t = text(&s);
         for needle in [
@@ -214,6 +255,8 @@ mod tests {
             "Tools that timed out: s__slow (1×).",
             "- s__slow (call 1): timeout (total, after 30s)",
             "- s__flaky: open for 5s more",
+            "- t__nope (call 2): invalid (unknown_tool)",
+            "- t: cannot start (its tools fail at once until it is fixed): cannot run nope: No such file or directory",
         ] {
             assert!(t.contains(needle), "{needle:?} is missing from:\n{t}");
         }
