@@ -145,7 +145,7 @@ describe("the audit history", { timeout: 240_000 }, () => {
     assert.match(await textOf(page, `${slow} .duration`), /^\d+ ms$/);
     // Started, timed out at its 400 ms, ended; its work was stopped after the outcome.
     assert.deepEqual(await marks(page, "slow-1"), ["start", "timeout", "result", "stop"]);
-    assert.match(await timelineLabel(page, "slow-1"), /^Timeline: start [\d:.]+ → timeout total \(400 ms\) → timeout\{total\} after \d+ ms → stopped cooperative after [\d.]+ m?s$/);
+    assert.match(await timelineLabel(page, "slow-1"), /^Timeline: start [\d:.]+ → timeout total \(400 ms\) → timeout\{total\} after \d+ ms → stopped cooperative (after [\d.]+ m?s|\(found quiet when the [\d.]+ m?s grace ran out\))$/);
     assert.equal(await page.locator(`${slow} .track .after`).count(), 1, "a dashed stretch while the work was being stopped");
 
     const cancel = '#audit-body > tr[data-key$="/cancel-1"]';

@@ -173,13 +173,31 @@ describe("the model", () => {
     assert.equal(m.turns.size, 0);
   });
 
+  test("a page opened after calls ended shows them at the times they happened", () => {
+    const m = model();
+    clock += 10 * 60_000; // the page opens ten minutes after the call
+    // Replayed: old events arrive now; the times shown are theirs, not the page's load time.
+    m.apply(ev("turn_start", { calls: [{ call_id: "c1", tool: "x" }] }, 0));
+    m.apply(ev("tool_start", { call_id: "c1", tool: "x" }, 1000));
+    m.apply(ev("tool_result", { call_id: "c1", outcome: { status: "ok" }, duration_ms: 2000 }, 3000));
+    const c1 = m.recentByKey.get(callKey(T, "c1"));
+    assert.equal(c1.startedAt, Date.parse(at(1000)));
+    assert.equal(c1.endedAt, Date.parse(at(3000)));
+    assert.equal(c1.timeline[0].at, Date.parse(at(1000)));
+    // Whatever the offset learned (a replay bounds it loosely), the times stay the events'; an
+    // answer's Date header then bounds it tightly.
+    m.observeClock(Date.parse(at(10 * 60_000)));
+    assert.equal(m.offset, 0);
+    assert.equal(c1.endedAt, Date.parse(at(3000)));
+  });
+
   test("questions come and go with their events, and the clock offset follows the server's", () => {
     const m = model();
     clock += 5000; // this browser's clock is 5 s ahead of the server's
     const interaction = { id: "i_1", kind: "approval", message: "Allow?", turn_id: T, call_id: "c1", tool: "x", timeout_ms: 120_000, created_at: at(0), deadline: at(120_000) };
     m.apply(ev("interaction_requested", { interaction }));
     assert.equal(m.offset, 5000);
-    assert.equal(m.interactions.get("i_1").deadlineAt - clock, 120_000);
+    assert.equal(m.interactions.get("i_1").deadlineAt - m.serverNow(), 120_000);
     assert.equal(m.calls.get(callKey(T, "c1")).state, "awaiting_approval");
     m.apply(ev("interaction_answered", { interaction_id: "i_1", kind: "approval", action: "approve", by: "http" }));
     assert.equal(m.interactions.size, 0);
@@ -234,6 +252,12 @@ describe("the audit history", () => {
       tl.text,
       `start ${preciseTime(T0)} → progress ×4 → retry #2 in 50 ms (attempt timeout) → timeout total (1.0 s) → timeout{total} after 1.0 s → stopped cooperative after 1.0 s`,
     );
+  });
+
+  test("a stop found quiet at the grace's end says so, and when", () => {
+    const quiet = ev("tool_stopped", 2000, { how: "cooperative", after_ms: 2000, found_quiet: true });
+    assert.equal(eventLabel(quiet), "stopped cooperative (found quiet when the 2.0 s grace ran out)");
+    assert.equal(eventLabel(ev("tool_stopped", 15, { how: "killed", after_ms: 15 })), "stopped killed after 15 ms");
   });
 
   test("marks of an instant call stay apart, and a running call's timeline runs to now", () => {

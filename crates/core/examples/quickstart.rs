@@ -124,7 +124,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 EventKind::ToolTimeout { kind, after_ms } => {
                     format!("{} deadline of {after_ms} ms", kind.as_str())
                 }
-                EventKind::ToolStopped { how, after_ms } => {
+                EventKind::ToolStopped { how, after_ms, .. } => {
                     format!("work {} after {after_ms} ms", how.as_str())
                 }
                 EventKind::ToolResult { result, .. } => result.outcome.status.name().to_owned(),

@@ -204,6 +204,30 @@ async fn a_backend_deaf_to_the_forced_stop_is_abandoned_after_waiting_for_it() {
     assert_eq!(late_answer(60_000).await, (None, json!("abandoned"), 7000));
 }
 
+/// A backend that cannot see the work stop (an MCP server that honours a cancel goes quiet) is
+/// judged when the grace runs out: `cooperative`, `found_quiet`, `after_ms` the grace.
+#[tokio::test(start_paused = true)]
+async fn a_stop_found_quiet_at_the_grace_says_so() {
+    let mut h = Harness::new(
+        r#"
+        [tools."srv__quiet"]
+        timeout = "1s"
+        cancel_grace = "2s"
+        "#,
+    );
+    let r = h.call("c1", "srv__quiet", json!({})).await;
+    assert_eq!(
+        status(&r),
+        json!({"status": "timeout", "kind": "total", "after_ms": 1000, "call_id": "c1"})
+    );
+    let events = h.until("tool_stopped").await;
+    let stopped = shapes(&events, "tool_stopped").remove(0);
+    assert_eq!(
+        (&stopped["how"], &stopped["after_ms"], &stopped["found_quiet"]),
+        (&json!("cooperative"), &json!(2000), &json!(true))
+    );
+}
+
 /// A tool that panics — in its function, in its future, or on its blocking thread — has crashed:
 /// the call ends `error{crashed}` saying so, and the engine goes on.
 #[tokio::test(start_paused = true)]

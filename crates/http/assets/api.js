@@ -17,11 +17,13 @@ export class ApiError extends Error {
 export class Api {
   /**
    * `promptToken(refused)` shows the token form and resolves with what the person entered;
-   * `refused` says a token was tried and the server refused it.
+   * `refused` says a token was tried and the server refused it. `onServerDate(epochMs)` hears
+   * the `Date` of every answer (the server's clock, to the second).
    */
-  constructor({ promptToken, storage = globalThis.sessionStorage }) {
+  constructor({ promptToken, storage = globalThis.sessionStorage, onServerDate = () => {} }) {
     this.promptToken = promptToken;
     this.storage = storage;
+    this.onServerDate = onServerDate;
     this.asking = null;
   }
 
@@ -84,6 +86,8 @@ export class Api {
         init.body = JSON.stringify(body);
       }
       const response = await fetch(path, init);
+      const date = Date.parse(response.headers.get("date") ?? "");
+      if (Number.isFinite(date)) this.onServerDate(date);
       if (response.status === 401) {
         await this.askForToken(true, used);
         continue;

@@ -64,7 +64,9 @@ tokenForm.addEventListener("submit", (event) => {
 // Without a token nothing on the page can work: Escape does not dismiss the question.
 dialog.addEventListener("cancel", (event) => event.preventDefault());
 
-const api = new Api({ promptToken });
+// Every answer's `Date` bounds the clock offset, so that elapsed times tick right from the first
+// snapshot on, even while the stream replays old events (model.js, "clocks").
+const api = new Api({ promptToken, onServerDate: (at) => model.observeClock(at) });
 
 // --- rendering, batched per frame -----------------------------------------------------------
 
@@ -264,7 +266,7 @@ const audit = new AuditHistory({
   api,
   section: document.getElementById("audit-section"),
   // The server's clock, for how long a running call has run so far.
-  serverNow: () => Date.now() - (Number.isFinite(model.offset) ? model.offset : 0),
+  serverNow: () => model.serverNow(),
   toolNames: () => model.tools.keys(),
   hasEnded: (turnId, callId) => Boolean(model.recentByKey.get(callKey(turnId, callId))?.outcome),
 });

@@ -15,7 +15,7 @@
 // The top half is pure (the URL, the timeline, how events read) and runs in Node's tests; the
 // class below it draws.
 
-import { dateTime, formatDuration, outcomeTag, outcomeText, preciseTime, progressText, shortId } from "./format.js";
+import { dateTime, formatDuration, outcomeTag, outcomeText, preciseTime, progressText, shortId, stopText } from "./format.js";
 import { h } from "./view.js";
 
 /** What `status` accepts: the outcome statuses, and `running` for calls without one yet. */
@@ -110,7 +110,7 @@ export function eventLabel(ev) {
     case "tool_result":
       return `${outcomeText(ev.outcome ?? { status: "unknown" })}${ev.duration_ms != null ? ` after ${ms(ev.duration_ms)}` : ""}`;
     case "tool_stopped":
-      return `stopped ${ev.how ?? "?"} after ${ms(ev.after_ms)}`;
+      return stopText(ev);
     case "tool_late_result":
       return `late ${ev.is_error ? "error" : "answer"} after ${ms(ev.after_ms)} (discarded)`;
     case "tool_call_denied":

@@ -98,6 +98,18 @@ const STATES = {
   done: "done",
 };
 
+/**
+ * How a call's work stopped, from its `tool_stopped` event: "stopped cooperative after 15 ms",
+ * or — when nothing showed the work stop (an MCP server that honours a cancel goes quiet) —
+ * "stopped cooperative (found quiet when the 2 s grace ran out)": `after_ms` is then the grace.
+ */
+export function stopText(ev) {
+  const after = formatDuration(Number(ev.after_ms) || 0);
+  return ev.found_quiet
+    ? `stopped ${ev.how ?? "?"} (found quiet when the ${after} grace ran out)`
+    : `stopped ${ev.how ?? "?"} after ${after}`;
+}
+
 export function stateText(state, attempt) {
   const words = STATES[state] ?? String(state);
   if ((state === "retrying" || state === "backoff") && attempt > 1) return `${words} (attempt ${attempt})`;

@@ -2,7 +2,7 @@
 // reads this model and the `dirty` sets it leaves, once per animation frame, so a burst of events
 // costs one render, not one per event. The tests run it in Node.
 
-import { outcomeStopsWork } from "./format.js";
+import { outcomeStopsWork, stopText } from "./format.js";
 
 /** The key of a call (call ids are unique within their turn only); turn ids hold no "/". */
 export function callKey(turnId, callId) {
@@ -39,28 +39,41 @@ export class Model {
     this.answeredOrder = [];
     /** The highest event seq applied. */
     this.lastSeq = 0;
-    /** Local clock minus the server's, estimated from events (+Infinity until one arrives). */
+    /**
+     * Local clock minus the server's (+Infinity until estimated). Every time the model keeps is
+     * the server's own (an event's `ts`): what happened is shown at the time it happened, whatever
+     * this browser's clock says. The offset only turns this browser's "now" into the server's, for
+     * what ticks: elapsed times and countdowns.
+     */
     this.offset = Number.POSITIVE_INFINITY;
     this.dirty = newDirty();
   }
 
   // --- clocks -------------------------------------------------------------------------------
 
-  /** Learns the clock offset from an event stamped `ts` that arrived now. */
-  observeClock(ts) {
-    const at = Date.parse(ts);
-    if (!Number.isFinite(at)) return;
-    // An event is never received before it was sent: the smallest difference seen is the offset
-    // plus the shortest delivery time. Replayed (old) events give larger ones and do not count.
-    const sample = this.now() - at;
+  /**
+   * Learns the clock offset from a server time `at` (epoch ms) that was already past when it
+   * arrived now: an event's `ts`, or an HTTP `Date` header (whole seconds, so never ahead of the
+   * server's clock). Each gives an upper bound of the offset (plus the delivery time); the
+   * smallest is the estimate. A replayed (old) event gives a loose bound, which a live event or
+   * any answer of the server soon tightens; it never moves a time already shown.
+   */
+  observeClock(at) {
+    const ms = typeof at === "number" ? at : Date.parse(at);
+    if (!Number.isFinite(ms)) return;
+    const sample = this.now() - ms;
     if (sample < this.offset) this.offset = sample;
   }
 
-  /** A server timestamp as local epoch milliseconds. */
-  toLocal(ts) {
+  /** A server timestamp as epoch milliseconds (null when it is not one). */
+  serverTime(ts) {
     const at = typeof ts === "number" ? ts : Date.parse(ts);
-    if (!Number.isFinite(at)) return null;
-    return at + (Number.isFinite(this.offset) ? this.offset : 0);
+    return Number.isFinite(at) ? at : null;
+  }
+
+  /** The server's clock now, as far as this browser can tell. */
+  serverNow() {
+    return this.now() - (Number.isFinite(this.offset) ? this.offset : 0);
   }
 
   // --- events -------------------------------------------------------------------------------
@@ -96,7 +109,7 @@ export class Model {
       turnId: turn_id,
       sessionId: session_id ?? null,
       parentTurnId: parent_turn_id ?? null,
-      startedAt: started_at ? this.toLocal(started_at) : this.now(),
+      startedAt: started_at ? this.serverTime(started_at) : this.serverNow(),
       callKeys: [],
       aborting: null,
       cancelRequested: false,
@@ -165,7 +178,7 @@ export class Model {
   }
 
   mark(call, ev, kind, text) {
-    call.timeline.push({ at: ev.ts ? this.toLocal(ev.ts) : this.now(), kind, text });
+    call.timeline.push({ at: ev.ts ? this.serverTime(ev.ts) : this.serverNow(), kind, text });
     if (call.timeline.length > 40) call.timeline.splice(1, call.timeline.length - 40);
   }
 
@@ -174,10 +187,10 @@ export class Model {
     if (call.outcome) return;
     call.outcome = outcome;
     call.durationMs = extra.durationMs ?? outcome.duration_ms ?? null;
-    call.endedAt = ev?.ts ? this.toLocal(ev.ts) : this.now();
+    call.endedAt = ev?.ts ? this.serverTime(ev.ts) : this.serverNow();
     call.text = extra.text ?? call.text;
     // Between attempts (a retry's backoff) nothing runs, so nothing is left to stop.
-    const inBackoff = call.state === "retrying" && call.retryUntil !== null && this.now() < call.retryUntil;
+    const inBackoff = call.state === "retrying" && call.retryUntil !== null && this.serverNow() < call.retryUntil;
     const ranAttempt = call.startedAt !== null && !inBackoff;
     call.state = "done";
     call.interactionId = null;
@@ -257,14 +270,14 @@ export class Model {
    */
   applyActive(turns, seqAtRequest) {
     const listed = new Set();
-    const receivedAt = this.now();
+    const receivedAt = this.serverNow();
     for (const t of turns) {
       listed.add(t.turn_id);
       if (this.ended.has(t.turn_id)) continue;
       let turn = this.turns.get(t.turn_id);
       if (!turn) turn = this.addTurn(t);
       if (t.parent_turn_id) turn.parentTurnId = t.parent_turn_id;
-      if (t.started_at) turn.startedAt = this.toLocal(t.started_at);
+      if (t.started_at) turn.startedAt = this.serverTime(t.started_at);
       this.dirty.turns.add(t.turn_id);
       for (const c of t.calls ?? []) {
         const key = callKey(t.turn_id, c.call_id);
@@ -332,8 +345,8 @@ export class Model {
     const interaction = {
       ...i,
       seq,
-      deadlineAt: this.toLocal(i.deadline),
-      createdAt: this.toLocal(i.created_at),
+      deadlineAt: this.serverTime(i.deadline),
+      createdAt: this.serverTime(i.created_at),
     };
     this.interactions.set(i.id, interaction);
     this.dirty.interactions = true;
@@ -375,7 +388,7 @@ export class Model {
     if (call.abandoned) return "abandoned";
     if (call.stopping) return "stopping";
     if (call.outcome) return "done";
-    if (call.state === "retrying" && call.retryUntil !== null && this.now() >= call.retryUntil) return "running";
+    if (call.state === "retrying" && call.retryUntil !== null && this.serverNow() >= call.retryUntil) return "running";
     return call.state;
   }
 
@@ -383,7 +396,7 @@ export class Model {
   elapsed(call) {
     if (call.startedAt === null) return null;
     if (call.outcome && call.durationMs !== null) return call.durationMs;
-    return Math.max(0, this.now() - call.startedAt);
+    return Math.max(0, this.serverNow() - call.startedAt);
   }
 
   counts() {
@@ -467,7 +480,7 @@ const HANDLERS = {
     if (!call || call.outcome) return;
     call.state = "running";
     call.attempt = Math.max(call.attempt, 1);
-    call.startedAt = m.toLocal(ev.ts);
+    call.startedAt = m.serverTime(ev.ts);
     call.timeoutMs = ev.timeout_ms ?? null;
     call.pendingStop = null;
     m.mark(call, ev, "start", "start");
@@ -478,7 +491,7 @@ const HANDLERS = {
     const call = m.callOf(ev);
     if (!call || call.outcome) return;
     if (call.state === "queued" || call.state === "approved" || call.state === "waiting") call.state = "running";
-    if (typeof ev.elapsed_ms === "number" && ev.ts) call.startedAt = m.toLocal(ev.ts) - ev.elapsed_ms;
+    if (typeof ev.elapsed_ms === "number" && ev.ts) call.startedAt = m.serverTime(ev.ts) - ev.elapsed_ms;
     if (ev.progress != null || ev.total != null || ev.message != null) {
       call.progress = { progress: ev.progress ?? null, total: ev.total ?? null, message: ev.message ?? null };
       call.progressCount += 1;
@@ -491,7 +504,7 @@ const HANDLERS = {
     if (!call || call.outcome) return;
     call.state = "retrying";
     call.attempt = ev.attempt ?? call.attempt + 1;
-    call.retryUntil = (m.toLocal(ev.ts) ?? m.now()) + (ev.delay_ms ?? 0);
+    call.retryUntil = (m.serverTime(ev.ts) ?? m.serverNow()) + (ev.delay_ms ?? 0);
     call.pendingStop = null;
     m.mark(call, ev, "retry", `retry #${call.attempt} in ${ev.delay_ms ?? 0} ms (${ev.cause ?? "failed"})`);
     m.touch(call);
@@ -529,7 +542,7 @@ const HANDLERS = {
     const key = callKey(ev.turn_id, ev.call_id);
     const call = m.calls.get(key) ?? m.recentByKey.get(key);
     if (!call) return;
-    m.mark(call, ev, "stopped", `stopped ${ev.how} after ${ev.after_ms ?? 0} ms`);
+    m.mark(call, ev, "stopped", stopText(ev));
     if (!call.outcome) {
       // Either an attempt that timed out and will be retried (a tool_retry follows and forgets
       // this), or the stop of the last attempt winning the race with the call's outcome.

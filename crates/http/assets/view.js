@@ -67,7 +67,7 @@ export class View {
   onTurnVisibility(turnRec, skipped) {
     turnRec.visible = !skipped;
     if (skipped) return;
-    const now = this.model.now();
+    const now = this.model.serverNow();
     for (const tr of turnRec.rowsEl.children) {
       const rec = tr.__rec;
       if (rec?.stale) {
@@ -84,7 +84,7 @@ export class View {
 
   render() {
     const m = this.model;
-    const now = m.now();
+    const now = m.serverNow();
     if (Math.floor(now / 1000) !== this.lastSecond) {
       this.lastSecond = Math.floor(now / 1000);
       m.expire();
@@ -218,7 +218,7 @@ export class View {
     rec.button.dataset.turn = call.turnId;
     rec.button.dataset.call = call.callId;
     this.rows.set(call.key, rec);
-    this.updateRow(rec, this.model.now());
+    this.updateRow(rec, this.model.serverNow());
     return rec;
   }
 

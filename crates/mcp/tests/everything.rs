@@ -172,7 +172,7 @@ async fn server_everything_under_the_engine_idle_kept_alive_total_enforced_stuck
             match e.kind {
                 EventKind::ToolProgress { .. } => progress += 1,
                 EventKind::ToolResult { .. } => result_seq = Some(e.seq),
-                EventKind::ToolStopped { how, after_ms } => {
+                EventKind::ToolStopped { how, after_ms, .. } => {
                     stopped = Some((e.seq, how, after_ms));
                     break;
                 }

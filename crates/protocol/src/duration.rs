@@ -1,9 +1,11 @@
 //! Durations and sizes as the config file writes them.
 //!
-//! Durations are strings with units (`"250ms"`, `"30s"`, `"2m"`, `"1h"`, also `"1m30s"` and
-//! `"1.5s"`) or integer seconds. Sizes are strings with units (`"64KiB"`, `"1MiB"`, `"10MB"`) or
-//! integer bytes. Negative values parse (the config loader turns them into `0` with a warning,
-//! docs/CONFIG.md) so that a negative number is never a silent surprise.
+//! Durations are strings with units (`"250ms"`, `"30s"`, `"2m"`, `"1h"`, `"1d"`, also `"1m30s"`,
+//! `"1.5s"` and every unit spelled out: `"5 seconds"`, `"2 minutes"`, `"1.5 hours"`) or integer
+//! seconds. Sizes are strings with units (`"64KiB"`, `"1MiB"`, `"10MB"`) or integer bytes.
+//! Negative values parse, so that the config loader can say what is wrong with them: a negative
+//! duration is an error there (it would silently turn a limit off), a negative count or size a
+//! warning (docs/CONFIG.md).
 
 use std::fmt;
 use std::time::Duration;
@@ -23,7 +25,7 @@ impl fmt::Display for ParseError {
         write!(f, "invalid {} {:?}", self.expected, self.input)?;
         match self.expected {
             "duration" => f.write_str(
-                ": expected a number with a unit ms, s, m or h (e.g. \"250ms\", \"30s\", \"2m\") or integer seconds",
+                ": expected a number with a unit — ms, s, m, h or d, or spelled out: millisecond(s), sec(s) or second(s), min(s) or minute(s), hr(s) or hour(s), day(s) — (e.g. \"250ms\", \"30s\", \"2m\", \"1m30s\", \"1.5 hours\") or integer seconds",
             ),
             _ => f.write_str(
                 ": expected a number with a unit B, KB, KiB, MB, MiB, GB or GiB (e.g. \"64KiB\", \"1MiB\") or integer bytes",
@@ -69,11 +71,11 @@ pub fn parse_duration(s: &str) -> Result<i64, ParseError> {
             .find(|c: char| !c.is_ascii_alphabetic())
             .unwrap_or(rest.len());
         let factor = match &rest[..unit_len] {
-            "ms" => 1.0,
-            "s" | "sec" | "secs" => 1_000.0,
-            "m" | "min" | "mins" => 60_000.0,
-            "h" | "hr" | "hrs" => 3_600_000.0,
-            "d" => 86_400_000.0,
+            "ms" | "msec" | "msecs" | "millisecond" | "milliseconds" => 1.0,
+            "s" | "sec" | "secs" | "second" | "seconds" => 1_000.0,
+            "m" | "min" | "mins" | "minute" | "minutes" => 60_000.0,
+            "h" | "hr" | "hrs" | "hour" | "hours" => 3_600_000.0,
+            "d" | "day" | "days" => 86_400_000.0,
             _ => return Err(err()),
         };
         total += n * factor;
@@ -268,16 +270,28 @@ mod tests {
             ("45", 45_000),
             ("-5s", -5_000),
             (" 10s ", 10_000),
+            // Every unit spelled out, singular or plural, with or without a space.
+            ("5 seconds", 5_000),
+            ("1 second", 1_000),
+            ("5 sec", 5_000),
+            ("1.5 min", 90_000),
+            ("2 minutes", 120_000),
+            ("5 hrs", 18_000_000),
+            ("1.5 hours", 5_400_000),
+            ("1 hour 30 minutes", 5_400_000),
+            ("2 days", 172_800_000),
+            ("300 milliseconds", 300),
+            ("20msec", 20),
         ];
         for (input, ms) in cases {
             assert_eq!(parse_duration(input), Ok(ms), "{input}");
         }
-        for bad in ["", "s", "10x", "ten seconds", "1..2s", "-"] {
+        for bad in ["", "s", "10x", "ten seconds", "1..2s", "-", "5 secondss", "5 weeks"] {
             assert!(parse_duration(bad).is_err(), "{bad} should not parse");
         }
         assert_eq!(
             parse_duration("10x").unwrap_err().to_string(),
-            "invalid duration \"10x\": expected a number with a unit ms, s, m or h (e.g. \"250ms\", \"30s\", \"2m\") or integer seconds"
+            "invalid duration \"10x\": expected a number with a unit — ms, s, m, h or d, or spelled out: millisecond(s), sec(s) or second(s), min(s) or minute(s), hr(s) or hour(s), day(s) — (e.g. \"250ms\", \"30s\", \"2m\", \"1m30s\", \"1.5 hours\") or integer seconds"
         );
     }
 

@@ -155,8 +155,14 @@ pub enum EventKind {
     ToolStopped {
         /// How.
         how: StopHow,
-        /// From the stop request to the stop.
+        /// From the stop request to the stop — or, with `found_quiet`, to the moment the
+        /// stop was judged.
         after_ms: u64,
+        /// The work stopped unseen: an MCP server that honours a cancel sends nothing more, so
+        /// it was found quiet when `cancel_grace` ran out, and taken at its word
+        /// (`cooperative`); `after_ms` is then the grace, not when the work stopped.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        found_quiet: bool,
     },
     /// A backend answered a call after its outcome was decided; the answer was discarded.
     ToolLateResult {

@@ -29,10 +29,18 @@ const UNCAPPED_STARTUP_WAIT: Duration = Duration::from_secs(24 * 3600);
 /// Loads the config (`--config`, `$TOOLWARDEN_CONFIG`, `./toolwarden.toml`, built-in defaults)
 /// and prints its warnings on stderr. A config error is a usage error (exit 2).
 pub(crate) fn load_config(explicit: Option<&Path>) -> anyhow::Result<Config> {
-    let config = match Config::load(explicit) {
+    let mut config = match Config::load(explicit) {
         Ok(config) => config,
         Err(e) => usage!("{e}"),
     };
+    // The binary registers no in-process tool: a `[tools]` key that is not `SERVER__…` or
+    // `exec` applies to nothing.
+    let unattached = config.unattached_tool_warnings(&[]);
+    config.warnings.extend(unattached);
+    // In file order, the environment's (no line) last, as the config's own are.
+    config
+        .warnings
+        .sort_by_key(|w| w.line.unwrap_or(usize::MAX));
     for warning in &config.warnings {
         eprintln!("warning: {warning}");
     }

@@ -144,3 +144,37 @@ async fn the_example_config_is_valid() {
     assert!(!out.stderr.contains("warning"), "{}", out.stderr);
     assert!(out.stdout.contains("exec "), "{}", out.stdout);
 }
+
+/// What a newcomer gets wrong in a config: a `[tools]` key without its server's name (a
+/// warning: its keys would apply to nothing), a negative duration (an error: it would turn a
+/// limit off), a unit spelled out (accepted).
+#[tokio::test]
+async fn check_warns_about_keys_that_apply_to_nothing_and_refuses_negative_durations() {
+    let dir = Dir::new();
+    dir.create(
+        "toolwarden.toml",
+        "[servers.test]\ncommand = \"tw-test\"\n\n[tools.\"sleep\"]\ntimeout = \"5 seconds\"\n",
+    );
+    let out = dir.command(&["check", "--offline"]).run().await;
+    assert!(
+        out.stderr.contains(
+            "warning: toolwarden.toml:4: tools.sleep: applies to no tool, so these keys are ignored: MCP tools are named SERVER__TOOL, the shell tool exec; did you mean [tools.test__sleep]?"
+        ),
+        "{}",
+        out.stderr
+    );
+
+    dir.create(
+        "toolwarden.toml",
+        "[servers.test]\ncommand = \"tw-test\"\n\n[tools.\"test__sleep\"]\ntimeout = \"-5s\"\n",
+    );
+    let out = dir.command(&["check", "--offline"]).run().await;
+    out.expect_code(2);
+    assert!(
+        out.stderr.contains(
+            "toolwarden.toml:5: tools.test__sleep.timeout: negative duration -5s: a duration cannot be negative"
+        ),
+        "{}",
+        out.stderr
+    );
+}

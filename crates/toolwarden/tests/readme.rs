@@ -1,8 +1,11 @@
 //! The README's first screen, as a newcomer runs it on a fresh checkout: the `serve` command of
 //! its first code block with the shipped example config, and — the moment `serve` says it
 //! listens — the `curl` of the next block. The first curl works on the first try, although the
-//! example's MCP server is still being started by cargo (the call waits for it). The only change
-//! to what is written: an ephemeral port instead of 7420.
+//! example's MCP server is still being compiled by cargo (the call waits for it). The build
+//! directory is empty, as on a fresh clone (`CARGO_TARGET_DIR` in the test's own directory), so
+//! this test compiles toolwarden and the test server from nothing: it takes minutes, and runs
+//! alone (`.config/nextest.toml`). The only change to what is written: an ephemeral port
+//! instead of 7420.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -57,19 +60,29 @@ async fn the_first_curl_of_the_readme_works_on_the_first_try() {
         .clone();
 
     let dir = Dir::new();
+    let target = dir.path().join("target");
+    let target = target.to_str().unwrap();
     let mut argv: Vec<&str> = serve.split_whitespace().skip(1).collect();
     argv.extend(["--listen", "127.0.0.1:0"]);
-    let mut server = dir.program("cargo", &argv).current_dir(&repo()).spawn();
-    // `cargo run -p toolwarden` builds the binary for itself alone (features unify differently
-    // than in a workspace build); scripts/test.sh builds it that way first, so that this is quick.
+    let mut server = dir
+        .program("cargo", &argv)
+        .current_dir(&repo())
+        .env("CARGO_TARGET_DIR", target)
+        .spawn();
+    // cargo builds toolwarden from nothing first (about two minutes on two cores).
     let listening = server
-        .wait_stderr("listening on http://", Duration::from_secs(600))
+        .wait_stderr("listening on http://", Duration::from_secs(900))
         .await;
     let url = &listening[listening.find("http://").unwrap()..];
     let address = url.trim().trim_start_matches("http://");
 
+    // The example's MCP server is not built yet: cargo compiles it now, and the call waits.
+    assert!(!std::path::Path::new(target).join("debug/tw-test-server").exists());
     let line = curl.replace("localhost:7420", address);
-    let out = dir.program("sh", &["-c", &line]).run().await;
+    let out = dir
+        .program("sh", &["-c", &line])
+        .run_within(Duration::from_secs(900))
+        .await;
     out.expect_code(0);
     let answer: Value = out.json();
     let result = &answer["results"][0];

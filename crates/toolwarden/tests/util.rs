@@ -142,8 +142,13 @@ impl TestCommand {
 
     /// Runs to completion (at most [`RUN_LIMIT`]).
     pub async fn run(&mut self) -> Output {
+        self.run_within(RUN_LIMIT).await
+    }
+
+    /// Runs to completion, at most `limit`.
+    pub async fn run_within(&mut self, limit: Duration) -> Output {
         let child = self.cmd.spawn().expect("spawn toolwarden");
-        let out = tokio::time::timeout(RUN_LIMIT, child.wait_with_output())
+        let out = tokio::time::timeout(limit, child.wait_with_output())
             .await
             .expect("toolwarden did not finish in time")
             .expect("wait for toolwarden");

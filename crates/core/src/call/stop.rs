@@ -137,14 +137,15 @@ async fn track_stop(
             answered_as
         }
     };
-    let how = tokio::select! {
-        end = &mut fut => late(end, StopHow::Cooperative),
+    let (how, forced) = tokio::select! {
+        end = &mut fut => (late(end, StopHow::Cooperative), false),
         () = sleep(grace) => {
             signals.force();
-            match tokio::time::timeout(FORCE_WAIT, fut).await {
+            let how = match tokio::time::timeout(FORCE_WAIT, fut).await {
                 Ok(end) => late(end, StopHow::Abandoned),
                 Err(_) => StopHow::Abandoned,
-            }
+            };
+            (how, true)
         }
     };
     bus.emit(
@@ -152,6 +153,9 @@ async fn track_stop(
         EventKind::ToolStopped {
             how,
             after_ms: requested.elapsed().as_millis() as u64,
+            // Cooperative, yet only once forced: nothing showed the work stop, it was found
+            // quiet at the grace's end.
+            found_quiet: forced && how == StopHow::Cooperative,
         },
     );
 }

@@ -12,7 +12,7 @@ use toolwarden_protocol::{
 use super::diag::{
     ConfigDiagnostic, ConfigError, ConfigErrorKind, Seg, SourceMap, closest, format_path, path,
 };
-use super::names::{ENV_FILE, EXEC_TOOL, RESERVED_SERVER, TOOL_TIMEOUT_ENV, ceiling};
+use super::names::{EXEC_TOOL, RESERVED_SERVER, TOOL_TIMEOUT_ENV, ceiling};
 
 /// Collects warnings and errors for one file.
 pub(crate) struct Checker<'a> {
@@ -264,14 +264,8 @@ impl<'a> Checker<'a> {
         // in the file: it is checked there, and the table inherits it.
         let mut defaults = file.defaults.clone();
         let inherited = if timeout_from_env {
-            if let Some(v) = defaults.timeout.take().filter(|v| v.is_negative()) {
-                self.warnings.push(ConfigDiagnostic {
-                    file: ENV_FILE.to_owned(),
-                    key: TOOL_TIMEOUT_ENV.to_owned(),
-                    line: None,
-                    message: negative_duration(v),
-                });
-            }
+            // Checked where it was read (`env_override`); the table inherits it.
+            defaults.timeout = None;
             defaults_timeout
         } else {
             builtin
@@ -553,9 +547,11 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// A negative duration is an error: read as `0` it would turn a limit off (most durations'
+    /// `0` means "no limit"), which a typo must never do.
     fn duration(&mut self, at: &[Seg], v: DurationValue) {
         if v.is_negative() {
-            self.warn(at, negative_duration(v));
+            self.fail(ConfigErrorKind::InvalidValue, at, negative_duration(v));
         }
     }
 
@@ -587,9 +583,9 @@ impl<'a> Checker<'a> {
     }
 }
 
-fn negative_duration(v: DurationValue) -> String {
+pub(crate) fn negative_duration(v: DurationValue) -> String {
     format!(
-        "negative duration -{} is treated as 0s; write 0 or a positive duration such as \"30s\"",
+        "negative duration -{}: a duration cannot be negative (read as 0 it would turn the limit off); write a positive duration such as \"30s\", or 0 where you mean no limit",
         format_duration(Duration::from_millis(v.0.unsigned_abs()))
     )
 }

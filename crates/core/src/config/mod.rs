@@ -272,6 +272,57 @@ impl Config {
             .collect()
     }
 
+    /// Warnings for `[tools."NAME"]` entries that can name no tool at all: with tools exposed as
+    /// `SERVER__TOOL`, a key that is neither `SERVER__…`, `exec`, nor one of `in_process` (the
+    /// in-process tools the caller registers) applies to nothing — `[tools."sleep"]` for
+    /// `test__sleep` — and its keys would be silently ignored. Known when the config loads, so
+    /// the caller (which knows its in-process tools) reports them then.
+    pub fn unattached_tool_warnings(&self, in_process: &[&str]) -> Vec<ConfigDiagnostic> {
+        if !self.prefixed() {
+            // Keys are the single server's own tool names: `unknown_tool_warnings` reports
+            // those once its tools are known.
+            return Vec::new();
+        }
+        let servers: Vec<&str> = self.file.servers.keys().map(String::as_str).collect();
+        self.file
+            .tools
+            .keys()
+            .filter(|key| {
+                !key.contains("__") && key.as_str() != EXEC_TOOL && !in_process.contains(&key.as_str())
+            })
+            .map(|key| {
+                // `test_sleep` for `test__sleep`: a server's name and one `_`.
+                let split = servers.iter().find_map(|s| {
+                    key.strip_prefix(s)
+                        .and_then(|rest| rest.strip_prefix('_'))
+                        .filter(|rest| !rest.is_empty())
+                        .map(|rest| format!("{s}__{}", rest.trim_start_matches('_')))
+                });
+                let hint = match (split, servers.as_slice()) {
+                    (Some(name), _) => format!("did you mean [tools.{}]?", format_path(&path(&[&name]))),
+                    (None, []) => "no servers are configured".to_owned(),
+                    (None, [only]) => format!(
+                        "did you mean [tools.{}]?",
+                        format_path(&path(&[&format!("{only}__{key}")]))
+                    ),
+                    (None, several) => format!(
+                        "write [tools.\"SERVER__{key}\"] with one of the servers {}",
+                        several.join(", ")
+                    ),
+                };
+                let at = path(&["tools", key]);
+                ConfigDiagnostic {
+                    file: self.label.clone(),
+                    key: format_path(&at),
+                    line: self.map.line(&at),
+                    message: format!(
+                        "applies to no tool, so these keys are ignored: MCP tools are named SERVER__TOOL, the shell tool exec; {hint}"
+                    ),
+                }
+            })
+            .collect()
+    }
+
     /// The deadline every interaction is capped at (`interaction_ceiling`, default 15m).
     pub fn interaction_ceiling(&self) -> Duration {
         ceiling(&self.file)
@@ -308,6 +359,17 @@ fn env_override(
             message: e.to_string(),
         },
     })?;
+    if ms < 0 {
+        return Err(ConfigError {
+            kind: ConfigErrorKind::Environment,
+            diagnostic: ConfigDiagnostic {
+                file: ENV_FILE.to_owned(),
+                key: TOOL_TIMEOUT_ENV.to_owned(),
+                line: None,
+                message: check::negative_duration(DurationValue(ms)),
+            },
+        });
+    }
     file.defaults.timeout = Some(DurationValue(ms));
     Ok(true)
 }

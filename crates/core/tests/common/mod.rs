@@ -14,6 +14,7 @@
 //! | `fail` | `{}` | fails with its own error (`disk full`) |
 //! | `srv__flaky` | `{fail?, error?, hang?, ms?}` | on server `srv`: its first `fail` runs with this input fail with `error` (`transport` or `crashed`); attempts up to `hang` never answer (but stop when asked); each run takes `ms` |
 //! | `srv__late` | `{ms}` | on server `srv`: ignores every stop request and answers after `ms` |
+//! | `srv__quiet` | `{}` | on server `srv`: never answers; a cancel makes it go quiet, which the backend can only tell once the stop is forced (as an MCP server honouring a cancel) |
 //!
 //! More sleep-like tools can be added under other names with [`Harness::add_sleep`], so that
 //! their policy can differ (`[tools.write] concurrency = "exclusive"`).
@@ -289,7 +290,7 @@ impl Harness {
             |name: &str| ToolSpec::new(name, "A scripted server tool", json!({"type": "object"}));
         engine
             .host(true)
-            .set_tools("srv", server, vec![spec("flaky"), spec("late")]);
+            .set_tools("srv", server, vec![spec("flaky"), spec("late"), spec("quiet")]);
     }
 
     /// Registers another `sleep`-like tool named `name` (its policy comes from `[tools.NAME]`).
@@ -485,6 +486,11 @@ impl Backend for Scripted {
                     // Deaf to every stop request: answers when it is done.
                     tokio::time::sleep(took).await;
                     AttemptEnd::Done(Ok(ToolOutput::text("late answer")))
+                }
+                "quiet" => {
+                    // Stopped when asked, but nothing shows it until the stop is forced.
+                    attempt.stop.forced().await;
+                    AttemptEnd::Stopped(toolwarden_core::protocol::StopHow::Cooperative)
                 }
                 _ => {
                     let hang = attempt.meta.attempt <= input["hang"].as_u64().unwrap_or(0) as u32;

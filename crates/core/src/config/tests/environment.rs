@@ -103,12 +103,11 @@ fn the_tool_timeout_variable_overrides_the_defaults() {
             "toolwarden.toml:3: defaults.idle_timeout: idle_timeout 50s is longer than timeout 45s (from TOOLWARDEN_TOOL_TIMEOUT); it is clamped to 45s",
         ],
     );
-    check_warnings(
+    check_error(
         "",
         &[("TOOLWARDEN_TOOL_TIMEOUT", "-3s")],
-        &[
-            "environment: TOOLWARDEN_TOOL_TIMEOUT: negative duration -3s is treated as 0s; write 0 or a positive duration such as \"30s\"",
-        ],
+        ConfigErrorKind::Environment,
+        "environment: TOOLWARDEN_TOOL_TIMEOUT: negative duration -3s: a duration cannot be negative (read as 0 it would turn the limit off); write a positive duration such as \"30s\", or 0 where you mean no limit",
     );
     // Empty means unset.
     check_policies(
@@ -119,7 +118,7 @@ fn the_tool_timeout_variable_overrides_the_defaults() {
         src,
         &[("TOOLWARDEN_TOOL_TIMEOUT", "soon")],
         ConfigErrorKind::Environment,
-        "environment: TOOLWARDEN_TOOL_TIMEOUT: invalid duration \"soon\": expected a number with a unit ms, s, m or h (e.g. \"250ms\", \"30s\", \"2m\") or integer seconds",
+        "environment: TOOLWARDEN_TOOL_TIMEOUT: invalid duration \"soon\": expected a number with a unit — ms, s, m, h or d, or spelled out: millisecond(s), sec(s) or second(s), min(s) or minute(s), hr(s) or hour(s), day(s) — (e.g. \"250ms\", \"30s\", \"2m\", \"1m30s\", \"1.5 hours\") or integer seconds",
     );
 }
 

@@ -97,7 +97,7 @@ fn bad_values_are_errors() {
         "[servers.everything]\ncommand = \"x\"\n\ntimeout = \"10x\"\n",
         &[],
         InvalidValue,
-        "toolwarden.toml:4: servers.everything.timeout: invalid duration \"10x\": expected a number with a unit ms, s, m or h (e.g. \"250ms\", \"30s\", \"2m\") or integer seconds",
+        "toolwarden.toml:4: servers.everything.timeout: invalid duration \"10x\": expected a number with a unit — ms, s, m, h or d, or spelled out: millisecond(s), sec(s) or second(s), min(s) or minute(s), hr(s) or hour(s), day(s) — (e.g. \"250ms\", \"30s\", \"2m\", \"1m30s\", \"1.5 hours\") or integer seconds",
     );
     check_error(
         "[defaults]\nmax_input = \"big\"\n",
@@ -121,7 +121,7 @@ fn bad_values_are_errors() {
         "[defaults]\ntask_after = \"soon\"\n",
         &[],
         InvalidValue,
-        "toolwarden.toml:2: defaults.task_after: invalid duration \"soon\": expected a number with a unit ms, s, m or h (e.g. \"250ms\", \"30s\", \"2m\") or integer seconds",
+        "toolwarden.toml:2: defaults.task_after: invalid duration \"soon\": expected a number with a unit — ms, s, m, h or d, or spelled out: millisecond(s), sec(s) or second(s), min(s) or minute(s), hr(s) or hour(s), day(s) — (e.g. \"250ms\", \"30s\", \"2m\", \"1m30s\", \"1.5 hours\") or integer seconds",
     );
     check_error(
         "[store]\ndurability = \"sync\"\n",
@@ -259,6 +259,53 @@ fn a_server_is_a_command_or_a_url() {
 }
 
 // Tools a server does not list
+
+#[test]
+fn a_tools_key_that_can_name_no_tool_is_a_warning() {
+    let src = r#"
+[servers.test]
+command = "t"
+
+[tools.sleep]
+timeout = "5s"
+
+[tools.test_sleep]
+timeout = "5s"
+
+[tools.exec]
+timeout = "5s"
+
+[tools.calc]
+timeout = "5s"
+"#;
+    let config = parse_ok(src, &[]);
+    let found: Vec<String> = config
+        .unattached_tool_warnings(&["calc"])
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        found,
+        [
+            "toolwarden.toml:4: tools.sleep: applies to no tool, so these keys are ignored: MCP tools are named SERVER__TOOL, the shell tool exec; did you mean [tools.test__sleep]?",
+            "toolwarden.toml:7: tools.test_sleep: applies to no tool, so these keys are ignored: MCP tools are named SERVER__TOOL, the shell tool exec; did you mean [tools.test__sleep]?",
+        ]
+    );
+    // Several servers: the form is named; none: said so; unprefixed: nothing (the single
+    // server's own names, checked once its tools are known).
+    let two = parse_ok("[servers.a]\ncommand = \"a\"\n[servers.b]\ncommand = \"b\"\n[tools.x]\nretries = 1\n", &[]);
+    assert_eq!(
+        two.unattached_tool_warnings(&[])[0].message,
+        "applies to no tool, so these keys are ignored: MCP tools are named SERVER__TOOL, the shell tool exec; write [tools.\"SERVER__x\"] with one of the servers a, b"
+    );
+    let none = parse_ok("[tools.x]\nretries = 1\n", &[]);
+    assert!(none.unattached_tool_warnings(&[])[0].message.ends_with("no servers are configured"));
+    let unprefixed = parse_ok(
+        "[gateway]\nprefix = false\n[servers.a]\ncommand = \"a\"\n[tools.x]\nretries = 1\n",
+        &[],
+    );
+    assert!(unprefixed.unattached_tool_warnings(&[]).is_empty());
+}
 
 #[test]
 fn entries_for_tools_a_server_does_not_list_are_warnings_once_known() {

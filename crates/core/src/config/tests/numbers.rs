@@ -1,28 +1,60 @@
-//! Numbers as written versus as used: negatives are zero with a warning; idle and attempt deadlines above the total are clamped; interactions are capped by the ceiling.
+//! Numbers as written versus as used: negative durations are errors, other negatives zero with a warning; idle and attempt deadlines above the total are clamped; interactions are capped by the ceiling.
 
 use pretty_assertions::assert_eq;
 
 use super::*;
 
-// Negative numbers (treated as 0, with a warning)
+// Negative durations (errors: read as 0, most would turn a limit off) and other negative
+// numbers (treated as 0, with a warning)
+
+#[test]
+fn a_negative_duration_is_an_error_naming_key_and_line() {
+    let negative = |at: &str, d: &str| {
+        format!("toolwarden.toml:{at}: negative duration -{d}: a duration cannot be negative (read as 0 it would turn the limit off); write a positive duration such as \"30s\", or 0 where you mean no limit")
+    };
+    for (src, at, d) in [
+        ("interaction_ceiling = -1\n", "1: interaction_ceiling", "1s"),
+        ("[defaults]\ntimeout = \"-5s\"\n", "2: defaults.timeout", "5s"),
+        ("[defaults]\nbreaker = { window = -3 }\n", "2: defaults.breaker.window", "3s"),
+        ("[servers.s]\ncommand = \"s\"\nstartup_timeout = -20\n", "3: servers.s.startup_timeout", "20s"),
+        ("[tools.x]\ncache_ttl = \"-1m\"\n", "2: tools.x.cache_ttl", "1m"),
+        ("[store]\nretain = \"-2h\"\n", "2: store.retain", "2h"),
+        ("[gateway]\nrequest_timeout = \"-2s\"\n", "2: gateway.request_timeout", "2s"),
+    ] {
+        check_error(src, &[], ConfigErrorKind::InvalidValue, &negative(at, d));
+    }
+    check_error(
+        "[gateway]\nrequest_timeout = 0\n",
+        &[],
+        ConfigErrorKind::InvalidValue,
+        "toolwarden.toml:2: gateway.request_timeout: request_timeout must be positive: a forwarded request that a server never answers would wait forever; write e.g. \"30s\"",
+    );
+    // The first in file order is reported.
+    check_error(
+        "[defaults]\nidle_timeout = \"-1s\"\ntimeout = \"-5s\"\n",
+        &[],
+        ConfigErrorKind::InvalidValue,
+        &negative("2: defaults.idle_timeout", "1s"),
+    );
+}
 
 #[test]
 fn negative_numbers_are_zero_with_a_warning_naming_key_and_line() {
     let src = r#"
-interaction_ceiling = -1
+interaction_ceiling = 0
 
 [defaults]
-timeout = "-5s"
+timeout = "0s"
 retries = -1
-breaker = { failures = -2, window = -3 }
+breaker = { failures = -2, window = 0 }
 loop = { warn_after = -1 }
 max_input = -10
 backoff = { multiplier = -1.5 }
 
 [servers.s]
 command = "s"
-startup_timeout = -20
-cache_ttl = "-1m"
+startup_timeout = 0
+cache_ttl = "0s"
 
 [exec]
 output_limit = -1
@@ -34,17 +66,12 @@ max_payload = "-1KiB"
         src,
         &[],
         &[
-            "toolwarden.toml:1: interaction_ceiling: negative duration -1s is treated as 0s; write 0 or a positive duration such as \"30s\"",
             "toolwarden.toml:1: interaction_ceiling: interaction_ceiling is 0s: no approval or confirm can be asked, so every call that needs one is denied at once; write e.g. \"15m\"",
-            "toolwarden.toml:4: defaults.timeout: negative duration -5s is treated as 0s; write 0 or a positive duration such as \"30s\"",
             "toolwarden.toml:5: defaults.retries: negative value -1 is treated as 0; write 0 or a positive number",
             "toolwarden.toml:6: defaults.breaker.failures: negative value -2 is treated as 0; write 0 or a positive number",
-            "toolwarden.toml:6: defaults.breaker.window: negative duration -3s is treated as 0s; write 0 or a positive duration such as \"30s\"",
             "toolwarden.toml:7: defaults.loop.warn_after: negative value -1 is treated as 0; write 0 or a positive number",
             "toolwarden.toml:8: defaults.max_input: negative size -10 bytes is treated as 0; write 0 or a positive size such as \"1MiB\"",
             "toolwarden.toml:9: defaults.backoff.multiplier: negative value -1.5 is treated as 0; write 0 or a positive number such as 2.0",
-            "toolwarden.toml:13: servers.s.startup_timeout: negative duration -20s is treated as 0s; write 0 or a positive duration such as \"30s\"",
-            "toolwarden.toml:14: servers.s.cache_ttl: negative duration -1m is treated as 0s; write 0 or a positive duration such as \"30s\"",
             "toolwarden.toml:17: exec.output_limit: negative size -1 bytes is treated as 0; write 0 or a positive size such as \"1MiB\"",
             "toolwarden.toml:20: store.max_payload: negative size -1024 bytes is treated as 0; write 0 or a positive size such as \"1MiB\"",
         ],
