@@ -58,6 +58,7 @@ mod registry;
 mod retry;
 mod servers;
 mod session;
+pub mod suggest;
 pub mod shared;
 pub mod store;
 mod text;

@@ -13,6 +13,7 @@ use crate::backend::Backend;
 use crate::breaker::CircuitBreaker;
 use crate::metrics::{Metrics, ToolMetrics};
 use crate::policy::{PolicySource, ToolOrigin};
+use crate::suggest;
 
 /// What outlives a tool's re-registration (a server's `tools/list_changed`): its breaker and
 /// metric handles.
@@ -201,29 +202,29 @@ impl Registry {
         if tools.is_empty() {
             return Some("No tools are available.".to_owned());
         }
+        // Names are compared part by part — the server's (`SERVER__`) and the tool's own — so
+        // that sharing a server is no closeness: `test__nope` is not near `test__wipe`. A name
+        // given without its server is near the tools of any server that carry it.
         let wanted = name.to_lowercase();
+        let (wanted_server, wanted_tool) = split_exposed(&wanted);
+        let limit = suggest::limit(wanted_tool);
         let mut scored: Vec<(usize, &str)> = tools
             .keys()
-            .map(|k| {
+            .filter_map(|k| {
                 let candidate = k.to_lowercase();
-                let tail = candidate
-                    .rsplit("__")
-                    .next()
-                    .unwrap_or(&candidate)
-                    .to_owned();
-                (
-                    edit_distance(&wanted, &candidate).min(edit_distance(&wanted, &tail)),
-                    &**k,
-                )
+                let (server, tool) = split_exposed(&candidate);
+                let tool_d = suggest::edit_distance(wanted_tool, tool);
+                let server_d = match (wanted_server, server) {
+                    (Some(w), Some(s)) => suggest::edit_distance(w, s),
+                    (Some(w), None) => w.chars().count(),
+                    (None, _) => 0,
+                };
+                let ok = tool_d <= limit && server_d <= wanted_server.map_or(0, suggest::limit);
+                ok.then_some((tool_d + server_d, &**k))
             })
             .collect();
         scored.sort();
-        let close: Vec<&str> = scored
-            .iter()
-            .filter(|(d, _)| *d <= 3.max(wanted.len() / 3))
-            .take(3)
-            .map(|(_, n)| *n)
-            .collect();
+        let close: Vec<&str> = scored.iter().take(3).map(|(_, n)| *n).collect();
         if close.is_empty() {
             let mut all: Vec<&str> = tools.keys().map(|k| &**k).collect();
             all.sort_unstable();
@@ -250,31 +251,10 @@ impl Registry {
     }
 }
 
-/// Levenshtein distance, for suggestions.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    let mut cur = vec![0; b.len() + 1];
-    for (i, ca) in a.chars().enumerate() {
-        cur[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != *cb))
-                .min(prev[j + 1] + 1)
-                .min(cur[j] + 1);
-        }
-        std::mem::swap(&mut prev, &mut cur);
-    }
-    prev[b.len()]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn distances() {
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
-        assert_eq!(edit_distance("", "abc"), 3);
-        assert_eq!(edit_distance("echo", "echo"), 0);
+/// An exposed name's server part (`SERVER__`, if any) and the tool's own name.
+fn split_exposed(name: &str) -> (Option<&str>, &str) {
+    match name.split_once("__") {
+        Some((server, tool)) if !server.is_empty() => (Some(server), tool),
+        _ => (None, name),
     }
 }

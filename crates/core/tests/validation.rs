@@ -30,13 +30,18 @@ async fn an_unknown_tool_is_named_with_the_tools_closest_to_it() {
     // (called, detail)
     let cases = [
         ("slep", "Did you mean \"sleep\"?"),
+        // A server's tool by its own name.
+        ("flaky", "Did you mean \"srv__flaky\"?"),
+        ("srv__flaxy", "Did you mean \"srv__flaky\"?"),
+        ("srb__flaky", "Did you mean \"srv__flaky\"?"),
+        // Sharing the server is no closeness: `nope` is not a typo of `late` or `quiet`.
         (
-            "flaky", // a server tool by its own name first, then the names a few edits away
-            "Did you mean \"srv__flaky\" or \"fail\" or \"srv__late\"?",
+            "srv__nope",
+            "Available tools: blocking, echo, fail, sleep, srv__flaky, srv__late, srv__quiet, stubborn, ticker.",
         ),
         (
             "compile_everything",
-            "Available tools: blocking, echo, fail, sleep, srv__flaky, srv__late, stubborn, ticker.",
+            "Available tools: blocking, echo, fail, sleep, srv__flaky, srv__late, srv__quiet, stubborn, ticker.",
         ),
     ];
     for (name, detail) in cases {

@@ -44,6 +44,58 @@ pub(crate) struct TurnBody {
 }
 
 /// The JSON type of a value, as messages name it.
+/// Refuses a key of `obj` that is not one of `allowed`: a misspelt key would otherwise be
+/// ignored (`session` for `session_id` ran the turn in a fresh session). The message names the
+/// key where it stands and the nearest allowed one.
+pub(crate) fn known_keys(
+    obj: &Map<String, Value>,
+    path: &str,
+    allowed: &[&str],
+) -> Result<(), ApiError> {
+    let Some(key) = obj.keys().find(|k| !allowed.contains(&k.as_str())) else {
+        return Ok(());
+    };
+    let at = if path.is_empty() {
+        key.clone()
+    } else {
+        format!("{path}.{key}")
+    };
+    let hint = match toolwarden_core::suggest::closest(key, allowed.iter().copied()) {
+        Some(near) => format!("did you mean {near:?}? "),
+        None => String::new(),
+    };
+    Err(ApiError::invalid(format!(
+        "{at}: unknown key; {hint}expected {}",
+        allowed.join(", ")
+    )))
+}
+
+/// The keys of a `POST /v1/turns` body.
+const TURN_KEYS: &[&str] = &["session_id", "parent_turn_id", "calls", "detach"];
+/// The keys of an Anthropic `tool_use` block: its own (`cache_control` and `caller` may come
+/// with a block taken from a model's answer, and are ignored) and toolwarden's hints.
+const ANTHROPIC_KEYS: &[&str] = &[
+    "type",
+    "id",
+    "name",
+    "input",
+    "timeout_ms",
+    "idle_timeout_ms",
+    "cache_control",
+    "caller",
+];
+/// The keys of an OpenAI tool call (`index` comes with streamed ones, and is ignored) and
+/// toolwarden's hints.
+const OPENAI_KEYS: &[&str] = &[
+    "id",
+    "type",
+    "function",
+    "index",
+    "timeout_ms",
+    "idle_timeout_ms",
+];
+const OPENAI_FUNCTION_KEYS: &[&str] = &["name", "arguments"];
+
 fn type_name(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
@@ -102,6 +154,7 @@ pub(crate) fn parse_turn(body: &[u8]) -> Result<TurnBody, ApiError> {
             type_name(&root)
         )));
     };
+    known_keys(&root, "", TURN_KEYS)?;
     let session_id = opt_string(&root, "session_id", "session_id")?.map(SessionId::from);
     let parent_turn_id = opt_string(&root, "parent_turn_id", "parent_turn_id")?.map(TurnId::from);
     let detach = match root.get("detach") {
@@ -204,6 +257,7 @@ fn with_hints(
 }
 
 fn anthropic_call(obj: &Map<String, Value>, path: &str) -> Result<ToolCall, ApiError> {
+    known_keys(obj, path, ANTHROPIC_KEYS)?;
     let id = req_string(obj, "id", &format!("{path}.id"))?;
     let name = req_string(obj, "name", &format!("{path}.name"))?;
     let input = match obj.get("input") {
@@ -220,6 +274,7 @@ fn anthropic_call(obj: &Map<String, Value>, path: &str) -> Result<ToolCall, ApiE
 }
 
 fn openai_call(obj: &Map<String, Value>, path: &str) -> Result<ToolCall, ApiError> {
+    known_keys(obj, path, OPENAI_KEYS)?;
     let id = req_string(obj, "id", &format!("{path}.id"))?;
     let function = match obj.get("function") {
         Some(Value::Object(f)) => f,
@@ -234,6 +289,7 @@ fn openai_call(obj: &Map<String, Value>, path: &str) -> Result<ToolCall, ApiErro
         }
     };
     let fpath = format!("{path}.function");
+    known_keys(function, &fpath, OPENAI_FUNCTION_KEYS)?;
     let name = req_string(function, "name", &format!("{fpath}.name"))?;
     let apath = format!("{fpath}.arguments");
     let arguments = match function.get("arguments") {

@@ -58,6 +58,7 @@ fn parse_answer(body: &[u8]) -> Result<InteractionAnswer, ApiError> {
             "body: expected a JSON object {\"action\": \"approve\" | \"deny\", ...}",
         ));
     };
+    crate::format::known_keys(&obj, "", &["action", "value", "reason"])?;
     let action = match obj.get("action") {
         Some(Value::String(a)) if a == "approve" => InteractionAction::Approve,
         Some(Value::String(a)) if a == "deny" => InteractionAction::Deny,

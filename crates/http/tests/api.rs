@@ -830,6 +830,11 @@ async fn bad_answers_are_400_and_unknown_interactions_404() {
     )
     .await;
     check(
+        json!({"action": "deny", "reasons": "no"}),
+        "reasons: unknown key; did you mean \"reason\"? expected action, value, reason",
+    )
+    .await;
+    check(
         json!(["approve"]),
         "body: expected a JSON object {\"action\": \"approve\" | \"deny\", ...}",
     )
@@ -1032,6 +1037,17 @@ async fn bad_turn_bodies_are_400_saying_what_and_where() {
          "calls[0].timeout_ms: expected a non-negative integer of milliseconds, got -5"),
         (json!({"calls": [{"type": "tool_use", "id": "x", "name": "echo", "timeout_ms": "5s"}]}).to_string(),
          "calls[0].timeout_ms: expected a non-negative integer of milliseconds, got \"5s\""),
+        // Unknown keys, wherever they stand, with the nearest known one.
+        (json!({"session": "agent-1", "calls": [a("x")]}).to_string(),
+         "session: unknown key; did you mean \"session_id\"? expected session_id, parent_turn_id, calls, detach"),
+        (json!({"calls": [a("x")], "priority": 1}).to_string(),
+         "priority: unknown key; expected session_id, parent_turn_id, calls, detach"),
+        (json!({"calls": [{"type": "tool_use", "id": "x", "name": "echo", "timeout": 5}]}).to_string(),
+         "calls[0].timeout: unknown key; did you mean \"timeout_ms\"? expected type, id, name, input, timeout_ms, idle_timeout_ms, cache_control, caller"),
+        (json!({"calls": [{"id": "x", "type": "function", "function": {"name": "echo", "arguments": "{}"}, "idle_timeout": 5}]}).to_string(),
+         "calls[0].idle_timeout: unknown key; did you mean \"idle_timeout_ms\"? expected id, type, function, index, timeout_ms, idle_timeout_ms"),
+        (json!({"calls": [{"id": "x", "type": "function", "function": {"name": "echo", "arguments": "{}", "args": "{}"}}]}).to_string(),
+         "calls[0].function.args: unknown key; expected name, arguments"),
     ];
     for (body, expected) in cases {
         check_400(&app, &body, expected).await;

@@ -329,37 +329,4 @@ fn backticked(s: &str) -> Vec<String> {
     s.split('`').skip(1).step_by(2).map(str::to_owned).collect()
 }
 
-/// The candidate nearest to `name` by edit distance, if it is near enough to be a typo.
-pub(crate) fn closest<'a>(
-    name: &str,
-    candidates: impl Iterator<Item = &'a str>,
-) -> Option<&'a str> {
-    let limit = (name.chars().count() / 3).max(1);
-    candidates
-        .map(|c| {
-            // A key cut short (`open` for `open_for`) is as near as a typo.
-            let d = if name.len() >= 3 && c.starts_with(name) {
-                1
-            } else {
-                edit_distance(name, c)
-            };
-            (d, c)
-        })
-        .filter(|(d, _)| *d <= limit)
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c)
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let sub = prev[j] + usize::from(ca != *cb);
-            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
-}
+pub(crate) use crate::suggest::closest;
