@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use toolwarden_core::protocol::{ServerStateKind, ToolSpec};
 use toolwarden_core::{Attempt, AttemptEnd, Backend, BackendHost, BoxFuture, ToolOutput};
 
-/// A server that answers every call with `ok from NAME`.
+/// A server that answers every call with `ok from NAME`, after `ms` of its input (if any).
 struct Answering;
 
 impl Backend for Answering {
@@ -27,6 +27,8 @@ impl Backend for Answering {
 
     fn start(&self, attempt: Attempt) -> BoxFuture<AttemptEnd> {
         Box::pin(async move {
+            let ms = attempt.input["ms"].as_u64().unwrap_or(0);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
             AttemptEnd::Done(Ok(ToolOutput::text(format!("ok from {}", attempt.tool))))
         })
     }
@@ -110,6 +112,21 @@ async fn a_configured_timeout_does_not_bound_the_wait_for_a_first_start() {
     let r = h.call("c1", "slow__work", json!({})).await;
     assert_eq!(r.text(), "ok from work");
     assert_eq!(start.elapsed(), secs(12));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_calls_deadlines_start_when_it_runs_not_while_it_waits_for_its_server() {
+    // Its server takes 12 s to start; the call then runs 2 s, within every one of its
+    // deadlines counted from its start — none counted from its arrival.
+    let mut h = Harness::new(
+        "[defaults]\ntimeout = \"5s\"\nidle_timeout = \"3s\"\nattempt_timeout = \"4s\"\n",
+    );
+    let _host = slow_server(&h, Some(secs(12)), "work");
+    let start = Instant::now();
+    let r = h.call("c1", "slow__work", json!({"ms": 2000})).await;
+    assert_eq!(status(&r), json!({"status": "ok", "call_id": "c1"}));
+    assert_eq!(start.elapsed(), secs(14));
+    assert_eq!(r.outcome.duration_ms, 14_000, "the outcome's duration counts from arrival");
 }
 
 #[tokio::test(start_paused = true)]

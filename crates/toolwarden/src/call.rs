@@ -333,6 +333,9 @@ async fn remote(
                             let gone = CancellationToken::new();
                             asking = Some((interaction.id.to_string(), gone.clone()));
                             spawn_remote_prompt(api, *interaction, progress.clone(), gone);
+                        } else {
+                            // Nobody here can answer: say who can, and until when.
+                            progress.note(&where_to_answer(api.base(), &interaction));
                         }
                     }
                     EventKind::InteractionAnswered { interaction_id, .. }
@@ -372,6 +375,22 @@ async fn remote(
     }
     progress.finish();
     Ok((result, stop))
+}
+
+/// Where a person answers `interaction` of a call made with `--url` when this terminal cannot.
+fn where_to_answer(base: &str, interaction: &toolwarden_protocol::Interaction) -> String {
+    let id = segment(interaction.id.as_str());
+    let within =
+        toolwarden_protocol::format_duration(Duration::from_millis(interaction.timeout_ms));
+    format!(
+        "toolwarden: {} needs a person's answer ({}), and this is no terminal to ask on. \
+         Answer it within {within} in the dashboard, {base}/, or with\n  \
+         curl -X POST {base}/v1/interactions/{id} -H 'content-type: application/json' \
+         -d '{{\"action\": \"approve\"}}'   (or \"deny\")\n\
+         toolwarden: unanswered, it is denied when the time is up.",
+        interaction.tool.as_deref().unwrap_or("the call"),
+        interaction.kind.as_str(),
+    )
 }
 
 /// Asks a remote interaction at the terminal and posts the answer.

@@ -44,6 +44,11 @@ impl Api {
         })
     }
 
+    /// The server's base URL (`http://127.0.0.1:7420`).
+    pub(crate) fn base(&self) -> &str {
+        &self.base
+    }
+
     pub(crate) fn request(&self, method: Method, path: &str) -> RequestBuilder {
         let req = self.client.request(method, format!("{}{path}", self.base));
         match &self.token {

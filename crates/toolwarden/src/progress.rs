@@ -74,6 +74,15 @@ impl Progress {
         self.state.lock().paused = false;
     }
 
+    /// Writes `text` on lines of its own (the progress line is drawn again after it).
+    pub(crate) fn note(&self, text: &str) {
+        let mut state = self.state.lock();
+        clear(&mut state, self.tty);
+        let mut err = std::io::stderr().lock();
+        let _ = writeln!(err, "{text}");
+        let _ = err.flush();
+    }
+
     /// Clears the line for good.
     pub(crate) fn finish(&self) {
         let mut state = self.state.lock();

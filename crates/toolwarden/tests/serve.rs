@@ -463,3 +463,52 @@ async fn call_url_is_interrupted_by_ctrl_c() {
     server.signal(Signal::SIGTERM);
     server.wait(Duration::from_secs(10)).await.expect_code(0);
 }
+
+/// `call --url` without a terminal cannot ask: it says where a person can answer (the
+/// dashboard, `POST /v1/interactions/{id}`) and until when, and an answer there lets it run.
+#[tokio::test]
+async fn call_url_without_a_terminal_says_where_to_answer_its_approval() {
+    let dir = Dir::new();
+    dir.create(
+        "toolwarden.toml",
+        "[exec]\nenabled = true\n\n[tools.exec]\napproval = \"ask\"\napproval_timeout = \"1m\"\n",
+    );
+    let (mut server, url) = serve(&dir, &[]).await;
+    let input = json!({"command": "echo approved-and-ran"}).to_string();
+    let mut call = dir
+        .command(&["call", "exec", "--url", &url, "--input", &input])
+        .spawn();
+    let line = call
+        .wait_stderr("needs a person's answer", Duration::from_secs(20))
+        .await;
+    assert!(
+        line.contains("exec needs a person's answer (approval), and this is no terminal to ask on. Answer it within 1m in the dashboard, "),
+        "{line}"
+    );
+    let pending: Value = http()
+        .get(format!("{url}/v1/interactions"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = pending["interactions"][0]["id"].as_str().unwrap().to_owned();
+    call.wait_stderr(
+        &format!("curl -X POST {url}/v1/interactions/{id} -H 'content-type: application/json'"),
+        Duration::from_secs(5),
+    )
+    .await;
+    let answered = http()
+        .post(format!("{url}/v1/interactions/{id}"))
+        .json(&json!({"action": "approve"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answered.status(), 200);
+    let out = call.wait(Duration::from_secs(20)).await;
+    out.expect_code(0);
+    assert!(out.stdout.contains("approved-and-ran"), "{}", out.stdout);
+    server.signal(Signal::SIGTERM);
+    server.wait(Duration::from_secs(10)).await.expect_code(0);
+}

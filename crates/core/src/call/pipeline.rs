@@ -110,6 +110,8 @@ async fn pipeline(
     // A pending tool's entry, once its server listed it (declared before the finisher, which
     // borrows it).
     let mut listed: Option<Arc<ToolEntry>> = None;
+    // Whether the call waited for its server to start (then the arrival is not "now").
+    let mut waited = false;
     let known = match &target {
         Target::Known(entry) => Some(entry),
         Target::Pending(_) | Target::Unknown { .. } => None,
@@ -141,6 +143,7 @@ async fn pipeline(
                 .map(|_| apply_hints(&pending.policy, call.timeout_ms, None).timeout);
             match Box::pin(pending.resolve(&slot.scope, fin.arrived, hint)).await {
                 Resolved::Tool(entry) => {
+                    waited = true;
                     slot.set_state(CallState::Queued);
                     let entry = &*listed.insert(entry);
                     fin.runtime = Some(&entry.runtime);
@@ -248,8 +251,10 @@ async fn pipeline(
     fin.loop_key = Some((call_digest, policy.loop_));
     fin.shared_loop = shared_session.filter(|_| loop_on);
     let input = Arc::new(input);
-    // The time now: the arrival until a step below waits, read again after each wait.
-    let mut now = fin.arrived;
+    // The time now: the arrival until a step waits, read again after each wait (the wait for a
+    // starting server above is one: the deadlines of a call that waited a minute for its
+    // server start now, not a minute ago).
+    let mut now = if waited { Instant::now() } else { fin.arrived };
 
     // Approval gate.
     match policy.approval {
