@@ -57,7 +57,16 @@ pub(crate) async fn run(config_path: Option<&Path>, args: CheckArgs) -> anyhow::
                 states.get(&name).and_then(|s| s.detail.clone()),
             ),
             Some(Err(ReadyError::Down { detail, .. })) => {
-                (ServerStateKind::Down, Some(detail.clone()))
+                // `failed` (it cannot start) or `down`, as the server last said.
+                let failed = states
+                    .get(&name)
+                    .is_some_and(|s| s.state == ServerStateKind::Failed);
+                let state = if failed {
+                    ServerStateKind::Failed
+                } else {
+                    ServerStateKind::Down
+                };
+                (state, Some(detail.clone()))
             }
             Some(Err(e)) => (ServerStateKind::Down, Some(e.to_string())),
         };
