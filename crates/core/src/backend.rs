@@ -380,6 +380,12 @@ pub trait BackendHost: Send + Sync + 'static {
     /// The server changed state (emits `server_state`, updates `toolwarden_server_up`).
     fn server_state(&self, server: &str, state: ServerStateKind, detail: Option<String>);
 
+    /// The protocol revision the server was reached in at its last start (`2025-11-25`,
+    /// `2026-07-28`, ...), reported before its `up`.
+    fn server_protocol(&self, server: &str, protocol: &str) {
+        let _ = (server, protocol);
+    }
+
     /// How many calls of `server` are abandoned right now (`toolwarden_abandoned_calls`).
     fn set_abandoned(&self, server: &str, count: u64);
 

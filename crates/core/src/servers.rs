@@ -22,6 +22,10 @@ pub struct ServerStatus {
     /// Why, when it is down.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// The MCP revision it was reached in at its last start (`2025-11-25`, `2026-07-28`, ...);
+    /// none before its first start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
 }
 
 /// A server declared before its start: how long its start may take, and how its tools are named.
@@ -76,6 +80,7 @@ impl Servers {
             .or_insert(ServerStatus {
                 state: ServerStateKind::Starting,
                 detail: None,
+                protocol: None,
             });
         self.changed.send_modify(|g| *g = g.wrapping_add(1));
     }
@@ -84,13 +89,16 @@ impl Servers {
     pub(crate) fn report(&self, server: &str, state: ServerStateKind, detail: Option<String>) {
         self.metrics
             .set_server_up(server, state == ServerStateKind::Up);
-        self.statuses.lock().insert(
-            server.to_owned(),
-            ServerStatus {
+        {
+            let mut statuses = self.statuses.lock();
+            let entry = statuses.entry(server.to_owned()).or_insert(ServerStatus {
                 state,
-                detail: detail.clone(),
-            },
-        );
+                detail: None,
+                protocol: None,
+            });
+            entry.state = state;
+            entry.detail.clone_from(&detail);
+        }
         self.changed.send_modify(|g| *g = g.wrapping_add(1));
         self.bus.emit(
             &Arc::new(EventScope::default()),
@@ -100,6 +108,17 @@ impl Servers {
                 detail,
             },
         );
+    }
+
+    /// The revision `server` was reached in at its last start.
+    pub(crate) fn reached_in(&self, server: &str, protocol: &str) {
+        let mut statuses = self.statuses.lock();
+        let entry = statuses.entry(server.to_owned()).or_insert(ServerStatus {
+            state: ServerStateKind::Starting,
+            detail: None,
+            protocol: None,
+        });
+        entry.protocol = Some(protocol.to_owned());
     }
 
     /// Every server's last state, by name.

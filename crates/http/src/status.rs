@@ -41,12 +41,15 @@ pub(crate) async fn tools(State(app): State<App>) -> Json<Value> {
         .tools()
         .into_iter()
         .map(|tool| {
-            let state = servers
-                .get(&tool.backend)
-                .map_or(ServerStateKind::Up, |s| s.state);
+            let server = servers.get(&tool.backend);
+            let state = server.map_or(ServerStateKind::Up, |s| s.state);
             let mut v = json!(tool);
             if let Value::Object(obj) = &mut v {
                 obj.insert("backend_state".into(), json!(state));
+                // The MCP revision its server was reached in (MCP tools only).
+                if let Some(protocol) = server.and_then(|s| s.protocol.as_ref()) {
+                    obj.insert("backend_protocol".into(), json!(protocol));
+                }
             }
             v
         })

@@ -82,14 +82,43 @@ async fn a_2026_only_http_server_is_cancelled_by_closing_the_stream() {
     reap(process).await;
 }
 
+/// `protocol = "auto"`: the handshake for a server that takes it (one of both eras too: it
+/// loses nothing for handshake clients), 2026-07-28 for a server of that revision alone; a
+/// pinned revision is spoken whatever the server also speaks. The revision reached is reported.
 #[tokio::test]
-async fn a_server_of_both_eras_is_spoken_to_in_2026_and_a_handshake_server_in_its_own() {
-    let (_host, both) = up("both", stdio(&["--era", "both"])).await;
-    assert_eq!(text(call(&both, "version", json!({})).await), "2026-07-28");
-    both.shutdown().await;
-    let (_host, old) = up("old", stdio(&[])).await;
-    assert_eq!(text(call(&old, "version", json!({})).await), "2025-11-25");
-    old.shutdown().await;
+async fn a_server_is_spoken_to_in_its_protocol_and_auto_prefers_the_handshake() {
+    let pinned = |args: &[&str], protocol: &str| {
+        let mut cfg = stdio(args);
+        cfg.protocol = Some(protocol.to_owned());
+        cfg
+    };
+    for (name, cfg, expected) in [
+        ("both", stdio(&["--era", "both"]), "2025-11-25"),
+        ("old", stdio(&[]), "2025-11-25"),
+        ("new", stdio(&["--era", "2026-07-28"]), "2026-07-28"),
+        ("both-pinned", pinned(&["--era", "both"], "2026-07-28"), "2026-07-28"),
+        ("old-pinned", pinned(&[], "2025-06-18"), "2025-06-18"),
+    ] {
+        let (host, server) = up(name, cfg).await;
+        assert_eq!(
+            text(call(&server, "version", json!({})).await),
+            expected,
+            "{name}"
+        );
+        assert_eq!(host.record().protocols_of(name), vec![expected.to_owned()], "{name}");
+        // One start only, even for the 2026-07-28 server that refused the handshake first.
+        assert_eq!(
+            host.record().states_of(name),
+            vec![ServerStateKind::Starting, ServerStateKind::Up],
+            "{name}"
+        );
+        server.shutdown().await;
+    }
+    // A pinned revision the server does not speak: it does not come up, saying why.
+    let (_host, server) = launch("refuses", pinned(&["--era", "2026-07-28"], "2025-11-25"));
+    let err = server.wait_ready(READY).await.unwrap_err();
+    assert!(err.to_string().contains("initialize failed"), "{err}");
+    server.shutdown().await;
 }
 
 #[tokio::test]

@@ -96,8 +96,22 @@ with_policy_keys! {
         /// `false` keeps the server configured but not started.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub enabled: Option<bool>,
+        /// The MCP revision to speak to it: `"auto"` (the default: the handshake era when the
+        /// server speaks it, else 2026-07-28) or one of [`MCP_REVISIONS`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub protocol: Option<String>,
     }
 }
+
+/// The MCP revisions a server's `protocol` may pin, newest first: the stateless 2026-07-28 and
+/// the revisions with an `initialize` handshake.
+pub const MCP_REVISIONS: &[&str] = &[
+    "2026-07-28",
+    "2025-11-25",
+    "2025-06-18",
+    "2025-03-26",
+    "2024-11-05",
+];
 
 with_policy_keys! {
     /// `[exec]`: the built-in shell tool, off unless enabled, plus policy keys for it.

@@ -30,7 +30,7 @@ pub use audit::{
 };
 pub use call::{CallResult, Content, ToolCall};
 pub use config::{
-    ConfigFile, ExecConfig, GatewayConfig, HttpConfig, OtelConfig, RedisConfig, ServerConfig,
+    ConfigFile, ExecConfig, GatewayConfig, HttpConfig, MCP_REVISIONS, OtelConfig, RedisConfig, ServerConfig,
     StoreConfig, StoreDurability,
 };
 pub use duration::{

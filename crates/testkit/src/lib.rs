@@ -181,6 +181,8 @@ pub struct LateResult {
 pub struct Record {
     /// Every `server_state` report, in order: (server, state, detail).
     pub states: Vec<(String, ServerStateKind, Option<String>)>,
+    /// Every `server_protocol` report, in order: (server, revision).
+    pub protocols: Vec<(String, String)>,
     /// The latest tool list per server, and how many times it was set.
     pub tools: Vec<(String, Vec<ToolSpec>)>,
     /// Every `set_abandoned` report, in order: (server, count).
@@ -196,6 +198,15 @@ impl Record {
             .iter()
             .filter(|(s, _, _)| s == server)
             .map(|(_, k, _)| *k)
+            .collect()
+    }
+
+    /// The revisions `server` was reached in, start by start.
+    pub fn protocols_of(&self, server: &str) -> Vec<String> {
+        self.protocols
+            .iter()
+            .filter(|(s, _)| s == server)
+            .map(|(_, p)| p.clone())
             .collect()
     }
 
@@ -312,6 +323,10 @@ impl BackendHost for RecordingHost {
 
     fn set_abandoned(&self, server: &str, count: u64) {
         self.update(|r| r.abandoned.push((server.to_owned(), count)));
+    }
+
+    fn server_protocol(&self, server: &str, protocol: &str) {
+        self.update(|r| r.protocols.push((server.to_owned(), protocol.to_owned())));
     }
 
     fn late_result(&self, meta: &AttemptMeta, tool: &str, is_error: bool, after: Duration) {

@@ -10,7 +10,7 @@ use toolwarden_mcp::ReadyError;
 use toolwarden_protocol::ServerStateKind;
 
 use crate::cli::CheckArgs;
-use crate::client::{snake, tool_table};
+use crate::client::{Backend, snake, tool_table};
 use crate::exit::Exit;
 use crate::signals::Signals;
 use crate::stack::{self, Stack};
@@ -21,6 +21,8 @@ struct ServerReport {
     state: ServerStateKind,
     detail: Option<String>,
     tools: usize,
+    /// The MCP revision it was reached in.
+    protocol: Option<String>,
 }
 
 pub(crate) async fn run(config_path: Option<&Path>, args: CheckArgs) -> anyhow::Result<Exit> {
@@ -82,11 +84,13 @@ pub(crate) async fn run(config_path: Option<&Path>, args: CheckArgs) -> anyhow::
             }
             warnings.extend(found);
         }
+        let protocol = states.get(&name).and_then(|s| s.protocol.clone());
         servers.push(ServerReport {
             name,
             state,
             detail,
             tools: own.len(),
+            protocol,
         });
     }
     stack.shutdown().await;
@@ -137,6 +141,7 @@ pub(crate) async fn run(config_path: Option<&Path>, args: CheckArgs) -> anyhow::
                 "state": snake(&s.state),
                 "detail": s.detail,
                 "tools": s.tools,
+                "protocol": s.protocol,
             }))).collect::<serde_json::Map<String, Value>>(),
             "tools": tools,
             "store": store_json,
@@ -156,7 +161,12 @@ pub(crate) async fn run(config_path: Option<&Path>, args: CheckArgs) -> anyhow::
                     .map(|d| format!(": {d}"))
                     .unwrap_or_default();
                 match s.state {
-                    ServerStateKind::Up => println!("  {}: up, {} tools", s.name, s.tools),
+                    ServerStateKind::Up => println!(
+                        "  {}: up, {} tools, MCP {}",
+                        s.name,
+                        s.tools,
+                        s.protocol.as_deref().unwrap_or("?")
+                    ),
                     _ if args.offline => println!("  {}{detail}", s.name),
                     other => println!(
                         "  {}: {}{detail}; its tools are unknown",
@@ -168,11 +178,17 @@ pub(crate) async fn run(config_path: Option<&Path>, args: CheckArgs) -> anyhow::
         }
         println!();
         // The check's own findings: the engine's record of a state may lag a moment behind.
-        let backend_states: Vec<Option<String>> = tools
+        let backend_states: Vec<Backend> = tools
             .iter()
             .map(|t| match servers.iter().find(|s| s.name == t.backend) {
-                Some(s) => Some(snake(&s.state)),
-                None => Some("up".to_owned()),
+                Some(s) => Backend {
+                    state: Some(snake(&s.state)),
+                    protocol: s.protocol.clone(),
+                },
+                None => Backend {
+                    state: Some("up".to_owned()),
+                    protocol: None,
+                },
             })
             .collect();
         print!("{}", tool_table(&tools, &backend_states));

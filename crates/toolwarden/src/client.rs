@@ -142,14 +142,14 @@ pub(crate) async fn tools(config: Option<&Path>, args: ClientArgs) -> anyhow::Re
         return Ok(Exit::Ok);
     }
     let list = body.get("tools").cloned().unwrap_or_default();
-    let states: Vec<Option<String>> = list
+    let text = |t: &Value, key: &str| t.get(key).and_then(Value::as_str).map(str::to_owned);
+    let states: Vec<Backend> = list
         .as_array()
         .map(|a| {
             a.iter()
-                .map(|t| {
-                    t.get("backend_state")
-                        .and_then(Value::as_str)
-                        .map(str::to_owned)
+                .map(|t| Backend {
+                    state: text(t, "backend_state"),
+                    protocol: text(t, "backend_protocol"),
                 })
                 .collect()
         })
@@ -160,12 +160,21 @@ pub(crate) async fn tools(config: Option<&Path>, args: ClientArgs) -> anyhow::Re
     Ok(Exit::Ok)
 }
 
+/// What the tool table shows of a tool's backend: its state, and the MCP revision it was
+/// reached in (MCP servers only).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Backend {
+    pub(crate) state: Option<String>,
+    pub(crate) protocol: Option<String>,
+}
+
 /// Tools with their effective policy, one per line.
-pub(crate) fn tool_table(tools: &[ToolInfo], states: &[Option<String>]) -> String {
+pub(crate) fn tool_table(tools: &[ToolInfo], states: &[Backend]) -> String {
     let mut table = Table::new(&[
         "TOOL",
         "BACKEND",
         "STATE",
+        "MCP",
         "BREAKER",
         "TIMEOUT",
         "IDLE",
@@ -178,11 +187,12 @@ pub(crate) fn tool_table(tools: &[ToolInfo], states: &[Option<String>]) -> Strin
     ]);
     for (i, t) in tools.iter().enumerate() {
         let p = &t.policy;
-        let state = states.get(i).cloned().flatten().unwrap_or_default();
+        let backend = states.get(i).cloned().unwrap_or_default();
         table.row(vec![
             t.name.clone(),
             t.backend.clone(),
-            state,
+            backend.state.unwrap_or_default(),
+            backend.protocol.unwrap_or_else(|| "-".to_owned()),
             snake(&t.breaker),
             off_or(p.timeout, "none"),
             off_or(p.idle_timeout, "off"),

@@ -61,13 +61,14 @@ async fn check_prints_every_policy_and_warning() {
             .split_whitespace()
             .collect::<Vec<_>>()
     };
-    // TOOL BACKEND STATE BREAKER TIMEOUT IDLE ATTEMPT RETRIES IDEMPOTENT CACHE APPROVAL...
+    // TOOL BACKEND STATE MCP BREAKER TIMEOUT IDLE ATTEMPT RETRIES IDEMPOTENT CACHE APPROVAL...
     assert_eq!(
-        row("test__sleep")[..10],
+        row("test__sleep")[..11],
         [
             "test__sleep",
             "test",
             "up",
+            "2025-11-25",
             "closed",
             "5s",
             "5s",
@@ -77,9 +78,14 @@ async fn check_prints_every_policy_and_warning() {
             "off"
         ]
     );
-    assert_eq!(row("exec")[..5], ["exec", "exec", "up", "closed", "30s"]);
-    assert_eq!(row("exec")[10], "ask");
-    assert_eq!(row("test__wipe")[10], "confirm", "destructive hint");
+    assert_eq!(row("exec")[..6], ["exec", "exec", "up", "-", "closed", "30s"]);
+    assert_eq!(row("exec")[11], "ask");
+    assert_eq!(row("test__wipe")[11], "confirm", "destructive hint");
+    assert!(
+        out.stdout.contains("test: up, 25 tools, MCP 2025-11-25"),
+        "{}",
+        out.stdout
+    );
     assert_no_process(&mark, Duration::from_secs(5)).await;
 }
 
@@ -92,6 +98,7 @@ async fn check_json_is_for_machines() {
     let report = out.json();
     assert_eq!(report["ok"], true);
     assert_eq!(report["servers"]["test"]["state"], "up");
+    assert_eq!(report["servers"]["test"]["protocol"], "2025-11-25");
     let warnings = report["warnings"].as_array().unwrap();
     assert_eq!(warnings.len(), 2, "{warnings:#?}");
     assert_eq!(warnings[1]["key"], "tools.test__slepe");
@@ -109,7 +116,7 @@ async fn a_server_that_does_not_start_is_reported_and_fails_the_check() {
     dir.create("toolwarden.toml", &config(&["--fail-startup"]));
     let out = dir.command(&["check"]).run().await;
     out.expect_code(1);
-    assert!(out.stdout.contains("test: down"), "{}", out.stdout);
+    assert!(out.stdout.contains("test: failed: "), "{}", out.stdout);
     assert!(
         out.stdout.contains("its tools are unknown"),
         "{}",

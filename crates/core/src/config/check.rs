@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use toolwarden_protocol::{
-    BackoffConfig, BreakerConfig, ConfigFile, DurationValue, LoopConfig, Policy, PolicyConfig,
-    ServerConfig, SizeValue, format_duration,
+    BackoffConfig, BreakerConfig, ConfigFile, DurationValue, LoopConfig, MCP_REVISIONS, Policy,
+    PolicyConfig, ServerConfig, SizeValue, format_duration,
 };
 
 use super::diag::{
@@ -138,6 +138,19 @@ impl<'a> Checker<'a> {
             self.transport_fields(name, server);
             if let Some(v) = server.startup_timeout {
                 self.duration(&path(&["servers", name, "startup_timeout"]), v);
+            }
+            if let Some(p) = &server.protocol
+                && p != "auto"
+                && !MCP_REVISIONS.contains(&p.as_str())
+            {
+                self.fail(
+                    ConfigErrorKind::InvalidValue,
+                    &path(&["servers", name, "protocol"]),
+                    format!(
+                        "unknown MCP revision {p:?}: expected \"auto\" or one of {}",
+                        MCP_REVISIONS.join(", ")
+                    ),
+                );
             }
             if server.command.is_some() && !server.env_prompt.is_empty() {
                 self.warn(

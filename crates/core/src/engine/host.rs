@@ -53,6 +53,12 @@ impl BackendHost for Host {
         }
     }
 
+    fn server_protocol(&self, server: &str, protocol: &str) {
+        if let Some(engine) = self.engine.upgrade() {
+            engine.servers.reached_in(server, protocol);
+        }
+    }
+
     fn set_abandoned(&self, server: &str, count: u64) {
         if let Some(engine) = self.engine.upgrade() {
             engine.turns.metrics.set_abandoned(server, count);

@@ -3,6 +3,12 @@
 //! `notifications/roots/list_changed`. They are not tool calls, so they are not governed; they
 //! only need the live connection and a way to be cancelled.
 
+#![allow(
+    deprecated,
+    reason = "resources/subscribe is deprecated by SEP-2577 (MCP 2026-07-28); toward a server of \
+              that revision it is translated here"
+)]
+
 use rmcp::model::{
     CancelledNotificationParam, ClientNotification, ClientRequest, ErrorCode, GetMeta as _,
     RequestMetaObject, ServerResult,
@@ -15,6 +21,7 @@ use rmcp::{ErrorData, ServiceError};
 use tokio_util::sync::CancellationToken;
 use toolwarden_protocol::ServerStateKind;
 
+use super::session::Era;
 use super::shared::Shared;
 
 /// Sends `request` on the live connection (waiting while the server is starting) and returns
@@ -40,6 +47,21 @@ pub(super) async fn request(
             return Err(timed_out(&shared.name, &method, within));
         }
     };
+    // A 2026-07-28 server has no `resources/subscribe`: subscriptions ride the connection's
+    // `subscriptions/listen` stream (`listen`).
+    if conn.era == Era::Stateless {
+        match &request {
+            ClientRequest::SubscribeRequest(r) => {
+                shared.wanted.add(&r.params.uri);
+                return Ok(ServerResult::empty(()));
+            }
+            ClientRequest::UnsubscribeRequest(r) => {
+                shared.wanted.remove(&r.params.uri);
+                return Ok(ServerResult::empty(()));
+            }
+            _ => {}
+        }
+    }
     // The caller's `_meta` goes with it; rmcp sets its own progress token.
     *request.get_meta_mut() = meta;
     let handle = conn

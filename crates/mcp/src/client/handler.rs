@@ -35,6 +35,8 @@ pub(crate) struct Handler {
     pub(crate) link: Arc<Link>,
     /// Declare sampling, elicitation and roots, so they can be forwarded (`McpOptions`).
     pub(crate) forward: bool,
+    /// The revision `initialize` offers (the server's `protocol`, else 2025-11-25).
+    pub(crate) offer: ProtocolVersion,
 }
 
 impl Handler {
@@ -195,7 +197,7 @@ impl ClientHandler for Handler {
             Implementation::new("toolwarden", env!("CARGO_PKG_VERSION")),
         );
         // What `initialize` offers; `server/discover` offers 2026-07-28 (see `session`).
-        config.protocol_version = ProtocolVersion::LATEST_WITH_INITIALIZE;
+        config.protocol_version = self.offer.clone();
         config
     }
 }

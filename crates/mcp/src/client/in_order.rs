@@ -13,53 +13,24 @@
 //!
 //! On a stdio connection the frame guard already does this as it reads each line (`frame`):
 //! there an answer may go to its call past rmcp, so the report cannot wait for rmcp to read it.
-//!
-//! It also keeps a slow server's first start from failing. rmcp's lifecycle probes with
-//! `server/discover` and, without an answer within 10 s, falls back to `initialize` on the same
-//! connection. A server that is merely slow to start (`npx -y` downloading its package, a JVM, a
-//! cold container) then reads both requests at once and answers the probe first — an error, from
-//! a handshake-only server — and rmcp, waiting for the answer to `initialize`, takes that late
-//! answer for a broken one and fails the start ("uncorrelated error response"). Once the
-//! lifecycle has fallen back, the probe's late answer, whatever it says, is dropped here.
 
 use std::sync::Arc;
 
-use rmcp::model::{
-    ClientJsonRpcMessage, ClientRequest, JsonRpcMessage, RequestId, ServerJsonRpcMessage,
-    ServerNotification,
-};
+use rmcp::model::{JsonRpcMessage, ServerJsonRpcMessage, ServerNotification};
 use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 
 use super::router::Router;
 
-/// `T`, with the connection's progress delivered as it is read, and a lifecycle probe's late
-/// answer dropped.
+/// `T`, with the connection's progress delivered as it is read.
 pub(crate) struct InOrder<T> {
     inner: T,
     router: Arc<Router>,
-    probe: Probe,
-}
-
-/// The `server/discover` probe of the connection's lifecycle, while its answer may still come.
-#[derive(Debug, Default, PartialEq)]
-enum Probe {
-    /// No probe was sent, or its answer came in time.
-    #[default]
-    None,
-    /// Sent; its answer is awaited.
-    Sent(RequestId),
-    /// Sent, and the lifecycle gave up on it (`initialize` went out): its answer is dropped.
-    Abandoned(RequestId),
 }
 
 impl<T> InOrder<T> {
     pub(crate) fn new(inner: T, router: Arc<Router>) -> Self {
-        Self {
-            inner,
-            router,
-            probe: Probe::None,
-        }
+        Self { inner, router }
     }
 }
 
@@ -70,16 +41,12 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for InOrder<T> {
         &mut self,
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        self.probe.sending(&item);
         self.inner.send(item)
     }
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
         loop {
             let message = self.inner.receive().await?;
-            if !self.probe.receiving(&message) {
-                continue;
-            }
             if let Some(kept) = self.deliver(message) {
                 return Some(kept);
             }
@@ -88,41 +55,6 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for InOrder<T> {
 
     fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
         self.inner.close()
-    }
-}
-
-impl Probe {
-    /// Notes a `server/discover` going out, and an `initialize` after it (the fallback).
-    fn sending(&mut self, item: &ClientJsonRpcMessage) {
-        let JsonRpcMessage::Request(request) = item else {
-            return;
-        };
-        match (&request.request, std::mem::take(self)) {
-            (ClientRequest::DiscoverRequest(_), _) => *self = Probe::Sent(request.id.clone()),
-            (ClientRequest::InitializeRequest(_), Probe::Sent(id)) => *self = Probe::Abandoned(id),
-            (_, probe) => *self = probe,
-        }
-    }
-
-    /// Whether `message` goes on: not when it answers an abandoned probe.
-    fn receiving(&mut self, message: &ServerJsonRpcMessage) -> bool {
-        let answers = match message {
-            JsonRpcMessage::Response(r) => Some(&r.id),
-            JsonRpcMessage::Error(e) => e.id.as_ref(),
-            _ => None,
-        };
-        match (&*self, answers) {
-            (Probe::Sent(id), Some(answer)) if id == answer => {
-                *self = Probe::None;
-                true
-            }
-            (Probe::Abandoned(id), Some(answer)) if id == answer => {
-                tracing::debug!(%id, "dropping the late answer to server/discover: the lifecycle fell back to initialize");
-                *self = Probe::None;
-                false
-            }
-            _ => true,
-        }
     }
 }
 
@@ -197,53 +129,5 @@ mod tests {
             wrapper.deliver(progress(70, 6.0)).is_some(),
             "a finished call's token is unknown"
         );
-    }
-
-    fn request(id: i64, request: ClientRequest) -> ClientJsonRpcMessage {
-        JsonRpcMessage::Request(rmcp::model::JsonRpcRequest {
-            jsonrpc: JsonRpcVersion2_0,
-            id: RequestId::Number(id),
-            request,
-        })
-    }
-
-    fn discover() -> ClientRequest {
-        ClientRequest::DiscoverRequest(rmcp::model::DiscoverRequest::default())
-    }
-
-    fn initialize() -> ClientRequest {
-        ClientRequest::InitializeRequest(rmcp::model::InitializeRequest::new(
-            rmcp::model::InitializeRequestParams::default(),
-        ))
-    }
-
-    fn refusal(id: i64) -> ServerJsonRpcMessage {
-        JsonRpcMessage::Error(rmcp::model::JsonRpcError {
-            jsonrpc: JsonRpcVersion2_0,
-            id: Some(RequestId::Number(id)),
-            error: rmcp::ErrorData::method_not_found::<rmcp::model::DiscoverRequestMethod>(),
-        })
-    }
-
-    #[test]
-    fn a_probe_answered_in_time_goes_on_and_a_late_one_is_dropped() {
-        // In time: the refusal reaches rmcp (which then falls back itself).
-        let mut probe = Probe::default();
-        probe.sending(&request(0, discover()));
-        assert!(probe.receiving(&refusal(0)));
-        probe.sending(&request(1, initialize()));
-        assert!(probe.receiving(&answer(1)));
-        assert_eq!(probe, Probe::None);
-
-        // Late: rmcp gave up on it and sent `initialize`; the probe's answer, refusal or
-        // result, is dropped once, and the answer to `initialize` goes on.
-        for late in [refusal(0), answer(0)] {
-            let mut probe = Probe::default();
-            probe.sending(&request(0, discover()));
-            probe.sending(&request(1, initialize()));
-            assert!(!probe.receiving(&late));
-            assert!(probe.receiving(&answer(1)));
-            assert!(probe.receiving(&answer(0)), "dropped once only");
-        }
     }
 }

@@ -11,6 +11,7 @@ mod frame;
 mod handler;
 mod in_order;
 mod input;
+mod listen;
 pub(crate) mod link;
 mod options;
 mod router;
@@ -37,7 +38,8 @@ use toolwarden_protocol::{ServerConfig, ServerStateKind};
 pub use options::{DEFAULT_STARTUP_TIMEOUT, McpOptions, ReadyError};
 
 use link::Upstream;
-use session::Endpoint;
+use listen::Wanted;
+use session::{Endpoint, Protocol};
 use shared::{Shared, Snapshot};
 
 /// One configured MCP server. Implements [`Backend`]: attempts name tools without the
@@ -66,7 +68,11 @@ impl McpServer {
         base_dir: PathBuf,
         opts: McpOptions,
     ) -> Arc<McpServer> {
-        let endpoint = Endpoint::from_config(&cfg, &base_dir);
+        let protocol = Protocol::from_config(cfg.protocol.as_deref());
+        let endpoint = match &protocol {
+            Ok(_) => Endpoint::from_config(&cfg, &base_dir),
+            Err(e) => Err(e.clone()),
+        };
         let startup_timeout = match cfg.startup_timeout {
             None => Some(DEFAULT_STARTUP_TIMEOUT),
             Some(d) if d.duration().is_zero() => None,
@@ -82,6 +88,7 @@ impl McpServer {
                 host,
                 opts,
                 endpoint,
+                protocol: protocol.unwrap_or(Protocol::Auto),
                 startup_timeout,
                 me: me.clone() as Weak<dyn Backend>,
                 state: watch::Sender::new(Snapshot {
@@ -100,6 +107,7 @@ impl McpServer {
                 link: Arc::default(),
                 raw_tools: Mutex::default(),
                 info: Mutex::new(None),
+                wanted: Wanted::default(),
             }),
         });
         tokio::spawn(supervisor::supervise(server.shared.clone(), restart_rx));

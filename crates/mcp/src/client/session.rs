@@ -235,34 +235,68 @@ pub(crate) struct Session {
     pub(crate) service: RunningService<RoleClient, Handler>,
 }
 
-/// How a start settles the connection's era (see `docs/MCP-BACKEND.md`, "Eras").
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Which revision a server is spoken to in: its `protocol` key (see `docs/MCP-BACKEND.md`,
+/// "Eras").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Protocol {
+    /// `"auto"`: the `initialize` handshake (2025-11-25) when the server takes it — a server of
+    /// both eras included, so that nothing session-bound is lost for handshake clients —, else
+    /// `server/discover` and 2026-07-28.
+    Auto,
+    /// A pinned revision with a handshake.
+    Handshake(ProtocolVersion),
+    /// 2026-07-28, pinned.
+    Stateless,
+}
+
+impl Protocol {
+    /// From a server's config: `auto` when absent. The value was checked when the config
+    /// loaded; an unknown one is an error here too.
+    pub(crate) fn from_config(written: Option<&str>) -> Result<Self, String> {
+        match written {
+            None | Some("auto") => Ok(Protocol::Auto),
+            Some(v) if v == ProtocolVersion::V_2026_07_28.as_str() => Ok(Protocol::Stateless),
+            Some(v) => ProtocolVersion::known_up_to(&ProtocolVersion::LATEST_WITH_INITIALIZE)
+                .iter()
+                .find(|known| known.as_str() == v)
+                .map(|known| Protocol::Handshake(known.clone()))
+                .ok_or_else(|| format!("unknown MCP revision {v:?} in `protocol`")),
+        }
+    }
+}
+
+/// How one connection's lifecycle runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Lifecycle {
-    /// `server/discover` first, offering 2026-07-28; a server that answers it with a JSON-RPC
-    /// error (it does not know the method) gets the `initialize` handshake on the same
-    /// connection, offering 2025-11-25. rmcp waits 10 s for an answer to the probe before
-    /// falling back.
-    DiscoverFirst,
-    /// The `initialize` handshake alone, offering 2025-11-25.
-    HandshakeOnly,
+    /// The `initialize` handshake, offering this revision.
+    Handshake(ProtocolVersion),
+    /// `server/discover`, offering 2026-07-28 (no fallback).
+    Discover,
 }
 
 impl Lifecycle {
-    /// The one to try after a failed start.
-    pub(crate) fn other(self) -> Self {
+    fn mode(&self) -> ClientLifecycleMode {
         match self {
-            Lifecycle::DiscoverFirst => Lifecycle::HandshakeOnly,
-            Lifecycle::HandshakeOnly => Lifecycle::DiscoverFirst,
+            Lifecycle::Handshake(_) => ClientLifecycleMode::Initialize,
+            Lifecycle::Discover => ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
         }
     }
 
-    fn mode(self) -> ClientLifecycleMode {
+    /// What `initialize` offers (unused by `server/discover`, which offers 2026-07-28).
+    fn offer(&self) -> ProtocolVersion {
         match self {
-            Lifecycle::DiscoverFirst => ClientLifecycleMode::Auto {
-                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-                legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
-            },
-            Lifecycle::HandshakeOnly => ClientLifecycleMode::Initialize,
+            Lifecycle::Handshake(v) => v.clone(),
+            Lifecycle::Discover => ProtocolVersion::LATEST_WITH_INITIALIZE,
+        }
+    }
+
+    /// The lifecycle's request, for messages.
+    fn method(&self) -> &'static str {
+        match self {
+            Lifecycle::Handshake(_) => "initialize",
+            Lifecycle::Discover => "server/discover",
         }
     }
 }
@@ -290,7 +324,7 @@ pub(crate) async fn connect(
     endpoint: &Endpoint,
     server: &Arc<str>,
     generation: u64,
-    lifecycle: Lifecycle,
+    lifecycle: &Lifecycle,
     opts: &McpOptions,
     link: Arc<Link>,
     child_slot: &mut Option<Child>,
@@ -301,6 +335,7 @@ pub(crate) async fn connect(
         router: router.clone(),
         link,
         forward: opts.forward_client_features,
+        offer: lifecycle.offer(),
     };
     let ct = CancellationToken::new();
     let mut direct = None;
@@ -352,7 +387,7 @@ pub(crate) async fn connect(
             let transport = InOrder::new(guarded, router.clone());
             serve_client_with_lifecycle_and_ct(handler, transport, lifecycle.mode(), ct.clone())
                 .await
-                .map_err(|e| format!("initialize failed: {e}"))?
+                .map_err(|e| format!("{} failed: {e}", lifecycle.method()))?
         }
         Endpoint::Http { url, headers } => {
             let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
@@ -371,7 +406,7 @@ pub(crate) async fn connect(
             );
             serve_client_with_lifecycle_and_ct(handler, transport, lifecycle.mode(), ct.clone())
                 .await
-                .map_err(|e| format!("cannot connect to {url}: {e}"))?
+                .map_err(|e| format!("cannot connect to {url} ({}): {e}", lifecycle.method()))?
         }
     };
     let era = match service.peer().peer_info() {

@@ -16,8 +16,9 @@ use toolwarden_protocol::{ServerStateKind, ToolSpec};
 
 use super::convert;
 use super::link::Link;
+use super::listen::Wanted;
 use super::options::McpOptions;
-use super::session::{Conn, Endpoint};
+use super::session::{Conn, Endpoint, Protocol};
 
 /// What the server's state watchers see.
 #[derive(Clone)]
@@ -47,6 +48,8 @@ pub(super) struct Shared {
     pub(super) host: Arc<dyn BackendHost>,
     pub(super) opts: McpOptions,
     pub(super) endpoint: Result<Endpoint, String>,
+    /// Which revision to speak to it (`protocol`).
+    pub(super) protocol: Protocol,
     pub(super) startup_timeout: Option<Duration>,
     /// The server itself, as the backend the host is given with its tools.
     pub(super) me: Weak<dyn Backend>,
@@ -63,6 +66,8 @@ pub(super) struct Shared {
     pub(super) raw_tools: Mutex<Arc<Vec<Tool>>>,
     /// What the server said about itself at its last `initialize`.
     pub(super) info: Mutex<Option<Arc<ServerPeerInfo>>>,
+    /// The resources its clients are subscribed to, for a 2026-07-28 connection's stream.
+    pub(super) wanted: Wanted,
 }
 
 impl Shared {

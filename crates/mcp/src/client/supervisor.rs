@@ -18,7 +18,12 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use toolwarden_protocol::ServerStateKind;
 
-use super::session::{self, Child, ConnEnd, Session, StartError, describe_exit};
+use rmcp::model::ProtocolVersion;
+
+use super::listen;
+use super::session::{
+    self, Child, ConnEnd, Era, Lifecycle, Protocol, Session, StartError, describe_exit,
+};
 use super::shared::{RestartRequest, Shared};
 
 /// Runs until the server is shut down.
@@ -47,11 +52,6 @@ pub(crate) async fn supervise(
     let mut failures = 0u32;
     // Why the next successful start is a restart (`None` until an instance was up).
     let mut restart_cause: Option<String> = None;
-    // How the next start settles the era: `server/discover` first (falling back to
-    // `initialize`), or the handshake alone. A failed start flips it, so a server that breaks
-    // on the probe (some close the connection on any first request but `initialize`) is
-    // reached by the handshake at its next start; a start that works keeps it.
-    let mut lifecycle = session::Lifecycle::DiscoverFirst;
     // Why the last start failed, while the server is `failed`: its next tries are quiet.
     let mut failed: Option<String> = None;
     loop {
@@ -66,7 +66,7 @@ pub(crate) async fn supervise(
         }
         let mut child: Option<Child> = None;
         let started = tokio::select! {
-            r = start(&shared, &endpoint, generation, lifecycle, &mut child) => Some(r),
+            r = start(&shared, &endpoint, generation, &mut child) => Some(r),
             _ = shared.shutdown.cancelled() => None,
         };
         let delay_after: Option<String> = match started {
@@ -75,7 +75,6 @@ pub(crate) async fn supervise(
                 break;
             }
             Some(Err(error)) => {
-                lifecycle = lifecycle.other();
                 let (detail, hopeless) = match error {
                     StartError::Spawn(detail) => (detail, true),
                     StartError::Other(detail) => failed_child_detail(child, detail).await,
@@ -92,10 +91,22 @@ pub(crate) async fn supervise(
             Some(Ok((session, tools))) => {
                 failed = None;
                 let conn = session.conn.clone();
-                *shared.info.lock() = conn.peer.peer_info();
+                let info = conn.peer.peer_info();
+                let reached = info.as_ref().map_or_else(
+                    || ProtocolVersion::V_2026_07_28.to_string(),
+                    |i| i.protocol_version.to_string(),
+                );
+                shared.host.server_protocol(&shared.name, &reached);
+                *shared.info.lock() = info;
                 shared.publish_tools(tools);
                 if let Some(cause) = restart_cause.take() {
                     shared.event(ServerStateKind::Restarted, Some(cause));
+                }
+                if conn.era == Era::Stateless {
+                    // Its changes come on a `subscriptions/listen` stream (`listen`).
+                    shared
+                        .tasks
+                        .spawn(listen::run(shared.clone(), conn.clone()));
                 }
                 shared.set_state(ServerStateKind::Up, None, Some(conn));
                 let up_since = Instant::now();
@@ -144,23 +155,41 @@ fn backoff(shared: &Shared, failures: u32) -> Duration {
         .min(shared.opts.restart_backoff_max)
 }
 
-/// One start attempt under the start-up timeout.
+/// One start attempt under the start-up timeout, in the server's `protocol`. With `"auto"`,
+/// the handshake first (2025-11-25): a server that speaks it — one of both eras too — is
+/// reached in the era that loses nothing for handshake clients (subscriptions, requests during
+/// a call, logging levels), while stateless clients are served by the gateway's translation.
+/// A server that refuses it, or goes away, gets `server/discover` (2026-07-28) on a new
+/// connection, in the same attempt: a server of 2026-07-28 alone.
 async fn start(
     shared: &Shared,
     endpoint: &session::Endpoint,
     generation: u64,
-    lifecycle: session::Lifecycle,
     child: &mut Option<Child>,
 ) -> Result<(Session, Vec<rmcp::model::Tool>), StartError> {
-    let connect = session::connect(
-        endpoint,
-        &shared.name,
-        generation,
-        lifecycle,
-        &shared.opts,
-        shared.link.clone(),
-        child,
-    );
+    let connect = async {
+        let lifecycle = match &shared.protocol {
+            Protocol::Auto => {
+                let handshake = Lifecycle::Handshake(ProtocolVersion::LATEST_WITH_INITIALIZE);
+                let first = connect(shared, endpoint, generation, &handshake, child).await;
+                let Err(StartError::Other(refused)) = first else {
+                    return first;
+                };
+                let (refused, _) = failed_child_detail(child.take(), refused).await;
+                return match connect(shared, endpoint, generation, &Lifecycle::Discover, child)
+                    .await
+                {
+                    Err(StartError::Other(again)) => Err(StartError::Other(format!(
+                        "{refused}; then {again}"
+                    ))),
+                    other => other,
+                };
+            }
+            Protocol::Handshake(version) => Lifecycle::Handshake(version.clone()),
+            Protocol::Stateless => Lifecycle::Discover,
+        };
+        connect(shared, endpoint, generation, &lifecycle, child).await
+    };
     match shared.startup_timeout {
         None => connect.await,
         Some(limit) => tokio::time::timeout(limit, connect).await.unwrap_or_else(|_| {
@@ -170,6 +199,25 @@ async fn start(
             )))
         }),
     }
+}
+
+async fn connect(
+    shared: &Shared,
+    endpoint: &session::Endpoint,
+    generation: u64,
+    lifecycle: &Lifecycle,
+    child: &mut Option<Child>,
+) -> Result<(Session, Vec<rmcp::model::Tool>), StartError> {
+    session::connect(
+        endpoint,
+        &shared.name,
+        generation,
+        lifecycle,
+        &shared.opts,
+        shared.link.clone(),
+        child,
+    )
+    .await
 }
 
 /// Kills and reaps a child whose start failed, and completes the failure's detail with how it

@@ -200,18 +200,9 @@ pub(crate) fn discover_result(
     opts: &GatewayOptions,
     versions: Vec<ProtocolVersion>,
 ) -> DiscoverResult {
-    let mut config = initialize_result(servers, opts);
-    let caps = &mut config.capabilities;
-    if let Some(tools) = &mut caps.tools {
-        tools.list_changed = None;
-    }
-    if let Some(prompts) = &mut caps.prompts {
-        prompts.list_changed = None;
-    }
-    if let Some(resources) = &mut caps.resources {
-        resources.list_changed = None;
-        resources.subscribe = None;
-    }
+    // The same capabilities as `initialize`'s: list changes and resource subscriptions reach a
+    // stateless client on a `subscriptions/listen` stream (`listen`).
+    let config = initialize_result(servers, opts);
     DiscoverResult::from_server_info(versions, config)
 }
 

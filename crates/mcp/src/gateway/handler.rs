@@ -20,7 +20,8 @@ use rmcp::model::{
     ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, SetLevelRequestParams,
     SubscribeRequestParams, Tool, UnsubscribeRequestParams, UpdateTaskParams,
 };
-use rmcp::service::{NotificationContext, RequestContext, RoleServer};
+use rmcp::model::SubscriptionFilter;
+use rmcp::service::{NotificationContext, RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData, ServerHandler};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -404,6 +405,19 @@ impl ServerHandler for GatewayConnection {
     ) -> Result<(), ErrorData> {
         self.session_of(&context);
         tasks::cancel(&self.gateway, &request.task_id).await
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        // All of it; rmcp keeps what the gateway's capabilities offer (`listen`).
+        Some(requested.clone())
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        self.session_of(context.request_context());
+        super::listen::listen(&self.gateway, context, &self.shutdown).await
     }
 
     async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {

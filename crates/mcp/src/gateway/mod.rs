@@ -38,6 +38,8 @@ mod handler;
 mod handshake_tasks;
 mod http;
 mod http_sessions;
+mod listen;
+mod listeners;
 mod options;
 mod parked;
 mod passthrough;

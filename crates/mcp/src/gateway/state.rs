@@ -17,6 +17,7 @@ use toolwarden_protocol::{CancelReason, SessionId};
 use crate::McpServer;
 
 use super::convert;
+use super::listeners::Listeners;
 use super::options::{ELICITATION_INTERACTOR, GatewayOptions};
 use super::parked::Parked;
 use super::route_table::RouteTable;
@@ -45,6 +46,8 @@ pub(crate) struct GatewayState {
     tool_view: Mutex<ToolView>,
     /// Where resources, templates and prompts live.
     pub(super) routes: RouteTable,
+    /// Stateless clients' open `subscriptions/listen` streams.
+    pub(super) listeners: Listeners,
     /// Per server, the client that most recently called one of its tools.
     pub(super) last_client: Mutex<HashMap<Arc<str>, Weak<ClientSession>>>,
     /// Orders calls and sessions by recency.
@@ -80,6 +83,7 @@ impl GatewayState {
             task_board: TaskBoard::default(),
             tool_view: Mutex::default(),
             routes: RouteTable::default(),
+            listeners: Listeners::default(),
             last_client: Mutex::default(),
             recency: Arc::new(Recency::new()),
             closed: CancellationToken::new(),
@@ -205,10 +209,16 @@ impl GatewayState {
         if let Some(http) = session.http_id() {
             self.http_sessions.lock().remove(http);
         }
-        for (uri, server) in self.routes.forget_session(&session.id) {
-            // It was the last subscriber: the server is unsubscribed.
+        self.forget_subscriber(&session.id);
+    }
+
+    /// A subscriber (a session, or a `subscriptions/listen` stream) is gone: its subscriptions
+    /// go, and the servers of those it was the last subscriber of are unsubscribed.
+    pub(super) fn forget_subscriber(&self, subscriber: &SessionId) {
+        for (uri, server) in self.routes.forget_session(subscriber) {
             if let Some(server) = self.server(&server).cloned() {
-                self.tasks.spawn(unsubscribe(server, uri, self.opts.request_timeout));
+                self.tasks
+                    .spawn(unsubscribe(server, uri, self.opts.request_timeout));
             }
         }
     }
@@ -238,6 +248,7 @@ impl GatewayState {
 
     /// Sends a notification to every live client.
     pub(super) fn broadcast(&self, notification: ServerNotification) {
+        self.listeners.deliver(&self.tasks, &notification);
         for session in self.live_sessions() {
             session.notify(notification.clone());
         }

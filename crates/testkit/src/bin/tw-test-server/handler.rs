@@ -114,6 +114,33 @@ impl rmcp::ServerHandler for TestServer {
         }
     }
 
+    fn accepted_subscription_filter(
+        &self,
+        requested: &rmcp::model::SubscriptionFilter,
+    ) -> Option<rmcp::model::SubscriptionFilter> {
+        Some(requested.clone())
+    }
+
+    /// A 2026-07-28 client's stream: its resource subscriptions count as subscriptions (`seen`)
+    /// while it is open.
+    async fn listen(&self, context: rmcp::service::SubscriptionContext) -> Result<(), McpError> {
+        let uris = context
+            .accepted()
+            .resource_subscriptions
+            .clone()
+            .unwrap_or_default();
+        self.state.subscriptions.lock().extend(uris.iter().cloned());
+        self.state.listeners.lock().push(context.sink().clone());
+        context.cancelled().await;
+        let id = context.sink().id().clone();
+        self.state.listeners.lock().retain(|s| *s.id() != id);
+        self.state
+            .subscriptions
+            .lock()
+            .retain(|u| !uris.contains(u));
+        Ok(())
+    }
+
     async fn subscribe(
         &self,
         request: SubscribeRequestParams,

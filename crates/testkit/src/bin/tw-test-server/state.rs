@@ -69,6 +69,19 @@ pub(crate) struct State {
     pub(crate) roots_changed: Mutex<u64>,
     /// The tasks of the `task` tool.
     pub(crate) tasks: crate::tasks::Tasks,
+    /// The open `subscriptions/listen` streams (2026-07-28).
+    pub(crate) listeners: Mutex<Vec<rmcp::service::SubscriptionSink>>,
+}
+
+impl State {
+    /// Sends `notification` on every open `subscriptions/listen` stream that accepted its
+    /// kind (2026-07-28 clients hear of changes only there).
+    pub(crate) async fn tell_listeners(&self, notification: rmcp::model::ServerNotification) {
+        let sinks = self.listeners.lock().clone();
+        for sink in sinks {
+            let _ = sink.send(notification.clone()).await;
+        }
+    }
 }
 
 impl TestServer {
@@ -85,6 +98,7 @@ impl TestServer {
                 log_level: Mutex::new(None),
                 roots_changed: Mutex::new(0),
                 tasks: Default::default(),
+                listeners: Mutex::new(Vec::new()),
             }),
         }
     }

@@ -409,6 +409,11 @@ impl TestServer {
             "toggle_tools" => {
                 let now = !self.state.bonus.fetch_xor(true, Ordering::SeqCst);
                 let _ = ctx.peer.notify_tool_list_changed().await;
+                self.state
+                    .tell_listeners(ServerNotification::ToolListChangedNotification(
+                        Default::default(),
+                    ))
+                    .await;
                 Ok(text(if now {
                     "bonus tool added"
                 } else {
@@ -498,11 +503,22 @@ impl TestServer {
                     .peer
                     .notify_resource_updated(wire(json!({"uri": uri}))?)
                     .await;
+                self.state
+                    .tell_listeners(ServerNotification::ResourceUpdatedNotification(
+                        rmcp::model::ResourceUpdatedNotification::new(wire(json!({"uri": uri}))?),
+                    ))
+                    .await;
                 Ok(text(format!("touched {uri}")))
             }
             "lists_changed" => {
                 let _ = ctx.peer.notify_resource_list_changed().await;
                 let _ = ctx.peer.notify_prompt_list_changed().await;
+                for notification in [
+                    ServerNotification::ResourceListChangedNotification(Default::default()),
+                    ServerNotification::PromptListChangedNotification(Default::default()),
+                ] {
+                    self.state.tell_listeners(notification).await;
+                }
                 Ok(text("said so"))
             }
             "version" => Ok(text(

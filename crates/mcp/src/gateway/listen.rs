@@ -1,0 +1,74 @@
+//! `subscriptions/listen` (2026-07-28) toward stateless clients: the revision's one way to hear of
+//! changes — the gateway's tool list, its servers' prompt and resource lists, and updates of the
+//! resources a client names. rmcp acknowledges the filter (what was asked, as far as the
+//! gateway's capabilities reach) and tags every notification with the stream's id; the gateway
+//! keeps the stream open until the client closes it, and delivers what it already watches for
+//! handshake clients. For resource updates it subscribes the resources' servers, counted with the
+//! handshake clients' own subscriptions, and unsubscribes them when the last listener leaves.
+
+#![allow(
+    deprecated,
+    reason = "resources/subscribe is deprecated by SEP-2577 (MCP 2026-07-28), but it is how the \
+              gateway subscribes its servers of the handshake era"
+)]
+
+use std::sync::Arc;
+
+use rmcp::ErrorData;
+use rmcp::model::{ClientRequest, RequestMetaObject, SubscribeRequest, SubscribeRequestParams};
+use rmcp::service::SubscriptionContext;
+use tokio_util::sync::CancellationToken;
+use toolwarden_protocol::SessionId;
+
+use super::resources;
+use super::state::GatewayState;
+
+/// Serves one stream until its client closes it (or the gateway goes): subscribes the servers
+/// of the resources it names, delivers, then lets go of them.
+pub(crate) async fn listen(
+    gw: &Arc<GatewayState>,
+    context: SubscriptionContext,
+    shutdown: &CancellationToken,
+) -> Result<(), ErrorData> {
+    let key = SessionId::new(format!("listen_{}", ulid::Ulid::new()));
+    let uris = context
+        .accepted()
+        .resource_subscriptions
+        .clone()
+        .unwrap_or_default();
+    for uri in &uris {
+        let Some(server) = resources::servers_for_uri(gw, uri).await.into_iter().next() else {
+            tracing::debug!(%uri, "subscriptions/listen: no server serves this resource");
+            continue;
+        };
+        if gw.routes.unsubscribed(uri) {
+            let request = ClientRequest::SubscribeRequest(SubscribeRequest::new(
+                SubscribeRequestParams::new(uri.clone()),
+            ));
+            if let Err(e) = server
+                .request(
+                    request,
+                    RequestMetaObject::new(),
+                    &CancellationToken::new(),
+                    gw.opts.request_timeout,
+                )
+                .await
+            {
+                tracing::warn!(server = %server.server_name(), %uri, error = %e.message,
+                    "subscribing a server for subscriptions/listen failed");
+                continue;
+            }
+        }
+        gw.routes
+            .subscribe(uri, &server.server_name().into(), &key);
+    }
+    gw.listeners.add(key.clone(), context.sink().clone());
+    tokio::select! {
+        () = context.cancelled() => {}
+        () = shutdown.cancelled() => {}
+        () = gw.closed.cancelled() => {}
+    }
+    gw.listeners.remove(&key);
+    gw.forget_subscriber(&key);
+    Ok(())
+}
