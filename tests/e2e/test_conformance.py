@@ -224,20 +224,10 @@ JSON_ANSWER = (
     "(allowed by Streamable HTTP; docs/GATEWAY.md); the suite then records its SSE checks as not "
     "applicable"
 )
-NO_LISTEN = (
-    "toolwarden does not serve subscriptions/listen to stateless clients, so its server/discover "
-    "advertises no listChanged/subscribe and the suite skips the check (directly it passed "
-    "only because the server refused every stateless request)"
-)
 NULL_RESPONSES = (
     "rmcp parses `inputResponses: null` as absent before the gateway sees the request; directly "
     "the check passed only because the server refused every stateless request (a number in "
     "inputResponses is refused with -32602 through toolwarden)"
-)
-SUBSCRIBE_2026 = (
-    "toolwarden speaks 2026-07-28 to a server that speaks both eras, and that revision has no "
-    "resources/subscribe; toolwarden does not translate a handshake client's subscription into "
-    "subscriptions/listen yet, so the server's -32601 reaches the client"
 )
 ALL_UPSTREAMS = frozenset({"everything", "conformance", "tw-test-server"})
 KNOWN: dict[tuple[str, str], tuple[frozenset[str], str] | tuple[frozenset[str], str, frozenset[str]]] = {
@@ -252,15 +242,7 @@ KNOWN: dict[tuple[str, str], tuple[frozenset[str], str] | tuple[frozenset[str], 
         JSON_ANSWER,
         frozenset({"everything"}),
     ),
-    ("server-stateless", "sep-2575-server-honors-notification-filter"): (
-        frozenset({"everything", "conformance"}),
-        NO_LISTEN,
-    ),
     ("input-required-result-validate-input", "sep-2322-error-on-protocol-error"): (ALL_UPSTREAMS, NULL_RESPONSES),
-    ("resources-subscribe", ""): (frozenset({"tw-test-server"}), SUBSCRIBE_2026),
-    ("resources-subscribe", "resources-subscribe"): (frozenset({"tw-test-server"}), SUBSCRIBE_2026),
-    ("resources-unsubscribe", ""): (frozenset({"tw-test-server"}), SUBSCRIBE_2026),
-    ("resources-unsubscribe", "resources-unsubscribe"): (frozenset({"tw-test-server"}), SUBSCRIBE_2026),
 }
 
 
