@@ -136,3 +136,38 @@ async def test_a_client_of_either_era_gets_from_the_server_through_toolwarden_wh
     assert [s[0] for s in seen] == ["elicit", "sample", "roots"], seen
     if direct is not None:
         assert through == direct
+
+
+TS_SCRIPT = __import__("pathlib").Path(__file__).with_name("ts_eras_client.mjs")
+
+
+def run_ts(mode: str, transport: list[str], prefix: str) -> dict:
+    import subprocess
+
+    from conftest import ROOT, node_bin_dir
+
+    node = node_bin_dir() / "node"
+    argv = [str(node), str(TS_SCRIPT), mode, prefix or "-", *transport]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("mode", ["legacy", STATELESS])
+def test_the_typescript_v2_client_of_either_era_gets_through_toolwarden_what_it_gets_directly(
+    setup: Setup, mode: str
+):
+    direct = run_ts(mode, ["stdio", str(tw_test_server_bin()), "--era", "both"], "")
+    setup.config.write_text(
+        '[store]\npath = "audit.db"\n\n'
+        f'[servers.test]\ncommand = {json.dumps(str(tw_test_server_bin()))}\n'
+        f'args = ["--era", "both", "--stderr-line", "{setup.mark}"]\n'
+    )
+    with serve(setup.dir, setup.config) as served:
+        served.wait_stderr(r'server "test" is up', 30)
+        through = run_ts(mode, ["http", served.url + "/mcp"], "test__")
+    assert through["elicit"] == {"action": "accept", "content": {"answer": "forty-two"}}, through
+    assert through["sample"] == "a model's reply", through
+    assert through["update"] == HELLO, through
+    assert through["asked"] == ["elicit", "sample", "roots"], through
+    assert through == direct
