@@ -32,12 +32,15 @@ records the tables. Set `TW_CONFORMANCE_TABLE=FILE` to have this test write them
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -470,3 +473,61 @@ def test_every_conformance_check_that_passes_directly_passes_through_toolwarden(
         "passes directly, fails through toolwarden:\n" + "\n".join(unexplained) + "\n\n" + report
     )
     assert not stale, f"known differences that no longer occur (remove them from KNOWN): {stale}"
+
+
+def timed_out(results: Results) -> set[str]:
+    """The scenarios the suite stopped because they did not finish (`scenario-timeout`)."""
+    return {s for s, checks in results.items() if "scenario-timeout" in checks}
+
+
+@contextlib.contextmanager
+def cpu_hog(processes: int = 2) -> Iterator[None]:
+    """`processes` busy loops, as another workload on a shared machine."""
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+        for _ in range(processes)
+    ]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait(10)
+
+
+def test_the_2026_suite_finishes_through_toolwarden_three_times_in_a_row_once_beside_a_cpu_hog(tmp_path: Path):
+    """A stateless request that never ended was a `scenario-timeout` through toolwarden (twelve
+    scenarios in one run against server-everything over Streamable HTTP). No forwarded request may
+    hang: through toolwarden, in three runs in a row (the third beside two busy processes), no
+    scenario times out that does not time out directly."""
+    suite = SUITES[1]
+    everything = next(u for u in upstreams() if u.name == "everything")
+    port = free_port()
+    log_path = tmp_path / "everything.log"
+    with open(log_path, "w") as log:
+        server = subprocess.Popen(
+            [a.replace("{port}", str(port)) for a in everything.http],
+            cwd=tmp_path, env={**node_env(), "PORT": str(port)}, stdin=subprocess.DEVNULL,
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while everything.ready.replace("{port}", str(port)) not in log_path.read_text():
+            assert server.poll() is None and time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.05)
+        url = f"http://127.0.0.1:{port}/mcp"
+        direct = timed_out(run_suite(suite, url, tmp_path / "direct"))
+        # The server reached over Streamable HTTP, as in the run that hung.
+        config = tmp_path / "toolwarden.toml"
+        config.write_text(f'[gateway]\nprefix = false\n\n[servers.everything]\nurl = "{url}"\n')
+        with serve(tmp_path, config, env=node_env()) as served:
+            served.wait_stderr(r'server "everything" is up', 60)
+            for run in range(3):
+                hog = cpu_hog() if run == 2 else contextlib.nullcontext()
+                with hog:
+                    through = timed_out(run_suite(suite, served.url + "/mcp", tmp_path / f"through-{run}"))
+                assert through <= direct, f"run {run + 1}: timed out only through toolwarden: {sorted(through - direct)}"
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(10)
+    assert_no_process(str(tmp_path))
