@@ -267,8 +267,10 @@ struct CallParams {
 }
 
 /// Headers rmcp would accept without a second look: an allowed `Host`, no `Origin`, both
-/// media types accepted, a JSON body, a protocol version the gateway speaks (or none), and
-/// no `Mcp-*` header but those in `mcp` (lowercase).
+/// media types accepted — JSON first: a client that lists `text/event-stream` first prefers
+/// an event stream, and rmcp answers it with one (a priming event and resumable ids) —, a JSON
+/// body, a protocol version the gateway speaks (or none), and no `Mcp-*` header but those in
+/// `mcp` (lowercase).
 pub(crate) fn plain_headers(headers: &HeaderMap, hosts: &AllowedHosts, mcp: &[&str]) -> bool {
     if headers.contains_key(ORIGIN)
         || !headers
@@ -284,8 +286,13 @@ pub(crate) fn plain_headers(headers: &HeaderMap, hosts: &AllowedHosts, mcp: &[&s
         };
         for media in value.split(',') {
             let essence = media.split(';').next().unwrap_or("").trim();
+            if essence.eq_ignore_ascii_case("text/event-stream") {
+                if !json {
+                    return false;
+                }
+                sse = true;
+            }
             json |= essence.eq_ignore_ascii_case("application/json");
-            sse |= essence.eq_ignore_ascii_case("text/event-stream");
         }
     }
     let json_body = headers
@@ -426,6 +433,9 @@ mod tests {
         assert!(plain_headers(&headers(&h), &hosts, HANDSHAKE));
         let mut h = plain();
         h[1] = ("accept", "application/json");
+        assert!(!plain_headers(&headers(&h), &hosts, HANDSHAKE));
+        // An event stream preferred: rmcp's path, which always streams.
+        h[1] = ("accept", "text/event-stream, application/json");
         assert!(!plain_headers(&headers(&h), &hosts, HANDSHAKE));
         let mut h = plain();
         h[2] = ("content-type", "text/plain");
