@@ -76,6 +76,13 @@ async fn a_call_posted_the_moment_serve_listens_waits_for_a_slow_server() {
     let (code, body) = readyz(&url).await;
     assert_eq!((code, &body["status"]), (200, &json!("ready")), "{body}");
     assert_eq!(body["servers"]["test"]["state"], "up");
+    // The revision it was reached in, on /healthz and /v1/tools too.
+    assert_eq!(body["servers"]["test"]["protocol"], "2025-11-25", "{body}");
+    let health: Value = http().get(format!("{url}/healthz")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(health["servers"]["test"]["protocol"], "2025-11-25", "{health}");
+    let tools: Value = http().get(format!("{url}/v1/tools")).send().await.unwrap().json().await.unwrap();
+    let echo = tools["tools"].as_array().unwrap().iter().find(|t| t["name"] == "test__echo").unwrap();
+    assert_eq!(echo["backend_protocol"], "2025-11-25", "{echo}");
     stop(server, &mark).await;
 }
 
