@@ -3,6 +3,10 @@ the handshake era: the official Python SDK on both sides (`stateless_server.py` 
 `[servers.py]`, `mcp.Client` in `mode="legacy"`). toolwarden speaks 2026-07-28 to the server
 and the handshake revision to the client: the server's `input_required` reaches the client as
 an ordinary `elicitation/create`, and the server's progress as the client's own.
+
+The SDK's server speaks both eras, which toolwarden reaches in the handshake era by default
+(`protocol = "auto"`); here it is pinned to 2026-07-28 (`protocol = "2026-07-28"`), the
+revision under test.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ def add_python_server(setup: Setup) -> None:
         setup,
         "[servers.py]\n"
         f"command = {toml_str(sys.executable)}\n"
-        f"args = [{toml_str(SERVER)}, {toml_str(setup.mark)}]\n",
+        f"args = [{toml_str(SERVER)}, {toml_str(setup.mark)}]\n"
+        'protocol = "2026-07-28"\n',
     )
 
 

@@ -52,9 +52,14 @@ impl PendingTool {
         arrived: Instant,
         hint: Option<Duration>,
     ) -> Resolved {
+        // A server without a `startup_timeout` is still waited for no longer than the tool may
+        // run (its `timeout`, else its `max_timeout`): nothing waits forever.
+        let fallback = [self.policy.timeout, self.policy.max_timeout]
+            .into_iter()
+            .find(|d| !d.is_zero());
         let limits = [
             hint.filter(|h| !h.is_zero()),
-            self.server.startup_timeout,
+            self.server.startup_timeout.or(fallback),
         ];
         let wait = limits.into_iter().flatten().min();
         let deadline = wait.map(|w| arrived + w);

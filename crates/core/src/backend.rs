@@ -137,6 +137,11 @@ pub enum AttemptError {
     /// like the tool's own error: not retried, not counted by the breaker.
     #[error("{0}")]
     Rejected(String),
+    /// The backend cannot serve at all, and retrying will not change that soon: an MCP server
+    /// that cannot start (its command cannot run, it exits before its handshake). The call ends
+    /// `error{transport}` at once: not retried, not counted by the breaker (its text says why).
+    #[error("unavailable: {0}")]
+    Unavailable(String),
 }
 
 /// The two stop requests of one attempt. Cheap to clone.

@@ -28,18 +28,27 @@ pub(crate) fn limit(name: &str) -> usize {
     (name.chars().count() / 3).max(1)
 }
 
-/// Levenshtein distance.
+/// Edit distance, a swap of two neighbouring characters counting as one edit (the optimal
+/// string alignment distance): `tset` is one typo of `test`.
 pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
     let b: Vec<char> = b.chars().collect();
+    // Three rows: two back (for swaps), one back, this one.
+    let mut before: Vec<usize> = vec![0; b.len() + 1];
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     let mut cur = vec![0; b.len() + 1];
-    for (i, ca) in a.chars().enumerate() {
+    for i in 0..a.len() {
         cur[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != *cb))
+        for j in 0..b.len() {
+            let mut d = (prev[j] + usize::from(a[i] != b[j]))
                 .min(prev[j + 1] + 1)
                 .min(cur[j] + 1);
+            if i > 0 && j > 0 && a[i] == b[j - 1] && a[i - 1] == b[j] {
+                d = d.min(before[j - 1] + 1);
+            }
+            cur[j + 1] = d;
         }
+        std::mem::swap(&mut before, &mut prev);
         std::mem::swap(&mut prev, &mut cur);
     }
     prev[b.len()]
@@ -54,6 +63,8 @@ mod tests {
         assert_eq!(edit_distance("kitten", "sitting"), 3);
         assert_eq!(edit_distance("", "abc"), 3);
         assert_eq!(edit_distance("echo", "echo"), 0);
+        assert_eq!(edit_distance("tset", "test"), 1, "a swap is one edit");
+        assert_eq!(edit_distance("nope", "wipe"), 2);
     }
 
     #[test]

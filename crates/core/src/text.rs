@@ -153,7 +153,6 @@ pub fn outcome_text(tool: &str, status: &Status, detail: Option<&str>) -> String
     }
 }
 
-/// The note appended to a result the loop detector flagged.
 /// The detail of a call whose server cannot start (state `failed`): `MCP server "x" cannot
 /// start: WHY`. Backends use it too, so that the model's text can tell such a server from one
 /// that is only slow or restarting.
@@ -168,6 +167,7 @@ fn is_cannot_start(detail: &str) -> bool {
     detail.starts_with("MCP server ") && detail.contains(CANNOT_START)
 }
 
+/// The note appended to a result the loop detector flagged.
 pub(crate) fn loop_note(tool: &str, count: u32, block_after: u32) -> String {
     let block = if block_after > count {
         format!(

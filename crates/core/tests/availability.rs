@@ -126,7 +126,10 @@ async fn a_calls_deadlines_start_when_it_runs_not_while_it_waits_for_its_server(
     let r = h.call("c1", "slow__work", json!({"ms": 2000})).await;
     assert_eq!(status(&r), json!({"status": "ok", "call_id": "c1"}));
     assert_eq!(start.elapsed(), secs(14));
-    assert_eq!(r.outcome.duration_ms, 14_000, "the outcome's duration counts from arrival");
+    assert_eq!(
+        r.outcome.duration_ms, 14_000,
+        "the outcome's duration counts from arrival"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -223,7 +223,11 @@ async fn a_stop_found_quiet_at_the_grace_says_so() {
     let events = h.until("tool_stopped").await;
     let stopped = shapes(&events, "tool_stopped").remove(0);
     assert_eq!(
-        (&stopped["how"], &stopped["after_ms"], &stopped["found_quiet"]),
+        (
+            &stopped["how"],
+            &stopped["after_ms"],
+            &stopped["found_quiet"]
+        ),
         (&json!("cooperative"), &json!(2000), &json!(true))
     );
 }

@@ -34,6 +34,7 @@ async fn an_unknown_tool_is_named_with_the_tools_closest_to_it() {
         ("flaky", "Did you mean \"srv__flaky\"?"),
         ("srv__flaxy", "Did you mean \"srv__flaky\"?"),
         ("srb__flaky", "Did you mean \"srv__flaky\"?"),
+        ("rsv__flaky", "Did you mean \"srv__flaky\"?"),
         // Sharing the server is no closeness: `nope` is not a typo of `late` or `quiet`.
         (
             "srv__nope",

@@ -43,7 +43,6 @@ pub(crate) struct TurnBody {
     pub(crate) detach: bool,
 }
 
-/// The JSON type of a value, as messages name it.
 /// Refuses a key of `obj` that is not one of `allowed`: a misspelt key would otherwise be
 /// ignored (`session` for `session_id` ran the turn in a fresh session). The message names the
 /// key where it stands and the nearest allowed one.
@@ -96,6 +95,7 @@ const OPENAI_KEYS: &[&str] = &[
 ];
 const OPENAI_FUNCTION_KEYS: &[&str] = &["name", "arguments"];
 
+/// The JSON type of a value, as messages name it.
 fn type_name(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",

@@ -42,6 +42,6 @@ mod gateway;
 
 pub use client::{DEFAULT_STARTUP_TIMEOUT, McpOptions, McpServer, ReadyError};
 pub use gateway::{
-    DEFAULT_REQUEST_TIMEOUT, ELICITATION_INTERACTOR, Gateway, GatewayConnection, GatewayError, GatewayHttpService,
-    GatewayOptions, HttpSessions, STATUS_TOOL,
+    DEFAULT_REQUEST_TIMEOUT, ELICITATION_INTERACTOR, Gateway, GatewayConnection, GatewayError,
+    GatewayHttpService, GatewayOptions, HttpSessions, STATUS_TOOL,
 };

@@ -576,12 +576,15 @@ async fn a_server_that_fails_to_start_says_why() {
     assert!(detail.contains("exited with status 2"), "{detail}");
     assert!(detail.contains("failing start-up on purpose"), "{detail}");
     // An exit before the handshake is `failed`: its calls fail at once, saying why.
-    assert_eq!(host.record().last_state("t").map(|s| s.0), Some(ServerStateKind::Failed));
+    assert_eq!(
+        host.record().last_state("t").map(|s| s.0),
+        Some(ServerStateKind::Failed)
+    );
     let started = tokio::time::Instant::now();
     let failed = error(call(&server, "echo", json!({"text": "x"})).await);
     assert!(started.elapsed() < Duration::from_secs(1));
     assert!(
-        matches!(&failed, AttemptError::Transport(m)
+        matches!(&failed, AttemptError::Unavailable(m)
             if m.starts_with("MCP server \"t\" cannot start: ") && m.contains("exited with status 2")),
         "{failed:?}"
     );
@@ -595,7 +598,11 @@ async fn a_server_that_fails_to_start_says_why() {
         },
     );
     let err = server.wait_ready(READY).await.unwrap_err();
-    assert!(err.to_string().contains("cannot run /nonexistent/tw-nothing"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("cannot run /nonexistent/tw-nothing"),
+        "{err}"
+    );
     finish(server, &[]).await;
 
     let (_host, server) = launch("t", ServerConfig::default());
@@ -636,7 +643,10 @@ async fn a_failed_server_is_retried_and_comes_up_once_its_command_exists() {
     let tmp = dir.join("late-server.tmp");
     std::fs::write(
         &tmp,
-        format!("#!/bin/sh\nexec {} \"$@\"\n", toolwarden_testkit::test_server_path().display()),
+        format!(
+            "#!/bin/sh\nexec {} \"$@\"\n",
+            toolwarden_testkit::test_server_path().display()
+        ),
     )
     .unwrap();
     std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
@@ -647,7 +657,11 @@ async fn a_failed_server_is_retried_and_comes_up_once_its_command_exists() {
     .await;
     assert_eq!(
         host.record().states_of("t"),
-        vec![ServerStateKind::Starting, ServerStateKind::Failed, ServerStateKind::Up]
+        vec![
+            ServerStateKind::Starting,
+            ServerStateKind::Failed,
+            ServerStateKind::Up
+        ]
     );
     assert_eq!(
         text(call(&server, "echo", json!({"text": "at last"})).await),

@@ -96,7 +96,11 @@ async fn a_server_is_spoken_to_in_its_protocol_and_auto_prefers_the_handshake() 
         ("both", stdio(&["--era", "both"]), "2025-11-25"),
         ("old", stdio(&[]), "2025-11-25"),
         ("new", stdio(&["--era", "2026-07-28"]), "2026-07-28"),
-        ("both-pinned", pinned(&["--era", "both"], "2026-07-28"), "2026-07-28"),
+        (
+            "both-pinned",
+            pinned(&["--era", "both"], "2026-07-28"),
+            "2026-07-28",
+        ),
         ("old-pinned", pinned(&[], "2025-06-18"), "2025-06-18"),
     ] {
         let (host, server) = up(name, cfg).await;
@@ -105,7 +109,11 @@ async fn a_server_is_spoken_to_in_its_protocol_and_auto_prefers_the_handshake() 
             expected,
             "{name}"
         );
-        assert_eq!(host.record().protocols_of(name), vec![expected.to_owned()], "{name}");
+        assert_eq!(
+            host.record().protocols_of(name),
+            vec![expected.to_owned()],
+            "{name}"
+        );
         // One start only, even for the 2026-07-28 server that refused the handshake first.
         assert_eq!(
             host.record().states_of(name),

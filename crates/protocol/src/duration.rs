@@ -286,7 +286,16 @@ mod tests {
         for (input, ms) in cases {
             assert_eq!(parse_duration(input), Ok(ms), "{input}");
         }
-        for bad in ["", "s", "10x", "ten seconds", "1..2s", "-", "5 secondss", "5 weeks"] {
+        for bad in [
+            "",
+            "s",
+            "10x",
+            "ten seconds",
+            "1..2s",
+            "-",
+            "5 secondss",
+            "5 weeks",
+        ] {
             assert!(parse_duration(bad).is_err(), "{bad} should not parse");
         }
         assert_eq!(

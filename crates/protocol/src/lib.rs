@@ -30,8 +30,8 @@ pub use audit::{
 };
 pub use call::{CallResult, Content, ToolCall};
 pub use config::{
-    ConfigFile, ExecConfig, GatewayConfig, HttpConfig, MCP_REVISIONS, OtelConfig, RedisConfig, ServerConfig,
-    StoreConfig, StoreDurability,
+    ConfigFile, ExecConfig, GatewayConfig, HttpConfig, MCP_REVISIONS, OtelConfig, RedisConfig,
+    ServerConfig, StoreConfig, StoreDurability,
 };
 pub use duration::{
     DurationValue, ParseError, SizeValue, format_duration, parse_duration, parse_size,
@@ -53,8 +53,8 @@ pub use policy::{
     OnStuck, POLICY_KEYS, Policy, PolicyConfig, TaskMode,
 };
 pub use status::{
-    ActiveCall, ActiveTurn, BreakerInfo, CallState, RecentCall, RunningCall, ServerNotUp, SessionStatus,
-    ToolInfo,
+    ActiveCall, ActiveTurn, BreakerInfo, CallState, RecentCall, RunningCall, ServerNotUp,
+    SessionStatus, ToolInfo,
 };
 pub use time::Timestamp;
 pub use tool::{ToolAnnotations, ToolSpec};

@@ -389,19 +389,35 @@ mod tests {
             }
         }
         use ErrorReason as E;
-        check(&[E::ToolError, E::Transport, E::Crashed, E::ServerRestart], |v| v.as_str());
+        check(
+            &[E::ToolError, E::Transport, E::Crashed, E::ServerRestart],
+            |v| v.as_str(),
+        );
         use TimeoutKind as T;
         check(&[T::Total, T::Idle, T::Attempt], |v| v.as_str());
         use CancelReason as C;
         check(
-            &[C::User, C::ClientDisconnect, C::Parent, C::Timeout, C::Shutdown,
-              C::ServerRestart, C::NotStarted],
+            &[
+                C::User,
+                C::ClientDisconnect,
+                C::Parent,
+                C::Timeout,
+                C::Shutdown,
+                C::ServerRestart,
+                C::NotStarted,
+            ],
             |v| v.as_str(),
         );
         use Decider as D;
-        check(&[D::ModeGate, D::Policy, D::LoopDetector, D::Headless], |v| v.as_str());
+        check(
+            &[D::ModeGate, D::Policy, D::LoopDetector, D::Headless],
+            |v| v.as_str(),
+        );
         use DenyReason as R;
-        check(&[R::Timeout, R::User, R::Rule, R::Loop, R::NoInteractor], |v| v.as_str());
+        check(
+            &[R::Timeout, R::User, R::Rule, R::Loop, R::NoInteractor],
+            |v| v.as_str(),
+        );
         use InvalidReason as I;
         check(&[I::UnknownTool, I::Schema, I::TooLarge], |v| v.as_str());
     }

@@ -335,7 +335,7 @@ async fn remote(
                             spawn_remote_prompt(api, *interaction, progress.clone(), gone);
                         } else {
                             // Nobody here can answer: say who can, and until when.
-                            progress.note(&where_to_answer(api.base(), &interaction));
+                            progress.note(&where_to_answer(api, &interaction, args.headless));
                         }
                     }
                     EventKind::InteractionAnswered { interaction_id, .. }
@@ -378,14 +378,30 @@ async fn remote(
 }
 
 /// Where a person answers `interaction` of a call made with `--url` when this terminal cannot.
-fn where_to_answer(base: &str, interaction: &toolwarden_protocol::Interaction) -> String {
+/// `headless`: asked not to prompt (`--headless`), rather than without a terminal. With a
+/// token, the curl names the variable that holds it (never the token).
+fn where_to_answer(
+    api: &Api,
+    interaction: &toolwarden_protocol::Interaction,
+    headless: bool,
+) -> String {
+    let base = api.base();
     let id = segment(interaction.id.as_str());
     let within =
         toolwarden_protocol::format_duration(Duration::from_millis(interaction.timeout_ms));
+    let here = if headless {
+        "and --headless asks nothing here"
+    } else {
+        "and this is no terminal to ask on"
+    };
+    let auth = api
+        .token_var()
+        .map(|var| format!(" -H \"authorization: Bearer ${var}\""))
+        .unwrap_or_default();
     format!(
-        "toolwarden: {} needs a person's answer ({}), and this is no terminal to ask on. \
+        "toolwarden: {} needs a person's answer ({}), {here}. \
          Answer it within {within} in the dashboard, {base}/, or with\n  \
-         curl -X POST {base}/v1/interactions/{id} -H 'content-type: application/json' \
+         curl -X POST {base}/v1/interactions/{id} -H 'content-type: application/json'{auth} \
          -d '{{\"action\": \"approve\"}}'   (or \"deny\")\n\
          toolwarden: unanswered, it is denied when the time is up.",
         interaction.tool.as_deref().unwrap_or("the call"),

@@ -22,6 +22,8 @@ pub(crate) struct Api {
     base: String,
     client: reqwest::Client,
     token: Option<String>,
+    /// The variable the token was read from.
+    token_var: String,
 }
 
 impl Api {
@@ -41,12 +43,18 @@ impl Api {
             base,
             client,
             token: stack::token(config),
+            token_var: stack::token_env(config).to_owned(),
         })
     }
 
     /// The server's base URL (`http://127.0.0.1:7420`).
     pub(crate) fn base(&self) -> &str {
         &self.base
+    }
+
+    /// The variable holding the bearer token, when one is used.
+    pub(crate) fn token_var(&self) -> Option<&str> {
+        self.token.as_ref().map(|_| self.token_var.as_str())
     }
 
     pub(crate) fn request(&self, method: Method, path: &str) -> RequestBuilder {

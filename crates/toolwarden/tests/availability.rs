@@ -78,10 +78,32 @@ async fn a_call_posted_the_moment_serve_listens_waits_for_a_slow_server() {
     assert_eq!(body["servers"]["test"]["state"], "up");
     // The revision it was reached in, on /healthz and /v1/tools too.
     assert_eq!(body["servers"]["test"]["protocol"], "2025-11-25", "{body}");
-    let health: Value = http().get(format!("{url}/healthz")).send().await.unwrap().json().await.unwrap();
-    assert_eq!(health["servers"]["test"]["protocol"], "2025-11-25", "{health}");
-    let tools: Value = http().get(format!("{url}/v1/tools")).send().await.unwrap().json().await.unwrap();
-    let echo = tools["tools"].as_array().unwrap().iter().find(|t| t["name"] == "test__echo").unwrap();
+    let health: Value = http()
+        .get(format!("{url}/healthz"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        health["servers"]["test"]["protocol"], "2025-11-25",
+        "{health}"
+    );
+    let tools: Value = http()
+        .get(format!("{url}/v1/tools"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let echo = tools["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "test__echo")
+        .unwrap();
     assert_eq!(echo["backend_protocol"], "2025-11-25", "{echo}");
     stop(server, &mark).await;
 }
@@ -162,7 +184,11 @@ async fn a_server_that_cannot_start_is_failed_and_its_calls_end_at_once() {
         .await;
 
     let (code, body) = readyz(&url).await;
-    assert_eq!((code, &body["status"]), (503, &json!("not_ready")), "{body}");
+    assert_eq!(
+        (code, &body["status"]),
+        (503, &json!("not_ready")),
+        "{body}"
+    );
     for name in ["gone", "quits"] {
         assert_eq!(body["servers"][name]["state"], "failed", "{body}");
     }
@@ -197,7 +223,10 @@ async fn a_server_that_cannot_start_is_failed_and_its_calls_end_at_once() {
             "{answer:#}"
         );
         let detail = outcome["detail"].as_str().unwrap();
-        assert!(detail.contains("cannot start") && detail.contains(needle), "{detail}");
+        assert!(
+            detail.contains("cannot start") && detail.contains(needle),
+            "{detail}"
+        );
         let text = result["content"][0]["text"].as_str().unwrap();
         assert!(
             text.contains("It did not run. Its server cannot start until that is fixed"),
@@ -206,16 +235,26 @@ async fn a_server_that_cannot_start_is_failed_and_its_calls_end_at_once() {
     }
 
     // The model sees it in toolwarden__status.
-    let status = crate::util::mcp(&url, 1, "tools/call", json!({"name": "toolwarden__status"})).await;
+    let status =
+        crate::util::mcp(&url, 1, "tools/call", json!({"name": "toolwarden__status"})).await;
     let structured = &status["result"]["structuredContent"];
-    assert_eq!(structured["servers_not_up"]["gone"]["state"], "failed", "{status:#}");
-    assert_eq!(structured["servers_not_up"]["quits"]["state"], "failed", "{status:#}");
+    assert_eq!(
+        structured["servers_not_up"]["gone"]["state"], "failed",
+        "{status:#}"
+    );
+    assert_eq!(
+        structured["servers_not_up"]["quits"]["state"], "failed",
+        "{status:#}"
+    );
     let text = status["result"]["content"][0]["text"].as_str().unwrap();
     assert!(
         text.contains("- gone: cannot start (its tools fail at once until it is fixed): cannot run tw-no-such-command-anywhere"),
         "{text}"
     );
     // The good server is up and is not listed.
-    assert!(structured["servers_not_up"].get("test").is_none(), "{status:#}");
+    assert!(
+        structured["servers_not_up"].get("test").is_none(),
+        "{status:#}"
+    );
     stop(server, &mark).await;
 }

@@ -78,7 +78,10 @@ async fn check_prints_every_policy_and_warning() {
             "off"
         ]
     );
-    assert_eq!(row("exec")[..6], ["exec", "exec", "up", "-", "closed", "30s"]);
+    assert_eq!(
+        row("exec")[..6],
+        ["exec", "exec", "up", "-", "closed", "30s"]
+    );
     assert_eq!(row("exec")[11], "ask");
     assert_eq!(row("test__wipe")[11], "confirm", "destructive hint");
     assert!(

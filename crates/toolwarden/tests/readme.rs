@@ -77,7 +77,11 @@ async fn the_first_curl_of_the_readme_works_on_the_first_try() {
     let address = url.trim().trim_start_matches("http://");
 
     // The example's MCP server is not built yet: cargo compiles it now, and the call waits.
-    assert!(!std::path::Path::new(target).join("debug/tw-test-server").exists());
+    assert!(
+        !std::path::Path::new(target)
+            .join("debug/tw-test-server")
+            .exists()
+    );
     let line = curl.replace("localhost:7420", address);
     let out = dir
         .program("sh", &["-c", &line])

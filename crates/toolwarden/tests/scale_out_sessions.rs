@@ -436,7 +436,6 @@ async fn what_a_session_did_while_redis_was_away_reaches_it_when_it_is_back() {
     stop_replica(a).await;
 }
 
-
 /// A replica like `scale_out::replica`, its trail in the PostgreSQL `store_url` as `name`.
 async fn replica_on_postgres(
     redis: &str,

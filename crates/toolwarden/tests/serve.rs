@@ -493,7 +493,10 @@ async fn call_url_without_a_terminal_says_where_to_answer_its_approval() {
         .json()
         .await
         .unwrap();
-    let id = pending["interactions"][0]["id"].as_str().unwrap().to_owned();
+    let id = pending["interactions"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     call.wait_stderr(
         &format!("curl -X POST {url}/v1/interactions/{id} -H 'content-type: application/json'"),
         Duration::from_secs(5),

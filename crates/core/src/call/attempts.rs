@@ -29,6 +29,8 @@ pub(super) enum Final {
     Cancelled(CancelReason),
     /// The audit trail could not commit the call's `tool_start`: its backend was not invoked.
     Unrecorded(String),
+    /// The backend cannot serve at all (`AttemptError::Unavailable`).
+    Unavailable(String),
 }
 
 impl Final {
@@ -45,6 +47,7 @@ impl Final {
             ),
             Final::Cancelled(r) => format!("cancelled: {}", r.as_str()),
             Final::Unrecorded(m) => format!("unrecorded: {m}"),
+            Final::Unavailable(m) => format!("unavailable: {m}"),
         }
     }
 
@@ -230,6 +233,7 @@ fn classify(end: AttemptEnd) -> Final {
             Final::Failed(ErrorReason::ServerRestart, m)
         }
         AttemptEnd::Done(Err(AttemptError::Rejected(m))) => Final::Rejected(m),
+        AttemptEnd::Done(Err(AttemptError::Unavailable(m))) => Final::Unavailable(m),
         AttemptEnd::Stopped(how) => Final::Failed(
             ErrorReason::Crashed,
             format!(

@@ -253,8 +253,13 @@ async fn pipeline(
     let input = Arc::new(input);
     // The time now: the arrival until a step waits, read again after each wait (the wait for a
     // starting server above is one: the deadlines of a call that waited a minute for its
-    // server start now, not a minute ago).
-    let mut now = if waited { Instant::now() } else { fin.arrived };
+    // server start now, not a minute ago) — but for a call that gave its own deadline: its
+    // client waits that long from the call's arrival, the wait included.
+    let mut now = if waited && call.timeout_ms.is_none() {
+        Instant::now()
+    } else {
+        fin.arrived
+    };
 
     // Approval gate.
     match policy.approval {
@@ -416,8 +421,9 @@ async fn pipeline(
         Final::ToolError(_) => Verdict::Success,
         Final::Failed(ErrorReason::ServerRestart, _) => Verdict::Neutral,
         Final::Failed(..) | Final::Timeout(..) => Verdict::Failure,
-        // A store that cannot write never trips a tool's breaker.
-        Final::Cancelled(_) | Final::Unrecorded(_) => Verdict::Neutral,
+        // A store that cannot write never trips a tool's breaker, nor does a server that cannot
+        // start (its calls say why; an open breaker would hide it).
+        Final::Cancelled(_) | Final::Unrecorded(_) | Final::Unavailable(_) => Verdict::Neutral,
     };
     probe.armed = false;
     if let Some(state) = runtime
@@ -482,7 +488,7 @@ async fn pipeline(
             None,
         ),
         Final::Cancelled(reason) => fin.fail(Status::Cancelled { reason }, None),
-        Final::Unrecorded(message) => fin.fail(
+        Final::Unrecorded(message) | Final::Unavailable(message) => fin.fail(
             Status::Error {
                 reason: ErrorReason::Transport,
             },

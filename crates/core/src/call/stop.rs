@@ -148,14 +148,20 @@ async fn track_stop(
             (how, true)
         }
     };
+    // Cooperative, yet only once forced: nothing showed the work stop; it was found quiet at
+    // the grace's end, which is the time to report.
+    let found_quiet = forced && how == StopHow::Cooperative;
+    let after = if found_quiet {
+        grace
+    } else {
+        requested.elapsed()
+    };
     bus.emit(
         &scope,
         EventKind::ToolStopped {
             how,
-            after_ms: requested.elapsed().as_millis() as u64,
-            // Cooperative, yet only once forced: nothing showed the work stop, it was found
-            // quiet at the grace's end.
-            found_quiet: forced && how == StopHow::Cooperative,
+            after_ms: after.as_millis() as u64,
+            found_quiet,
         },
     );
 }

@@ -598,7 +598,7 @@ impl<'a> Checker<'a> {
 
 pub(crate) fn negative_duration(v: DurationValue) -> String {
     format!(
-        "negative duration -{}: a duration cannot be negative (read as 0 it would turn the limit off); write a positive duration such as \"30s\", or 0 where you mean no limit",
+        "negative duration -{}: a duration cannot be negative (read as 0 it could turn a limit off); write a positive duration such as \"30s\"",
         format_duration(Duration::from_millis(v.0.unsigned_abs()))
     )
 }

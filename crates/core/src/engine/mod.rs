@@ -13,7 +13,8 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use toolwarden_protocol::{
     ActiveTurn, BreakerInfo, BreakerStateKind, CallId, CallResult, CancelReason, Content, Outcome,
-    Policy, ServerNotUp, ServerStateKind, SessionId, SessionStatus, Status, ToolCall, ToolInfo, ToolSpec, TurnId,
+    Policy, ServerNotUp, ServerStateKind, SessionId, SessionStatus, Status, ToolCall, ToolInfo,
+    ToolSpec, TurnId,
 };
 
 use crate::backend::{Backend, BackendHost};

@@ -288,9 +288,11 @@ impl Harness {
         });
         let spec =
             |name: &str| ToolSpec::new(name, "A scripted server tool", json!({"type": "object"}));
-        engine
-            .host(true)
-            .set_tools("srv", server, vec![spec("flaky"), spec("late"), spec("quiet")]);
+        engine.host(true).set_tools(
+            "srv",
+            server,
+            vec![spec("flaky"), spec("late"), spec("quiet")],
+        );
     }
 
     /// Registers another `sleep`-like tool named `name` (its policy comes from `[tools.NAME]`).

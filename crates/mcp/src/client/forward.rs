@@ -15,12 +15,15 @@ use rmcp::model::{
 };
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use rmcp::model::RequestId;
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient};
 use rmcp::{ErrorData, ServiceError};
 use tokio_util::sync::CancellationToken;
 use toolwarden_protocol::ServerStateKind;
 
+use super::listen;
 use super::session::Era;
 use super::shared::Shared;
 
@@ -28,7 +31,7 @@ use super::shared::Shared;
 /// its answer. A JSON-RPC error from the server comes back unchanged. When `cancel` fires
 /// first, the server gets `notifications/cancelled` for the request.
 ///
-/// Every request has a deadline, `within` from now, the wait for a starting server included:
+/// Every request has a deadline, the wait for a starting server included:
 /// a server that never answers (or a transport that loses the answer) ends the request with
 /// [`TIMED_OUT`] and the server gets `notifications/cancelled` — never silence.
 pub(super) async fn request(
@@ -36,10 +39,23 @@ pub(super) async fn request(
     mut request: ClientRequest,
     meta: RequestMetaObject,
     cancel: &CancellationToken,
-    within: Duration,
+    until: Deadline,
 ) -> Result<ServerResult, ErrorData> {
-    let deadline = tokio::time::Instant::now() + within;
+    let (deadline, within) = (until.at, until.length);
     let method = request.method().to_owned();
+    // What the server's clients subscribe to, kept whatever state the server is in: toward a
+    // 2026-07-28 server it is the connection's `subscriptions/listen` stream (`listen`).
+    let subscribing = match &request {
+        ClientRequest::SubscribeRequest(r) => {
+            shared.wanted.add(&r.params.uri);
+            Some(r.params.uri.clone())
+        }
+        ClientRequest::UnsubscribeRequest(r) => {
+            shared.wanted.remove(&r.params.uri);
+            None
+        }
+        _ => None,
+    };
     let conn = tokio::select! {
         conn = shared.ready_conn() => conn.map_err(|e| unavailable(&e.to_string()))?,
         _ = cancel.cancelled() => return Err(cancelled()),
@@ -48,17 +64,35 @@ pub(super) async fn request(
         }
     };
     // A 2026-07-28 server has no `resources/subscribe`: subscriptions ride the connection's
-    // `subscriptions/listen` stream (`listen`).
+    // `subscriptions/listen` stream, reopened with the new set; a subscription is answered once
+    // the server acknowledged it there.
     if conn.era == Era::Stateless {
-        match &request {
-            ClientRequest::SubscribeRequest(r) => {
-                shared.wanted.add(&r.params.uri);
-                return Ok(ServerResult::empty(()));
+        match (&request, subscribing) {
+            (ClientRequest::SubscribeRequest(_), Some(uri)) => {
+                let offers = shared
+                    .info
+                    .lock()
+                    .as_ref()
+                    .is_some_and(|i| listen::worth_listening(&i.capabilities));
+                if !offers {
+                    return Err(ErrorData::new(
+                        ErrorCode::METHOD_NOT_FOUND,
+                        format!(
+                            "MCP server {:?} offers no resource subscriptions (it speaks 2026-07-28 and declares no subscriptions/listen)",
+                            shared.name
+                        ),
+                        None,
+                    ));
+                }
+                return tokio::select! {
+                    () = shared.wanted.acknowledged(&uri) => Ok(ServerResult::empty(())),
+                    _ = cancel.cancelled() => Err(cancelled()),
+                    () = tokio::time::sleep_until(deadline) => {
+                        Err(timed_out(&shared.name, &method, within))
+                    }
+                };
             }
-            ClientRequest::UnsubscribeRequest(r) => {
-                shared.wanted.remove(&r.params.uri);
-                return Ok(ServerResult::empty(()));
-            }
+            (ClientRequest::UnsubscribeRequest(_), _) => return Ok(ServerResult::empty(())),
             _ => {}
         }
     }
@@ -91,6 +125,23 @@ pub(super) async fn request(
 async fn withdraw(peer: &Peer<RoleClient>, id: RequestId, reason: &str) {
     let param = CancelledNotificationParam::new(Some(id), Some(reason.into()));
     let _ = peer.notify_cancelled(param).await;
+}
+
+/// When a request must be answered by, and how long that was when it was set (for messages).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Deadline {
+    pub(crate) at: Instant,
+    pub(crate) length: Duration,
+}
+
+impl Deadline {
+    /// `length` from now.
+    pub(crate) fn after(length: Duration) -> Self {
+        Self {
+            at: Instant::now() + length,
+            length,
+        }
+    }
 }
 
 /// The JSON-RPC error code of a forwarded request that got no answer within its deadline: the

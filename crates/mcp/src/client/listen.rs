@@ -17,9 +17,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
-use rmcp::model::{GetMeta as _, ServerNotification, SubscriptionFilter};
-use tokio::sync::Notify;
+use rmcp::ServiceError;
+use rmcp::model::{ErrorCode, GetMeta as _, ServerCapabilities, ServerNotification};
 
 use super::session::Conn;
 use super::shared::Shared;
@@ -27,66 +26,69 @@ use super::shared::Shared;
 /// The `_meta` key a stream's notifications carry its id in.
 const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 
-/// How long to wait before opening a stream again after it failed.
+/// How long to wait before opening a stream again after it failed: doubled after each failure
+/// in a row, up to `RETRY_MAX`.
 const RETRY: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(60);
 
-/// The resources a server's clients are subscribed to, whichever connection serves them
-/// (restarts included).
-#[derive(Default)]
-pub(crate) struct Wanted {
-    uris: Mutex<BTreeSet<String>>,
-    changed: Notify,
+/// Whether a server offers anything a stream would carry (its capabilities, as it declared
+/// them at `server/discover`).
+pub(crate) fn worth_listening(capabilities: &ServerCapabilities) -> bool {
+    capabilities
+        .tools
+        .as_ref()
+        .is_some_and(|t| t.list_changed == Some(true))
+        || capabilities
+            .prompts
+            .as_ref()
+            .is_some_and(|p| p.list_changed == Some(true))
+        || capabilities
+            .resources
+            .as_ref()
+            .is_some_and(|r| r.list_changed == Some(true) || r.subscribe == Some(true))
 }
 
-impl Wanted {
-    /// Subscribes to `uri` (again: a renewal after a restart changes nothing).
-    pub(crate) fn add(&self, uri: &str) {
-        if self.uris.lock().insert(uri.to_owned()) {
-            self.changed.notify_waiters();
-        }
-    }
-
-    /// Unsubscribes from `uri`.
-    pub(crate) fn remove(&self, uri: &str) {
-        if self.uris.lock().remove(uri) {
-            self.changed.notify_waiters();
-        }
-    }
-
-    fn filter(&self) -> SubscriptionFilter {
-        let uris: Vec<String> = self.uris.lock().iter().cloned().collect();
-        let builder = SubscriptionFilter::builder()
-            .tools_list_changed()
-            .prompts_list_changed()
-            .resources_list_changed();
-        if uris.is_empty() {
-            builder.build()
-        } else {
-            builder.resource_subscriptions(uris).build()
-        }
-    }
-}
-
-/// Keeps `conn`'s stream open until the connection ends.
+/// Keeps `conn`'s stream open until the connection ends; gives up on a server that does not
+/// know the method, and waits longer after each failure in a row.
 pub(crate) async fn run(shared: Arc<Shared>, conn: Arc<Conn>) {
+    let mut retry = RETRY;
     loop {
         let changed = shared.wanted.changed.notified();
         tokio::pin!(changed);
         changed.as_mut().enable();
+        let filter = shared.wanted.filter();
         let mut subscription = tokio::select! {
-            opened = conn.peer.listen(shared.wanted.filter()) => match opened {
+            opened = conn.peer.listen(filter) => match opened {
                 Ok(subscription) => subscription,
+                Err(ServiceError::McpError(e)) if e.code == ErrorCode::METHOD_NOT_FOUND => {
+                    tracing::info!(server = %shared.name,
+                        "the server does not serve subscriptions/listen: its changes cannot be heard");
+                    return;
+                }
                 Err(e) => {
-                    tracing::debug!(server = %shared.name, error = %e,
+                    tracing::debug!(server = %shared.name, error = %e, ?retry,
                         "subscriptions/listen failed; trying again");
                     tokio::select! {
-                        () = tokio::time::sleep(RETRY) => continue,
+                        () = tokio::time::sleep(retry) => {
+                            retry = (retry * 2).min(RETRY_MAX);
+                            continue;
+                        }
                         _ = conn.ended() => return,
                     }
                 }
             },
             _ = conn.ended() => return,
         };
+        retry = RETRY;
+        let acknowledged = subscription
+            .acknowledged()
+            .resource_subscriptions
+            .clone()
+            .unwrap_or_default();
+        shared
+            .wanted
+            .acknowledged
+            .send_replace(acknowledged.into_iter().collect());
         loop {
             tokio::select! {
                 next = subscription.next() => match next {
@@ -94,8 +96,9 @@ pub(crate) async fn run(shared: Arc<Shared>, conn: Arc<Conn>) {
                     Ok(None) | Err(_) => {
                         // The server ended the stream: open another, unless the connection
                         // ended with it.
+                        shared.wanted.acknowledged.send_replace(BTreeSet::new());
                         tokio::select! {
-                            () = tokio::time::sleep(RETRY) => break,
+                            () = tokio::time::sleep(retry) => break,
                             _ = conn.ended() => return,
                         }
                     }
@@ -104,7 +107,10 @@ pub(crate) async fn run(shared: Arc<Shared>, conn: Arc<Conn>) {
                     let _ = subscription.cancel().await;
                     break;
                 }
-                _ = conn.ended() => return,
+                _ = conn.ended() => {
+                    shared.wanted.acknowledged.send_replace(BTreeSet::new());
+                    return;
+                }
             }
         }
     }

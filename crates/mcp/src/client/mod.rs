@@ -11,8 +11,8 @@ mod frame;
 mod handler;
 mod in_order;
 mod input;
-mod listen;
 pub(crate) mod link;
+mod listen;
 mod options;
 mod router;
 mod session;
@@ -35,12 +35,12 @@ use tokio_util::task::TaskTracker;
 use toolwarden_core::{Attempt, AttemptEnd, Backend, BackendHost, BoxFuture};
 use toolwarden_protocol::{ServerConfig, ServerStateKind};
 
+pub(crate) use forward::Deadline;
 pub use options::{DEFAULT_STARTUP_TIMEOUT, McpOptions, ReadyError};
 
 use link::Upstream;
-use listen::Wanted;
 use session::{Endpoint, Protocol};
-use shared::{Shared, Snapshot};
+use shared::{Shared, Snapshot, Wanted};
 
 /// One configured MCP server. Implements [`Backend`]: attempts name tools without the
 /// `SERVER__` prefix.
@@ -146,8 +146,6 @@ impl McpServer {
                 match snap.kind {
                     // Up, unless its connection just ended (the state follows in a moment).
                     ServerStateKind::Up if live => return Ok(()),
-                    // A failure counts once a start attempt began after (or was under way
-                    // when) we started waiting.
                     // A server that cannot start fails the wait at once.
                     ServerStateKind::Failed => {
                         return Err(ReadyError::Down {
@@ -155,6 +153,8 @@ impl McpServer {
                             detail: snap.detail.unwrap_or_default(),
                         });
                     }
+                    // A failure counts once a start attempt began after (or was under way
+                    // when) we started waiting.
                     ServerStateKind::Down
                         if snap.starts > first.starts || first.kind != ServerStateKind::Down =>
                     {
@@ -208,7 +208,7 @@ impl McpServer {
     /// Sends `request` on the live connection (waiting while the server is starting) and
     /// returns its answer. A JSON-RPC error from the server comes back unchanged. When
     /// `cancel` fires first, the server gets `notifications/cancelled` for the request. No
-    /// answer `within` that (the wait for a starting server included): a JSON-RPC error with
+    /// answer by `until` (the wait for a starting server included): a JSON-RPC error with
     /// code -32001, and the server gets `notifications/cancelled`.
     ///
     /// Not an `async fn`: that would keep a second copy of `request` (some hundred bytes) in
@@ -219,9 +219,9 @@ impl McpServer {
         request: ClientRequest,
         meta: RequestMetaObject,
         cancel: &CancellationToken,
-        within: Duration,
+        until: Deadline,
     ) -> impl Future<Output = Result<ServerResult, ErrorData>> {
-        forward::request(&self.shared, request, meta, cancel, within)
+        forward::request(&self.shared, request, meta, cancel, until)
     }
 
     /// Sends a notification if the server is up; drops it otherwise.

@@ -17,7 +17,8 @@ use rmcp::model::{
     Tool,
 };
 use rmcp::service::{
-    ClientLifecycleMode, Peer, RoleClient, RunningService, serve_client_with_lifecycle_and_ct,
+    ClientInitializeError, ClientLifecycleMode, Peer, RoleClient, RunningService,
+    serve_client_with_lifecycle_and_ct,
 };
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::common::client_side_sse::ExponentialBackoff;
@@ -307,8 +308,38 @@ pub(crate) enum StartError {
     /// The command could not be run at all (not found, not executable): retrying the same
     /// command will not help until something outside changes.
     Spawn(String),
+    /// The server answered the lifecycle's request with a refusal (a JSON-RPC error, no
+    /// revision in common), or closed the connection on it (a server of one era may exit on
+    /// the other era's first request): it may not speak what was offered.
+    Refused(String),
     /// Anything else: the connection, the lifecycle, `tools/list`.
     Other(String),
+}
+
+impl StartError {
+    /// What went wrong, in words.
+    pub(crate) fn detail(self) -> String {
+        match self {
+            StartError::Spawn(d) | StartError::Refused(d) | StartError::Other(d) => d,
+        }
+    }
+}
+
+/// A failed lifecycle as a [`StartError`]: a refusal when the server answered it.
+fn lifecycle_failed(context: String, error: ClientInitializeError) -> StartError {
+    let refused = matches!(
+        error,
+        ClientInitializeError::JsonRpcError(_)
+            | ClientInitializeError::NoCompatibleProtocolVersion { .. }
+            | ClientInitializeError::ExpectedInitResult(_)
+            | ClientInitializeError::ConnectionClosed(_)
+    );
+    let detail = format!("{context}: {error}");
+    if refused {
+        StartError::Refused(detail)
+    } else {
+        StartError::Other(detail)
+    }
 }
 
 impl From<String> for StartError {
@@ -387,7 +418,7 @@ pub(crate) async fn connect(
             let transport = InOrder::new(guarded, router.clone());
             serve_client_with_lifecycle_and_ct(handler, transport, lifecycle.mode(), ct.clone())
                 .await
-                .map_err(|e| format!("{} failed: {e}", lifecycle.method()))?
+                .map_err(|e| lifecycle_failed(format!("{} failed", lifecycle.method()), e))?
         }
         Endpoint::Http { url, headers } => {
             let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
@@ -406,7 +437,12 @@ pub(crate) async fn connect(
             );
             serve_client_with_lifecycle_and_ct(handler, transport, lifecycle.mode(), ct.clone())
                 .await
-                .map_err(|e| format!("cannot connect to {url} ({}): {e}", lifecycle.method()))?
+                .map_err(|e| {
+                    lifecycle_failed(
+                        format!("cannot connect to {url} ({})", lifecycle.method()),
+                        e,
+                    )
+                })?
         }
     };
     let era = match service.peer().peer_info() {

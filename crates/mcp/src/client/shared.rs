@@ -2,12 +2,13 @@
 //! server's state as watchers see it, its live connection, and the reports to the host. It sits
 //! below all three so that each can read it without reaching back into the others.
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use rmcp::model::{ServerPeerInfo, Tool};
-use tokio::sync::{mpsc, oneshot, watch};
+use rmcp::model::{ServerPeerInfo, SubscriptionFilter, Tool};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -16,7 +17,6 @@ use toolwarden_protocol::{ServerStateKind, ToolSpec};
 
 use super::convert;
 use super::link::Link;
-use super::listen::Wanted;
 use super::options::McpOptions;
 use super::session::{Conn, Endpoint, Protocol};
 
@@ -136,7 +136,7 @@ impl Shared {
                         return Ok(conn.clone());
                     }
                     (ServerStateKind::Failed, _) => {
-                        return Err(AttemptError::Transport(toolwarden_core::cannot_start(
+                        return Err(AttemptError::Unavailable(toolwarden_core::cannot_start(
                             &self.name,
                             snap.detail.as_deref().unwrap_or("unknown reason"),
                         )));
@@ -166,6 +166,62 @@ impl Shared {
                     self.name
                 )));
             }
+        }
+    }
+}
+
+/// The resources a server's clients are subscribed to, whichever connection serves them
+/// (restarts included), and those the open stream was acknowledged for.
+pub(crate) struct Wanted {
+    uris: Mutex<BTreeSet<String>>,
+    pub(super) changed: Notify,
+    /// The resources the server acknowledged on the open stream (empty while none is open).
+    pub(super) acknowledged: watch::Sender<BTreeSet<String>>,
+}
+
+impl Default for Wanted {
+    fn default() -> Self {
+        Self {
+            uris: Mutex::default(),
+            changed: Notify::new(),
+            acknowledged: watch::Sender::new(BTreeSet::new()),
+        }
+    }
+}
+
+impl Wanted {
+    /// Subscribes to `uri` (again: a renewal after a restart changes nothing).
+    pub(crate) fn add(&self, uri: &str) {
+        if self.uris.lock().insert(uri.to_owned()) {
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// Unsubscribes from `uri`.
+    pub(crate) fn remove(&self, uri: &str) {
+        if self.uris.lock().remove(uri) {
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// Waits until the server acknowledged `uri` on the open stream (its updates flow from
+    /// then on).
+    pub(crate) async fn acknowledged(&self, uri: &str) {
+        let mut rx = self.acknowledged.subscribe();
+        let _ = rx.wait_for(|uris| uris.contains(uri)).await;
+    }
+
+    /// What the connection's stream asks for: every list change, and the resources wanted.
+    pub(super) fn filter(&self) -> SubscriptionFilter {
+        let uris: Vec<String> = self.uris.lock().iter().cloned().collect();
+        let builder = SubscriptionFilter::builder()
+            .tools_list_changed()
+            .prompts_list_changed()
+            .resources_list_changed();
+        if uris.is_empty() {
+            builder.build()
+        } else {
+            builder.resource_subscriptions(uris).build()
         }
     }
 }

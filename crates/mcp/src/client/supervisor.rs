@@ -75,34 +75,42 @@ pub(crate) async fn supervise(
                 break;
             }
             Some(Err(error)) => {
-                let (detail, hopeless) = match error {
-                    StartError::Spawn(detail) => (detail, true),
-                    StartError::Other(detail) => failed_child_detail(child, detail).await,
+                let failure = match error {
+                    StartError::Spawn(detail) => Failure {
+                        cause: detail.clone(),
+                        detail,
+                        exited: true,
+                    },
+                    other => failed_child_detail(child, other.detail()).await,
                 };
-                if !hopeless {
+                if !failure.exited {
                     failed = None;
-                    shared.set_state(ServerStateKind::Down, Some(detail.clone()), None);
-                } else if failed.as_ref() != Some(&detail) {
-                    failed = Some(detail.clone());
-                    shared.set_state(ServerStateKind::Failed, Some(detail.clone()), None);
+                    shared.set_state(ServerStateKind::Down, Some(failure.detail.clone()), None);
+                } else if failed.as_ref() != Some(&failure.cause) {
+                    // A new cause: said once (its stderr may change from one try to the next).
+                    failed = Some(failure.cause.clone());
+                    shared.set_state(ServerStateKind::Failed, Some(failure.detail.clone()), None);
                 }
-                Some(detail)
+                Some(failure.detail)
             }
             Some(Ok((session, tools))) => {
                 failed = None;
                 let conn = session.conn.clone();
                 let info = conn.peer.peer_info();
-                let reached = info.as_ref().map_or_else(
-                    || ProtocolVersion::V_2026_07_28.to_string(),
-                    |i| i.protocol_version.to_string(),
-                );
+                let reached = match (conn.era, &info) {
+                    (Era::Handshake, Some(i)) => i.protocol_version.to_string(),
+                    _ => ProtocolVersion::V_2026_07_28.to_string(),
+                };
                 shared.host.server_protocol(&shared.name, &reached);
-                *shared.info.lock() = info;
+                *shared.info.lock() = info.clone();
                 shared.publish_tools(tools);
                 if let Some(cause) = restart_cause.take() {
                     shared.event(ServerStateKind::Restarted, Some(cause));
                 }
-                if conn.era == Era::Stateless {
+                let listens = info
+                    .as_ref()
+                    .is_some_and(|i| listen::worth_listening(&i.capabilities));
+                if conn.era == Era::Stateless && listens {
                     // Its changes come on a `subscriptions/listen` stream (`listen`).
                     shared
                         .tasks
@@ -172,16 +180,19 @@ async fn start(
             Protocol::Auto => {
                 let handshake = Lifecycle::Handshake(ProtocolVersion::LATEST_WITH_INITIALIZE);
                 let first = connect(shared, endpoint, generation, &handshake, child).await;
-                let Err(StartError::Other(refused)) = first else {
+                // Only a server that refused the handshake (or closed the connection on it, as
+                // a server of 2026-07-28 alone may) is tried again in that revision: a timeout or
+                // a transport error is no sign of the other era.
+                let Err(StartError::Refused(refused)) = first else {
                     return first;
                 };
-                let (refused, _) = failed_child_detail(child.take(), refused).await;
+                let refused = failed_child_detail(child.take(), refused).await.detail;
                 return match connect(shared, endpoint, generation, &Lifecycle::Discover, child)
                     .await
                 {
-                    Err(StartError::Other(again)) => Err(StartError::Other(format!(
-                        "{refused}; then {again}"
-                    ))),
+                    Err(StartError::Refused(again) | StartError::Other(again)) => {
+                        Err(StartError::Other(format!("{refused}; then {again}")))
+                    }
                     other => other,
                 };
             }
@@ -220,12 +231,26 @@ async fn connect(
     .await
 }
 
+/// A failed start.
+struct Failure {
+    /// What went wrong, with how the process exited and what it said last on stderr.
+    detail: String,
+    /// The same without the stderr tail (it may change from one try to the next).
+    cause: String,
+    /// The process exited by itself (or never ran): a server that exits before its handshake
+    /// will do so again.
+    exited: bool,
+}
+
 /// Kills and reaps a child whose start failed, and completes the failure's detail with how it
-/// exited and what it said last on stderr. Whether the process had exited by itself: a server
-/// that exits before the handshake will do so again.
-async fn failed_child_detail(child: Option<Child>, detail: String) -> (String, bool) {
+/// exited and what it said last on stderr.
+async fn failed_child_detail(child: Option<Child>, detail: String) -> Failure {
     let Some(mut child) = child else {
-        return (detail, false);
+        return Failure {
+            cause: detail.clone(),
+            detail,
+            exited: false,
+        };
     };
     let exited = tokio::time::timeout(Duration::from_millis(300), child.proc.wait()).await;
     let (exit, by_itself) = match exited {
@@ -237,7 +262,11 @@ async fn failed_child_detail(child: Option<Child>, detail: String) -> (String, b
     };
     let note = child.stderr_note();
     stop_child(Some(child), false).await;
-    (format!("{detail}{exit}{note}"), by_itself)
+    Failure {
+        detail: format!("{detail}{exit}{note}"),
+        cause: format!("{detail}{exit}"),
+        exited: by_itself,
+    }
 }
 
 /// Kills the child's whole process group and reaps the leader. With `grace`, first waits a

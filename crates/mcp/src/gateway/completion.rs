@@ -10,7 +10,7 @@ use rmcp::service::{RequestContext, RoleServer};
 
 use crate::client::link::retype;
 
-use super::passthrough::{forward, unknown};
+use super::passthrough::{forward, unknown, until};
 use super::session::ClientSession;
 use super::state::GatewayState;
 use super::{prompts, resources};
@@ -23,9 +23,10 @@ pub(crate) async fn complete(
     ctx: RequestContext<RoleServer>,
 ) -> Result<CompleteResult, ErrorData> {
     params.meta = None;
+    let until = until(gw, &ctx.meta);
     let server = match &mut params.r#ref {
         Reference::Prompt(prompt) => {
-            let Some((server, own)) = prompts::resolve(gw, &prompt.name).await else {
+            let Some((server, own)) = prompts::resolve(gw, &prompt.name, until).await else {
                 return Err(unknown(format!("unknown prompt {:?}", prompt.name)));
             };
             prompt.name = own;
@@ -38,7 +39,7 @@ pub(crate) async fn complete(
                 .and_then(|s| gw.server(&s).cloned());
             match listed {
                 Some(server) => server,
-                None => match resources::servers_for_uri(gw, &resource.uri)
+                None => match resources::servers_for_uri(gw, &resource.uri, until)
                     .await
                     .into_iter()
                     .next()
@@ -53,7 +54,7 @@ pub(crate) async fn complete(
         _ => return Err(unknown("unknown completion reference".into())),
     };
     let request = ClientRequest::CompleteRequest(CompleteRequest::new(params));
-    match forward(gw, session, &server, request, &ctx).await? {
+    match forward(session, &server, request, &ctx, until).await? {
         ServerResult::CompleteResult(r) => Ok(r),
         other => retype(other, "completion/complete"),
     }

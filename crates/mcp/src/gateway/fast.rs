@@ -268,7 +268,8 @@ struct CallParams {
 
 /// Headers rmcp would accept without a second look: an allowed `Host`, no `Origin`, both
 /// media types accepted — JSON first: a client that lists `text/event-stream` first prefers
-/// an event stream, and rmcp answers it with one (a priming event and resumable ids) —, a JSON
+/// an event stream, and rmcp answers it with one (a priming event and resumable ids); the
+/// order of the list decides, quality values are not weighed —, a JSON
 /// body, a protocol version the gateway speaks (or none), and no `Mcp-*` header but those in
 /// `mcp` (lowercase).
 pub(crate) fn plain_headers(headers: &HeaderMap, hosts: &AllowedHosts, mcp: &[&str]) -> bool {

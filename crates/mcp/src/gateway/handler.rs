@@ -12,6 +12,7 @@ use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
+use rmcp::model::SubscriptionFilter;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CancelTaskParams, CompleteRequestParams,
     CompleteResult, DiscoverResult, GetPromptRequestParams, GetPromptResponse, GetTaskParams,
@@ -20,7 +21,6 @@ use rmcp::model::{
     ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, SetLevelRequestParams,
     SubscribeRequestParams, Tool, UnsubscribeRequestParams, UpdateTaskParams,
 };
-use rmcp::model::SubscriptionFilter;
 use rmcp::service::{NotificationContext, RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData, ServerHandler};
 use serde_json::Value;
@@ -31,10 +31,10 @@ use super::call::Door;
 use super::handshake_tasks::{self, DeclaresTasks};
 use super::http_sessions::HttpSessionTag;
 use super::options::{TOOLS_TTL, versions};
+use super::passthrough::Completed as _;
 use super::session::ClientSession;
 use super::state::GatewayState;
 use super::{completion, convert, passthrough, prompts, resources, tasks};
-use super::passthrough::Completed as _;
 
 /// One MCP client's connection to the [`Gateway`](super::Gateway): rmcp's `ServerHandler`. The
 /// gateway makes one per stdio connection, per Streamable HTTP session and per stateless HTTP

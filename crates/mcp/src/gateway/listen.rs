@@ -6,63 +6,50 @@
 //! handshake clients. For resource updates it subscribes the resources' servers, counted with the
 //! handshake clients' own subscriptions, and unsubscribes them when the last listener leaves.
 
-#![allow(
-    deprecated,
-    reason = "resources/subscribe is deprecated by SEP-2577 (MCP 2026-07-28), but it is how the \
-              gateway subscribes its servers of the handshake era"
-)]
-
 use std::sync::Arc;
 
 use rmcp::ErrorData;
-use rmcp::model::{ClientRequest, RequestMetaObject, SubscribeRequest, SubscribeRequestParams};
 use rmcp::service::SubscriptionContext;
 use tokio_util::sync::CancellationToken;
 use toolwarden_protocol::SessionId;
 
+use super::passthrough::own_deadline;
 use super::resources;
 use super::state::GatewayState;
 
-/// Serves one stream until its client closes it (or the gateway goes): subscribes the servers
-/// of the resources it names, delivers, then lets go of them.
+/// Serves one stream until its client closes it (or the gateway goes): from the moment it is
+/// acknowledged it takes what the gateway delivers; it subscribes the servers of the resources
+/// it names (a server this one is the first subscriber of), then lets go of them.
 pub(crate) async fn listen(
     gw: &Arc<GatewayState>,
     context: SubscriptionContext,
     shutdown: &CancellationToken,
 ) -> Result<(), ErrorData> {
     let key = SessionId::new(format!("listen_{}", ulid::Ulid::new()));
+    gw.listeners
+        .add(key.clone(), context.sink().clone(), &gw.tasks);
     let uris = context
         .accepted()
         .resource_subscriptions
         .clone()
         .unwrap_or_default();
+    let until = own_deadline(gw);
     for uri in &uris {
-        let Some(server) = resources::servers_for_uri(gw, uri).await.into_iter().next() else {
+        let Some(server) = resources::servers_for_uri(gw, uri, until)
+            .await
+            .into_iter()
+            .next()
+        else {
             tracing::debug!(%uri, "subscriptions/listen: no server serves this resource");
             continue;
         };
-        if gw.routes.unsubscribed(uri) {
-            let request = ClientRequest::SubscribeRequest(SubscribeRequest::new(
-                SubscribeRequestParams::new(uri.clone()),
-            ));
-            if let Err(e) = server
-                .request(
-                    request,
-                    RequestMetaObject::new(),
-                    &CancellationToken::new(),
-                    gw.opts.request_timeout,
-                )
-                .await
-            {
-                tracing::warn!(server = %server.server_name(), %uri, error = %e.message,
-                    "subscribing a server for subscriptions/listen failed");
-                continue;
-            }
+        if gw.routes.subscribe(uri, &server.server_name().into(), &key)
+            && let Err(e) = resources::subscribe_server(&server, uri, until).await
+        {
+            tracing::warn!(server = %server.server_name(), %uri, error = %e.message,
+                "subscribing a server for subscriptions/listen failed; its updates will not come");
         }
-        gw.routes
-            .subscribe(uri, &server.server_name().into(), &key);
     }
-    gw.listeners.add(key.clone(), context.sink().clone());
     tokio::select! {
         () = context.cancelled() => {}
         () = shutdown.cancelled() => {}

@@ -5,50 +5,66 @@
 use parking_lot::Mutex;
 use rmcp::model::{ServerNotification, SubscriptionFilter};
 use rmcp::service::SubscriptionSink;
+use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 use toolwarden_protocol::SessionId;
 
-/// The open `subscriptions/listen` streams.
+/// The open `subscriptions/listen` streams: each with a queue its own task empties in order, so
+/// that a stream's notifications arrive in the order they were delivered, and a slow client
+/// holds up nobody.
 #[derive(Default)]
 pub(crate) struct Listeners {
-    open: Mutex<Vec<(SessionId, SubscriptionSink)>>,
+    open: Mutex<Vec<Listener>>,
+}
+
+struct Listener {
+    key: SessionId,
+    accepted: SubscriptionFilter,
+    queue: mpsc::UnboundedSender<ServerNotification>,
 }
 
 impl Listeners {
-    /// Sends `notification` on every open stream that accepted its kind (each sink checks its
-    /// own filter), each on a task of its own: a slow client holds up nobody.
-    pub(crate) fn deliver(&self, tasks: &TaskTracker, notification: &ServerNotification) {
-        let sinks: Vec<SubscriptionSink> = self
-            .open
-            .lock()
-            .iter()
-            .filter(|(_, sink)| accepts(sink.accepted(), notification))
-            .map(|(_, sink)| sink.clone())
-            .collect();
-        for sink in sinks {
-            let notification = notification.clone();
-            tasks.spawn(async move {
+    /// Queues `notification` for every open stream that accepted its kind.
+    pub(crate) fn deliver(&self, notification: &ServerNotification) {
+        for listener in self.open.lock().iter() {
+            if accepts(&listener.accepted, notification) {
+                let _ = listener.queue.send(notification.clone());
+            }
+        }
+    }
+
+    /// A stream opened: `sink` sends what is delivered to it, in order, on a task of `tasks`
+    /// that ends when the stream is [removed](Self::remove).
+    pub(crate) fn add(&self, key: SessionId, sink: SubscriptionSink, tasks: &TaskTracker) {
+        let (queue, mut rx) = mpsc::unbounded_channel::<ServerNotification>();
+        let accepted = sink.accepted().clone();
+        tasks.spawn(async move {
+            while let Some(notification) = rx.recv().await {
                 if let Err(e) = sink.send(notification).await {
                     tracing::debug!(subscription = %sink.id(), error = %e,
                         "a notification on a subscriptions/listen stream failed");
                 }
-            });
-        }
+            }
+        });
+        self.open.lock().push(Listener {
+            key,
+            accepted,
+            queue,
+        });
     }
 
-    pub(crate) fn add(&self, key: SessionId, sink: SubscriptionSink) {
-        self.open.lock().push((key, sink));
-    }
-
+    /// A stream closed.
     pub(crate) fn remove(&self, key: &SessionId) {
-        self.open.lock().retain(|(k, _)| k != key);
+        self.open.lock().retain(|l| l.key != *key);
     }
 }
 
 /// Whether a stream that accepted `filter` takes `notification`.
 fn accepts(filter: &SubscriptionFilter, notification: &ServerNotification) -> bool {
     match notification {
-        ServerNotification::ToolListChangedNotification(_) => filter.tools_list_changed == Some(true),
+        ServerNotification::ToolListChangedNotification(_) => {
+            filter.tools_list_changed == Some(true)
+        }
         ServerNotification::PromptListChangedNotification(_) => {
             filter.prompts_list_changed == Some(true)
         }
@@ -62,4 +78,3 @@ fn accepts(filter: &SubscriptionFilter, notification: &ServerNotification) -> bo
         _ => false,
     }
 }
-

@@ -17,15 +17,16 @@ use std::time::Duration;
 
 use rmcp::ErrorData;
 use rmcp::model::{
-    ClientNotification, ClientRequest, CompleteResult, GetPromptResult,
-    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, PaginatedRequestParams,
-    ReadResourceResult, RequestMetaObject, ResultType, RootsListChangedNotification,
-    ServerResult, SetLevelRequest, SetLevelRequestParams,
+    ClientNotification, ClientRequest, CompleteResult, GetPromptResult, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, PaginatedRequestParams, ReadResourceResult,
+    RequestMetaObject, ResultType, RootsListChangedNotification, ServerResult, SetLevelRequest,
+    SetLevelRequestParams,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use tokio_util::sync::CancellationToken;
 
 use crate::McpServer;
+use crate::client::Deadline;
 use crate::client::link::retype;
 
 use super::call::hint_ms;
@@ -56,14 +57,14 @@ pub(crate) fn servers_with(servers: &[Arc<McpServer>], kind: Kind) -> Vec<Arc<Mc
 
 /// Sends `request` to `server` for the client's request in `ctx`, cancelled with it: by the
 /// client's `notifications/cancelled`, its closed response stream, or its session's end; and
-/// ended with a JSON-RPC error when the server has not answered by the request's deadline
-/// ([`deadline`]).
+/// ended with a JSON-RPC error when the server has not answered by the client request's
+/// deadline, `until` ([`until`]: one deadline however many servers the request goes to).
 pub(crate) async fn forward(
-    gw: &GatewayState,
     session: &ClientSession,
     server: &McpServer,
     request: ClientRequest,
     ctx: &RequestContext<RoleServer>,
+    until: Deadline,
 ) -> Result<ServerResult, ErrorData> {
     let open = session.request_started(&ctx.id);
     let stop = open.stop.clone();
@@ -80,7 +81,7 @@ pub(crate) async fn forward(
             }
         }
     };
-    let call = server.request(request, forward_meta(ctx), &cancel, deadline(gw, &ctx.meta));
+    let call = server.request(request, forward_meta(ctx), &cancel, until);
     let (result, ()) = tokio::join!(
         async {
             let r = call.await;
@@ -93,20 +94,30 @@ pub(crate) async fn forward(
     result
 }
 
-/// How long a forwarded request may wait for its server: the client's own hint
-/// (`_meta.timeout_ms` or `_meta["toolwarden/timeout_ms"]`, at most
-/// [`MAX_REQUEST_TIMEOUT`]), else the gateway's `request_timeout`.
-pub(crate) fn deadline(gw: &GatewayState, meta: &RequestMetaObject) -> Duration {
-    match hint_ms(meta, &["timeout_ms", "toolwarden/timeout_ms"]) {
-        Some(ms) => Duration::from_millis(ms).min(MAX_REQUEST_TIMEOUT),
-        None => gw.opts.request_timeout,
-    }
+/// When a client's request to be forwarded must be answered by: from now, the client's own
+/// hint (`_meta.timeout_ms` or `_meta["toolwarden/timeout_ms"]`, at most
+/// [`MAX_REQUEST_TIMEOUT`]; `0` is no hint, as for a tool call), else the gateway's
+/// `request_timeout`. Every server the request goes to shares it.
+pub(crate) fn until(gw: &GatewayState, meta: &RequestMetaObject) -> Deadline {
+    let within = match hint_ms(meta, &["timeout_ms", "toolwarden/timeout_ms"]) {
+        Some(ms) if ms > 0 => Duration::from_millis(ms).min(MAX_REQUEST_TIMEOUT),
+        _ => gw.opts.request_timeout,
+    };
+    Deadline::after(within)
+}
+
+/// A request the gateway makes on its own behalf (a renewal, a subscription for a listen
+/// stream): the gateway's `request_timeout` from now.
+pub(crate) fn own_deadline(gw: &GatewayState) -> Deadline {
+    Deadline::after(gw.opts.request_timeout)
 }
 
 /// The client's `_meta` for the server: what the client said, without what belongs to the
-/// hop — rmcp sets its own progress token, and the 2026-07-28 envelope
-/// (`io.modelcontextprotocol/protocolVersion`, `clientCapabilities`, `clientInfo`,
-/// `logLevel`) describes the gateway's client, not the gateway toward its server. (rmcp's HTTP
+/// hop — rmcp sets its own progress token, and every key of the namespace the protocol
+/// reserves, `io.modelcontextprotocol/`: the 2026-07-28 envelope (`protocolVersion`,
+/// `clientCapabilities`, `clientInfo`, `logLevel`) describes the gateway's client, not the
+/// gateway toward its server, and the rest speaks of the client's hop too (a
+/// `related-task` names one of the gateway's own tasks). (rmcp's HTTP
 /// client takes a request's own `protocolVersion` as the connection's: a stateless client's
 /// envelope sent on to a handshake server changed the connection's protocol header, and the
 /// server refused every request after it.)
@@ -164,8 +175,8 @@ pub(crate) fn unknown(what: String) -> ErrorData {
 /// Every item of a paginated `*/list` request to one server, page after page: `request` makes
 /// the request for a page, `split` takes a page apart into its items and the next cursor.
 pub(crate) async fn all_pages<P, T>(
-    gw: &GatewayState,
     server: &McpServer,
+    until: Deadline,
     what: &str,
     request: impl Fn(PaginatedRequestParams) -> ClientRequest,
     split: impl Fn(P) -> (Vec<T>, Option<String>),
@@ -184,7 +195,7 @@ where
                     request(params),
                     RequestMetaObject::new(),
                     &CancellationToken::new(),
-                    gw.opts.request_timeout,
+                    until,
                 )
                 .await?,
             what,
@@ -225,9 +236,10 @@ pub(crate) async fn set_level(
         .collect();
     let mut last = None;
     let mut any = false;
+    let until = until(gw, &ctx.meta);
     for server in &servers {
         let request = ClientRequest::SetLevelRequest(SetLevelRequest::new(params.clone()));
-        match forward(gw, session, server, request, &ctx).await {
+        match forward(session, server, request, &ctx, until).await {
             Ok(_) => any = true,
             Err(e) => {
                 tracing::warn!(server = %server.server_name(), error = %e.message,

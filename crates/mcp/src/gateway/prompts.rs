@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use crate::client::Deadline;
 use rmcp::ErrorData;
 use rmcp::model::{
     ClientRequest, GetPromptRequest, GetPromptRequestParams, GetPromptResult, ListPromptsRequest,
@@ -18,7 +19,7 @@ use toolwarden_core::PREFIX_SEPARATOR;
 use crate::McpServer;
 use crate::client::link::retype;
 
-use super::passthrough::{Kind, all_pages, as_list, forward, page, servers_with, unknown};
+use super::passthrough::{Kind, all_pages, as_list, forward, page, servers_with, unknown, until};
 use super::session::ClientSession;
 use super::state::GatewayState;
 
@@ -30,6 +31,7 @@ pub(crate) async fn list(
     ctx: RequestContext<RoleServer>,
 ) -> Result<ListPromptsResult, ErrorData> {
     let servers = servers_with(&gw.servers, Kind::Prompts);
+    let until = until(gw, &ctx.meta);
     if let [server] = servers.as_slice() {
         let request = ClientRequest::ListPromptsRequest(ListPromptsRequest {
             method: Default::default(),
@@ -37,7 +39,7 @@ pub(crate) async fn list(
             extensions: Default::default(),
         });
         let mut result: ListPromptsResult = as_list(
-            forward(gw, session, server, request, &ctx).await?,
+            forward(session, server, request, &ctx, until).await?,
             "prompts/list",
         )?;
         result.prompts = expose(gw, server, result.prompts);
@@ -45,7 +47,7 @@ pub(crate) async fn list(
     }
     let mut all = Vec::new();
     for server in &servers {
-        match all_prompts(gw, server).await {
+        match all_prompts(server, until).await {
             Ok(prompts) => all.extend(expose(gw, server, prompts)),
             Err(e) => tracing::warn!(server = %server.server_name(), error = %e.message,
                 "prompts/list failed; its prompts are left out"),
@@ -61,13 +63,14 @@ pub(crate) async fn get(
     mut params: GetPromptRequestParams,
     ctx: RequestContext<RoleServer>,
 ) -> Result<GetPromptResult, ErrorData> {
-    let Some((server, own)) = resolve(gw, &params.name).await else {
+    let until = until(gw, &ctx.meta);
+    let Some((server, own)) = resolve(gw, &params.name, until).await else {
         return Err(unknown(format!("unknown prompt {:?}", params.name)));
     };
     params.name = own;
     params.meta = None;
     let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
-    match forward(gw, session, &server, request, &ctx).await? {
+    match forward(session, &server, request, &ctx, until).await? {
         ServerResult::GetPromptResult(r) => Ok(r),
         other => retype(other, "prompts/get"),
     }
@@ -76,7 +79,11 @@ pub(crate) async fn get(
 /// The server and own name of an exposed prompt: the one that listed it; a name never listed
 /// after reading the lists again: with `prefix`, the part before the first `__`; with one
 /// server, that server.
-pub(crate) async fn resolve(gw: &GatewayState, exposed: &str) -> Option<(Arc<McpServer>, String)> {
+pub(crate) async fn resolve(
+    gw: &GatewayState,
+    exposed: &str,
+    until: Deadline,
+) -> Option<(Arc<McpServer>, String)> {
     let found = |gw: &GatewayState| {
         let (server, own) = gw.routes.prompt(exposed)?;
         Some((gw.server(&server)?.clone(), own))
@@ -86,7 +93,7 @@ pub(crate) async fn resolve(gw: &GatewayState, exposed: &str) -> Option<(Arc<Mcp
     }
     // Not listed yet: read the lists.
     for server in servers_with(&gw.servers, Kind::Prompts) {
-        if let Ok(prompts) = all_prompts(gw, &server).await {
+        if let Ok(prompts) = all_prompts(&server, until).await {
             expose(gw, &server, prompts);
         }
     }
@@ -116,10 +123,10 @@ pub(crate) fn server_restarted(gw: &GatewayState, name: &str) {
     }
 }
 
-async fn all_prompts(gw: &GatewayState, server: &McpServer) -> Result<Vec<Prompt>, ErrorData> {
+async fn all_prompts(server: &McpServer, until: Deadline) -> Result<Vec<Prompt>, ErrorData> {
     all_pages(
-        gw,
         server,
+        until,
         "prompts/list",
         |params| {
             ClientRequest::ListPromptsRequest(ListPromptsRequest {

@@ -17,6 +17,7 @@
 
 use std::sync::Arc;
 
+use crate::client::Deadline;
 use rmcp::ErrorData;
 use rmcp::model::{
     ClientRequest, ListResourceTemplatesRequest, ListResourceTemplatesResult, ListResourcesRequest,
@@ -31,7 +32,9 @@ use tokio_util::sync::CancellationToken;
 use crate::McpServer;
 use crate::client::link::retype;
 
-use super::passthrough::{Kind, all_pages, as_list, forward, page, servers_with};
+use super::passthrough::{
+    Kind, all_pages, as_list, forward, own_deadline, page, servers_with, until,
+};
 use super::session::ClientSession;
 use super::state::GatewayState;
 
@@ -43,6 +46,7 @@ pub(crate) async fn list(
     ctx: RequestContext<RoleServer>,
 ) -> Result<ListResourcesResult, ErrorData> {
     let servers = servers_with(&gw.servers, Kind::Resources);
+    let until = until(gw, &ctx.meta);
     if let [server] = servers.as_slice() {
         let request = ClientRequest::ListResourcesRequest(ListResourcesRequest {
             method: Default::default(),
@@ -50,7 +54,7 @@ pub(crate) async fn list(
             extensions: Default::default(),
         });
         let result: ListResourcesResult = as_list(
-            forward(gw, session, server, request, &ctx).await?,
+            forward(session, server, request, &ctx, until).await?,
             "resources/list",
         )?;
         remember_resources(gw, server, &result.resources);
@@ -58,7 +62,7 @@ pub(crate) async fn list(
     }
     let mut all = Vec::new();
     for server in &servers {
-        match all_resources(gw, server).await {
+        match all_resources(server, until).await {
             Ok(resources) => {
                 remember_resources(gw, server, &resources);
                 all.extend(resources);
@@ -78,6 +82,7 @@ pub(crate) async fn list_templates(
     ctx: RequestContext<RoleServer>,
 ) -> Result<ListResourceTemplatesResult, ErrorData> {
     let servers = servers_with(&gw.servers, Kind::Resources);
+    let until = until(gw, &ctx.meta);
     if let [server] = servers.as_slice() {
         let request = ClientRequest::ListResourceTemplatesRequest(ListResourceTemplatesRequest {
             method: Default::default(),
@@ -85,7 +90,7 @@ pub(crate) async fn list_templates(
             extensions: Default::default(),
         });
         let result: ListResourceTemplatesResult = as_list(
-            forward(gw, session, server, request, &ctx).await?,
+            forward(session, server, request, &ctx, until).await?,
             "resources/templates/list",
         )?;
         remember_templates(gw, server, &result.resource_templates);
@@ -93,7 +98,7 @@ pub(crate) async fn list_templates(
     }
     let mut all = Vec::new();
     for server in &servers {
-        match all_templates(gw, server).await {
+        match all_templates(server, until).await {
             Ok(templates) => {
                 remember_templates(gw, server, &templates);
                 all.extend(templates);
@@ -113,11 +118,12 @@ pub(crate) async fn read(
     ctx: RequestContext<RoleServer>,
 ) -> Result<ReadResourceResult, ErrorData> {
     params.meta = None;
-    let servers = servers_for_uri(gw, &params.uri).await;
+    let until = until(gw, &ctx.meta);
+    let servers = servers_for_uri(gw, &params.uri, until).await;
     let mut last = None;
     for server in &servers {
         let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params.clone()));
-        match forward(gw, session, server, request, &ctx).await {
+        match forward(session, server, request, &ctx, until).await {
             Ok(ServerResult::ReadResourceResult(r)) => return Ok(r),
             Ok(other) => return retype(other, "resources/read"),
             Err(e) => last = Some(e),
@@ -137,18 +143,25 @@ pub(crate) async fn subscribe(
 ) -> Result<(), ErrorData> {
     params.meta = None;
     let uri = params.uri.clone();
-    let Some(server) = servers_for_uri(gw, &uri).await.into_iter().next() else {
+    let until = until(gw, &ctx.meta);
+    let Some(server) = servers_for_uri(gw, &uri, until).await.into_iter().next() else {
         return Err(ErrorData::resource_not_found(
             format!("no server serves {uri}"),
             None,
         ));
     };
-    if gw.routes.unsubscribed(&uri) {
-        let request = ClientRequest::SubscribeRequest(SubscribeRequest::new(params));
-        forward(gw, session, &server, request, &ctx).await?;
-    }
-    gw.routes
+    // Counted first, so that no other subscriber's leaving can unsubscribe the server while
+    // this one subscribes it; the server hears the first subscriber only.
+    let first = gw
+        .routes
         .subscribe(&uri, &server.server_name().into(), &session.id);
+    if first {
+        let request = ClientRequest::SubscribeRequest(SubscribeRequest::new(params));
+        if let Err(e) = forward(session, &server, request, &ctx, until).await {
+            gw.routes.unsubscribe(&uri, &session.id);
+            return Err(e);
+        }
+    }
     session.subscribe(&uri);
     Ok(())
 }
@@ -166,7 +179,7 @@ pub(crate) async fn unsubscribe(
     let last = gw.routes.unsubscribe(&uri, &session.id);
     if let Some(server) = last.and_then(|s| gw.server(&s).cloned()) {
         let request = ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(params));
-        forward(gw, session, &server, request, &ctx).await?;
+        forward(session, &server, request, &ctx, until(gw, &ctx.meta)).await?;
     }
     Ok(())
 }
@@ -188,21 +201,10 @@ pub(crate) fn server_restarted(gw: &GatewayState, name: &str) {
     if uris.is_empty() {
         return;
     }
-    let within = gw.opts.request_timeout;
+    let until = own_deadline(gw);
     gw.tasks.spawn(async move {
         for uri in uris {
-            let request = ClientRequest::SubscribeRequest(SubscribeRequest::new(
-                SubscribeRequestParams::new(uri.clone()),
-            ));
-            if let Err(e) = server
-                .request(
-                    request,
-                    RequestMetaObject::new(),
-                    &CancellationToken::new(),
-                    within,
-                )
-                .await
-            {
+            if let Err(e) = subscribe_server(&server, &uri, until).await {
                 tracing::warn!(server = %server.server_name(), %uri, error = %e.message,
                     "renewing a subscription after a restart failed");
             }
@@ -210,8 +212,33 @@ pub(crate) fn server_restarted(gw: &GatewayState, name: &str) {
     });
 }
 
-/// The server(s) to ask about a resource URI, best first.
-pub(crate) async fn servers_for_uri(gw: &GatewayState, uri: &str) -> Vec<Arc<McpServer>> {
+/// Subscribes `server` to `uri` on the gateway's own behalf (a renewal, a stateless client's
+/// `subscriptions/listen`), waiting at most `within`.
+pub(crate) async fn subscribe_server(
+    server: &McpServer,
+    uri: &str,
+    until: Deadline,
+) -> Result<ServerResult, ErrorData> {
+    let request = ClientRequest::SubscribeRequest(SubscribeRequest::new(
+        SubscribeRequestParams::new(uri.to_owned()),
+    ));
+    server
+        .request(
+            request,
+            RequestMetaObject::new(),
+            &CancellationToken::new(),
+            until,
+        )
+        .await
+}
+
+/// The server(s) to ask about a resource URI, best first; reading the lists again, if it must,
+/// by `until`.
+pub(crate) async fn servers_for_uri(
+    gw: &GatewayState,
+    uri: &str,
+    until: Deadline,
+) -> Vec<Arc<McpServer>> {
     if let Some(server) = lookup_uri(gw, uri) {
         return vec![server];
     }
@@ -221,10 +248,10 @@ pub(crate) async fn servers_for_uri(gw: &GatewayState, uri: &str) -> Vec<Arc<Mcp
     }
     // The client may know the URI from elsewhere (a tool's resource link): read the lists.
     for server in &servers {
-        if let Ok(resources) = all_resources(gw, server).await {
+        if let Ok(resources) = all_resources(server, until).await {
             remember_resources(gw, server, &resources);
         }
-        if let Ok(templates) = all_templates(gw, server).await {
+        if let Ok(templates) = all_templates(server, until).await {
             remember_templates(gw, server, &templates);
         }
     }
@@ -240,10 +267,10 @@ fn lookup_uri(gw: &GatewayState, uri: &str) -> Option<Arc<McpServer>> {
     gw.server(&server).cloned()
 }
 
-async fn all_resources(gw: &GatewayState, server: &McpServer) -> Result<Vec<Resource>, ErrorData> {
+async fn all_resources(server: &McpServer, until: Deadline) -> Result<Vec<Resource>, ErrorData> {
     all_pages(
-        gw,
         server,
+        until,
         "resources/list",
         |params| {
             ClientRequest::ListResourcesRequest(ListResourcesRequest {
@@ -257,10 +284,13 @@ async fn all_resources(gw: &GatewayState, server: &McpServer) -> Result<Vec<Reso
     .await
 }
 
-async fn all_templates(gw: &GatewayState, server: &McpServer) -> Result<Vec<ResourceTemplate>, ErrorData> {
+async fn all_templates(
+    server: &McpServer,
+    until: Deadline,
+) -> Result<Vec<ResourceTemplate>, ErrorData> {
     all_pages(
-        gw,
         server,
+        until,
         "resources/templates/list",
         |params| {
             ClientRequest::ListResourceTemplatesRequest(RequestOptionalParam {

@@ -78,22 +78,17 @@ impl RouteTable {
         })
     }
 
-    /// Whether nobody is subscribed to `uri` yet (the first subscriber subscribes the server).
-    pub(crate) fn unsubscribed(&self, uri: &str) -> bool {
-        self.subscriptions
-            .lock()
-            .get(uri)
-            .is_none_or(|(_, s)| s.is_empty())
-    }
-
-    /// `session` subscribed to `uri`, served by `server`.
-    pub(crate) fn subscribe(&self, uri: &str, server: &Arc<str>, session: &SessionId) {
-        self.subscriptions
-            .lock()
+    /// `session` subscribed to `uri`, served by `server`. Whether it is the first subscriber
+    /// (then the server is to be subscribed): counted and judged in one step, so that a
+    /// subscriber leaving meanwhile cannot leave the server unsubscribed under a live count.
+    pub(crate) fn subscribe(&self, uri: &str, server: &Arc<str>, session: &SessionId) -> bool {
+        let mut subs = self.subscriptions.lock();
+        let (_, sessions) = subs
             .entry(uri.to_owned())
-            .or_insert_with(|| (server.clone(), BTreeSet::new()))
-            .1
-            .insert(session.clone());
+            .or_insert_with(|| (server.clone(), BTreeSet::new()));
+        let first = sessions.is_empty();
+        sessions.insert(session.clone());
+        first
     }
 
     /// `session` unsubscribed from `uri`; the server to unsubscribe when it was the last.

@@ -248,7 +248,7 @@ impl GatewayState {
 
     /// Sends a notification to every live client.
     pub(super) fn broadcast(&self, notification: ServerNotification) {
-        self.listeners.deliver(&self.tasks, &notification);
+        self.listeners.deliver(&notification);
         for session in self.live_sessions() {
             session.notify(notification.clone());
         }
@@ -339,7 +339,7 @@ async fn unsubscribe(server: Arc<McpServer>, uri: String, within: Duration) {
             request,
             RequestMetaObject::new(),
             &CancellationToken::new(),
-            within,
+            crate::client::Deadline::after(within),
         )
         .await;
 }

@@ -6,8 +6,7 @@ use std::fmt::Write as _;
 use rmcp::model::{CallToolResult, ContentBlock};
 use toolwarden_core::Engine;
 use toolwarden_protocol::{
-    BreakerStateKind, CallState, ServerStateKind, SessionId, SessionStatus, Status,
-    format_duration,
+    BreakerStateKind, CallState, ServerStateKind, SessionId, SessionStatus, Status, format_duration,
 };
 
 /// The status tool's answer: text the model can use, and the [`SessionStatus`] as structured
@@ -213,25 +212,27 @@ mod tests {
                 .into_iter()
                 .collect(),
             timed_out_tools: [("s__slow".to_owned(), 1)].into_iter().collect(),
-            recent_failures: vec![RecentCall {
-                call_id: "1".into(),
-                turn_id: "t_0".into(),
-                tool: "s__slow".into(),
-                status: Status::Timeout {
-                    kind: TimeoutKind::Total,
-                    after_ms: 30_000,
+            recent_failures: vec![
+                RecentCall {
+                    call_id: "1".into(),
+                    turn_id: "t_0".into(),
+                    tool: "s__slow".into(),
+                    status: Status::Timeout {
+                        kind: TimeoutKind::Total,
+                        after_ms: 30_000,
+                    },
+                    at,
                 },
-                at,
-            },
-            RecentCall {
-                call_id: "2".into(),
-                turn_id: "t_0".into(),
-                tool: "t__nope".into(),
-                status: Status::Invalid {
-                    reason: toolwarden_protocol::InvalidReason::UnknownTool,
+                RecentCall {
+                    call_id: "2".into(),
+                    turn_id: "t_0".into(),
+                    tool: "t__nope".into(),
+                    status: Status::Invalid {
+                        reason: toolwarden_protocol::InvalidReason::UnknownTool,
+                    },
+                    at,
                 },
-                at,
-            }],
+            ],
             open_breakers: vec![BreakerInfo {
                 tool: "s__flaky".into(),
                 state: BreakerStateKind::Open,

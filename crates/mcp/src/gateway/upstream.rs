@@ -48,7 +48,7 @@ impl Upstream for GatewayState {
     fn notify(&self, server: Arc<str>, notification: ServerNotification) {
         match &notification {
             ServerNotification::ResourceUpdatedNotification(n) => {
-                self.listeners.deliver(&self.tasks, &notification);
+                self.listeners.deliver(&notification);
                 let uri = &n.params.uri;
                 for session in self.live_sessions() {
                     if session.is_subscribed(uri) {

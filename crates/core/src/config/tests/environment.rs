@@ -107,7 +107,7 @@ fn the_tool_timeout_variable_overrides_the_defaults() {
         "",
         &[("TOOLWARDEN_TOOL_TIMEOUT", "-3s")],
         ConfigErrorKind::Environment,
-        "environment: TOOLWARDEN_TOOL_TIMEOUT: negative duration -3s: a duration cannot be negative (read as 0 it would turn the limit off); write a positive duration such as \"30s\", or 0 where you mean no limit",
+        "environment: TOOLWARDEN_TOOL_TIMEOUT: negative duration -3s: a duration cannot be negative (read as 0 it could turn a limit off); write a positive duration such as \"30s\"",
     );
     // Empty means unset.
     check_policies(

@@ -293,13 +293,20 @@ timeout = "5s"
     );
     // Several servers: the form is named; none: said so; unprefixed: nothing (the single
     // server's own names, checked once its tools are known).
-    let two = parse_ok("[servers.a]\ncommand = \"a\"\n[servers.b]\ncommand = \"b\"\n[tools.x]\nretries = 1\n", &[]);
+    let two = parse_ok(
+        "[servers.a]\ncommand = \"a\"\n[servers.b]\ncommand = \"b\"\n[tools.x]\nretries = 1\n",
+        &[],
+    );
     assert_eq!(
         two.unattached_tool_warnings(&[])[0].message,
         "applies to no tool, so these keys are ignored: MCP tools are named SERVER__TOOL, the shell tool exec; write [tools.\"SERVER__x\"] with one of the servers a, b"
     );
     let none = parse_ok("[tools.x]\nretries = 1\n", &[]);
-    assert!(none.unattached_tool_warnings(&[])[0].message.ends_with("no servers are configured"));
+    assert!(
+        none.unattached_tool_warnings(&[])[0]
+            .message
+            .ends_with("no servers are configured")
+    );
     let unprefixed = parse_ok(
         "[gateway]\nprefix = false\n[servers.a]\ncommand = \"a\"\n[tools.x]\nretries = 1\n",
         &[],

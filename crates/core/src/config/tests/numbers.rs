@@ -10,16 +10,38 @@ use super::*;
 #[test]
 fn a_negative_duration_is_an_error_naming_key_and_line() {
     let negative = |at: &str, d: &str| {
-        format!("toolwarden.toml:{at}: negative duration -{d}: a duration cannot be negative (read as 0 it would turn the limit off); write a positive duration such as \"30s\", or 0 where you mean no limit")
+        format!(
+            "toolwarden.toml:{at}: negative duration -{d}: a duration cannot be negative (read as 0 it could turn a limit off); write a positive duration such as \"30s\""
+        )
     };
     for (src, at, d) in [
         ("interaction_ceiling = -1\n", "1: interaction_ceiling", "1s"),
-        ("[defaults]\ntimeout = \"-5s\"\n", "2: defaults.timeout", "5s"),
-        ("[defaults]\nbreaker = { window = -3 }\n", "2: defaults.breaker.window", "3s"),
-        ("[servers.s]\ncommand = \"s\"\nstartup_timeout = -20\n", "3: servers.s.startup_timeout", "20s"),
-        ("[tools.x]\ncache_ttl = \"-1m\"\n", "2: tools.x.cache_ttl", "1m"),
+        (
+            "[defaults]\ntimeout = \"-5s\"\n",
+            "2: defaults.timeout",
+            "5s",
+        ),
+        (
+            "[defaults]\nbreaker = { window = -3 }\n",
+            "2: defaults.breaker.window",
+            "3s",
+        ),
+        (
+            "[servers.s]\ncommand = \"s\"\nstartup_timeout = -20\n",
+            "3: servers.s.startup_timeout",
+            "20s",
+        ),
+        (
+            "[tools.x]\ncache_ttl = \"-1m\"\n",
+            "2: tools.x.cache_ttl",
+            "1m",
+        ),
         ("[store]\nretain = \"-2h\"\n", "2: store.retain", "2h"),
-        ("[gateway]\nrequest_timeout = \"-2s\"\n", "2: gateway.request_timeout", "2s"),
+        (
+            "[gateway]\nrequest_timeout = \"-2s\"\n",
+            "2: gateway.request_timeout",
+            "2s",
+        ),
     ] {
         check_error(src, &[], ConfigErrorKind::InvalidValue, &negative(at, d));
     }
