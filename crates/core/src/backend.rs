@@ -67,7 +67,9 @@ pub struct Attempt {
 /// Identifies the call an attempt belongs to.
 #[derive(Clone, Debug)]
 pub struct AttemptMeta {
-    /// The session.
+    /// Who made the call's turn.
+    pub principal: Arc<str>,
+    /// The session (the principal's own).
     pub session_id: SessionId,
     /// The turn.
     pub turn_id: TurnId,

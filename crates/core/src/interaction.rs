@@ -268,6 +268,7 @@ impl Interactions {
             id: InteractionId::new(format!("i_{}", ulid::Ulid::new())),
             kind: req.kind,
             message: req.message,
+            principal: req.scope.principal.as_deref().map(str::to_owned),
             session_id: req.scope.session_id.clone(),
             turn_id: req.scope.turn_id.clone(),
             call_id: req.scope.call_id.clone(),

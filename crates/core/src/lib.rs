@@ -87,4 +87,6 @@ pub use store::{AuditStore, StoreCommits, StoreHealth, StoreReadError, StoreUnav
 pub use text::{cannot_start, outcome_text};
 pub use toolwarden_protocol as protocol;
 pub use trace::{attempt_span, call_span};
-pub use turn::{NotFound, ResultRenderer, TurnError, TurnHandle, TurnOutput, TurnRequest};
+pub use turn::{
+    AbortError, NotFound, ResultRenderer, TurnError, TurnHandle, TurnOutput, TurnRequest,
+};

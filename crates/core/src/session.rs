@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 use tokio::time::Instant;
-use toolwarden_protocol::{Outcome, RecentCall, SessionId, Status, Timestamp};
+use toolwarden_protocol::{Outcome, RecentCall, SessionKey, Status, Timestamp};
 
 use crate::cancel::Scope;
 use crate::gate::Gate;
@@ -24,7 +24,8 @@ pub(crate) struct History {
 }
 
 pub(crate) struct Session {
-    pub(crate) id: SessionId,
+    /// Whose session, and its id.
+    pub(crate) key: SessionKey,
     pub(crate) scope: Scope,
     pub(crate) gate: Arc<Gate>,
     pub(crate) loops: LoopDetector,
@@ -36,9 +37,9 @@ pub(crate) struct Session {
 }
 
 impl Session {
-    pub(crate) fn new(id: SessionId, scope: Scope) -> Self {
+    pub(crate) fn new(key: SessionKey, scope: Scope) -> Self {
         Self {
-            id,
+            key,
             scope,
             gate: Arc::new(Gate::default()),
             loops: LoopDetector::default(),

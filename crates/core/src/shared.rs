@@ -15,7 +15,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use toolwarden_protocol::{ActiveTurn, CallId, CancelReason, Event, SessionId, TurnId};
+use toolwarden_protocol::{ActiveTurn, CallId, CancelReason, Event, SessionKey, TurnId};
 
 use crate::backend::BoxFuture;
 
@@ -67,6 +67,20 @@ pub struct AbortRequest {
     pub call_id: Option<CallId>,
     /// Why.
     pub reason: CancelReason,
+    /// Only if the turn is this principal's (the asker may not abort others' turns); `None`:
+    /// whoever's it is.
+    pub only_of: Option<Arc<str>>,
+}
+
+/// What became of an abort on one replica, or on all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AbortAnswer {
+    /// It runs there and was aborted.
+    Done,
+    /// Not running there.
+    NotFound,
+    /// It runs there, but is not the asker's: left running.
+    NotYours,
 }
 
 /// An event of another replica.
@@ -142,8 +156,9 @@ pub trait SharedState: Send + Sync + 'static {
     /// enqueues.
     fn cache_release(&self, key: &[u8; 32]);
 
-    /// Asks the other replicas to carry out an abort; `true` when one of them runs the turn.
-    fn abort_elsewhere(&self, abort: AbortRequest) -> BoxFuture<bool>;
+    /// Asks the other replicas to carry out an abort: `Done` or `NotYours` from the one that
+    /// runs the turn, `NotFound` when none does (or none answers).
+    fn abort_elsewhere(&self, abort: AbortRequest) -> BoxFuture<AbortAnswer>;
 
     /// This replica's name among the replicas.
     fn replica(&self) -> &str;
@@ -154,14 +169,14 @@ pub trait SharedState: Send + Sync + 'static {
 
     /// The loop run of a named session, as every replica recorded it. `Err(())`: the shared state
     /// cannot be reached (the local detector decides); `Ok(None)`: no run.
-    fn loop_run(&self, session: &SessionId) -> BoxFuture<Result<Option<LoopRun>, ()>>;
+    fn loop_run(&self, session: &SessionKey) -> BoxFuture<Result<Option<LoopRun>, ()>>;
 
     /// Counts a call's answer into its session's shared run — `result`: the digest of its
     /// result, `None` for an answer that ends the run — and keeps the run for `ttl`. The run's
     /// new count (`0` when it ended); `None` when the shared state cannot be reached.
     fn loop_record(
         &self,
-        session: &SessionId,
+        session: &SessionKey,
         call: &[u8; 32],
         result: Option<[u8; 32]>,
         ttl: Duration,
@@ -173,13 +188,13 @@ pub trait SharedState: Send + Sync + 'static {
     /// implementation leaves whatever place it may have taken.
     fn gate_enter(
         &self,
-        session: &SessionId,
+        session: &SessionKey,
         place: GatePlace,
         ttl: Duration,
     ) -> BoxFuture<GateAnswer>;
 
     /// Leaves the place: the calls behind it may pass. Only enqueues.
-    fn gate_leave(&self, session: &SessionId, place: GatePlace);
+    fn gate_leave(&self, session: &SessionKey, place: GatePlace);
 }
 
 /// How long a named session's shared loop run is kept after its last call: as long as a replica

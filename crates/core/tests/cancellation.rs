@@ -404,8 +404,10 @@ async fn ending_a_session_cancels_its_running_calls() {
     let req = h.turn_in("s2", vec![call("o1", "sleep", json!({"ms": 2000}))]);
     let theirs = h.engine.start_turn(req).unwrap();
     sleep(secs(1)).await;
-    h.engine
-        .end_session(&SESSION.into(), CancelReason::ClientDisconnect);
+    h.engine.end_session(
+        &toolwarden_core::protocol::SessionKey::local(SESSION),
+        CancelReason::ClientDisconnect,
+    );
     assert_eq!(
         statuses(&mine.finish().await.results),
         vec![json!({"status": "cancelled", "reason": "client_disconnect", "call_id": "c1"})]

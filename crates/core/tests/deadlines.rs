@@ -337,7 +337,7 @@ async fn a_late_result_is_recorded_and_discarded() {
     }
     let status = h
         .engine
-        .session_status(&SESSION.into())
+        .session_status(&toolwarden_core::protocol::SessionKey::local(SESSION))
         .expect("the session is known");
     assert_eq!(
         status.counts,

@@ -9,7 +9,7 @@ use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use tokio::time::sleep;
 use toolwarden_core::TurnError;
-use toolwarden_core::protocol::{CallId, TurnId};
+use toolwarden_core::protocol::{CallId, SessionKey, TurnId};
 
 #[tokio::test(start_paused = true)]
 async fn results_stream_as_they_complete_and_end_in_call_order() {
@@ -76,6 +76,7 @@ async fn running_turns_show_each_call_where_it_is() {
         active,
         vec![json!({
             "turn_id": "t1",
+            "principal": "local",
             "session_id": "s1",
             "calls": [
                 {"call_id": "c1", "tool": "ticker", "state": "running", "elapsed_ms": 700,
@@ -89,7 +90,10 @@ async fn running_turns_show_each_call_where_it_is() {
             ]
         })]
     );
-    let status = h.engine.session_status(&SESSION.into()).unwrap();
+    let status = h
+        .engine
+        .session_status(&SessionKey::local(SESSION))
+        .unwrap();
     assert_eq!(
         status
             .running
@@ -120,7 +124,10 @@ async fn a_session_remembers_how_its_calls_ended() {
     h.call("c1", "sleep", json!({"ms": 5000})).await;
     h.call("c2", "sleep", json!({"ms": 10})).await;
     h.call("c3", "fail", json!({})).await;
-    let status = h.engine.session_status(&SESSION.into()).unwrap();
+    let status = h
+        .engine
+        .session_status(&SessionKey::local(SESSION))
+        .unwrap();
     assert_eq!(
         (
             serde_json::to_value(&status.counts).unwrap(),
@@ -137,7 +144,10 @@ async fn a_session_remembers_how_its_calls_ended() {
             vec![("c1".into(), "timeout"), ("c3".into(), "error")],
         )
     );
-    assert_eq!(h.engine.session_status(&"s_unknown".into()), None);
+    assert_eq!(
+        h.engine.session_status(&SessionKey::local("s_unknown")),
+        None
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -261,7 +271,8 @@ async fn a_turn_without_a_session_leaves_no_session_behind() {
     let out = h.engine.run_turn(req).await.unwrap();
     assert!(out.session_id.as_str().starts_with("s_"));
     assert_eq!(
-        h.engine.session_status(&out.session_id),
+        h.engine
+            .session_status(&SessionKey::local(out.session_id.clone())),
         None,
         "the generated session is gone"
     );

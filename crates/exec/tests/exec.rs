@@ -111,6 +111,7 @@ fn attempt(tool: &str, input: Value, stop: &StopSignals, heartbeat: &Heartbeat) 
         tool: Arc::from(tool),
         input: Arc::new(input),
         meta: AttemptMeta {
+            principal: "local".into(),
             session_id: "s".into(),
             turn_id: "t".into(),
             call_id: "c".into(),

@@ -9,4 +9,6 @@ use toolwarden_core::Engine;
 pub(crate) struct App {
     pub(crate) engine: Engine,
     pub(crate) keep_alive: Duration,
+    /// `[auth.oauth]`, for its resource metadata.
+    pub(crate) oauth: Option<std::sync::Arc<crate::oauth::OAuth>>,
 }

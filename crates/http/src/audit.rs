@@ -16,11 +16,12 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use toolwarden_core::{AuditStore, ResultRenderer, TurnRequest};
 use toolwarden_protocol::{
-    AUDIT_MAX_LIMIT, AuditPage, AuditQuery, CallsPage, Timestamp, TraceParent, TurnId,
-    parse_calls_cursor,
+    AUDIT_MAX_LIMIT, AuditPage, AuditQuery, CallsPage, Principal, Scope, Timestamp, TraceParent,
+    TurnId, parse_calls_cursor,
 };
 
 use crate::app::App;
+use crate::auth::Caller;
 use crate::error::{ApiError, ErrorCode};
 use crate::format::TurnBody;
 use crate::request::{path, turn_error};
@@ -82,6 +83,7 @@ fn parse_query(pairs: &[(String, String)], listing: Listing) -> Result<AuditQuer
             }
         };
         match key.as_str() {
+            "principal" => q.principal = Some(nonempty()?),
             "session" | "session_id" => q.session = Some(nonempty()?.into()),
             "turn" | "turn_id" => q.turn = Some(nonempty()?.into()),
             "call" | "call_id" => q.call = Some(nonempty()?.into()),
@@ -137,10 +139,11 @@ fn parse_query(pairs: &[(String, String)], listing: Listing) -> Result<AuditQuer
             other => {
                 let known = match listing {
                     Listing::Events => {
-                        "session, turn, call, tool, status, type, since, after, limit"
+                        "principal, session, turn, call, tool, status, type, since, after, limit"
                     }
                     Listing::Calls => {
-                        "session, turn, call, tool, status, type, since, after, cursor, limit"
+                        "principal, session, turn, call, tool, status, type, since, after, \
+                         cursor, limit"
                     }
                 };
                 return Err(ApiError::invalid(format!(
@@ -170,12 +173,32 @@ fn query_pairs(
         .map_err(|e| ApiError::invalid(format!("query: {e}")))
 }
 
+/// Limits a query to what the caller may read: without `read`, its own records only (asking
+/// for another principal's is a 403 naming `read`).
+fn scoped(caller: &Caller, mut q: AuditQuery) -> Result<AuditQuery, ApiError> {
+    if caller.may(Scope::Read) {
+        return Ok(q);
+    }
+    match &q.principal {
+        Some(other) if other != caller.name() => {
+            return Err(ApiError::lacks(
+                &caller.0,
+                Scope::Read,
+                &format!("read principal {other:?}'s records"),
+            ));
+        }
+        _ => q.principal = Some(caller.name().to_owned()),
+    }
+    Ok(q)
+}
+
 /// `GET /v1/audit`: events, ascending `seq`, filtered and paged.
 pub(crate) async fn events(
     State(app): State<App>,
+    caller: Caller,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Json<AuditPage>, ApiError> {
-    let q = parse_query(&query_pairs(query)?, Listing::Events)?;
+    let q = scoped(&caller, parse_query(&query_pairs(query)?, Listing::Events)?)?;
     let store = store(&app)?;
     let _ = app.engine.store_caught_up(CATCH_UP).await;
     let page = store
@@ -188,9 +211,10 @@ pub(crate) async fn events(
 /// `GET /v1/audit/calls`: calls, newest first, each with its events.
 pub(crate) async fn calls(
     State(app): State<App>,
+    caller: Caller,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Json<CallsPage>, ApiError> {
-    let q = parse_query(&query_pairs(query)?, Listing::Calls)?;
+    let q = scoped(&caller, parse_query(&query_pairs(query)?, Listing::Calls)?)?;
     let store = store(&app)?;
     let _ = app.engine.store_caught_up(CATCH_UP).await;
     let page = store
@@ -204,15 +228,26 @@ pub(crate) async fn calls(
 /// trail.
 pub(crate) async fn turn(
     State(app): State<App>,
+    caller: Caller,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let turn_id = TurnId::from(path(id)?);
+    let not_yours = |owner: &str| {
+        ApiError::lacks(
+            &caller.0,
+            Scope::Read,
+            &format!("read turn {turn_id}, which is principal {owner:?}'s"),
+        )
+    };
     if let Some(active) = app
         .engine
         .active_turns()
         .into_iter()
         .find(|t| t.turn_id == turn_id)
     {
+        if !caller.sees(&active.principal) {
+            return Err(not_yours(&active.principal));
+        }
         let mut v = json!(active);
         if let Value::Object(obj) = &mut v {
             obj.insert("state".into(), json!("running"));
@@ -229,6 +264,9 @@ pub(crate) async fn turn(
         .await
         .map_err(|e| ApiError::new(ErrorCode::Unavailable, e.to_string()))?
         .ok_or_else(not_found)?;
+    if !caller.sees(&record.principal) {
+        return Err(not_yours(&record.principal));
+    }
     Ok(Json(json!(record)))
 }
 
@@ -236,6 +274,7 @@ pub(crate) async fn turn(
 /// the turn runs on, recorded in the trail, and `GET /v1/turns/{id}` gives its results.
 pub(crate) fn detach(
     app: &App,
+    principal: Principal,
     turn: TurnBody,
     render: ResultRenderer,
     traceparent: Option<TraceParent>,
@@ -246,6 +285,7 @@ pub(crate) fn detach(
         ));
     }
     let request = TurnRequest {
+        principal,
         session_id: turn.session_id,
         parent_turn_id: turn.parent_turn_id,
         calls: turn.calls,

@@ -3,15 +3,17 @@
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
+use toolwarden_protocol::{Principal, Scope};
 
 /// What went wrong, as a machine-readable `code` with its HTTP status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ErrorCode {
     /// 400: the request is malformed (body, header, parameter); the message says what and where.
     InvalidRequest,
-    /// 401: a token is configured and the request did not carry it.
+    /// 401: authentication is configured and the request carried no token it accepts.
     Unauthorized,
-    /// 403: the `Host` or `Origin` is not allowed (DNS-rebinding protection).
+    /// 403: the request's principal lacks a scope (`missing_scope` names it), or the `Host` or
+    /// `Origin` is not allowed (DNS-rebinding protection).
     Forbidden,
     /// 404: no such route, or the turn, call, interaction or session is not there (any more).
     NotFound,
@@ -67,6 +69,10 @@ pub struct ApiError {
     pub code: ErrorCode,
     /// What exactly, for a person (and where, for a bad body: `calls[2].id: ...`).
     pub message: String,
+    /// For a 403 of a missing scope: that scope (`error.missing_scope` on the wire).
+    pub missing_scope: Option<Scope>,
+    /// For a 401: the `WWW-Authenticate` value (default `Bearer realm="toolwarden"`).
+    pub challenge: Option<String>,
 }
 
 impl ApiError {
@@ -75,7 +81,29 @@ impl ApiError {
         Self {
             code,
             message: message.into(),
+            missing_scope: None,
+            challenge: None,
         }
+    }
+
+    /// A 403: `principal` lacks `scope`, which it needs `to` do what it asked.
+    pub fn lacks(principal: &Principal, scope: Scope, to: &str) -> Self {
+        Self {
+            missing_scope: Some(scope),
+            ..Self::new(
+                ErrorCode::Forbidden,
+                format!(
+                    "principal {:?} lacks scope `{scope}`, which it needs to {to}",
+                    principal.name
+                ),
+            )
+        }
+    }
+
+    /// `self` with this `WWW-Authenticate` value (for a 401).
+    pub fn with_challenge(mut self, challenge: String) -> Self {
+        self.challenge = Some(challenge);
+        self
     }
 
     /// A 400.
@@ -91,13 +119,20 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({"error": {"code": self.code.as_str(), "message": self.message}});
+        let body = match self.missing_scope {
+            Some(scope) => json!({"error": {"code": self.code.as_str(), "message": self.message,
+                "missing_scope": scope.as_str()}}),
+            None => json!({"error": {"code": self.code.as_str(), "message": self.message}}),
+        };
         let mut response = (self.code.status(), axum::Json(body)).into_response();
         if self.code == ErrorCode::Unauthorized {
-            response.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer realm=\"toolwarden\""),
-            );
+            let challenge = self
+                .challenge
+                .and_then(|c| HeaderValue::from_str(&c).ok())
+                .unwrap_or(HeaderValue::from_static("Bearer realm=\"toolwarden\""));
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, challenge);
         }
         response
     }

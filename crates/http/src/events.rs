@@ -5,16 +5,21 @@ use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Deserialize;
-use toolwarden_protocol::SessionId;
+use std::sync::Arc;
+
+use toolwarden_protocol::{Scope, SessionId};
 
 use crate::app::App;
+use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::sse::{self, Lost};
+use crate::sse::{self, EventFilter, Lost};
 
 /// The query of `GET /v1/events`.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct EventsQuery {
     session_id: Option<String>,
+    principal: Option<String>,
 }
 
 /// The `Last-Event-ID` to resume after, if any.
@@ -37,6 +42,7 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
 /// `GET /v1/events`.
 pub(crate) async fn stream(
     State(app): State<App>,
+    caller: Caller,
     headers: HeaderMap,
     query: Result<Query<EventsQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
@@ -46,6 +52,32 @@ pub(crate) async fn stream(
             return Err(ApiError::invalid("session_id: must not be empty"));
         }
         other => other.map(SessionId::from),
+    };
+    // Without `read`, the caller's own events (and those about no call); `principal=` narrows
+    // a reader's stream to one principal.
+    let filter = match query.principal {
+        Some(p) if p.is_empty() => return Err(ApiError::invalid("principal: must not be empty")),
+        Some(p) if p != caller.name() && !caller.may(Scope::Read) => {
+            return Err(ApiError::lacks(
+                &caller.0,
+                Scope::Read,
+                &format!("follow principal {p:?}'s events"),
+            ));
+        }
+        Some(p) => EventFilter {
+            session: session.clone(),
+            principal: Some(Arc::from(p)),
+            with_unattributed: false,
+        },
+        None if caller.may(Scope::Read) => EventFilter {
+            session: session.clone(),
+            ..EventFilter::default()
+        },
+        None => EventFilter {
+            session: session.clone(),
+            principal: Some(caller.0.name.clone()),
+            with_unattributed: true,
+        },
     };
     let bus = app.engine.events();
     // With replicas sharing state, every replica's events (live only: a resume replays this
@@ -78,6 +110,7 @@ pub(crate) async fn stream(
                             after,
                             until: resumed_at,
                             session: session.clone(),
+                            principal: filter.principal.as_deref().map(str::to_owned),
                         });
                         None
                     }
@@ -91,7 +124,7 @@ pub(crate) async fn stream(
         }
     };
     Ok(sse::response(
-        sse::all_events(notice, stored, replay, sub, remote, session),
+        sse::all_events(notice, stored, replay, sub, remote, filter),
         app.keep_alive,
     ))
 }

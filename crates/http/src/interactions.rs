@@ -8,9 +8,12 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use serde_json::{Value, json};
 use toolwarden_core::{AnswerError, AnswerSender, Interactor};
-use toolwarden_protocol::{Interaction, InteractionAction, InteractionAnswer, InteractionId};
+use toolwarden_protocol::{
+    Interaction, InteractionAction, InteractionAnswer, InteractionId, LOCAL_PRINCIPAL, Scope,
+};
 
 use crate::app::App;
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::request::{body_bytes, path, require_json};
 
@@ -33,9 +36,11 @@ impl Interactor for HttpInteractor {
     fn present(&self, _interaction: &Interaction, _answers: AnswerSender) {}
 }
 
-/// `GET /v1/interactions`.
-pub(crate) async fn list(State(app): State<App>) -> Json<Value> {
-    Json(json!({"interactions": app.engine.interactions().pending()}))
+/// `GET /v1/interactions`: those about the caller's own calls, or everyone's with `read`.
+pub(crate) async fn list(State(app): State<App>, caller: Caller) -> Json<Value> {
+    let mut pending = app.engine.interactions().pending();
+    pending.retain(|i| caller.sees(i.principal.as_deref().unwrap_or(LOCAL_PRINCIPAL)));
+    Json(json!({"interactions": pending}))
 }
 
 /// An optional string field of the answer.
@@ -79,10 +84,13 @@ fn parse_answer(body: &[u8]) -> Result<InteractionAnswer, ApiError> {
 /// `POST /v1/interactions/{id}`.
 pub(crate) async fn answer(
     State(app): State<App>,
+    caller: Caller,
     id: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    // Always, even for the caller's own call: an agent must not approve its own calls.
+    caller.needs(Scope::Approve, "answer approvals")?;
     let id = InteractionId::from(path(id)?);
     require_json(&headers)?;
     let answer = parse_answer(&body_bytes(body)?)?;

@@ -19,7 +19,7 @@
 //! let engine = Engine::new();
 //! let addr: std::net::SocketAddr = "127.0.0.1:7420".parse().unwrap();
 //! let opts = HttpOptions::default();
-//! listen_allowed(&addr, opts.token.as_deref()).expect("loopback needs no token");
+//! listen_allowed(&addr, opts.authenticates()).expect("loopback needs no token");
 //! let listener = tokio::net::TcpListener::bind(addr).await?;
 //! axum::serve(listener, router(engine, opts)).await
 //! # }
@@ -36,6 +36,7 @@ mod format;
 mod guard;
 mod interactions;
 mod listen;
+pub mod oauth;
 mod request;
 mod sse;
 mod status;
@@ -51,6 +52,7 @@ use toolwarden_core::Engine;
 use toolwarden_protocol::HttpConfig;
 use tower_http::catch_panic::CatchPanicLayer;
 
+pub use auth::TokenPrincipal;
 pub use error::{ApiError, ErrorCode};
 pub use guard::{HostOriginLayer, HostOriginService, host_origin_guard};
 pub use interactions::INTERACTOR;
@@ -67,9 +69,15 @@ pub const DEFAULT_REPLAY_EVENTS: usize = 4096;
 /// Settings of the HTTP API. Its `Debug` form never shows the token.
 #[derive(Clone)]
 pub struct HttpOptions {
-    /// The bearer token every path but `/healthz` and `/readyz` requires; `None` = no
-    /// authentication (then only loopback `Host`/`Origin` are accepted, see [`host_origin_guard`]).
+    /// The single bearer token of `[http] token_env`: principal `default`, with every scope.
+    /// With no token, no token principals and no OAuth, there is no authentication: every
+    /// request is `local`'s, and only loopback `Host`/`Origin` are accepted (see
+    /// [`host_origin_guard`]).
     pub token: Option<String>,
+    /// `[[auth.tokens]]`: a principal per token.
+    pub tokens: Vec<TokenPrincipal>,
+    /// `[auth.oauth]`: JWT access tokens of an OAuth 2.1 authorization server.
+    pub oauth: Option<Arc<oauth::OAuth>>,
     /// The largest accepted request body, in bytes (default 4 MiB); larger ones get 413.
     pub max_body: usize,
     /// SSE streams send a keep-alive comment after this long without an event (default 15 s).
@@ -89,6 +97,8 @@ impl std::fmt::Debug for HttpOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HttpOptions")
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("tokens", &self.tokens)
+            .field("oauth", &self.oauth)
             .field("max_body", &self.max_body)
             .field("keep_alive", &self.keep_alive)
             .field("headless", &self.headless)
@@ -103,6 +113,8 @@ impl Default for HttpOptions {
     fn default() -> Self {
         Self {
             token: None,
+            tokens: Vec::new(),
+            oauth: None,
             max_body: DEFAULT_MAX_BODY,
             keep_alive: DEFAULT_KEEP_ALIVE,
             headless: false,
@@ -114,6 +126,13 @@ impl Default for HttpOptions {
 }
 
 impl HttpOptions {
+    /// Whether requests must carry a token (a single token, token principals or OAuth).
+    pub fn authenticates(&self) -> bool {
+        self.token.as_deref().is_some_and(|t| !t.is_empty())
+            || !self.tokens.is_empty()
+            || self.oauth.is_some()
+    }
+
     /// The options of a config file's `[http]` table, with the token read from its `token_env`
     /// by the caller (an empty token counts as none).
     pub fn from_config(config: &HttpConfig, token: Option<String>) -> Self {
@@ -152,6 +171,7 @@ pub fn router_with(engine: Engine, opts: HttpOptions, mcp: Option<Router>) -> Ro
     let app = app::App {
         engine,
         keep_alive: opts.keep_alive,
+        oauth: opts.oauth.clone(),
     };
     let routes = Router::new()
         .route("/v1/turns", post(turns::create))
@@ -169,21 +189,37 @@ pub fn router_with(engine: Engine, opts: HttpOptions, mcp: Option<Router>) -> Ro
         .route("/v1/interactions/{id}", post(interactions::answer))
         .route("/v1/sessions/{id}/status", get(status::session))
         .route("/v1/tools", get(status::tools))
+        .route("/v1/me", get(status::me))
         .route("/metrics", get(status::metrics))
         .route("/healthz", get(status::healthz))
         .route("/readyz", get(status::readyz))
+        .route(auth::METADATA_PATH, get(status::resource_metadata))
+        .route(
+            "/.well-known/oauth-protected-resource/{*resource}",
+            get(status::resource_metadata),
+        )
         .merge(dashboard::routes())
         .method_not_allowed_fallback(error::method_not_allowed)
         .fallback(error::not_found)
         .layer(DefaultBodyLimit::max(opts.max_body))
         .with_state(app);
-    let token = opts.token.as_deref().filter(|t| !t.is_empty());
+    let mut tokens = opts.tokens.clone();
+    if let Some(token) = opts.token.as_deref().filter(|t| !t.is_empty()) {
+        tokens.push(TokenPrincipal::new(
+            token,
+            toolwarden_protocol::Principal::new(
+                toolwarden_protocol::DEFAULT_PRINCIPAL,
+                toolwarden_protocol::Scopes::all(),
+            ),
+        ));
+    }
+    let auth = auth::Auth::new(tokens, opts.oauth.clone());
     // The MCP endpoint is always behind the Host/Origin guard: its own when the API is behind
     // its bearer check, the API's (below) when it is not, never both.
     let routes = match mcp {
         Some(mcp) => {
             let mcp = mcp.layer(DefaultBodyLimit::max(opts.max_body));
-            routes.merge(match token {
+            routes.merge(match auth {
                 Some(_) => mcp.layer(host_origin_guard(
                     &opts.allowed_hosts,
                     &opts.allowed_origins,
@@ -193,11 +229,8 @@ pub fn router_with(engine: Engine, opts: HttpOptions, mcp: Option<Router>) -> Ro
         }
         None => routes,
     };
-    let routes = match token {
-        Some(token) => routes.layer(axum::middleware::from_fn_with_state(
-            auth::Token::new(token),
-            auth::require,
-        )),
+    let routes = match auth {
+        Some(auth) => routes.layer(axum::middleware::from_fn_with_state(auth, auth::require)),
         // Without a token, a web page that rebinds its name to 127.0.0.1 could drive the API;
         // the guard refuses its Host and Origin.
         None => routes.layer(host_origin_guard(

@@ -7,16 +7,18 @@ use std::net::SocketAddr;
 pub enum ListenError {
     /// A non-loopback address without a token would expose tool execution to the network.
     #[error(
-        "refusing to listen on {0} without a token: it is not a loopback address, so anyone who can reach it could run tools; set a bearer token (http.token_env) or listen on 127.0.0.1"
+        "refusing to listen on {0} without authentication: it is not a loopback address, so anyone who can reach it could run tools; set a bearer token (http.token_env), give principals their tokens ([[auth.tokens]]) or accept OAuth access tokens ([auth.oauth]), or listen on 127.0.0.1"
     )]
     NonLoopbackWithoutToken(SocketAddr),
 }
 
-/// Refuses a non-loopback `addr` (including `0.0.0.0` and `::`) unless a non-empty `token` is
-/// configured. IPv4-mapped IPv6 loopback (`::ffff:127.0.0.1`) counts as loopback.
-pub fn listen_allowed(addr: &SocketAddr, token: Option<&str>) -> Result<(), ListenError> {
+/// Refuses a non-loopback `addr` (including `0.0.0.0` and `::`) unless requests are
+/// `authenticated` (a token, token principals or OAuth; see
+/// [`HttpOptions::authenticates`](crate::HttpOptions::authenticates)). IPv4-mapped IPv6
+/// loopback (`::ffff:127.0.0.1`) counts as loopback.
+pub fn listen_allowed(addr: &SocketAddr, authenticated: bool) -> Result<(), ListenError> {
     let loopback = addr.ip().to_canonical().is_loopback();
-    if loopback || token.is_some_and(|t| !t.is_empty()) {
+    if loopback || authenticated {
         Ok(())
     } else {
         Err(ListenError::NonLoopbackWithoutToken(*addr))
@@ -29,8 +31,9 @@ mod tests {
 
     fn check(addr: &str, token: Option<&str>, allowed: bool) {
         let addr: SocketAddr = addr.parse().unwrap();
+        let authenticated = token.is_some_and(|t| !t.is_empty());
         assert_eq!(
-            listen_allowed(&addr, token).is_ok(),
+            listen_allowed(&addr, authenticated).is_ok(),
             allowed,
             "{addr} {token:?}"
         );

@@ -106,6 +106,7 @@ pub(crate) struct StoredRange {
     pub(crate) after: u64,
     pub(crate) until: u64,
     pub(crate) session: Option<SessionId>,
+    pub(crate) principal: Option<String>,
 }
 
 /// How long a resume waits for the trail to commit the events it must read.
@@ -128,6 +129,7 @@ impl StoredRange {
                         .store
                         .events(AuditQuery {
                             session: range.session.clone(),
+                            principal: range.principal.clone(),
                             after: Some(range.after),
                             own: true,
                             limit: AUDIT_MAX_LIMIT,
@@ -172,21 +174,44 @@ impl StoredRange {
     }
 }
 
-/// Every event, optionally of one session, after what a resuming client missed: first from the
-/// audit trail (`stored`), then from the replay ring, then live.
+/// Which events a stream carries.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct EventFilter {
+    /// Only those of this session id.
+    pub(crate) session: Option<SessionId>,
+    /// Only those of this principal's turns…
+    pub(crate) principal: Option<Arc<str>>,
+    /// …and, when set, also those about no call (server states, breakers).
+    pub(crate) with_unattributed: bool,
+}
+
+impl EventFilter {
+    fn keeps(&self, e: &Event) -> bool {
+        let session = self
+            .session
+            .as_ref()
+            .is_none_or(|s| e.scope.session_id.as_ref() == Some(s));
+        let principal = match (&self.principal, &e.scope.principal) {
+            (None, _) => true,
+            (Some(_), None) => self.with_unattributed,
+            (Some(want), Some(is)) => want == is,
+        };
+        session && principal
+    }
+}
+
+/// Every event the filter keeps, after what a resuming client missed: first from the audit
+/// trail (`stored`), then from the replay ring, then live.
 pub(crate) fn all_events(
     notice: Option<Lost>,
     stored: Option<StoredRange>,
     replay: Vec<Arc<Event>>,
     sub: Subscription,
     remote: Option<broadcast::Receiver<RemoteEvent>>,
-    session: Option<SessionId>,
+    filter: EventFilter,
 ) -> impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static {
-    let keep = move |e: &Event| {
-        session
-            .as_ref()
-            .is_none_or(|s| e.scope.session_id.as_ref() == Some(s))
-    };
+    let filter = Arc::new(filter);
+    let keep = move |e: &Event| filter.keeps(e);
     let keep_remote = keep.clone();
     let first: Vec<SseEvent> = notice
         .map(lost_frame)

@@ -9,9 +9,10 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use toolwarden_core::StoreHealth;
 use toolwarden_core::shared::SharedHealth;
-use toolwarden_protocol::{ServerStateKind, SessionId};
+use toolwarden_protocol::{Scope, ServerStateKind, SessionId, SessionKey};
 
 use crate::app::App;
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::request::path;
 
@@ -22,19 +23,42 @@ pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.
 /// `GET /v1/sessions/{id}/status`.
 pub(crate) async fn session(
     State(app): State<App>,
+    caller: Caller,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let id = SessionId::from(path(id)?);
+    // The caller's own session of that id: a session id is its principal's.
+    let key = SessionKey::new(caller.0.name.clone(), id.clone());
     let status = app
         .engine
-        .session_status(&id)
+        .session_status(&key)
         .ok_or_else(|| ApiError::not_found(format!("session {id} is unknown")))?;
     Ok(Json(json!(status)))
 }
 
+/// `GET /v1/me`: who the caller is and what it may do (the dashboard reads it to show only what
+/// its user can do).
+pub(crate) async fn me(caller: Caller) -> Json<Value> {
+    Json(json!({"principal": caller.0.name, "scopes": caller.0.scopes}))
+}
+
+/// `GET /.well-known/oauth-protected-resource[/…]`: the RFC 9728 metadata of this resource, so
+/// that an MCP client finds the authorization server (404 without `[auth.oauth]`).
+pub(crate) async fn resource_metadata(State(app): State<App>) -> Result<Json<Value>, ApiError> {
+    match &app.oauth {
+        Some(oauth) => Ok(Json(oauth.metadata())),
+        None => Err(ApiError::not_found(
+            "this server does not accept OAuth access tokens ([auth.oauth] is not configured)",
+        )),
+    }
+}
+
 /// `GET /v1/tools`: every tool with its effective policy, breaker, and its backend's state
 /// (a server's last reported state; in-process tools and `exec` are always `up`).
-pub(crate) async fn tools(State(app): State<App>) -> Json<Value> {
+pub(crate) async fn tools(State(app): State<App>, caller: Caller) -> Result<Json<Value>, ApiError> {
+    if !caller.may(Scope::Read) {
+        caller.needs(Scope::Call, "list the tools")?;
+    }
     let servers = app.engine.servers();
     let tools: Vec<Value> = app
         .engine
@@ -54,11 +78,14 @@ pub(crate) async fn tools(State(app): State<App>) -> Json<Value> {
             v
         })
         .collect();
-    Json(json!({"tools": tools}))
+    Ok(Json(json!({"tools": tools})))
 }
 
-/// `GET /metrics`.
-pub(crate) async fn metrics(State(app): State<App>) -> Response {
+/// `GET /metrics` (scope `read`: they count every principal's calls).
+pub(crate) async fn metrics(State(app): State<App>, caller: Caller) -> Response {
+    if let Err(e) = caller.needs(Scope::Read, "read the metrics") {
+        return e.into_response();
+    }
     (
         [(
             header::CONTENT_TYPE,

@@ -7,10 +7,11 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use toolwarden_core::TurnRequest;
-use toolwarden_protocol::{CallId, CancelReason, SessionId, TurnId};
+use toolwarden_core::{AbortError, TurnRequest};
+use toolwarden_protocol::{CallId, CancelReason, Scope, SessionId, TurnId};
 
 use crate::app::App;
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::request::{body_bytes, path, require_json, traceparent, turn_error, wants_events};
 use crate::{format, sse};
@@ -18,19 +19,22 @@ use crate::{format, sse};
 /// `POST /v1/turns`: runs a turn; answers JSON, or streams its events.
 pub(crate) async fn create(
     State(app): State<App>,
+    caller: Caller,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    caller.needs(Scope::Call, "run tools")?;
     require_json(&headers)?;
     let body = body_bytes(body)?;
     let turn = format::parse_turn(&body)?;
     let render = format::renderer(turn.family);
     let traceparent = traceparent(&headers);
     if turn.detach {
-        return crate::audit::detach(&app, turn, render, traceparent);
+        return crate::audit::detach(&app, caller.0, turn, render, traceparent);
     }
     let calls = turn.calls.clone();
     let request = TurnRequest {
+        principal: caller.0,
         session_id: turn.session_id,
         parent_turn_id: turn.parent_turn_id,
         calls: turn.calls,
@@ -67,10 +71,12 @@ pub(crate) async fn create(
 }
 
 /// `GET /v1/turns/active`: this replica's running turns, and with Redis those of every replica
-/// that answers, each marked with its `replica`.
-pub(crate) async fn active(State(app): State<App>) -> Json<Value> {
+/// that answers, each marked with its `replica` — the caller's own, or everyone's with `read`.
+pub(crate) async fn active(State(app): State<App>, caller: Caller) -> Json<Value> {
     if app.engine.replica().is_none() {
-        return Json(json!({"turns": app.engine.active_turns()}));
+        let mut turns = app.engine.active_turns();
+        turns.retain(|t| caller.sees(&t.principal));
+        return Json(json!({"turns": turns}));
     }
     let mut all: Vec<_> = app
         .engine
@@ -81,6 +87,7 @@ pub(crate) async fn active(State(app): State<App>) -> Json<Value> {
             let replica = group.replica;
             group.turns.into_iter().map(move |t| (t, replica.clone()))
         })
+        .filter(|(t, _)| caller.sees(&t.principal))
         .collect();
     // Oldest first, as one replica lists them.
     all.sort_by(|(a, _), (b, _)| {
@@ -104,28 +111,52 @@ pub(crate) async fn active(State(app): State<App>) -> Json<Value> {
 /// `POST /v1/turns/{id}/abort`: here, or on the replica that runs the turn.
 pub(crate) async fn abort(
     State(app): State<App>,
+    caller: Caller,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let turn_id = TurnId::from(path(id)?);
     app.engine
-        .abort_anywhere(&turn_id, None, CancelReason::User)
+        .abort_anywhere(&turn_id, None, CancelReason::User, only_of(&caller))
         .await
-        .map_err(|e| ApiError::not_found(e.to_string()))?;
+        .map_err(|e| abort_error(&caller, e))?;
     Ok(Json(json!({"ok": true, "turn_id": turn_id})))
 }
 
 /// `POST /v1/turns/{id}/calls/{call_id}/abort`.
 pub(crate) async fn abort_call(
     State(app): State<App>,
+    caller: Caller,
     ids: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let (turn_id, call_id) = path(ids)?;
     let (turn_id, call_id) = (TurnId::from(turn_id), CallId::from(call_id));
     app.engine
-        .abort_anywhere(&turn_id, Some(&call_id), CancelReason::User)
+        .abort_anywhere(
+            &turn_id,
+            Some(&call_id),
+            CancelReason::User,
+            only_of(&caller),
+        )
         .await
-        .map_err(|e| ApiError::not_found(e.to_string()))?;
+        .map_err(|e| abort_error(&caller, e))?;
     Ok(Json(
         json!({"ok": true, "turn_id": turn_id, "call_id": call_id}),
     ))
+}
+
+/// Whose turns the caller may abort: its own, or (with `abort`) anyone's.
+fn only_of(caller: &Caller) -> Option<&str> {
+    (!caller.may(Scope::Abort)).then(|| caller.name())
+}
+
+/// An abort that was not carried out, as the API answers it.
+fn abort_error(caller: &Caller, e: AbortError) -> ApiError {
+    match e {
+        AbortError::NotFound(e) => ApiError::not_found(e.to_string()),
+        AbortError::NotYours(turn) => ApiError::lacks(
+            &caller.0,
+            Scope::Abort,
+            &format!("abort turn {turn}, which is another principal's"),
+        ),
+    }
 }

@@ -644,7 +644,7 @@ async fn an_approval_through_the_api_lets_the_call_run() {
     assert_eq!(
         shown,
         json!({"id": id, "kind": "approval", "message": "Allow tool \"ask\" to run with this input?",
-               "session_id": "s1", "turn_id": shown["turn_id"], "call_id": "a", "tool": "ask",
+               "principal": "local", "session_id": "s1", "turn_id": shown["turn_id"], "call_id": "a", "tool": "ask",
                "input": {"path": "/etc"}, "timeout_ms": 120000, "created_at": "<ts>", "deadline": "<ts>"})
     );
     let (status, _, answer) = send(

@@ -265,6 +265,7 @@ mod tests {
             sampled: true,
         };
         let turn_scope = Arc::new(EventScope {
+            principal: Some("alice".into()),
             session_id: Some("s1".into()),
             turn_id: Some("t1".into()),
             call_id: None,

@@ -51,7 +51,10 @@ pub(crate) fn request(spans: &[SpanRecord], resolve: &Resolver) -> ExportTraceSe
 }
 
 fn span(s: &SpanRecord, resolve: &Resolver) -> Span {
-    let mut attributes = Vec::with_capacity(10);
+    let mut attributes = Vec::with_capacity(11);
+    if let Some(principal) = &s.scope.principal {
+        attributes.push(kv("enduser.id", principal));
+    }
     if let Some(session) = &s.scope.session_id {
         attributes.push(kv("gen_ai.conversation.id", session.as_str()));
     }

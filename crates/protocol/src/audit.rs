@@ -16,6 +16,8 @@ pub const AUDIT_MAX_LIMIT: u32 = 1000;
 /// What to read from the trail. Every filter that is set must hold.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AuditQuery {
+    /// Events (and calls) of turns this principal made.
+    pub principal: Option<String>,
     /// Events of turns of this session.
     pub session: Option<SessionId>,
     /// Events of this turn.
@@ -110,6 +112,9 @@ pub struct AuditCall {
     pub call_id: CallId,
     /// Its turn.
     pub turn_id: TurnId,
+    /// Who made its turn (`local` for records made before principals existed).
+    #[serde(default = "local_principal")]
+    pub principal: String,
     /// Its session.
     pub session_id: Option<SessionId>,
     /// Its tool.
@@ -163,6 +168,10 @@ pub fn parse_calls_cursor(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("expected a cursor from an earlier page's \"next\", got {s:?}"))
 }
 
+fn local_principal() -> String {
+    crate::principal::LOCAL_PRINCIPAL.to_owned()
+}
+
 /// Whether a turn runs or has ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -178,6 +187,9 @@ pub enum TurnRunState {
 pub struct TurnRecord {
     /// The turn.
     pub turn_id: TurnId,
+    /// Who made it (`local` for records made before principals existed).
+    #[serde(default = "local_principal")]
+    pub principal: String,
     /// Its session.
     pub session_id: Option<SessionId>,
     /// Running or ended.
@@ -206,6 +218,9 @@ pub struct TaskRecord {
     pub turn_id: TurnId,
     /// The call's id within the turn.
     pub call_id: CallId,
+    /// Who asked for it: only this principal may poll, read or cancel it.
+    #[serde(default = "local_principal")]
+    pub principal: String,
     /// The session the call runs in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<SessionId>,

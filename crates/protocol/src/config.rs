@@ -44,6 +44,76 @@ pub struct ConfigFile {
     /// `[otel]`: traces over OTLP/HTTP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub otel: Option<OtelConfig>,
+    /// `[auth]`: who may call, by token or OAuth access token.
+    #[serde(default, skip_serializing_if = "AuthConfig::is_empty")]
+    pub auth: AuthConfig,
+}
+
+/// `[auth]`: the principals of HTTP requests (docs/AUTH.md).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    /// `[[auth.tokens]]`: a principal per bearer token.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tokens: Vec<AuthToken>,
+    /// `[auth.oauth]`: JWT access tokens of an OAuth 2.1 authorization server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oauth: Option<OAuthConfig>,
+}
+
+impl AuthConfig {
+    /// Whether nothing is configured (the table is absent).
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty() && self.oauth.is_none()
+    }
+}
+
+/// One `[[auth.tokens]]` entry: a bearer token and the principal it stands for.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthToken {
+    /// The principal's name; required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
+    /// The token's SHA-256, 64 hex digits (the token itself is never written).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_sha256: Option<String>,
+    /// The environment variable holding the token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_env: Option<String>,
+    /// What it may do: `call`, `read`, `abort`, `approve`, `admin` (default: `["call"]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scopes: Option<Vec<String>>,
+}
+
+/// `[auth.oauth]`: toolwarden as an OAuth 2.1 resource server (the MCP authorization spec).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthConfig {
+    /// The authorization server; a token's `iss` must equal it. Required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<String>,
+    /// A token's `aud` must contain it. Required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audience: Option<String>,
+    /// Where the issuer's signing keys are (a JWKS over HTTP); or `jwks_file`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jwks_url: Option<String>,
+    /// A JWKS in a file (relative to the config file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jwks_file: Option<String>,
+    /// This server's public URL (default: the listen URL and `/mcp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<String>,
+    /// The claim naming the principal (default `"sub"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal_claim: Option<String>,
+    /// The claim holding the scopes (default `"scope"`, space-separated; `scp` arrays too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scopes_claim: Option<String>,
+    /// Clock skew allowed on `exp` and `nbf` (default `"60s"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leeway: Option<DurationValue>,
 }
 
 /// `[redis]`: replicas share breakers, the cache, aborts and events through Redis.

@@ -291,7 +291,10 @@ pub struct TurnCall {
 /// Who an event is about. Every event of one call (or of one turn) shares one, by `Arc`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EventScope {
-    /// The session.
+    /// Who made the turn (none for events about no call: server states, breakers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<Arc<str>>,
+    /// The session (its id is the principal's own: two principals' `s1` are two sessions).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<SessionId>,
     /// The turn.
@@ -336,6 +339,7 @@ mod tests {
             seq: 7,
             ts: Timestamp::from_unix_millis(0),
             scope: Arc::new(EventScope {
+                principal: Some("alice".into()),
                 session_id: Some("s1".into()),
                 turn_id: Some("t_1".into()),
                 call_id: Some("c1".into()),
@@ -353,7 +357,7 @@ mod tests {
         let v = serde_json::to_value(&e).unwrap();
         assert_eq!(
             v,
-            json!({"seq":7,"ts":"1970-01-01T00:00:00.000Z","session_id":"s1","turn_id":"t_1",
+            json!({"seq":7,"ts":"1970-01-01T00:00:00.000Z","principal":"alice","session_id":"s1","turn_id":"t_1",
                    "call_id":"c1","tool":"build","type":"tool_progress","elapsed_ms":1500,
                    "progress":3.0,"total":10.0})
         );

@@ -86,7 +86,10 @@ pub struct Interaction {
     pub kind: InteractionKind,
     /// The question, for a person.
     pub message: String,
-    /// The session it belongs to.
+    /// Who made the call it is about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
+    /// The session it belongs to (the principal's own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<SessionId>,
     /// The turn.

@@ -19,6 +19,7 @@ mod ids;
 mod interaction;
 mod outcome;
 mod policy;
+mod principal;
 mod status;
 mod time;
 mod tool;
@@ -30,8 +31,8 @@ pub use audit::{
 };
 pub use call::{CallResult, Content, ToolCall};
 pub use config::{
-    ConfigFile, ExecConfig, GatewayConfig, HttpConfig, MCP_REVISIONS, OtelConfig, RedisConfig,
-    ServerConfig, StoreConfig, StoreDurability,
+    AuthConfig, AuthToken, ConfigFile, ExecConfig, GatewayConfig, HttpConfig, MCP_REVISIONS,
+    OAuthConfig, OtelConfig, RedisConfig, ServerConfig, StoreConfig, StoreDurability,
 };
 pub use duration::{
     DurationValue, ParseError, SizeValue, format_duration, parse_duration, parse_size,
@@ -52,6 +53,7 @@ pub use policy::{
     Approval, Backoff, BackoffConfig, Breaker, BreakerConfig, Concurrency, LoopConfig, LoopPolicy,
     OnStuck, POLICY_KEYS, Policy, PolicyConfig, TaskMode,
 };
+pub use principal::{DEFAULT_PRINCIPAL, LOCAL_PRINCIPAL, Principal, Scope, Scopes, SessionKey};
 pub use status::{
     ActiveCall, ActiveTurn, BreakerInfo, CallState, RecentCall, RunningCall, ServerNotUp,
     SessionStatus, ToolInfo,

@@ -2,6 +2,7 @@
 //! `GET /v1/sessions/{id}/status`, `GET /v1/tools`, and the `toolwarden__status` tool.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -57,7 +58,10 @@ pub struct ActiveCall {
 pub struct ActiveTurn {
     /// The turn.
     pub turn_id: TurnId,
-    /// Its session.
+    /// Who made it (`local` when a record predates principals).
+    #[serde(default = "crate::principal::local_name")]
+    pub principal: Arc<str>,
+    /// Its session (the principal's own).
     pub session_id: SessionId,
     /// Its parent turn, for a sub-agent's turn.
     #[serde(default, skip_serializing_if = "Option::is_none")]

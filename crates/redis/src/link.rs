@@ -10,9 +10,9 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use redis::{PushInfo, Value};
 use tokio::sync::mpsc;
-use toolwarden_core::shared::{AbortRequest, BreakerChange, CacheClaim, RemoteEvent};
+use toolwarden_core::shared::{AbortAnswer, AbortRequest, BreakerChange, CacheClaim, RemoteEvent};
 use toolwarden_core::{Engine, Received};
-use toolwarden_protocol::{BreakerStateKind, SessionId, Timestamp};
+use toolwarden_protocol::{BreakerStateKind, SessionKey, Timestamp};
 
 use crate::conn::{Inner, RELEASE, Write};
 use crate::wire::{AbortMsg, BreakerMsg, EventMsg, ReplyMsg, TurnsAsk, own_events_start};
@@ -333,8 +333,11 @@ async fn inbox(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<PushInfo>, eng
                 }
             }
         } else if channel == gates {
-            if let Ok(session) = std::str::from_utf8(payload) {
-                engine.gate_released_elsewhere(&SessionId::from(session));
+            if let Some(session) = std::str::from_utf8(payload)
+                .ok()
+                .and_then(SessionKey::decode)
+            {
+                engine.gate_released_elsewhere(&session);
             }
         } else if channel == turns {
             if let Ok(m) = serde_json::from_slice::<TurnsAsk>(payload) {
@@ -378,17 +381,19 @@ fn carry_out_abort(inner: &Arc<Inner>, engine: &Engine, m: AbortMsg) {
         }
         return;
     }
-    let found = engine.abort_here(&AbortRequest {
+    let answer = engine.abort_here(&AbortRequest {
         turn_id: m.turn_id,
         call_id: m.call_id,
         reason: m.reason,
+        only_of: m.only_of.map(Arc::from),
     });
     reply(
         inner,
         &m.replica,
         &ReplyMsg {
             req: m.req,
-            found,
+            found: answer == AbortAnswer::Done,
+            not_yours: answer == AbortAnswer::NotYours,
             ..ReplyMsg::default()
         },
     );
@@ -414,6 +419,7 @@ fn answer_turns(inner: &Arc<Inner>, engine: &Engine, m: TurnsAsk) {
             found: true,
             replica: Some(inner.replica.to_string()),
             turns: Some(engine.active_turns()),
+            ..ReplyMsg::default()
         },
     );
 }

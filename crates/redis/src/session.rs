@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use toolwarden_core::shared::{GateAnswer, GatePlace, LoopRun, ReplicaTurns};
-use toolwarden_protocol::SessionId;
 
 use crate::conn::{GATE_ENTER, Inner, LOOP_RECORD, Write};
 use crate::wire::TurnsAsk;
@@ -25,7 +24,7 @@ pub(crate) fn place_name(inner: &Inner, place: GatePlace) -> String {
     format!("{kind}:{}:{}", inner.replica, place.id)
 }
 
-pub(crate) async fn loop_run(inner: Arc<Inner>, session: SessionId) -> Result<Option<LoopRun>, ()> {
+pub(crate) async fn loop_run(inner: Arc<Inner>, session: String) -> Result<Option<LoopRun>, ()> {
     if !inner.usable("loop_run") {
         return Err(());
     }
@@ -47,7 +46,7 @@ pub(crate) async fn loop_run(inner: Arc<Inner>, session: SessionId) -> Result<Op
 
 pub(crate) async fn loop_record(
     inner: Arc<Inner>,
-    session: SessionId,
+    session: String,
     call: [u8; 32],
     result: Option<[u8; 32]>,
     ttl: Duration,
@@ -74,7 +73,7 @@ pub(crate) async fn loop_record(
 
 pub(crate) async fn gate_enter(
     inner: Arc<Inner>,
-    session: SessionId,
+    session: String,
     place: GatePlace,
     ttl: Duration,
 ) -> GateAnswer {

@@ -16,10 +16,10 @@ use tokio::sync::mpsc;
 use toolwarden_core::BoxFuture;
 use toolwarden_core::metrics::SharedMetrics;
 use toolwarden_core::shared::{
-    AbortRequest, BreakerChange, CacheClaim, GateAnswer, GatePlace, LoopRun, ReplicaTurns,
-    SharedHealth, SharedState,
+    AbortAnswer, AbortRequest, BreakerChange, CacheClaim, GateAnswer, GatePlace, LoopRun,
+    ReplicaTurns, SharedHealth, SharedState,
 };
-use toolwarden_protocol::SessionId;
+use toolwarden_protocol::SessionKey;
 
 use crate::conn::{CLAIM, Inner, OUTBOX_CAPACITY, Write};
 use crate::keys::Keys;
@@ -193,11 +193,11 @@ impl SharedState for RedisShared {
         });
     }
 
-    fn abort_elsewhere(&self, abort: AbortRequest) -> BoxFuture<bool> {
+    fn abort_elsewhere(&self, abort: AbortRequest) -> BoxFuture<AbortAnswer> {
         let inner = self.inner.clone();
         Box::pin(async move {
             if !inner.usable("abort") {
-                return false;
+                return AbortAnswer::NotFound;
             }
             let mut awaiting = inner.awaiting();
             let msg = AbortMsg {
@@ -206,6 +206,7 @@ impl SharedState for RedisShared {
                 turn_id: abort.turn_id,
                 call_id: abort.call_id,
                 reason: abort.reason,
+                only_of: abort.only_of.map(|p| p.to_string()),
             };
             let payload = serde_json::to_string(&msg).unwrap_or_default();
             let mut conn = inner.cmd.clone();
@@ -219,24 +220,26 @@ impl SharedState for RedisShared {
                         .query_async(&mut conn),
                 )
                 .await;
-            // Every replica that heard it (this one included) answers; the first `true` wins.
+            // Every replica that heard it (this one included) answers; the first that runs the
+            // turn decides.
             // (The request is forgotten when `awaiting` goes, whatever ends the wait.)
             match sent {
-                None | Some(0) => false,
+                None | Some(0) => AbortAnswer::NotFound,
                 Some(listeners) => {
                     let wait = async {
                         for _ in 0..listeners {
                             match awaiting.replies.recv().await {
-                                Some(reply) if reply.found => return true,
+                                Some(reply) if reply.found => return AbortAnswer::Done,
+                                Some(reply) if reply.not_yours => return AbortAnswer::NotYours,
                                 Some(_) => {}
-                                None => return false,
+                                None => return AbortAnswer::NotFound,
                             }
                         }
-                        false
+                        AbortAnswer::NotFound
                     };
                     tokio::time::timeout(inner.options.timeout * 2, wait)
                         .await
-                        .unwrap_or(false)
+                        .unwrap_or(AbortAnswer::NotFound)
                 }
             }
         })
@@ -250,20 +253,20 @@ impl SharedState for RedisShared {
         Box::pin(session::turns_elsewhere(self.inner.clone()))
     }
 
-    fn loop_run(&self, session: &SessionId) -> BoxFuture<Result<Option<LoopRun>, ()>> {
-        Box::pin(session::loop_run(self.inner.clone(), session.clone()))
+    fn loop_run(&self, session: &SessionKey) -> BoxFuture<Result<Option<LoopRun>, ()>> {
+        Box::pin(session::loop_run(self.inner.clone(), session.encode()))
     }
 
     fn loop_record(
         &self,
-        session: &SessionId,
+        session: &SessionKey,
         call: &[u8; 32],
         result: Option<[u8; 32]>,
         ttl: Duration,
     ) -> BoxFuture<Option<u32>> {
         Box::pin(session::loop_record(
             self.inner.clone(),
-            session.clone(),
+            session.encode(),
             *call,
             result,
             ttl,
@@ -272,21 +275,21 @@ impl SharedState for RedisShared {
 
     fn gate_enter(
         &self,
-        session: &SessionId,
+        session: &SessionKey,
         place: GatePlace,
         ttl: Duration,
     ) -> BoxFuture<GateAnswer> {
         Box::pin(session::gate_enter(
             self.inner.clone(),
-            session.clone(),
+            session.encode(),
             place,
             ttl,
         ))
     }
 
-    fn gate_leave(&self, session: &SessionId, place: GatePlace) {
+    fn gate_leave(&self, session: &SessionKey, place: GatePlace) {
         self.enqueue(Write::GateLeave {
-            session: session.to_string(),
+            session: session.encode(),
             place: session::place_name(&self.inner, place),
         });
     }

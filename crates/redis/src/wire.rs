@@ -22,6 +22,9 @@ pub(crate) struct AbortMsg {
     pub(crate) turn_id: TurnId,
     pub(crate) call_id: Option<CallId>,
     pub(crate) reason: CancelReason,
+    /// Only if the turn is this principal's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) only_of: Option<String>,
 }
 
 /// `replica` asks every replica for its running turns; `req` pairs the answers with it.
@@ -38,6 +41,9 @@ pub(crate) struct ReplyMsg {
     pub(crate) req: u64,
     #[serde(default)]
     pub(crate) found: bool,
+    /// The turn runs there but is not the asker's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) not_yours: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) replica: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

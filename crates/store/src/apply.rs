@@ -44,6 +44,8 @@ pub(crate) struct Fact<'a> {
     pub(crate) kind: &'a str,
     pub(crate) turn_id: Option<&'a str>,
     pub(crate) call_id: Option<&'a str>,
+    /// Who made the turn (`None`: an event about no call, or a record from before principals).
+    pub(crate) principal: Option<&'a str>,
     pub(crate) session_id: Option<&'a str>,
     pub(crate) tool: Option<&'a str>,
     pub(crate) change: Change<'a>,
@@ -69,6 +71,12 @@ pub(crate) enum Change<'a> {
 }
 
 impl<'a> Fact<'a> {
+    /// The principal to record: `local` for an event that names none.
+    pub(crate) fn principal_or_local(&self) -> &'a str {
+        self.principal
+            .unwrap_or(toolwarden_protocol::LOCAL_PRINCIPAL)
+    }
+
     pub(crate) fn of(event: &'a Event) -> Fact<'a> {
         let change = match &event.kind {
             EventKind::TurnStart { parent_turn_id, .. } => Change::TurnStart {
@@ -90,6 +98,7 @@ impl<'a> Fact<'a> {
             kind: event.kind.name(),
             turn_id: scope.turn_id.as_ref().map(|t| t.as_str()),
             call_id: scope.call_id.as_ref().map(|c| c.as_str()),
+            principal: scope.principal.as_deref(),
             session_id: scope.session_id.as_ref().map(|s| s.as_str()),
             tool: scope.tool.as_deref(),
             change,
@@ -187,14 +196,15 @@ fn turn_row(
         let inserted = tx
             .prepare_cached(
                 "INSERT OR IGNORE INTO turns (turn_id, session_id, parent_turn_id, started_at, \
-                 start_seq) VALUES (?1, ?2, ?3, ?4, ?5)",
+                 start_seq, principal) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             )?
             .execute(params![
                 turn_id,
                 fact.session_id,
                 parent_turn_id,
                 ts,
-                fact.seq as i64
+                fact.seq as i64,
+                fact.principal_or_local()
             ])?;
         let row: i64 = if inserted == 1 {
             tx.last_insert_rowid()
@@ -223,9 +233,13 @@ fn turn_row(
     // An event of a turn whose start the trail never saw (it was pruned): the turn starts here.
     let row: i64 = tx
         .prepare_cached(
-            "INSERT INTO turns (turn_id, session_id, started_at) VALUES (?1, ?2, ?3) RETURNING id",
+            "INSERT INTO turns (turn_id, session_id, started_at, principal) VALUES (?1, ?2, ?3, ?4) \
+             RETURNING id",
         )?
-        .query_row(params![turn_id, fact.session_id, ts], |r| r.get(0))?;
+        .query_row(
+            params![turn_id, fact.session_id, ts, fact.principal_or_local()],
+            |r| r.get(0),
+        )?;
     rows.last_turn_row = rows.last_turn_row.max(row);
     Ok(row)
 }
@@ -249,7 +263,7 @@ fn call_row(
     let inserted = tx
         .prepare_cached(
             "INSERT OR IGNORE INTO calls (turn_row, turn_id, call_id, session_id, tool, \
-             started_at, ran) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+             started_at, ran, principal) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         )?
         .execute(params![
             turn_row,
@@ -258,7 +272,8 @@ fn call_row(
             fact.session_id,
             fact.tool,
             fact.ts,
-            ran
+            ran,
+            fact.principal_or_local()
         ])?;
     let row: i64 = if inserted == 1 {
         tx.last_insert_rowid()

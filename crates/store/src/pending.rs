@@ -17,7 +17,8 @@
 //!
 //! A record is the header `len: u32, check: u64` (little-endian; `check` is the XXH3 hash of the
 //! payload) and the payload: `seq: u64`, `ts: i64`, a change tag (`u8`) and its numbers, then
-//! strings, each `u32` length and UTF-8 bytes (`u32::MAX` for none). The file starts with
+//! strings, each `u32` length and UTF-8 bytes (`u32::MAX` for none); the principal, last, only when
+//! the event names one (records written before principals existed end at the body). The file starts with
 //! [`MAGIC`]. A record cut short at the end of the file (the process died during the write) was
 //! never reported committed and is dropped; a damaged record before the end stops the replay
 //! there and the file is kept beside the database as `FILE.pending.damaged` (or
@@ -267,6 +268,10 @@ pub(crate) fn encode(out: &mut Vec<u8>, fact: &Fact<'_>, body: &str) {
     put_str(out, fact.session_id);
     put_str(out, fact.tool);
     put_str(out, Some(body));
+    // Last, so that a record written before principals existed reads back without it.
+    if fact.principal.is_some() {
+        put_str(out, fact.principal);
+    }
     let payload = &out[at + HEADER..];
     let len = payload.len() as u32;
     let check = xxhash_rust::xxh3::xxh3_64(payload);
@@ -432,9 +437,13 @@ fn decode(payload: &[u8]) -> Option<(Fact<'_>, &str)> {
         session_id: r.str()?,
         tool: r.str()?,
         change,
+        principal: None,
     };
     let body = r.str()??;
-    r.bytes.is_empty().then_some((fact, body))
+    let principal = if r.bytes.is_empty() { None } else { r.str()? };
+    r.bytes
+        .is_empty()
+        .then_some((Fact { principal, ..fact }, body))
 }
 
 /// What a dead process left in the pending file at `path`: its bytes (empty when there is no
@@ -459,7 +468,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn fact<'a>(seq: u64, change: Change<'a>, strings: &[Option<&'a str>; 4]) -> Fact<'a> {
+    fn fact<'a>(seq: u64, change: Change<'a>, strings: &[Option<&'a str>; 5]) -> Fact<'a> {
         Fact {
             seq,
             ts: (seq as i64).wrapping_mul(7).wrapping_sub(1000),
@@ -468,6 +477,7 @@ mod tests {
             call_id: strings[1],
             session_id: strings[2],
             tool: strings[3],
+            principal: strings[4],
             change,
         }
     }
@@ -494,12 +504,13 @@ mod tests {
     proptest! {
         #[test]
         fn records_read_back_as_written(
-            texts in proptest::collection::vec(proptest::option::of(".{0,40}"), 4),
+            texts in proptest::collection::vec(proptest::option::of(".{0,40}"), 5),
             body in ".{0,300}",
             seq in any::<u64>(),
         ) {
-            let strings: [Option<&str>; 4] = [
+            let strings: [Option<&str>; 5] = [
                 texts[0].as_deref(), texts[1].as_deref(), texts[2].as_deref(), texts[3].as_deref(),
+                texts[4].as_deref(),
             ];
             let text = texts[0].as_deref().unwrap_or("");
             let written: Vec<Fact<'_>> = changes(text)
@@ -537,7 +548,7 @@ mod tests {
 
     #[test]
     fn a_damaged_record_before_the_end_stops_the_records_there() {
-        let strings = [Some("t_1"), Some("c1"), None, Some("echo")];
+        let strings = [Some("t_1"), Some("c1"), None, Some("echo"), None];
         let mut bytes = MAGIC.to_vec();
         encode(&mut bytes, &fact(1, Change::ToolStart, &strings), "{}");
         let second = bytes.len();
@@ -572,7 +583,13 @@ mod tests {
         let mut pending = PendingFile::open(path.clone()).unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"", "opened empty");
         assert!(pending.unapplied().is_none());
-        let strings = [Some("t_1"), Some("c1"), Some("s_1"), Some("echo")];
+        let strings = [
+            Some("t_1"),
+            Some("c1"),
+            Some("s_1"),
+            Some("echo"),
+            Some("bob"),
+        ];
         pending
             .append([(fact(5, Change::ToolStart, &strings), "{\"x\":1}")].into_iter())
             .unwrap();

@@ -74,6 +74,10 @@ pub(crate) fn events(conn: &Connection, q: &AuditQuery) -> rusqlite::Result<Audi
         sql.push_str(" AND turn_row IN (SELECT id FROM turns WHERE session_id = ?)");
         args.push(Sql::Text(session.as_str().to_owned()));
     }
+    if let Some(principal) = &q.principal {
+        sql.push_str(" AND turn_row IN (SELECT id FROM turns WHERE principal = ?)");
+        args.push(Sql::Text(principal.clone()));
+    }
     if q.filters_calls() {
         sql.push_str(" AND call_row IN (SELECT c.id FROM calls c WHERE 1");
         call_conditions(q, &mut sql, &mut args);
@@ -112,7 +116,7 @@ pub(crate) fn calls(conn: &Connection, q: &AuditQuery) -> rusqlite::Result<Calls
     let limit = q.page_size();
     let mut sql = String::from(
         "SELECT c.id, c.call_id, c.turn_id, c.session_id, c.tool, c.status, c.started_at, \
-         c.ended_at, c.duration_ms, c.attempts FROM calls c WHERE 1",
+         c.ended_at, c.duration_ms, c.attempts, c.principal FROM calls c WHERE 1",
     );
     let mut args: Vec<Sql> = Vec::new();
     if let Some(cursor) = q.cursor {
@@ -122,6 +126,10 @@ pub(crate) fn calls(conn: &Connection, q: &AuditQuery) -> rusqlite::Result<Calls
     if let Some(session) = &q.session {
         sql.push_str(" AND c.turn_row IN (SELECT id FROM turns WHERE session_id = ?)");
         args.push(Sql::Text(session.as_str().to_owned()));
+    }
+    if let Some(principal) = &q.principal {
+        sql.push_str(" AND c.principal = ?");
+        args.push(Sql::Text(principal.clone()));
     }
     call_conditions(q, &mut sql, &mut args);
     if let Some(kind) = &q.kind {
@@ -149,6 +157,7 @@ pub(crate) fn calls(conn: &Connection, q: &AuditQuery) -> rusqlite::Result<Calls
                 AuditCall {
                     call_id: r.get::<_, String>(1)?.into(),
                     turn_id: r.get::<_, String>(2)?.into(),
+                    principal: r.get(10)?,
                     session_id: r.get::<_, Option<String>>(3)?.map(Into::into),
                     tool: r.get(4)?,
                     status: r.get(5)?,
@@ -183,7 +192,8 @@ pub(crate) fn calls(conn: &Connection, q: &AuditQuery) -> rusqlite::Result<Calls
 pub(crate) fn turn(conn: &Connection, turn_id: &TurnId) -> rusqlite::Result<Option<TurnRecord>> {
     let found = conn
         .prepare_cached(
-            "SELECT t.session_id, t.started_at, t.ended_at, t.outcome, e.body FROM turns t \
+            "SELECT t.session_id, t.started_at, t.ended_at, t.outcome, e.body, t.principal \
+             FROM turns t \
              LEFT JOIN events e ON e.seq = t.end_seq WHERE t.turn_id = ?1",
         )?
         .query_row([turn_id.as_str()], |r| {
@@ -193,10 +203,11 @@ pub(crate) fn turn(conn: &Connection, turn_id: &TurnId) -> rusqlite::Result<Opti
                 r.get::<_, Option<i64>>(2)?,
                 r.get::<_, Option<String>>(3)?,
                 r.get::<_, Option<String>>(4)?,
+                r.get::<_, String>(5)?,
             ))
         })
         .optional()?;
-    let Some((session_id, started_at, ended_at, outcome, end)) = found else {
+    let Some((session_id, started_at, ended_at, outcome, end, principal)) = found else {
         return Ok(None);
     };
     let results = end.and_then(|body| {
@@ -208,6 +219,7 @@ pub(crate) fn turn(conn: &Connection, turn_id: &TurnId) -> rusqlite::Result<Opti
     });
     Ok(Some(TurnRecord {
         turn_id: turn_id.clone(),
+        principal,
         session_id: session_id.map(Into::into),
         state: if ended_at.is_some() {
             TurnRunState::Ended

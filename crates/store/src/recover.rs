@@ -34,12 +34,18 @@ pub(crate) fn recover(
     now: Timestamp,
 ) -> rusqlite::Result<usize> {
     let mut seq = crate::read::last_seq(conn)?;
-    let turns: Vec<(i64, String, Option<String>, Option<i64>)> = conn
-        .prepare("SELECT id, turn_id, session_id, start_seq FROM turns WHERE ended_at IS NULL ORDER BY id")?
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+    type Row = (i64, String, Option<String>, Option<i64>, String);
+    let turns: Vec<Row> = conn
+        .prepare(
+            "SELECT id, turn_id, session_id, start_seq, principal FROM turns \
+             WHERE ended_at IS NULL ORDER BY id",
+        )?
+        .query_map([], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })?
         .collect::<rusqlite::Result<_>>()?;
     let mut open = Vec::with_capacity(turns.len());
-    for (turn_row, turn_id, session_id, start_seq) in turns {
+    for (turn_row, turn_id, session_id, start_seq, principal) in turns {
         let start: Option<String> = match start_seq {
             Some(start) => conn
                 .prepare_cached("SELECT body FROM events WHERE seq = ?1")?
@@ -50,6 +56,7 @@ pub(crate) fn recover(
         let calls = open_calls(conn, turn_row, start.as_deref())?;
         open.push(OpenTurn {
             turn_id,
+            principal,
             session_id,
             calls,
         });
@@ -70,6 +77,7 @@ pub(crate) fn recover(
 /// A turn a dead process left open, with its calls.
 pub(crate) struct OpenTurn {
     pub(crate) turn_id: String,
+    pub(crate) principal: String,
     pub(crate) session_id: Option<String>,
     pub(crate) calls: Vec<OpenCall>,
 }
@@ -87,6 +95,7 @@ pub(crate) fn close_turns(
     for turn in turns {
         let turn_id = TurnId::from(turn.turn_id.as_str());
         let session_id = turn.session_id.map(|s| SessionId::from(s.as_str()));
+        let principal: Arc<str> = Arc::from(turn.principal);
         let mut results = Vec::with_capacity(turn.calls.len());
         for call in turn.calls {
             let result = match call.result {
@@ -94,8 +103,8 @@ pub(crate) fn close_turns(
                 None => {
                     interrupted += 1;
                     *seq += 1;
-                    let (event, result) =
-                        interrupted_call(*seq, now, &turn_id, session_id.clone(), &call);
+                    let turn = (&principal, &turn_id, session_id.clone());
+                    let (event, result) = interrupted_call(*seq, now, turn, &call);
                     events.push(event);
                     serde_json::to_value(&*result).unwrap_or(Value::Null)
                 }
@@ -107,6 +116,7 @@ pub(crate) fn close_turns(
             seq: *seq,
             ts: now,
             scope: Arc::new(EventScope {
+                principal: Some(principal.clone()),
                 session_id: session_id.clone(),
                 turn_id: Some(turn_id.clone()),
                 call_id: None,
@@ -209,8 +219,7 @@ pub(crate) fn stored_result(body: &str) -> Option<Value> {
 fn interrupted_call(
     seq: u64,
     now: Timestamp,
-    turn_id: &TurnId,
-    session_id: Option<SessionId>,
+    (principal, turn_id, session_id): (&Arc<str>, &TurnId, Option<SessionId>),
     call: &OpenCall,
 ) -> (Event, Arc<CallResult>) {
     let tool: Arc<str> = call.tool.as_deref().unwrap_or("").into();
@@ -247,6 +256,7 @@ fn interrupted_call(
         seq,
         ts: now,
         scope: Arc::new(EventScope {
+            principal: Some(principal.clone()),
             session_id,
             turn_id: Some(turn_id.clone()),
             call_id: Some(call.call_id.as_str().into()),

@@ -77,6 +77,15 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX tasks_turn ON tasks(turn_id);
     ",
+    // 3: who made each turn, call and task; records made before principals existed are
+    // `local`'s (adding a column with a constant default rewrites no row).
+    "
+    ALTER TABLE turns ADD COLUMN principal TEXT NOT NULL DEFAULT 'local';
+    ALTER TABLE calls ADD COLUMN principal TEXT NOT NULL DEFAULT 'local';
+    ALTER TABLE tasks ADD COLUMN principal TEXT NOT NULL DEFAULT 'local';
+    CREATE INDEX turns_principal ON turns(principal, id);
+    CREATE INDEX calls_principal ON calls(principal, id);
+    ",
 ];
 
 /// Why the schema cannot be used.

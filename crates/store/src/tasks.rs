@@ -9,8 +9,8 @@ use toolwarden_protocol::{CallId, SessionId, TaskRecord, Timestamp, TurnId};
 pub(crate) fn write(conn: &Connection, task: &TaskRecord) -> rusqlite::Result<()> {
     conn.execute(
         "INSERT OR REPLACE INTO tasks \
-         (task_id, turn_id, call_id, session_id, tool, created_at, ttl_ms, poll_interval_ms) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+         (task_id, turn_id, call_id, session_id, tool, created_at, ttl_ms, poll_interval_ms, \
+         principal) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
         params![
             task.task_id,
             task.turn_id.as_str(),
@@ -20,6 +20,7 @@ pub(crate) fn write(conn: &Connection, task: &TaskRecord) -> rusqlite::Result<()
             task.created_at.unix_millis(),
             i64::try_from(task.ttl_ms).unwrap_or(i64::MAX),
             i64::try_from(task.poll_interval_ms).unwrap_or(i64::MAX),
+            task.principal,
         ],
     )?;
     Ok(())
@@ -28,8 +29,8 @@ pub(crate) fn write(conn: &Connection, task: &TaskRecord) -> rusqlite::Result<()
 /// The task of that id.
 pub(crate) fn read(conn: &Connection, task_id: &str) -> rusqlite::Result<Option<TaskRecord>> {
     conn.prepare_cached(
-        "SELECT task_id, turn_id, call_id, session_id, tool, created_at, ttl_ms, poll_interval_ms \
-         FROM tasks WHERE task_id = ?1",
+        "SELECT task_id, turn_id, call_id, session_id, tool, created_at, ttl_ms, poll_interval_ms, \
+         principal FROM tasks WHERE task_id = ?1",
     )?
     .query_row([task_id], |r| {
         Ok(TaskRecord {
@@ -43,6 +44,7 @@ pub(crate) fn read(conn: &Connection, task_id: &str) -> rusqlite::Result<Option<
             created_at: Timestamp::from_unix_millis(r.get(5)?),
             ttl_ms: r.get::<_, i64>(6)?.max(0) as u64,
             poll_interval_ms: r.get::<_, i64>(7)?.max(0) as u64,
+            principal: r.get(8)?,
         })
     })
     .optional()

@@ -1478,6 +1478,7 @@ async fn a_task_is_kept_with_its_turn_across_a_restart_and_pruned_after_its_ttl(
     let turn_id = hanging_turn(&engine, "c1").await;
     let task = |id: &str, ttl_ms: u64| TaskRecord {
         task_id: id.to_owned(),
+        principal: "local".into(),
         turn_id: turn_id.clone(),
         call_id: "c1".into(),
         session_id: Some("s".into()),

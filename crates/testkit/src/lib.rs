@@ -363,6 +363,7 @@ impl AttemptKit {
             tool: tool.into(),
             input: Arc::new(input),
             meta: AttemptMeta {
+                principal: "local".into(),
                 session_id: SessionId::from("s1"),
                 turn_id: TurnId::from("t1"),
                 call_id: CallId::from(call_id),

@@ -129,7 +129,8 @@ fn key(call: &AuditCall) -> (String, String) {
 }
 
 fn filtered(q: &AuditQuery) -> bool {
-    q.session.is_some()
+    q.principal.is_some()
+        || q.session.is_some()
         || q.turn.is_some()
         || q.call.is_some()
         || q.tool.is_some()
@@ -168,7 +169,11 @@ fn query(args: &AuditArgs) -> anyhow::Result<AuditQuery> {
             args.limit
         );
     }
+    if args.principal.as_deref().is_some_and(str::is_empty) {
+        usage!("--principal: must not be empty");
+    }
     Ok(AuditQuery {
+        principal: args.principal.clone(),
         session: args.session.clone().map(Into::into),
         turn: args.turn.clone().map(Into::into),
         call: args.call.clone().map(Into::into),
@@ -212,10 +217,18 @@ fn outcome_of(call: &AuditCall) -> (String, String) {
     (shown, detail)
 }
 
-/// Calls as a table: when, how long, how it ended, which tool, call, turn and session.
+/// Calls as a table: when, how long, how it ended, which tool, call, who, turn and session.
 fn table(calls: &[AuditCall], header: bool) -> String {
     let mut t = Table::new(&[
-        "STARTED", "DURATION", "STATUS", "TOOL", "CALL", "TURN", "SESSION", "DETAIL",
+        "STARTED",
+        "DURATION",
+        "STATUS",
+        "TOOL",
+        "CALL",
+        "PRINCIPAL",
+        "TURN",
+        "SESSION",
+        "DETAIL",
     ]);
     for call in calls {
         let (status, detail) = outcome_of(call);
@@ -228,6 +241,7 @@ fn table(calls: &[AuditCall], header: bool) -> String {
             status,
             call.tool.clone().unwrap_or_default(),
             call.call_id.to_string(),
+            call.principal.clone(),
             call.turn_id.to_string(),
             call.session_id
                 .as_ref()

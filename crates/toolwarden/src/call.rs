@@ -45,6 +45,9 @@ pub(crate) async fn run(config_path: Option<&Path>, args: CallArgs) -> anyhow::R
     let interactive =
         !args.headless && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let (result, stop) = match &args.url {
+        Some(_) if args.principal.is_some() => usage!(
+            "--principal: with --url the server decides who you are from your bearer token; leave --principal out"
+        ),
         Some(url) => {
             let api = Api::new(&config, Some(url))?;
             remote(&api, call, &args, interactive, &mut signals).await?
@@ -164,6 +167,7 @@ async fn local(
     interactive: bool,
     signals: &mut Signals,
 ) -> anyhow::Result<(Option<Arc<CallResult>>, Option<Stop>)> {
+    let principal = stack::cli_principal(&config, args.principal.as_deref())?;
     let mut stack = Stack::build(config, !interactive, stack::Record::Yes)?;
     let needed = needed_servers(&stack, &call.name);
     let (Needed::Named(names) | Needed::All(names)) = &needed;
@@ -194,6 +198,7 @@ async fn local(
         prompt::attach(stack.engine.interactions(), &progress);
     }
     let req = TurnRequest {
+        principal,
         session_id: args.session.clone().map(SessionId::from),
         calls: vec![call],
         ..TurnRequest::default()

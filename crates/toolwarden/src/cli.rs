@@ -49,7 +49,7 @@ pub(crate) enum Command {
     /// Serve the HTTP turn API, and the MCP gateway over Streamable HTTP at /mcp.
     Serve(ServeArgs),
     /// Serve the MCP gateway over stdio (for Claude Desktop, Claude Code, any MCP client).
-    Mcp,
+    Mcp(McpArgs),
     /// Make one governed tool call here, with the config's servers and exec.
     Call(CallArgs),
     /// Check the config: start its servers, print every warning and every tool's policy.
@@ -74,6 +74,14 @@ pub(crate) struct ServeArgs {
     /// Nothing answers approvals: calls that need one are denied at once.
     #[arg(long)]
     pub(crate) headless: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct McpArgs {
+    /// Who the client is: its calls are recorded under this name [default:
+    /// $TOOLWARDEN_PRINCIPAL, else the OS user].
+    #[arg(long, value_name = "NAME")]
+    pub(crate) principal: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -105,6 +113,10 @@ pub(crate) struct CallArgs {
     /// so that it shares that server's breakers, cache and sessions.
     #[arg(long, value_name = "URL")]
     pub(crate) url: Option<String>,
+    /// Who makes the call (here; with --url the server's token decides) [default:
+    /// $TOOLWARDEN_PRINCIPAL, else the OS user].
+    #[arg(long, value_name = "NAME")]
+    pub(crate) principal: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -140,6 +152,9 @@ pub(crate) struct AbortArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct AuditArgs {
+    /// Only calls of this principal's turns.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) principal: Option<String>,
     /// Only calls of this session.
     #[arg(long, value_name = "S")]
     pub(crate) session: Option<String>,

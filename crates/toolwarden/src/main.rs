@@ -57,7 +57,7 @@ fn main() -> ExitCode {
     let multi = match forced.as_deref() {
         Some("multi") => true,
         Some("current") => false,
-        _ => !matches!(cli.command, Command::Mcp),
+        _ => !matches!(cli.command, Command::Mcp(_)),
     };
     let mut builder = if multi {
         tokio::runtime::Builder::new_multi_thread()
@@ -92,7 +92,7 @@ async fn run(cli: Cli) -> anyhow::Result<Exit> {
     let config = cli.global.config.as_deref();
     match cli.command {
         Command::Serve(args) => serve::run(config, args).await,
-        Command::Mcp => mcp::run(config).await,
+        Command::Mcp(args) => mcp::run(config, args).await,
         Command::Call(args) => call::run(config, args).await,
         Command::Check(args) => check::run(config, args).await,
         Command::Tools(args) => client::tools(config, args).await,
@@ -109,7 +109,7 @@ fn init_logging(cli: &Cli) -> Result<(), String> {
     // A one-off command reports its servers' failures itself; the backend's own warnings
     // (a server going down as it is shut down) would only repeat them.
     let default = match cli.command {
-        Command::Serve(_) | Command::Mcp => "info,rmcp=warn",
+        Command::Serve(_) | Command::Mcp(_) => "info,rmcp=warn",
         _ => "warn,toolwarden_mcp=error",
     };
     let filter = match cli.global.log_level.as_deref() {

@@ -14,16 +14,18 @@ use std::path::Path;
 
 use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
-use toolwarden_mcp::Gateway;
+use toolwarden_mcp::{Gateway, GatewayOptions};
 
+use crate::cli::McpArgs;
 use crate::exit::Exit;
 use crate::serve::gateway_options;
 use crate::signals::Signals;
 use crate::stack::{self, Stack};
 
-pub(crate) async fn run(config_path: Option<&Path>) -> anyhow::Result<Exit> {
+pub(crate) async fn run(config_path: Option<&Path>, args: McpArgs) -> anyhow::Result<Exit> {
     let mut signals = Signals::new().context("cannot install signal handlers")?;
     let config = stack::load_config(config_path)?;
+    let principal = stack::cli_principal(&config, args.principal.as_deref())?;
     let mut stack = Stack::build(config, false, stack::Record::Yes)?;
     let reporter = stack::report_servers(&stack.engine);
     stack.start_servers(|_| true);
@@ -35,11 +37,11 @@ pub(crate) async fn run(config_path: Option<&Path>) -> anyhow::Result<Exit> {
             tracing::warn!(server = %name, "{e}; serving without its tools for now");
         }
     }
-    let gateway = Gateway::new(
-        stack.engine.clone(),
-        stack.servers.clone(),
-        gateway_options(&stack),
-    );
+    let options = GatewayOptions {
+        principal,
+        ..gateway_options(&stack)
+    };
+    let gateway = Gateway::new(stack.engine.clone(), stack.servers.clone(), options);
     let shutdown = CancellationToken::new();
     tracing::info!(
         config = %stack::describe_origin(&stack.config),

@@ -40,16 +40,36 @@ pub(crate) async fn run(config_path: Option<&Path>, args: ServeArgs) -> anyhow::
         .unwrap_or_else(|| stack::listen(&config).to_owned());
     let addr = resolve_listen(&written, args.listen.is_some())?;
     let token = stack::token(&config);
-    if let Err(e) = listen_allowed(&addr, token.as_deref()) {
+    let tokens = stack::token_principals(&config)?;
+    let oauth_wanted = config.file.auth.oauth.is_some();
+    let authenticated =
+        token.as_deref().is_some_and(|t| !t.is_empty()) || !tokens.is_empty() || oauth_wanted;
+    if let Err(e) = listen_allowed(&addr, authenticated) {
         usage!("{e}");
     }
+    let listener = listen(addr).with_context(|| format!("cannot listen on {addr}"))?;
+    let bound = listener.local_addr()?;
+    // OAuth reads the issuer's keys now; when it cannot, it says so and refuses tokens until
+    // it can (the issuer may be down for a moment; toolwarden still serves its token
+    // principals and its probes).
+    let oauth = match stack::oauth_settings(&config, &bound.to_string())? {
+        Some(settings) => {
+            let (oauth, warning) = toolwarden_http::oauth::OAuth::start(settings).await;
+            if let Some(warning) = warning {
+                eprintln!(
+                    "warning: [auth.oauth]: {warning}; access tokens are refused (401) until the keys can be read"
+                );
+            }
+            Some(oauth)
+        }
+        None => None,
+    };
     let mut stack = Stack::build(config, args.headless, stack::Record::Yes)?;
     let mut opts = HttpOptions::from_config(&stack.config.file.http, token);
     opts.headless = args.headless;
-    let authenticated = opts.token.is_some();
-
-    let listener = listen(addr).with_context(|| format!("cannot listen on {addr}"))?;
-    let bound = listener.local_addr()?;
+    let auth_note = auth_note(&stack, &opts);
+    opts.tokens = tokens;
+    opts.oauth = oauth;
     let shutdown = CancellationToken::new();
 
     // Started before the servers, so that every state they report is printed.
@@ -76,7 +96,7 @@ pub(crate) async fn run(config_path: Option<&Path>, args: ServeArgs) -> anyhow::
             .with_graceful_shutdown(shutdown.clone().cancelled_owned())
             .into_future(),
     );
-    announce(&stack, bound, args.headless, authenticated);
+    announce(&stack, bound, args.headless, auth_note.as_deref());
 
     let failed = tokio::select! {
         stop = signals.recv() => {
@@ -168,8 +188,38 @@ fn resolve_listen(written: &str, from_flag: bool) -> anyhow::Result<SocketAddr> 
     }
 }
 
+/// How requests authenticate, for the start-up lines (`None`: they do not).
+fn auth_note(stack: &Stack, opts: &HttpOptions) -> Option<String> {
+    let single = opts.token.is_some();
+    let principals = opts.tokens.len();
+    let oauth = opts.oauth.as_ref().map(|o| o.settings().issuer.clone());
+    if !single && principals == 0 && oauth.is_none() {
+        return None;
+    }
+    if principals == 0 && oauth.is_none() {
+        return Some(format!(
+            "bearer token from ${} required",
+            stack::token_env(&stack.config)
+        ));
+    }
+    let mut ways = Vec::new();
+    if principals > 0 {
+        ways.push(format!(
+            "{principals} token principal{}",
+            if principals == 1 { "" } else { "s" }
+        ));
+    }
+    if single {
+        ways.push(format!("${}", stack::token_env(&stack.config)));
+    }
+    if let Some(issuer) = oauth {
+        ways.push(format!("OAuth access tokens of {issuer}"));
+    }
+    Some(format!("a bearer token is required ({})", ways.join(", ")))
+}
+
 /// Says on stderr where it listens and what it serves.
-fn announce(stack: &Stack, bound: SocketAddr, headless: bool, authenticated: bool) {
+fn announce(stack: &Stack, bound: SocketAddr, headless: bool, auth_note: Option<&str>) {
     let base = format!("http://{bound}");
     eprintln!(
         "toolwarden: config: {}",
@@ -179,14 +229,7 @@ fn announce(stack: &Stack, bound: SocketAddr, headless: bool, authenticated: boo
     eprintln!("toolwarden: dashboard at {base}/");
     eprintln!(
         "toolwarden: HTTP API at {base}/v1 (turns: POST {base}/v1/turns, events: {base}/v1/events, health: {base}/healthz, metrics: {base}/metrics){}",
-        if authenticated {
-            format!(
-                "; bearer token from ${} required",
-                stack::token_env(&stack.config)
-            )
-        } else {
-            String::new()
-        }
+        auth_note.map(|n| format!("; {n}")).unwrap_or_default()
     );
     eprintln!(
         "toolwarden: MCP gateway at {base}/mcp (Streamable HTTP; tools as {})",

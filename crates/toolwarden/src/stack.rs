@@ -9,8 +9,12 @@ use anyhow::Context as _;
 use futures::future::join_all;
 use toolwarden_core::{Config, ConfigOrigin, Engine, ToolOrigin};
 use toolwarden_exec::{ExecBackend, ExecConfigError, ExecSettings};
+use toolwarden_http::TokenPrincipal;
+use toolwarden_http::oauth::{JwksSource, OAuthSettings};
 use toolwarden_mcp::{McpServer, ReadyError};
-use toolwarden_protocol::{EventKind, ServerConfig, ServerStateKind};
+use toolwarden_protocol::{
+    AuthToken, DurationValue, EventKind, Principal, Scope, Scopes, ServerConfig, ServerStateKind,
+};
 use toolwarden_redis::{Options as RedisOptions, RedisShared};
 use toolwarden_store::{OpenError, Opened, StoreOptions};
 
@@ -492,6 +496,127 @@ fn line_of(src: &str, table: &str, key: &str) -> Option<usize> {
         }
     }
     None
+}
+
+/// The variable naming the principal of `toolwarden mcp` and `toolwarden call`.
+pub(crate) const PRINCIPAL_ENV: &str = "TOOLWARDEN_PRINCIPAL";
+
+/// Who runs `toolwarden mcp` or `toolwarden call` here: `--principal`, else
+/// `$TOOLWARDEN_PRINCIPAL`, else the OS user's name. It has the scopes of the `[[auth.tokens]]`
+/// entry of that name, else every scope (whoever runs toolwarden here could run the tools
+/// without it).
+pub(crate) fn cli_principal(config: &Config, flag: Option<&str>) -> anyhow::Result<Principal> {
+    let from_env = std::env::var(PRINCIPAL_ENV).ok().filter(|v| !v.is_empty());
+    let (name, from) = match (flag, from_env) {
+        (Some(name), _) => (name.to_owned(), "--principal"),
+        (None, Some(name)) => (name, PRINCIPAL_ENV),
+        (None, None) => (os_user(), "the OS user"),
+    };
+    if !toolwarden_core::config::principal_name_ok(&name) {
+        usage!(
+            "{from}: {name:?} is not a principal's name (1 to 128 characters without spaces or control characters)"
+        );
+    }
+    let scopes = config
+        .file
+        .auth
+        .tokens
+        .iter()
+        .find(|t| t.principal.as_deref() == Some(name.as_str()))
+        .and_then(|t| t.scopes.as_ref())
+        .map_or_else(Scopes::all, |names| {
+            names.iter().filter_map(|n| Scope::parse(n)).collect()
+        });
+    Ok(Principal::new(name, scopes))
+}
+
+/// The OS user's name (`local` when it has none).
+fn os_user() -> String {
+    nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+        .filter(|n| toolwarden_core::config::principal_name_ok(n))
+        .unwrap_or_else(|| toolwarden_protocol::LOCAL_PRINCIPAL.to_owned())
+}
+
+/// The scopes a `[[auth.tokens]]` entry grants: its `scopes`, else `call`.
+pub(crate) fn entry_scopes(entry: &AuthToken) -> Scopes {
+    match &entry.scopes {
+        Some(names) => names.iter().filter_map(|n| Scope::parse(n)).collect(),
+        None => [Scope::Call].into_iter().collect(),
+    }
+}
+
+/// The token principals of `[[auth.tokens]]`. A `token_env` whose variable is not set is an
+/// error: its principal could never be let in, and nothing else would say so.
+pub(crate) fn token_principals(config: &Config) -> anyhow::Result<Vec<TokenPrincipal>> {
+    let mut out = Vec::new();
+    for (i, entry) in config.file.auth.tokens.iter().enumerate() {
+        let name = entry.principal.clone().unwrap_or_default();
+        let principal = Principal::new(name, entry_scopes(entry));
+        match (&entry.token_sha256, &entry.token_env) {
+            (Some(hex), _) => match decode_hex(hex) {
+                Some(digest) => out.push(TokenPrincipal::from_digest(digest, principal)),
+                None => usage!("auth.tokens[{i}].token_sha256: expected 64 hex digits"),
+            },
+            (None, Some(var)) => match std::env::var(var).ok().filter(|t| !t.is_empty()) {
+                Some(token) => out.push(TokenPrincipal::new(&token, principal)),
+                None => usage!(
+                    "{}: auth.tokens[{i}].token_env: the variable {var} (principal {:?}'s token) is not set",
+                    describe_origin(config),
+                    &*principal.name
+                ),
+            },
+            (None, None) => usage!("auth.tokens[{i}]: needs token_sha256 or token_env"),
+        }
+    }
+    Ok(out)
+}
+
+/// 32 bytes from 64 hex digits.
+pub(crate) fn decode_hex(hex: &str) -> Option<[u8; 32]> {
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, pair) in hex.as_bytes().chunks(2).enumerate() {
+        let text = std::str::from_utf8(pair).ok()?;
+        out[i] = u8::from_str_radix(text, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// `[auth.oauth]`, resolved against the config file's directory and the listen address.
+pub(crate) fn oauth_settings(
+    config: &Config,
+    listen: &str,
+) -> anyhow::Result<Option<OAuthSettings>> {
+    let Some(oauth) = &config.file.auth.oauth else {
+        return Ok(None);
+    };
+    let jwks = match (&oauth.jwks_url, &oauth.jwks_file) {
+        (Some(url), _) => JwksSource::Url(url.clone()),
+        (None, Some(file)) => JwksSource::File(base_dir(config)?.join(file)),
+        (None, None) => usage!("[auth.oauth] needs jwks_url or jwks_file"),
+    };
+    Ok(Some(OAuthSettings {
+        issuer: oauth.issuer.clone().unwrap_or_default(),
+        audience: oauth.audience.clone().unwrap_or_default(),
+        jwks,
+        resource: oauth
+            .resource
+            .clone()
+            .unwrap_or_else(|| format!("http://{listen}/mcp")),
+        principal_claim: oauth
+            .principal_claim
+            .clone()
+            .unwrap_or_else(|| "sub".into()),
+        scopes_claim: oauth.scopes_claim.clone().unwrap_or_else(|| "scope".into()),
+        leeway: oauth
+            .leeway
+            .map_or(Duration::from_secs(60), DurationValue::duration),
+    }))
 }
 
 #[cfg(test)]

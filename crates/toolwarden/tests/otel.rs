@@ -217,6 +217,7 @@ async fn a_turn_under_a_clients_traceparent_exports_turn_call_and_attempt_spans(
         attr_str(turn, "gen_ai.conversation.id"),
         answer["session_id"].as_str()
     );
+    assert_eq!(attr_str(turn, "enduser.id"), Some("local"));
     assert_eq!(attr_str(turn, "toolwarden.turn.outcome"), Some("partial"));
     assert_eq!(turn.flags & 0x300, 0x300, "the client's span is remote");
 

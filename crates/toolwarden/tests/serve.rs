@@ -306,7 +306,7 @@ async fn a_non_loopback_listen_needs_a_token() {
     assert!(
         refused
             .stderr
-            .contains("refusing to listen on 0.0.0.0:0 without a token"),
+            .contains("refusing to listen on 0.0.0.0:0 without authentication"),
         "{}",
         refused.stderr
     );

@@ -8,6 +8,7 @@ mod util;
 
 mod api;
 mod audit;
+mod auth;
 mod availability;
 mod call;
 mod check;

@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use toolwarden_protocol::{CallState, LoopPolicy, SessionId};
+use toolwarden_protocol::{CallState, LoopPolicy, SessionKey};
 
 use crate::loop_detect::run_blocks;
 use crate::maps::CallDigest;
@@ -26,7 +26,7 @@ pub(super) async fn loop_blocks(
     if policy.block_after == 0 {
         return None;
     }
-    match shared.loop_run(&session.id).await {
+    match shared.loop_run(&session.key).await {
         Ok(run) => run.and_then(|r| run_blocks(policy, &r.call, r.count, call)),
         Err(()) => session.loops.blocks(policy, call),
     }
@@ -35,7 +35,7 @@ pub(super) async fn loop_blocks(
 /// A call's place in its session's gate across replicas; dropped, it leaves it.
 pub(super) struct GateHold<'a> {
     shared: &'a dyn SharedState,
-    session: &'a SessionId,
+    session: &'a SessionKey,
     place: GatePlace,
 }
 
@@ -70,7 +70,7 @@ pub(super) async fn pass_gate<'a>(
     };
     let hold = GateHold {
         shared,
-        session: &session.id,
+        session: &session.key,
         place,
     };
     let mut pause = ASK_FIRST;
@@ -79,7 +79,7 @@ pub(super) async fn pass_gate<'a>(
         let woken = session.gate.released_elsewhere.notified();
         tokio::pin!(woken);
         woken.as_mut().enable();
-        match shared.gate_enter(&session.id, place, ttl).await {
+        match shared.gate_enter(&session.key, place, ttl).await {
             GateAnswer::Pass => return Some(Some(hold)),
             GateAnswer::Unavailable => {
                 // The local gate already let the call through. A place taken by an earlier ask

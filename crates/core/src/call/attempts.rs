@@ -161,7 +161,8 @@ async fn one_attempt(
         tool: entry.backend_tool.clone(),
         input: input.clone(),
         meta: AttemptMeta {
-            session_id: turn.session.id.clone(),
+            principal: turn.session.key.principal.clone(),
+            session_id: turn.session.key.id.clone(),
             turn_id: turn.id.clone(),
             call_id: slot.call_id.clone(),
             attempt: n,

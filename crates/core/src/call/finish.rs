@@ -60,7 +60,8 @@ impl<'a> Finisher<'a> {
         runtime: Option<&'a Arc<ToolRuntime>>,
     ) -> Self {
         let scope = Arc::new(EventScope {
-            session_id: Some(turn.session.id.clone()),
+            principal: Some(turn.session.key.principal.clone()),
+            session_id: Some(turn.session.key.id.clone()),
             turn_id: Some(turn.id.clone()),
             call_id: Some(slot.call_id.clone()),
             tool: Some(slot.tool.clone()),
@@ -226,7 +227,7 @@ impl<'a> Finisher<'a> {
             Answer::Other => None,
         };
         let count = match shared
-            .loop_record(&session.id, &call.0, result, LOOP_RUN_TTL)
+            .loop_record(&session.key, &call.0, result, LOOP_RUN_TTL)
             .await
         {
             Some(n) => (policy.warn_after > 0 && n >= policy.warn_after).then_some(n),

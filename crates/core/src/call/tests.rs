@@ -7,9 +7,7 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
-use toolwarden_protocol::{
-    CancelReason, Event, SessionId, Status, StopHow, ToolCall, ToolSpec, TurnId,
-};
+use toolwarden_protocol::{CancelReason, Event, Status, StopHow, ToolCall, ToolSpec, TurnId};
 
 use crate::backend::{Attempt, AttemptEnd, Backend, BoxFuture, ToolOutput};
 use crate::cache::Cache;
@@ -70,7 +68,7 @@ fn kit() -> Kit {
     let registry = Registry::new(Arc::new(Config::builtin()), metrics);
     let root = Scope::root();
     let session = Arc::new(Session::new(
-        SessionId::from("s1"),
+        toolwarden_protocol::SessionKey::local("s1"),
         root.child(ScopeKind::Session),
     ));
     let scope = session.scope.child(ScopeKind::Turn);

@@ -5,8 +5,9 @@
 use std::time::Duration;
 
 use toolwarden_protocol::{
-    BackoffConfig, BreakerConfig, ConfigFile, DurationValue, LoopConfig, MCP_REVISIONS, Policy,
-    PolicyConfig, ServerConfig, SizeValue, format_duration,
+    BackoffConfig, BreakerConfig, ConfigFile, DEFAULT_PRINCIPAL, DurationValue, LOCAL_PRINCIPAL,
+    LoopConfig, MCP_REVISIONS, Policy, PolicyConfig, Scope, ServerConfig, SizeValue,
+    format_duration,
 };
 
 use super::diag::{
@@ -76,6 +77,7 @@ impl<'a> Checker<'a> {
         self.tool_keys(file);
         self.policies(file, timeout_from_env);
         self.top_level(file);
+        self.auth(file);
         match self
             .errors
             .iter()
@@ -560,6 +562,180 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// `[[auth.tokens]]` and `[auth.oauth]` (docs/AUTH.md): every entry names a principal and
+    /// exactly one source of its token, scopes are known names, and OAuth has what it checks
+    /// tokens against.
+    fn auth(&mut self, file: &ConfigFile) {
+        let mut digests: Vec<(&str, usize)> = Vec::new();
+        for (i, entry) in file.auth.tokens.iter().enumerate() {
+            let at = vec![
+                Seg::Key("auth".into()),
+                Seg::Key("tokens".into()),
+                Seg::Index(i),
+            ];
+            let key = |k: &str| {
+                let mut p = at.clone();
+                p.push(Seg::Key(k.into()));
+                p
+            };
+            match entry.principal.as_deref().map(str::trim) {
+                None | Some("") => self.fail(
+                    ConfigErrorKind::InvalidValue,
+                    &at,
+                    "a token entry needs principal = \"NAME\": the name its calls are recorded under"
+                        .to_owned(),
+                ),
+                Some(name) if name == LOCAL_PRINCIPAL || name == DEFAULT_PRINCIPAL => self.fail(
+                    ConfigErrorKind::InvalidValue,
+                    &key("principal"),
+                    format!(
+                        "{name:?} is reserved (\"local\" is loopback without authentication, \"default\" is the token of [http] token_env); choose another name"
+                    ),
+                ),
+                Some(name) if !principal_name_ok(name) => self.fail(
+                    ConfigErrorKind::InvalidValue,
+                    &key("principal"),
+                    format!(
+                        "{name:?}: a principal's name is 1 to 128 characters without spaces or control characters"
+                    ),
+                ),
+                Some(_) => {}
+            }
+            match (&entry.token_sha256, &entry.token_env) {
+                (None, None) => self.fail(
+                    ConfigErrorKind::InvalidValue,
+                    &at,
+                    "a token entry needs one of token_sha256 (the hex SHA-256 of the token: `printf %s TOKEN | sha256sum`) and token_env (the variable that holds the token)".to_owned(),
+                ),
+                (Some(_), Some(_)) => self.fail(
+                    ConfigErrorKind::InvalidValue,
+                    &key("token_env"),
+                    "set one of token_sha256 and token_env, not both".to_owned(),
+                ),
+                (Some(hex), None) => {
+                    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                        self.fail(
+                            ConfigErrorKind::InvalidValue,
+                            &key("token_sha256"),
+                            format!(
+                                "expected 64 hex digits (the SHA-256 of the token: `printf %s TOKEN | sha256sum`), got {} characters",
+                                hex.len()
+                            ),
+                        );
+                    } else if let Some((_, first)) =
+                        digests.iter().find(|(d, _)| d.eq_ignore_ascii_case(hex))
+                    {
+                        self.fail(
+                            ConfigErrorKind::InvalidValue,
+                            &key("token_sha256"),
+                            format!(
+                                "the same token as auth.tokens[{first}]: each token names one principal"
+                            ),
+                        );
+                    } else {
+                        digests.push((hex.as_str(), i));
+                    }
+                }
+                (None, Some(var)) => {
+                    if var.is_empty() || var.contains(['=', '\0']) {
+                        self.fail(
+                            ConfigErrorKind::InvalidValue,
+                            &key("token_env"),
+                            format!("{var:?} is not an environment variable's name"),
+                        );
+                    }
+                }
+            }
+            for (j, scope) in entry.scopes.iter().flatten().enumerate() {
+                if Scope::parse(scope).is_none() {
+                    let mut p = key("scopes");
+                    p.push(Seg::Index(j));
+                    let names = Scope::ALL.map(Scope::as_str);
+                    let hint = match closest(scope, names.into_iter()) {
+                        Some(near) => format!("; did you mean {near:?}?"),
+                        None => String::new(),
+                    };
+                    self.fail(
+                        ConfigErrorKind::InvalidValue,
+                        &p,
+                        format!(
+                            "unknown scope {scope:?}: expected {}{hint}",
+                            names.join(", ")
+                        ),
+                    );
+                }
+            }
+        }
+        let Some(oauth) = &file.auth.oauth else {
+            return;
+        };
+        let at = |k: &str| path(&["auth", "oauth", k]);
+        for (key, value, what) in [
+            (
+                "issuer",
+                &oauth.issuer,
+                "the authorization server's issuer URL, as tokens carry it in iss",
+            ),
+            (
+                "audience",
+                &oauth.audience,
+                "what tokens for this server carry in aud (often this server's URL)",
+            ),
+        ] {
+            if value.as_deref().is_none_or(|v| v.trim().is_empty()) {
+                self.fail(
+                    ConfigErrorKind::InvalidValue,
+                    &at(key),
+                    format!("[auth.oauth] needs {key}: {what}"),
+                );
+            }
+        }
+        match (&oauth.jwks_url, &oauth.jwks_file) {
+            (None, None) => self.fail(
+                ConfigErrorKind::InvalidValue,
+                &path(&["auth", "oauth"]),
+                "[auth.oauth] needs jwks_url (where the issuer publishes its signing keys) or jwks_file".to_owned(),
+            ),
+            (Some(_), Some(_)) => self.fail(
+                ConfigErrorKind::InvalidValue,
+                &at("jwks_file"),
+                "set one of jwks_url and jwks_file, not both".to_owned(),
+            ),
+            (Some(url), None) if !is_http_url(url) => self.fail(
+                ConfigErrorKind::InvalidValue,
+                &at("jwks_url"),
+                format!("{url:?} is not an http:// or https:// URL"),
+            ),
+            _ => {}
+        }
+        if let Some(resource) = &oauth.resource
+            && !is_http_url(resource)
+        {
+            self.fail(
+                ConfigErrorKind::InvalidValue,
+                &at("resource"),
+                format!(
+                    "{resource:?} is not an http:// or https:// URL; write this server's public URL, e.g. \"https://tools.example.com/mcp\""
+                ),
+            );
+        }
+        for (key, value) in [
+            ("principal_claim", &oauth.principal_claim),
+            ("scopes_claim", &oauth.scopes_claim),
+        ] {
+            if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
+                self.fail(
+                    ConfigErrorKind::InvalidValue,
+                    &at(key),
+                    format!("{key} must name a claim"),
+                );
+            }
+        }
+        if let Some(v) = oauth.leeway {
+            self.duration(&at("leeway"), v);
+        }
+    }
+
     /// A negative duration is an error: read as `0` it would turn a limit off (most durations'
     /// `0` means "no limit"), which a typo must never do.
     fn duration(&mut self, at: &[Seg], v: DurationValue) {
@@ -601,4 +777,15 @@ pub(crate) fn negative_duration(v: DurationValue) -> String {
         "negative duration -{}: a duration cannot be negative (read as 0 it could turn a limit off); write a positive duration such as \"30s\"",
         format_duration(Duration::from_millis(v.0.unsigned_abs()))
     )
+}
+
+/// Whether `name` may be a principal's name: 1 to 128 characters, no whitespace or control
+/// characters.
+pub fn principal_name_ok(name: &str) -> bool {
+    (1..=128).contains(&name.chars().count())
+        && !name.chars().any(|c| c.is_whitespace() || c.is_control())
+}
+
+fn is_http_url(url: &str) -> bool {
+    matches!(url.split_once("://"), Some(("http" | "https", rest)) if !rest.is_empty())
 }

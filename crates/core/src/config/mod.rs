@@ -29,6 +29,7 @@ use toolwarden_protocol::{
     ConfigFile, DurationValue, Policy, PolicyConfig, ToolAnnotations, parse_duration,
 };
 
+pub use check::principal_name_ok;
 pub use diag::{ConfigDiagnostic, ConfigError, ConfigErrorKind};
 pub use names::{
     CONFIG_ENV, DEFAULT_FILE, DEFAULT_INTERACTION_CEILING, EXEC_TOOL, TOOL_TIMEOUT_ENV,

@@ -70,6 +70,7 @@ impl BackendHost for Host {
             return;
         };
         let scope = Arc::new(EventScope {
+            principal: Some(meta.principal.clone()),
             session_id: Some(meta.session_id.clone()),
             turn_id: Some(meta.turn_id.clone()),
             call_id: Some(meta.call_id.clone()),

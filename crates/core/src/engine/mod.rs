@@ -13,8 +13,8 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use toolwarden_protocol::{
     ActiveTurn, BreakerInfo, BreakerStateKind, CallId, CallResult, CancelReason, Content, Outcome,
-    Policy, ServerNotUp, ServerStateKind, SessionId, SessionStatus, Status, ToolCall, ToolInfo,
-    ToolSpec, TurnId,
+    Policy, ServerNotUp, ServerStateKind, SessionId, SessionKey, SessionStatus, Status, ToolCall,
+    ToolInfo, ToolSpec, TurnId,
 };
 
 use crate::backend::{Backend, BackendHost};
@@ -300,7 +300,7 @@ impl Engine {
             &self.inner.servers,
             req,
         )?;
-        let (turn_id, session_id) = (turn.id().clone(), turn.base.session.id.clone());
+        let (turn_id, session_id) = (turn.id().clone(), turn.base.session.key.id.clone());
         let (results, rendered) = drive_turn(self.inner.turns.clone(), turn, jobs).await;
         Ok(TurnOutput {
             turn_id,
@@ -317,7 +317,7 @@ impl Engine {
         let (turn, jobs) = prepare(rt, &self.inner.registry, &self.inner.servers, req)?;
         let handle = TurnHandle::new(
             turn.id().clone(),
-            turn.base.session.id.clone(),
+            turn.base.session.key.id.clone(),
             turn.base.stream_completions(),
             {
                 let (tx, rx) = tokio::sync::oneshot::channel();
@@ -349,8 +349,8 @@ impl Engine {
     }
 
     /// Cancels every running call of a session (e.g. its MCP client went away).
-    pub fn end_session(&self, session_id: &SessionId, reason: CancelReason) {
-        self.inner.turns.end_session(session_id, reason);
+    pub fn end_session(&self, session: &SessionKey, reason: CancelReason) {
+        self.inner.turns.end_session(session, reason);
     }
 
     /// Running turns, oldest first.
@@ -359,11 +359,11 @@ impl Engine {
     }
 
     /// How a session's calls are doing; `None` for an unknown session.
-    pub fn session_status(&self, session_id: &SessionId) -> Option<SessionStatus> {
+    pub fn session_status(&self, session: &SessionKey) -> Option<SessionStatus> {
         let mut status = self
             .inner
             .turns
-            .session_status(session_id, self.open_breakers())?;
+            .session_status(session, self.open_breakers())?;
         status.servers_not_up = self.servers_not_up();
         Some(status)
     }

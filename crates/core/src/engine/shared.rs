@@ -4,10 +4,14 @@
 
 use tokio::sync::broadcast;
 use tokio::time::Instant;
-use toolwarden_protocol::{CallId, CancelReason, SessionId, TurnId};
+use toolwarden_protocol::{CallId, CancelReason, SessionKey, TurnId};
 
-use crate::shared::{AbortRequest, BreakerChange, RemoteEvent, ReplicaTurns, SharedHealth};
-use crate::turn::NotFound;
+use std::sync::Arc;
+
+use crate::shared::{
+    AbortAnswer, AbortRequest, BreakerChange, RemoteEvent, ReplicaTurns, SharedHealth,
+};
+use crate::turn::{AbortError, NotFound};
 
 use super::Engine;
 
@@ -26,42 +30,57 @@ impl Engine {
         }
     }
 
-    /// Carries out an abort here; `true` when this replica runs the turn (and the call).
-    pub fn abort_here(&self, abort: &AbortRequest) -> bool {
-        match &abort.call_id {
+    /// Carries out an abort here: `Done` when this replica runs the turn (and the call) and it
+    /// may be aborted by the asker.
+    pub fn abort_here(&self, abort: &AbortRequest) -> AbortAnswer {
+        if let Some(only) = &abort.only_of {
+            match self.inner.turns.turn_principal(&abort.turn_id) {
+                None => return AbortAnswer::NotFound,
+                Some(owner) if owner != *only => return AbortAnswer::NotYours,
+                Some(_) => {}
+            }
+        }
+        let done = match &abort.call_id {
             None => self.abort_turn(&abort.turn_id, abort.reason).is_ok(),
             Some(call) => self.abort_call(&abort.turn_id, call, abort.reason).is_ok(),
+        };
+        if done {
+            AbortAnswer::Done
+        } else {
+            AbortAnswer::NotFound
         }
     }
 
     /// Aborts a turn (or one of its calls) wherever it runs: here if this replica runs it, else
-    /// on the replica that does, asked through the shared state. `NotFound` when no replica runs
-    /// it.
+    /// on the replica that does, asked through the shared state. With `only_of`, only a turn of
+    /// that principal is aborted (`NotYours` for another's).
     pub async fn abort_anywhere(
         &self,
         turn_id: &TurnId,
         call_id: Option<&CallId>,
         reason: CancelReason,
-    ) -> Result<(), NotFound> {
-        let local = match call_id {
-            None => self.abort_turn(turn_id, reason),
-            Some(call) => self.abort_call(turn_id, call, reason),
-        };
-        let Err(not_found) = local else {
-            return Ok(());
-        };
-        let Some(shared) = self.inner.turns.env.shared.clone() else {
-            return Err(not_found);
-        };
+        only_of: Option<&str>,
+    ) -> Result<(), AbortError> {
         let abort = AbortRequest {
             turn_id: turn_id.clone(),
             call_id: call_id.cloned(),
             reason,
+            only_of: only_of.map(Arc::from),
         };
-        if shared.abort_elsewhere(abort).await {
-            Ok(())
-        } else {
-            Err(not_found)
+        let answer = match self.abort_here(&abort) {
+            AbortAnswer::NotFound => match self.inner.turns.env.shared.clone() {
+                Some(shared) => shared.abort_elsewhere(abort).await,
+                None => AbortAnswer::NotFound,
+            },
+            here => here,
+        };
+        match answer {
+            AbortAnswer::Done => Ok(()),
+            AbortAnswer::NotYours => Err(AbortError::NotYours(turn_id.clone())),
+            AbortAnswer::NotFound => Err(AbortError::NotFound(NotFound(match call_id {
+                None => format!("turn {turn_id}"),
+                Some(call) => format!("call {call} of turn {turn_id}"),
+            }))),
         }
     }
 
@@ -83,7 +102,7 @@ impl Engine {
 
     /// A call of `session` left its place in the session's gate on another replica: this
     /// replica's calls waiting for that gate ask again.
-    pub fn gate_released_elsewhere(&self, session: &SessionId) {
+    pub fn gate_released_elsewhere(&self, session: &SessionKey) {
         if let Some(s) = self.inner.turns.known_session(session) {
             s.gate.released_elsewhere.notify_waiters();
         }

@@ -18,5 +18,5 @@ pub(crate) use drive::drive_turn;
 pub use handle::TurnHandle;
 pub(crate) use prepare::prepare;
 pub use request::{ResultRenderer, TurnError, TurnOutput, TurnRequest};
-pub use runtime::NotFound;
 pub(crate) use runtime::TurnRuntime;
+pub use runtime::{AbortError, NotFound};

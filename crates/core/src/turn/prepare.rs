@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::time::Instant;
-use toolwarden_protocol::{Concurrency, SessionId, TurnId};
+use toolwarden_protocol::{Concurrency, SessionId, SessionKey, TurnId};
 
 use crate::availability::PendingTool;
 use crate::call::{CallJob, CallSlot, CallTurn, Target};
@@ -40,15 +40,23 @@ pub(crate) fn prepare(
             return Err(TurnError::DuplicateCallId(call.id.clone()));
         }
     }
-    let parent = req.parent_turn_id.as_ref().and_then(|p| rt.turn(p));
+    // A parent turn is one of the same principal's: another's is unknown here.
+    let parent = req
+        .parent_turn_id
+        .as_ref()
+        .and_then(|p| rt.turn(p))
+        .filter(|p| p.base.session.key.principal == req.principal.name);
     let named = req
         .session_id
-        .or_else(|| parent.as_ref().map(|p| p.base.session.id.clone()));
+        .or_else(|| parent.as_ref().map(|p| p.base.session.key.id.clone()));
     // A turn that names no session gets one of its own, forgotten when the turn ends: nobody
     // can refer to it again, so nothing should pile up.
     let ephemeral = named.is_none();
     let session_id = named.unwrap_or_else(|| SessionId::new(new_id("s_")));
-    let session = rt.session(session_id);
+    let session = rt.session(SessionKey {
+        principal: req.principal.name.clone(),
+        id: session_id,
+    });
     if ephemeral {
         session.ephemeral.store(true, Ordering::Relaxed);
     }
@@ -133,7 +141,8 @@ pub(crate) fn prepare(
         scope,
         started_at,
         scope_ids: Arc::new(EventScope {
-            session_id: Some(session.id.clone()),
+            principal: Some(session.key.principal.clone()),
+            session_id: Some(session.key.id.clone()),
             turn_id: Some(turn_id.clone()),
             call_id: None,
             tool: None,

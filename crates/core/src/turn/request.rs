@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use serde_json::Value;
-use toolwarden_protocol::{CallId, CallResult, SessionId, ToolCall, TraceParent, TurnId};
+use toolwarden_protocol::{
+    CallId, CallResult, Principal, SessionId, ToolCall, TraceParent, TurnId,
+};
 
 use crate::call::CallProgress;
 
@@ -14,6 +16,8 @@ pub type ResultRenderer = Arc<dyn Fn(&ToolCall, &CallResult) -> Value + Send + S
 /// A turn to run.
 #[derive(Clone, Default)]
 pub struct TurnRequest {
+    /// Who makes the turn (default `local`, with every scope). Its session ids are its own.
+    pub principal: Principal,
     /// The session; a new one when absent (or the parent turn's, for a child turn).
     pub session_id: Option<SessionId>,
     /// The turn this one is a sub-agent of: aborting it aborts this one.
@@ -34,6 +38,7 @@ pub struct TurnRequest {
 impl std::fmt::Debug for TurnRequest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TurnRequest")
+            .field("principal", &self.principal.name)
             .field("session_id", &self.session_id)
             .field("parent_turn_id", &self.parent_turn_id)
             .field("turn_id", &self.turn_id)

@@ -8,7 +8,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 use toolwarden_protocol::{
-    ActiveTurn, BreakerInfo, CallId, CallState, CancelReason, EventKind, RunningCall, SessionId,
+    ActiveTurn, BreakerInfo, CallId, CallState, CancelReason, EventKind, RunningCall, SessionKey,
     SessionStatus, TurnId,
 };
 
@@ -30,13 +30,24 @@ const SESSION_SWEEP_AT: usize = 1024;
 #[error("{0} is not running (finished or unknown)")]
 pub struct NotFound(pub String);
 
+/// Why an abort was not carried out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AbortError {
+    /// No replica runs it.
+    #[error(transparent)]
+    NotFound(#[from] NotFound),
+    /// It runs, but is another principal's, and the asker may abort only its own.
+    #[error("turn {0} is another principal's")]
+    NotYours(TurnId),
+}
+
 /// The running turns and their sessions, and what their calls borrow.
 pub(crate) struct TurnRuntime {
     pub(crate) env: CallEnv,
     pub(crate) metrics: Arc<Metrics>,
     /// The root of the cancellation tree (shutdown cancels it).
     pub(crate) root: Scope,
-    sessions: Mutex<FastMap<SessionId, Arc<Session>>>,
+    sessions: Mutex<FastMap<SessionKey, Arc<Session>>>,
     turns: Mutex<FastMap<TurnId, Arc<TurnState>>>,
 }
 
@@ -51,10 +62,10 @@ impl TurnRuntime {
         }
     }
 
-    /// The session `id`, made now if it is new.
-    pub(crate) fn session(&self, id: SessionId) -> Arc<Session> {
+    /// The session `key`, made now if it is new.
+    pub(crate) fn session(&self, key: SessionKey) -> Arc<Session> {
         let mut sessions = self.sessions.lock();
-        if let Some(s) = sessions.get(&id) {
+        if let Some(s) = sessions.get(&key) {
             return s.clone();
         }
         if sessions.len() >= SESSION_SWEEP_AT {
@@ -64,21 +75,29 @@ impl TurnRuntime {
             }
         }
         let s = Arc::new(Session::new(
-            id.clone(),
+            key.clone(),
             self.root.child(ScopeKind::Session),
         ));
-        sessions.insert(id, s.clone());
+        sessions.insert(key, s.clone());
         s
     }
 
-    /// The session `id` if this replica knows it.
-    pub(crate) fn known_session(&self, id: &SessionId) -> Option<Arc<Session>> {
-        self.sessions.lock().get(id).cloned()
+    /// The session `key` if this replica knows it.
+    pub(crate) fn known_session(&self, key: &SessionKey) -> Option<Arc<Session>> {
+        self.sessions.lock().get(key).cloned()
     }
 
     /// A running turn.
     pub(crate) fn turn(&self, id: &TurnId) -> Option<Arc<TurnState>> {
         self.turns.lock().get(id).cloned()
+    }
+
+    /// Who made a running turn.
+    pub(crate) fn turn_principal(&self, id: &TurnId) -> Option<Arc<str>> {
+        self.turns
+            .lock()
+            .get(id)
+            .map(|t| t.base.session.key.principal.clone())
     }
 
     /// Registers a turn (it can be aborted from now on); `false` if its id is running already.
@@ -99,7 +118,7 @@ impl TurnRuntime {
             if session.ephemeral.load(Ordering::Relaxed)
                 && session.active_turns.load(Ordering::Relaxed) == 0
             {
-                self.sessions.lock().remove(&session.id);
+                self.sessions.lock().remove(&session.key);
             }
         }
     }
@@ -144,8 +163,8 @@ impl TurnRuntime {
     }
 
     /// Cancels every running call of a session and forgets it.
-    pub(crate) fn end_session(&self, session_id: &SessionId, reason: CancelReason) {
-        if let Some(session) = self.sessions.lock().remove(session_id) {
+    pub(crate) fn end_session(&self, key: &SessionKey, reason: CancelReason) {
+        if let Some(session) = self.sessions.lock().remove(key) {
             session.scope.cancel(reason);
         }
     }
@@ -165,14 +184,14 @@ impl TurnRuntime {
     /// How a session's calls are doing; `None` for an unknown session.
     pub(crate) fn session_status(
         &self,
-        session_id: &SessionId,
+        key: &SessionKey,
         open_breakers: Vec<BreakerInfo>,
     ) -> Option<SessionStatus> {
-        let session = self.sessions.lock().get(session_id).cloned()?;
+        let session = self.sessions.lock().get(key).cloned()?;
         let running = self
             .active()
             .into_iter()
-            .filter(|t| &t.session_id == session_id)
+            .filter(|t| t.session_id == key.id && *t.principal == *key.principal)
             .flat_map(|t| {
                 let turn_id = t.turn_id.clone();
                 t.calls
@@ -186,7 +205,7 @@ impl TurnRuntime {
             .collect();
         let h = session.history.lock();
         Some(SessionStatus {
-            session_id: session_id.clone(),
+            session_id: key.id.clone(),
             running,
             counts: h
                 .counts

@@ -65,7 +65,8 @@ impl TurnState {
         let now = Instant::now();
         ActiveTurn {
             turn_id: self.base.id.clone(),
-            session_id: self.base.session.id.clone(),
+            principal: self.base.session.key.principal.clone(),
+            session_id: self.base.session.key.id.clone(),
             parent_turn_id: self.parent.clone(),
             started_at: self.started_at,
             calls: self

@@ -535,10 +535,14 @@ pub fn of_type<'a>(events: &'a [Arc<Event>], ty: &str) -> Vec<&'a Arc<Event>> {
 }
 
 /// An event as JSON without what differs from run to run or is checked elsewhere: `seq`, `ts`,
-/// `session_id`. Turn ids are the harness's (`t1`, ...), so they stay.
+/// `session_id`, and `principal` (the harness's turns are `local`'s: checked here). Turn ids are
+/// the harness's (`t1`, ...), so they stay.
 pub fn shape(event: &Event) -> Value {
     let mut v = serde_json::to_value(event).unwrap();
     let obj = v.as_object_mut().unwrap();
+    if let Some(principal) = obj.remove("principal") {
+        assert_eq!(principal, "local", "{event:?}");
+    }
     obj.remove("seq");
     obj.remove("ts");
     obj.remove("session_id");

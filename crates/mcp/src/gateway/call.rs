@@ -22,7 +22,9 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use toolwarden_core::{CallProgress, Engine, TurnRequest};
-use toolwarden_protocol::{CallId, CancelReason, ProgressInfo, ToolCall, TraceParent, TurnId};
+use toolwarden_protocol::{
+    CallId, CancelReason, Principal, ProgressInfo, Scope, ToolCall, TraceParent, TurnId,
+};
 
 use super::channel::ClientChannel;
 use super::options::STATUS_TOOL;
@@ -113,6 +115,21 @@ pub(crate) fn trace_from_header(headers: &http::HeaderMap, meta: &mut RequestMet
     }
 }
 
+/// The JSON-RPC error of a request its principal lacks a scope for (HTTP answers 403).
+pub(crate) fn forbidden(principal: &Principal, scope: Scope, to: &str) -> ErrorData {
+    ErrorData::new(
+        FORBIDDEN,
+        format!(
+            "forbidden: principal {:?} lacks scope `{scope}`, which it needs to {to}",
+            principal.name
+        ),
+        Some(serde_json::json!({"toolwarden/missing_scope": scope.as_str()})),
+    )
+}
+
+/// The JSON-RPC error code of a request its principal lacks a scope for.
+pub(crate) const FORBIDDEN: rmcp::model::ErrorCode = rmcp::model::ErrorCode(-32003);
+
 /// Runs one `tools/call` to its result.
 pub(crate) async fn call_tool(
     gw: &Arc<GatewayState>,
@@ -120,8 +137,11 @@ pub(crate) async fn call_tool(
     params: CallToolRequestParams,
     ctx: CallContext,
 ) -> Result<CallToolResult, ErrorData> {
+    if !session.principal.may(Scope::Call) {
+        return Err(forbidden(&session.principal, Scope::Call, "call tools"));
+    }
     if params.name == STATUS_TOOL {
-        return Ok(status::result(&gw.engine, &session.id));
+        return Ok(status::result(&gw.engine, &session.key()));
     }
     if session.is_ended() {
         return Err(ErrorData::internal_error("the MCP session has ended", None));
@@ -146,6 +166,7 @@ pub(crate) async fn call_tool(
         _ => Engine::new_turn_id(),
     };
     let request = TurnRequest {
+        principal: session.principal.clone(),
         session_id: Some(session.id.clone()),
         turn_id: Some(turn_id.clone()),
         calls: vec![call],

@@ -23,7 +23,9 @@ use rmcp::model::{ClientResult, ElicitRequest, ElicitResult, ElicitationAction, 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use toolwarden_core::{AnswerSender, Interactor};
-use toolwarden_protocol::{Interaction, InteractionAnswer, InteractionKind, SessionId};
+use toolwarden_protocol::{
+    EventScope, Interaction, InteractionAnswer, InteractionKind, Scope, SessionId,
+};
 
 use super::options::ELICITATION_INTERACTOR;
 use super::state::GatewayState;
@@ -40,7 +42,8 @@ pub(crate) struct Elicitations {
 
 /// An elicitation in flight.
 struct Pending {
-    session: Option<SessionId>,
+    /// The call's principal and session.
+    session: (Option<String>, Option<SessionId>),
     call: Option<String>,
     cancel: CancellationToken,
 }
@@ -56,7 +59,10 @@ impl Elicitations {
         pending.insert(
             interaction.id.to_string(),
             Pending {
-                session: interaction.session_id.clone(),
+                session: (
+                    interaction.principal.clone(),
+                    interaction.session_id.clone(),
+                ),
                 call: interaction.call_id.as_ref().map(|c| c.to_string()),
                 cancel,
             },
@@ -80,10 +86,12 @@ impl Elicitations {
     }
 
     /// A call ended: withdraw the elicitations of its approvals.
-    pub(crate) fn withdraw_of_call(&self, session: Option<&SessionId>, call: &str) {
+    pub(crate) fn withdraw_of_call(&self, scope: &EventScope, call: &str) {
         let mut pending = self.pending.lock();
         pending.retain(|_, p| {
-            let of_call = p.call.as_deref() == Some(call) && p.session.as_ref() == session;
+            let of_call = p.call.as_deref() == Some(call)
+                && p.session.1 == scope.session_id
+                && p.session.0.as_deref() == scope.principal.as_deref();
             if of_call {
                 p.cancel.cancel();
             }
@@ -123,11 +131,11 @@ impl Interactor for ElicitationInteractor {
         let Some(gw) = self.gateway.upgrade() else {
             return false;
         };
-        interaction
-            .session_id
-            .as_ref()
-            .and_then(|id| gw.session(id))
-            .is_some_and(|s| !s.is_ended() && s.supports_form_elicitation())
+        // The client answers for its own calls only if its principal may answer approvals:
+        // an agent's token without `approve` must not approve its own calls.
+        gw.session_of_interaction(interaction).is_some_and(|s| {
+            !s.is_ended() && s.principal.may(Scope::Approve) && s.supports_form_elicitation()
+        })
     }
 
     fn present(&self, interaction: &Interaction, answers: AnswerSender) {
@@ -154,12 +162,9 @@ async fn ask(
     answers: AnswerSender,
     cancel: CancellationToken,
 ) {
-    let session = gateway.upgrade().and_then(|gw| {
-        interaction
-            .session_id
-            .as_ref()
-            .and_then(|id| gw.session(id))
-    });
+    let session = gateway
+        .upgrade()
+        .and_then(|gw| gw.session_of_interaction(&interaction));
     let Some(session) = session else {
         elicitations.forget(&interaction);
         return;

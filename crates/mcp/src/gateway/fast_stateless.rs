@@ -21,6 +21,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
+use toolwarden_protocol::Principal;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -68,6 +69,7 @@ pub(crate) fn candidate(headers: &HeaderMap) -> bool {
 pub(crate) async fn serve(
     gw: &Arc<GatewayState>,
     fast: &FastPath,
+    principal: &Principal,
     headers: &HeaderMap,
     body: &Bytes,
 ) -> Option<Response<BoxBody>> {
@@ -105,7 +107,7 @@ pub(crate) async fn serve(
         Some(name) => toolwarden_protocol::SessionId::new(name),
         None => identity_session(headers, client_name.as_deref()),
     };
-    let session = gw.stateless_session(session_id, &fast.shutdown);
+    let session = gw.stateless_session(principal, session_id, &fast.shutdown);
     session.declare(capabilities);
     session.touch();
     trace_from_header(headers, &mut meta);

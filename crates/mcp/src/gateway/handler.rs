@@ -71,10 +71,13 @@ impl GatewayConnection {
         }
     }
 
-    /// The connection's own session (made now if it was not yet).
+    /// The connection's own session (made now if it was not yet: the configured principal's,
+    /// unless `initialize` made it for the principal of its HTTP request).
     pub(crate) fn session(&self) -> &Arc<ClientSession> {
-        self.own
-            .get_or_init(|| self.gateway.new_session(self.shutdown.clone()))
+        self.own.get_or_init(|| {
+            let principal = self.gateway.opts.principal.clone();
+            self.gateway.new_session(principal, self.shutdown.clone())
+        })
     }
 
     /// The session a request belongs to, touched, with the capabilities a stateless request
@@ -93,12 +96,15 @@ impl GatewayConnection {
             };
         }
         let parts = context.extensions.get::<http::request::Parts>();
+        let principal = self.gateway.principal_of(parts);
         let named = named_session(&context.meta);
         let (session, door) = match (named, parts) {
             (Some(name), _) => {
-                let session = self
-                    .gateway
-                    .stateless_session(SessionId::new(name), &self.shutdown);
+                let session = self.gateway.stateless_session(
+                    &principal,
+                    SessionId::new(name),
+                    &self.shutdown,
+                );
                 let door = match parts {
                     Some(_) => Door::Stream(self.shutdown.clone()),
                     None => Door::Joined(self.session().clone()),
@@ -108,7 +114,9 @@ impl GatewayConnection {
             (None, Some(parts)) => {
                 let client = context.meta.client_info();
                 let id = identity_session(&parts.headers, client.as_ref().map(|c| c.name.as_str()));
-                let session = self.gateway.stateless_session(id, &self.shutdown);
+                let session = self
+                    .gateway
+                    .stateless_session(&principal, id, &self.shutdown);
                 (session, Door::Stream(self.shutdown.clone()))
             }
             (None, None) => {
@@ -214,7 +222,13 @@ impl ServerHandler for GatewayConnection {
             .extensions
             .get::<HttpSessionTag>()
             .map(|t| t.0.clone());
-        let session = self.session();
+        // The session is its `initialize`'s principal's: every later request of it must be too.
+        let principal = self
+            .gateway
+            .principal_of(context.extensions.get::<http::request::Parts>());
+        let session = self
+            .own
+            .get_or_init(|| self.gateway.new_session(principal, self.shutdown.clone()));
         session.initialized(context.peer.clone(), request.capabilities.clone(), http);
         self.gateway.register(session);
         tracing::debug!(session = %session.id, client = %request.client_info.name,
@@ -385,8 +399,8 @@ impl ServerHandler for GatewayConnection {
         request: GetTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
-        self.session_of(&context);
-        tasks::get(&self.gateway, &request.task_id).await
+        let session = self.session_of(&context).session;
+        tasks::get(&self.gateway, &session.principal.name, &request.task_id).await
     }
 
     async fn update_task(
@@ -394,8 +408,15 @@ impl ServerHandler for GatewayConnection {
         request: UpdateTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.session_of(&context);
-        tasks::update(&self.gateway, &request.task_id, request.input_responses).await
+        let session = self.session_of(&context).session;
+        let who = &session.principal.name;
+        tasks::update(
+            &self.gateway,
+            who,
+            &request.task_id,
+            request.input_responses,
+        )
+        .await
     }
 
     async fn cancel_task(
@@ -403,8 +424,8 @@ impl ServerHandler for GatewayConnection {
         request: CancelTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.session_of(&context);
-        tasks::cancel(&self.gateway, &request.task_id).await
+        let session = self.session_of(&context).session;
+        tasks::cancel(&self.gateway, &session.principal.name, &request.task_id).await
     }
 
     fn accepted_subscription_filter(

@@ -285,7 +285,7 @@ async fn call(
     mut meta: RequestMetaObject,
     shutdown: CancellationToken,
 ) -> Result<(Value, Option<String>), ErrorData> {
-    let Some(mut plan) = tasks::plan(gw, &params.name, true, &session.id, id.to_string()) else {
+    let Some(mut plan) = tasks::plan(gw, &params.name, true, &session.key(), id.to_string()) else {
         return Err(ErrorData::new(
             ErrorCode::METHOD_NOT_FOUND,
             format!(
@@ -397,9 +397,9 @@ fn task_id(params: &Value) -> Result<&str, ErrorData> {
 /// `tasks/result`: waits until the task has ended, then answers what its call answered — its
 /// `CallToolResult` (also a governed failure, with `isError: true`), or the JSON-RPC error of a
 /// failed task — with the task named in `_meta`.
-async fn result(gw: &GatewayState, task_id: &str) -> Result<Value, ErrorData> {
+async fn result(gw: &GatewayState, who: &str, task_id: &str) -> Result<Value, ErrorData> {
     loop {
-        let got = tasks::get(gw, task_id).await?;
+        let got = tasks::get(gw, who, task_id).await?;
         let poll = got.task.task.poll_interval_ms.unwrap_or(1000);
         let related = |mut value: Value| {
             if let Some(map) = value.as_object_mut() {
@@ -444,19 +444,20 @@ async fn result(gw: &GatewayState, task_id: &str) -> Result<Value, ErrorData> {
 
 /// `tasks/cancel`: cancels the task's call (`cancelled{user}`) through the cancellation tree,
 /// waits (up to 5 s) for it to stop, and answers the task as it is then.
-async fn cancel(gw: &GatewayState, task_id: &str) -> Result<Value, ErrorData> {
-    tasks::cancel(gw, task_id).await?;
+async fn cancel(gw: &GatewayState, who: &str, task_id: &str) -> Result<Value, ErrorData> {
+    tasks::cancel(gw, who, task_id).await?;
     if let Some(live) = gw.task_board.get(task_id) {
         let _ = tokio::time::timeout(CANCEL_WAIT, live.done()).await;
     }
-    Ok(task_json(&tasks::get(gw, task_id).await?.task.task))
+    Ok(task_json(&tasks::get(gw, who, task_id).await?.task.task))
 }
 
 /// `tasks/list`: the session's own tasks the gateway holds, oldest first, in one page.
 async fn list(gw: &GatewayState, session: &ClientSession) -> Result<Value, ErrorData> {
     let mut listed = Vec::new();
-    for task in gw.task_board.of_session(&session.id) {
-        if let Ok(got) = tasks::get(gw, &task.record.task_id).await {
+    let who = &session.principal.name;
+    for task in gw.task_board.of_session(&session.key()) {
+        if let Ok(got) = tasks::get(gw, who, &task.record.task_id).await {
             listed.push(task_json(&got.task.task));
         }
     }
@@ -470,10 +471,11 @@ async fn dispatch(
     method: &str,
     params: &Value,
 ) -> Result<Value, ErrorData> {
+    let who = &session.principal.name;
     match method {
-        "tasks/get" => Ok(got_json(&tasks::get(gw, task_id(params)?).await?)),
-        "tasks/result" => result(gw, task_id(params)?).await,
-        "tasks/cancel" => cancel(gw, task_id(params)?).await,
+        "tasks/get" => Ok(got_json(&tasks::get(gw, who, task_id(params)?).await?)),
+        "tasks/result" => result(gw, who, task_id(params)?).await,
+        "tasks/cancel" => cancel(gw, who, task_id(params)?).await,
         "tasks/list" => list(gw, session).await,
         other => Err(ErrorData::new(
             ErrorCode::METHOD_NOT_FOUND,

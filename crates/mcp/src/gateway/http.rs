@@ -64,6 +64,18 @@ where
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let this = self.0.clone();
         Box::pin(async move {
+            // A session is its `initialize`'s principal's: another principal's request naming
+            // it is told there is no such session (as for an unknown one).
+            let principal = this.gateway.principal_of_request(req.extensions());
+            if let Some(id) = req
+                .headers()
+                .get("mcp-session-id")
+                .and_then(|v| v.to_str().ok())
+                && let Some(session) = this.gateway.http_session(id)
+                && session.principal.name != principal.name
+            {
+                return Ok(not_yours());
+            }
             if req.method() != http::Method::POST {
                 return Ok(this.inner.handle(req).await);
             }
@@ -110,8 +122,14 @@ where
                 return Ok(response);
             }
             if fast_stateless::candidate(&parts.headers)
-                && let Some(response) =
-                    fast_stateless::serve(&this.gateway, &this.fast, &parts.headers, &body).await
+                && let Some(response) = fast_stateless::serve(
+                    &this.gateway,
+                    &this.fast,
+                    &principal,
+                    &parts.headers,
+                    &body,
+                )
+                .await
             {
                 return Ok(response);
             }
@@ -131,6 +149,27 @@ where
             Ok(response)
         })
     }
+}
+
+/// 404 with a JSON-RPC error: the session named is not the requester's.
+fn not_yours() -> http::Response<BoxBody> {
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {
+            "code": -32600,
+            "message": "Session not found: this Mcp-Session-Id is not one of yours (a session belongs to the principal whose token made it)",
+        },
+    });
+    let mut response = http::Response::new(BoxBody::new(http_body_util::Full::new(Bytes::from(
+        body.to_string(),
+    ))));
+    *response.status_mut() = http::StatusCode::NOT_FOUND;
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 /// 413 with a JSON-RPC error (the request's id is unknown: its body was not read).

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use rmcp::ErrorData;
 use rmcp::service::SubscriptionContext;
 use tokio_util::sync::CancellationToken;
-use toolwarden_protocol::SessionId;
+use toolwarden_protocol::SessionKey;
 
 use super::passthrough::own_deadline;
 use super::resources;
@@ -25,7 +25,16 @@ pub(crate) async fn listen(
     context: SubscriptionContext,
     shutdown: &CancellationToken,
 ) -> Result<(), ErrorData> {
-    let key = SessionId::new(format!("listen_{}", ulid::Ulid::new()));
+    let key = SessionKey::new(
+        gw.principal_of(
+            context
+                .request_context()
+                .extensions
+                .get::<http::request::Parts>(),
+        )
+        .name,
+        format!("listen_{}", ulid::Ulid::new()),
+    );
     gw.listeners
         .add(key.clone(), context.sink().clone(), &gw.tasks);
     let uris = context

@@ -7,7 +7,7 @@ use rmcp::model::{ServerNotification, SubscriptionFilter};
 use rmcp::service::SubscriptionSink;
 use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
-use toolwarden_protocol::SessionId;
+use toolwarden_protocol::SessionKey;
 
 /// The open `subscriptions/listen` streams: each with a queue its own task empties in order, so
 /// that a stream's notifications arrive in the order they were delivered, and a slow client
@@ -18,7 +18,7 @@ pub(crate) struct Listeners {
 }
 
 struct Listener {
-    key: SessionId,
+    key: SessionKey,
     accepted: SubscriptionFilter,
     queue: mpsc::UnboundedSender<ServerNotification>,
 }
@@ -35,7 +35,7 @@ impl Listeners {
 
     /// A stream opened: `sink` sends what is delivered to it, in order, on a task of `tasks`
     /// that ends when the stream is [removed](Self::remove).
-    pub(crate) fn add(&self, key: SessionId, sink: SubscriptionSink, tasks: &TaskTracker) {
+    pub(crate) fn add(&self, key: SessionKey, sink: SubscriptionSink, tasks: &TaskTracker) {
         let (queue, mut rx) = mpsc::unbounded_channel::<ServerNotification>();
         let accepted = sink.accepted().clone();
         tasks.spawn(async move {
@@ -54,7 +54,7 @@ impl Listeners {
     }
 
     /// A stream closed.
-    pub(crate) fn remove(&self, key: &SessionId) {
+    pub(crate) fn remove(&self, key: &SessionKey) {
         self.open.lock().retain(|l| l.key != *key);
     }
 }

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use rmcp::model::ProtocolVersion;
+use toolwarden_protocol::Principal;
 
 /// The name of the gateway's own tool: the session's running, timed-out and failed calls and
 /// open breakers, for the model.
@@ -45,6 +46,10 @@ pub struct GatewayOptions {
     /// `[gateway] request_timeout`). A server that does not answer within it gets
     /// `notifications/cancelled` and the client a JSON-RPC error (-32001).
     pub request_timeout: Duration,
+    /// Who the client is when its requests do not say: the stdio client's principal, and that
+    /// of HTTP requests that reach the service without a [`Principal`] in their extensions
+    /// (the binary's authentication puts one in every request). Default `local`.
+    pub principal: Principal,
 }
 
 impl Default for GatewayOptions {
@@ -58,6 +63,7 @@ impl Default for GatewayOptions {
             task_ttl: Duration::from_secs(3600),
             task_poll_interval: Duration::from_secs(1),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            principal: Principal::local(),
         }
     }
 }

@@ -137,7 +137,7 @@ pub(crate) struct TaskPlan {
     pub(crate) turn_id: toolwarden_protocol::TurnId,
     pub(crate) call_id: String,
     pub(crate) tool: String,
-    pub(crate) session: toolwarden_protocol::SessionId,
+    pub(crate) session: toolwarden_protocol::SessionKey,
 }
 
 /// A call of a stateless client between two of its requests (or being driven by one).

@@ -154,11 +154,11 @@ pub(crate) async fn subscribe(
     // this one subscribes it; the server hears the first subscriber only.
     let first = gw
         .routes
-        .subscribe(&uri, &server.server_name().into(), &session.id);
+        .subscribe(&uri, &server.server_name().into(), &session.key());
     if first {
         let request = ClientRequest::SubscribeRequest(SubscribeRequest::new(params));
         if let Err(e) = forward(session, &server, request, &ctx, until).await {
-            gw.routes.unsubscribe(&uri, &session.id);
+            gw.routes.unsubscribe(&uri, &session.key());
             return Err(e);
         }
     }
@@ -176,7 +176,7 @@ pub(crate) async fn unsubscribe(
     params.meta = None;
     let uri = params.uri.clone();
     session.unsubscribe(&uri);
-    let last = gw.routes.unsubscribe(&uri, &session.id);
+    let last = gw.routes.unsubscribe(&uri, &session.key());
     if let Some(server) = last.and_then(|s| gw.server(&s).cloned()) {
         let request = ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(params));
         forward(session, &server, request, &ctx, until(gw, &ctx.meta)).await?;

@@ -113,7 +113,7 @@ fn start(
         gw,
         &params.name,
         tasks::declared(&meta),
-        &session.id,
+        &session.key(),
         driver.id.to_string(),
     );
     if let Some(plan) = &task {

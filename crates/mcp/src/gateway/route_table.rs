@@ -7,7 +7,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use toolwarden_protocol::SessionId;
+use toolwarden_protocol::SessionKey;
 
 /// The gateway's routes to its servers' prompts and resources.
 #[derive(Default)]
@@ -23,7 +23,7 @@ pub(crate) struct RouteTable {
 }
 
 /// A subscribed resource's server, and the sessions subscribed to it.
-type Subscribers = (Arc<str>, BTreeSet<SessionId>);
+type Subscribers = (Arc<str>, BTreeSet<SessionKey>);
 
 impl RouteTable {
     /// `server` listed its prompt `own` as `exposed`. Names listed by two servers (possible
@@ -81,7 +81,7 @@ impl RouteTable {
     /// `session` subscribed to `uri`, served by `server`. Whether it is the first subscriber
     /// (then the server is to be subscribed): counted and judged in one step, so that a
     /// subscriber leaving meanwhile cannot leave the server unsubscribed under a live count.
-    pub(crate) fn subscribe(&self, uri: &str, server: &Arc<str>, session: &SessionId) -> bool {
+    pub(crate) fn subscribe(&self, uri: &str, server: &Arc<str>, session: &SessionKey) -> bool {
         let mut subs = self.subscriptions.lock();
         let (_, sessions) = subs
             .entry(uri.to_owned())
@@ -92,7 +92,7 @@ impl RouteTable {
     }
 
     /// `session` unsubscribed from `uri`; the server to unsubscribe when it was the last.
-    pub(crate) fn unsubscribe(&self, uri: &str, session: &SessionId) -> Option<Arc<str>> {
+    pub(crate) fn unsubscribe(&self, uri: &str, session: &SessionKey) -> Option<Arc<str>> {
         let mut subs = self.subscriptions.lock();
         let (server, sessions) = subs.get_mut(uri)?;
         sessions.remove(session);
@@ -106,7 +106,7 @@ impl RouteTable {
 
     /// A session ended: its subscriptions go. The (URI, server) pairs it was the last
     /// subscriber of, for the server to be unsubscribed.
-    pub(crate) fn forget_session(&self, session: &SessionId) -> Vec<(String, Arc<str>)> {
+    pub(crate) fn forget_session(&self, session: &SessionKey) -> Vec<(String, Arc<str>)> {
         let mut emptied = Vec::new();
         self.subscriptions.lock().retain(|uri, (server, sessions)| {
             if sessions.remove(session) && sessions.is_empty() {

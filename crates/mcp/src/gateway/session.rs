@@ -16,7 +16,7 @@ use rmcp::service::{Peer, RoleServer};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use toolwarden_protocol::{CancelReason, SessionId};
+use toolwarden_protocol::{CancelReason, Principal, SessionId, SessionKey};
 
 use super::channel::{self, ClientChannel};
 use super::options::{ANSWER_ID_PREFIX, STREAM_CLOSE_SETTLE};
@@ -96,6 +96,9 @@ impl Recency {
 /// One MCP client connection.
 pub(crate) struct ClientSession {
     pub(crate) id: SessionId,
+    /// Who the client is: every request of the session must be this principal's (over HTTP,
+    /// the token of its `initialize`, or of the stateless requests that named it).
+    pub(crate) principal: Principal,
     /// Where its calls' and sessions' order comes from (shared by the gateway's sessions).
     recency: Arc<Recency>,
     /// The gateway's tasks: what the session sends on its own runs on them.
@@ -130,24 +133,35 @@ pub(crate) struct ClientSession {
 impl ClientSession {
     /// A session for a new connection; `shutdown` is that of whatever serves it.
     pub(crate) fn new(
+        principal: Principal,
         recency: Arc<Recency>,
         tasks: TaskTracker,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
         let id = SessionId::new(format!("mcp_{}", ulid::Ulid::new()));
-        Self::with_id(id, recency, tasks, shutdown)
+        Self::with_id(
+            SessionKey::new(principal.name.clone(), id),
+            principal,
+            recency,
+            tasks,
+            shutdown,
+        )
     }
 
-    /// A session of a chosen id (the session of stateless requests).
+    /// A session of a chosen id (the session of stateless requests); `key`'s principal is
+    /// `principal`'s name.
     pub(crate) fn with_id(
-        id: SessionId,
+        key: SessionKey,
+        principal: Principal,
         recency: Arc<Recency>,
         tasks: TaskTracker,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
         let last_active = AtomicU64::new(recency.next());
+        debug_assert_eq!(key.principal, principal.name);
         Arc::new(Self {
-            id,
+            id: key.id,
+            principal,
             recency,
             tasks,
             peer: OnceLock::new(),
@@ -165,6 +179,11 @@ impl ClientSession {
             next_answer: AtomicU64::new(1),
             handshake_tasks: AtomicBool::new(false),
         })
+    }
+
+    /// The session as the engine keys it: its principal's, by its id.
+    pub(crate) fn key(&self) -> SessionKey {
+        SessionKey::new(self.principal.name.clone(), self.id.clone())
     }
 
     /// A fresh id for a request to the client, and where its answer will arrive.

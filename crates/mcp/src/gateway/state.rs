@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use toolwarden_core::Engine;
-use toolwarden_protocol::{CancelReason, SessionId};
+use toolwarden_protocol::{CancelReason, Principal, SessionId, SessionKey};
 
 use crate::McpServer;
 
@@ -31,13 +31,13 @@ pub(crate) struct GatewayState {
     pub(super) engine: Engine,
     pub(super) servers: Vec<Arc<McpServer>>,
     pub(super) opts: GatewayOptions,
-    /// Live client sessions by toolwarden session id.
-    sessions: Mutex<HashMap<SessionId, Weak<ClientSession>>>,
+    /// Live client sessions by principal and toolwarden session id.
+    sessions: Mutex<HashMap<SessionKey, Weak<ClientSession>>>,
     /// Live Streamable HTTP sessions by `Mcp-Session-Id`.
     http_sessions: Mutex<HashMap<String, Weak<ClientSession>>>,
     /// The sessions of stateless (2026-07-28) requests, which no connection owns, by their
-    /// toolwarden session id, with when a request last came.
-    stateless: Mutex<HashMap<SessionId, (Arc<ClientSession>, Instant)>>,
+    /// principal and toolwarden session id, with when a request last came.
+    stateless: Mutex<HashMap<SessionKey, (Arc<ClientSession>, Instant)>>,
     /// Calls of stateless clients waiting for their client's next request.
     pub(super) parked: Parked,
     /// Tasks toward clients whose calls run (or ran) here.
@@ -111,7 +111,7 @@ impl GatewayState {
             .lock()
             .iter()
             .filter(|(_, s)| s.strong_count() > 0)
-            .map(|(id, _)| id.clone())
+            .map(|(key, _)| key.id.clone())
             .collect()
     }
 
@@ -120,9 +120,18 @@ impl GatewayState {
         self.recency.next()
     }
 
-    /// A session for a new connection, served until `shutdown`.
-    pub(super) fn new_session(&self, shutdown: CancellationToken) -> Arc<ClientSession> {
-        ClientSession::new(self.recency.clone(), self.tasks.clone(), shutdown)
+    /// A session for a new connection of `principal`, served until `shutdown`.
+    pub(super) fn new_session(
+        &self,
+        principal: Principal,
+        shutdown: CancellationToken,
+    ) -> Arc<ClientSession> {
+        ClientSession::new(
+            principal,
+            self.recency.clone(),
+            self.tasks.clone(),
+            shutdown,
+        )
     }
 
     /// The session of a stateless request that is not its connection's: the live session of
@@ -131,27 +140,30 @@ impl GatewayState {
     /// [`http_session_idle`](GatewayOptions::http_session_idle) with no call running.
     pub(super) fn stateless_session(
         &self,
+        principal: &Principal,
         id: SessionId,
         shutdown: &CancellationToken,
     ) -> Arc<ClientSession> {
         let now = Instant::now();
+        let key = SessionKey::new(principal.name.clone(), id);
         let mut stateless = self.stateless.lock();
-        if let Some((session, last)) = stateless.get_mut(&id)
+        if let Some((session, last)) = stateless.get_mut(&key)
             && !session.is_ended()
         {
             *last = now;
             return session.clone();
         }
-        if let Some(session) = self.session(&id).filter(|s| !s.is_ended()) {
+        if let Some(session) = self.session(&key).filter(|s| !s.is_ended()) {
             return session;
         }
         let session = ClientSession::with_id(
-            id.clone(),
+            key.clone(),
+            principal.clone(),
             self.recency.clone(),
             self.tasks.clone(),
             shutdown.clone(),
         );
-        stateless.insert(id, (session.clone(), now));
+        stateless.insert(key, (session.clone(), now));
         drop(stateless);
         self.register(&session);
         session
@@ -162,7 +174,7 @@ impl GatewayState {
         let now = Instant::now();
         let stale: Vec<Arc<ClientSession>> = {
             let mut stateless = self.stateless.lock();
-            let stale: Vec<SessionId> = stateless
+            let stale: Vec<SessionKey> = stateless
                 .iter()
                 .filter(|(_, (session, last))| {
                     now.duration_since(*last) >= idle && !session.has_calls()
@@ -189,7 +201,7 @@ impl GatewayState {
     pub(super) fn register(&self, session: &Arc<ClientSession>) {
         self.sessions
             .lock()
-            .insert(session.id.clone(), Arc::downgrade(session));
+            .insert(session.key(), Arc::downgrade(session));
         if let Some(http) = session.http_id() {
             self.http_sessions
                 .lock()
@@ -204,17 +216,18 @@ impl GatewayState {
         if !session.mark_ended(reason) {
             return;
         }
-        self.engine.end_session(&session.id, reason);
-        self.sessions.lock().remove(&session.id);
+        let key = session.key();
+        self.engine.end_session(&key, reason);
+        self.sessions.lock().remove(&key);
         if let Some(http) = session.http_id() {
             self.http_sessions.lock().remove(http);
         }
-        self.forget_subscriber(&session.id);
+        self.forget_subscriber(&key);
     }
 
     /// A subscriber (a session, or a `subscriptions/listen` stream) is gone: its subscriptions
     /// go, and the servers of those it was the last subscriber of are unsubscribed.
-    pub(super) fn forget_subscriber(&self, subscriber: &SessionId) {
+    pub(super) fn forget_subscriber(&self, subscriber: &SessionKey) {
         for (uri, server) in self.routes.forget_session(subscriber) {
             if let Some(server) = self.server(&server).cloned() {
                 self.tasks
@@ -236,9 +249,39 @@ impl GatewayState {
         live
     }
 
-    /// A live session by its toolwarden id.
-    pub(super) fn session(&self, id: &SessionId) -> Option<Arc<ClientSession>> {
-        self.sessions.lock().get(id).and_then(Weak::upgrade)
+    /// A live session by its principal and toolwarden id.
+    pub(super) fn session(&self, key: &SessionKey) -> Option<Arc<ClientSession>> {
+        self.sessions.lock().get(key).and_then(Weak::upgrade)
+    }
+
+    /// Who sent an HTTP request (`parts`), or the stdio client (`None`): the principal the
+    /// authentication put in the request, else the configured one.
+    pub(super) fn principal_of(&self, parts: Option<&http::request::Parts>) -> Principal {
+        parts
+            .and_then(|p| p.extensions.get::<Principal>())
+            .unwrap_or(&self.opts.principal)
+            .clone()
+    }
+
+    /// Who sent an HTTP request, by its extensions.
+    pub(super) fn principal_of_request(&self, extensions: &http::Extensions) -> Principal {
+        extensions
+            .get::<Principal>()
+            .unwrap_or(&self.opts.principal)
+            .clone()
+    }
+
+    /// The live session of the call an interaction is about.
+    pub(super) fn session_of_interaction(
+        &self,
+        interaction: &toolwarden_protocol::Interaction,
+    ) -> Option<Arc<ClientSession>> {
+        let id = interaction.session_id.clone()?;
+        let principal = interaction
+            .principal
+            .as_deref()
+            .unwrap_or(toolwarden_protocol::LOCAL_PRINCIPAL);
+        self.session(&SessionKey::new(principal, id))
     }
 
     /// A live session by its `Mcp-Session-Id`.

@@ -6,16 +6,17 @@ use std::fmt::Write as _;
 use rmcp::model::{CallToolResult, ContentBlock};
 use toolwarden_core::Engine;
 use toolwarden_protocol::{
-    BreakerStateKind, CallState, ServerStateKind, SessionId, SessionStatus, Status, format_duration,
+    BreakerStateKind, CallState, ServerStateKind, SessionKey, SessionStatus, Status,
+    format_duration,
 };
 
 /// The status tool's answer: text the model can use, and the [`SessionStatus`] as structured
 /// content.
-pub(crate) fn result(engine: &Engine, session: &SessionId) -> CallToolResult {
+pub(crate) fn result(engine: &Engine, session: &SessionKey) -> CallToolResult {
     let status = engine
         .session_status(session)
         .unwrap_or_else(|| SessionStatus {
-            session_id: session.clone(),
+            session_id: session.id.clone(),
             running: Vec::new(),
             counts: Default::default(),
             timed_out_tools: Default::default(),

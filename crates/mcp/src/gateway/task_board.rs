@@ -105,13 +105,16 @@ impl TaskBoard {
     /// The live tasks made in session `session`, oldest first.
     pub(crate) fn of_session(
         &self,
-        session: &toolwarden_protocol::SessionId,
+        session: &toolwarden_protocol::SessionKey,
     ) -> Vec<Arc<LiveTask>> {
         let mut tasks: Vec<Arc<LiveTask>> = self
             .live
             .lock()
             .values()
-            .filter(|t| t.record.session_id.as_ref() == Some(session))
+            .filter(|t| {
+                t.record.session_id.as_ref() == Some(&session.id)
+                    && *t.record.principal == *session.principal
+            })
             .cloned()
             .collect();
         tasks.sort_by(|a, b| a.record.task_id.cmp(&b.record.task_id));

@@ -13,6 +13,7 @@
 //! them — a call that a restart cut off reads `failed` with the `interrupted` outcome.
 //! `docs/GATEWAY.md`, "Tasks", has the rules.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::ErrorData;
@@ -23,7 +24,7 @@ use rmcp::model::{
 use serde_json::{Value, json};
 use tokio::time::Instant;
 use toolwarden_protocol::{
-    CallId, CallResult, CancelReason, SessionId, TaskMode, TaskRecord, Timestamp, TurnRunState,
+    CallId, CallResult, CancelReason, SessionKey, TaskMode, TaskRecord, Timestamp, TurnRunState,
 };
 
 use super::convert::{self, OUTCOME_META};
@@ -44,7 +45,7 @@ pub(crate) fn plan(
     gw: &GatewayState,
     tool: &str,
     declared: bool,
-    session: &SessionId,
+    session: &SessionKey,
     call_id: String,
 ) -> Option<TaskPlan> {
     if !declared || tool == STATUS_TOOL {
@@ -90,7 +91,8 @@ pub(crate) async fn start(
         task_id: format!("task_{}", ulid::Ulid::new()),
         turn_id: plan.turn_id,
         call_id: CallId::from(plan.call_id.as_str()),
-        session_id: Some(plan.session),
+        principal: plan.session.principal.to_string(),
+        session_id: Some(plan.session.id),
         tool: plan.tool,
         created_at: Timestamp::now(),
         ttl_ms: millis(gw.opts.task_ttl),
@@ -126,11 +128,15 @@ pub(crate) async fn start(
 }
 
 /// `tasks/get`: the task's status, its last progress and, once it has ended, its result.
-pub(crate) async fn get(gw: &GatewayState, task_id: &str) -> Result<GetTaskResult, ErrorData> {
-    if let Some(task) = gw.task_board.get(task_id) {
+pub(crate) async fn get(
+    gw: &GatewayState,
+    who: &str,
+    task_id: &str,
+) -> Result<GetTaskResult, ErrorData> {
+    if let Some(task) = live_of(gw, who, task_id)? {
         return Ok(live(&task));
     }
-    let record = stored(gw, task_id).await?;
+    let record = stored(gw, who, task_id).await?;
     let Some(store) = gw.engine.store() else {
         return Err(unknown(task_id));
     };
@@ -184,11 +190,12 @@ pub(crate) async fn get(gw: &GatewayState, task_id: &str) -> Result<GetTaskResul
 /// `tasks/update`: the client's answers to the questions the task's call asked.
 pub(crate) async fn update(
     gw: &GatewayState,
+    who: &str,
     task_id: &str,
     responses: rmcp::model::InputResponses,
 ) -> Result<(), ErrorData> {
-    let Some(task) = gw.task_board.get(task_id) else {
-        stored(gw, task_id).await?;
+    let Some(task) = live_of(gw, who, task_id)? else {
+        stored(gw, who, task_id).await?;
         return Err(ErrorData::invalid_params(
             format!(
                 "task {task_id} does not run in this toolwarden (another replica, or one \
@@ -208,15 +215,20 @@ pub(crate) async fn update(
 
 /// `tasks/cancel`: cancels the task's call (`cancelled{user}`), through the cancellation tree
 /// down to its server.
-pub(crate) async fn cancel(gw: &GatewayState, task_id: &str) -> Result<(), ErrorData> {
+pub(crate) async fn cancel(gw: &GatewayState, who: &str, task_id: &str) -> Result<(), ErrorData> {
     let ended = || ErrorData::invalid_params(format!("task {task_id} has already ended"), None);
-    let Some(task) = gw.task_board.get(task_id) else {
+    let Some(task) = live_of(gw, who, task_id)? else {
         // Another replica may run it: the abort goes there through the shared state.
-        let record = stored(gw, task_id).await?;
+        let record = stored(gw, who, task_id).await?;
         tracing::debug!(task = task_id, turn = %record.turn_id, "tasks/cancel, elsewhere");
         return gw
             .engine
-            .abort_anywhere(&record.turn_id, Some(&record.call_id), CancelReason::User)
+            .abort_anywhere(
+                &record.turn_id,
+                Some(&record.call_id),
+                CancelReason::User,
+                None,
+            )
             .await
             .map_err(|_| ended());
     };
@@ -248,7 +260,8 @@ pub(crate) async fn cancel(gw: &GatewayState, task_id: &str) -> Result<(), Error
 const REGISTER_WAIT: Duration = Duration::from_secs(2);
 
 /// The record of a task the board does not hold, from the trail.
-async fn stored(gw: &GatewayState, task_id: &str) -> Result<TaskRecord, ErrorData> {
+/// The task of that id in the trail, if `who` made it (another principal's is unknown to it).
+async fn stored(gw: &GatewayState, who: &str, task_id: &str) -> Result<TaskRecord, ErrorData> {
     let Some(store) = gw.engine.store() else {
         return Err(unknown(task_id));
     };
@@ -256,7 +269,21 @@ async fn stored(gw: &GatewayState, task_id: &str) -> Result<TaskRecord, ErrorDat
         .task(task_id.to_owned())
         .await
         .map_err(|e| ErrorData::internal_error(e.to_string(), None))?
+        .filter(|record| record.principal == who)
         .ok_or_else(|| unknown(task_id))
+}
+
+/// The live task of that id: `None` when the board does not hold it, unknown when it is
+/// another principal's.
+fn live_of(
+    gw: &GatewayState,
+    who: &str,
+    task_id: &str,
+) -> Result<Option<Arc<LiveTask>>, ErrorData> {
+    match gw.task_board.get(task_id) {
+        Some(task) if task.record.principal != who => Err(unknown(task_id)),
+        found => Ok(found),
+    }
 }
 
 fn unknown(task_id: &str) -> ErrorData {

@@ -64,7 +64,7 @@ pub(crate) async fn events(
             }
             EventKind::ToolResult { .. } => {
                 if let Some(call) = &event.scope.call_id {
-                    elicitations.withdraw_of_call(event.scope.session_id.as_ref(), call.as_str());
+                    elicitations.withdraw_of_call(&event.scope, call.as_str());
                 }
             }
             EventKind::ServerState {

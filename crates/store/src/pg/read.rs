@@ -94,6 +94,9 @@ pub(crate) fn events(
     if let Some(turn) = &q.turn {
         sql.bind(" AND turn_id = ?", turn.as_str().to_owned());
     }
+    if let Some(principal) = &q.principal {
+        sql.bind(" AND principal = ?", principal.clone());
+    }
     if let Some(session) = &q.session {
         sql.bind(" AND session_id = ?", session.as_str().to_owned());
     }
@@ -133,10 +136,13 @@ pub(crate) fn calls(client: &mut impl GenericClient, q: &AuditQuery) -> Result<C
     let limit = q.page_size();
     let mut sql = Sql::new(
         "SELECT c.id, c.call_id, c.turn_id, c.session_id, c.tool, c.status, c.started_at, \
-         c.ended_at, c.duration_ms, c.attempts FROM toolwarden_calls c WHERE true",
+         c.ended_at, c.duration_ms, c.attempts, c.principal FROM toolwarden_calls c WHERE true",
     );
     if let Some(cursor) = q.cursor {
         sql.bind(" AND c.id < ?", cursor as i64);
+    }
+    if let Some(principal) = &q.principal {
+        sql.bind(" AND c.principal = ?", principal.clone());
     }
     if let Some(session) = &q.session {
         sql.bind(" AND c.session_id = ?", session.as_str().to_owned());
@@ -182,6 +188,7 @@ pub(crate) fn calls(client: &mut impl GenericClient, q: &AuditQuery) -> Result<C
         calls.push(AuditCall {
             call_id: call_id.into(),
             turn_id: turn_id.into(),
+            principal: row.get(10),
             session_id: row.get::<_, Option<String>>(3).map(Into::into),
             tool: row.get(4),
             status: row.get(5),
@@ -208,7 +215,7 @@ pub(crate) fn turn(
 ) -> Result<Option<TurnRecord>, String> {
     let found = client
         .query_opt(
-            "SELECT t.session_id, t.started_at, t.ended_at, t.outcome, e.body \
+            "SELECT t.session_id, t.started_at, t.ended_at, t.outcome, e.body, t.principal \
              FROM toolwarden_turns t LEFT JOIN toolwarden_events e \
              ON e.replica = t.end_replica AND e.seq = t.end_seq WHERE t.turn_id = $1",
             &[&turn_id.as_str()],
@@ -227,6 +234,7 @@ pub(crate) fn turn(
     });
     Ok(Some(TurnRecord {
         turn_id: turn_id.clone(),
+        principal: row.get(5),
         session_id: row.get::<_, Option<String>>(0).map(Into::into),
         state: if ended_at.is_some() {
             TurnRunState::Ended

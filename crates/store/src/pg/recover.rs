@@ -25,7 +25,7 @@ pub(crate) fn recover(
     let mut seq = super::read::last_seq(client, replica)?;
     let turns = client
         .query(
-            "SELECT t.turn_id, t.session_id, e.body FROM toolwarden_turns t \
+            "SELECT t.turn_id, t.session_id, e.body, t.principal FROM toolwarden_turns t \
              LEFT JOIN toolwarden_events e ON e.replica = t.replica AND e.seq = t.start_seq \
              WHERE t.replica = $1 AND t.ended_at IS NULL ORDER BY t.id",
             &[&replica],
@@ -62,6 +62,7 @@ pub(crate) fn recover(
             .collect();
         open.push(OpenTurn {
             turn_id,
+            principal: turn.get(3),
             session_id: turn.get(1),
             calls: merge_calls(listed_calls(start.as_deref()), rows),
         });

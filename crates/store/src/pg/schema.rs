@@ -159,6 +159,89 @@ const MIGRATIONS: &[&str] = &[
     END
     $fn$;
     ",
+    // 4: who made each turn, call, task and event; records made before principals existed are
+    // `local`'s (a column with a constant default rewrites no row). The batch function takes
+    // the principals too: replaced, under its old signature's name.
+    "
+    ALTER TABLE toolwarden_turns ADD COLUMN principal TEXT NOT NULL DEFAULT 'local';
+    ALTER TABLE toolwarden_calls ADD COLUMN principal TEXT NOT NULL DEFAULT 'local';
+    ALTER TABLE toolwarden_tasks ADD COLUMN principal TEXT NOT NULL DEFAULT 'local';
+    ALTER TABLE toolwarden_events ADD COLUMN principal TEXT;
+    CREATE INDEX toolwarden_turns_principal ON toolwarden_turns (principal, id);
+    CREATE INDEX toolwarden_calls_principal ON toolwarden_calls (principal, id);
+    CREATE INDEX toolwarden_events_principal ON toolwarden_events (principal, pos);
+    DROP FUNCTION toolwarden_write_batch(
+        TEXT, TEXT[], TEXT[], TEXT[], BIGINT[], BIGINT[], TEXT[], TEXT[], TEXT[], TEXT[],
+        BIGINT[], BOOLEAN[], TEXT[], TEXT[], TEXT[], BIGINT[], BIGINT[], BIGINT[], TEXT[],
+        TEXT[], BIGINT[], BIGINT[], BIGINT[], BIGINT[], TEXT[], TEXT[], TEXT[], TEXT[], TEXT[]
+    );
+    CREATE FUNCTION toolwarden_write_batch(
+        p_replica TEXT,
+        s_tid TEXT[], s_sid TEXT[], s_parent TEXT[], s_ts BIGINT[], s_seq BIGINT[],
+        c_tid TEXT[], c_cid TEXT[], c_sid TEXT[], c_tool TEXT[], c_ts BIGINT[], c_ran BOOLEAN[],
+        x_tid TEXT[], x_cid TEXT[], x_status TEXT[], x_ts BIGINT[], x_dur BIGINT[],
+        x_attempts BIGINT[],
+        t_tid TEXT[], t_outcome TEXT[], t_ts BIGINT[], t_seq BIGINT[],
+        e_seq BIGINT[], e_ts BIGINT[], e_type TEXT[], e_sid TEXT[], e_tid TEXT[], e_cid TEXT[],
+        e_body TEXT[],
+        s_principal TEXT[], c_principal TEXT[], e_principal TEXT[]
+    ) RETURNS void LANGUAGE plpgsql AS $fn$
+    #variable_conflict use_column
+    DECLARE
+        v_tid TEXT;
+        v_cid TEXT;
+        v_seq BIGINT;
+    BEGIN
+        IF cardinality(s_tid) > 0 THEN
+            INSERT INTO toolwarden_turns
+                (replica, turn_id, session_id, parent_turn_id, started_at, start_seq, principal)
+            SELECT p_replica, u.tid, u.sid, u.parent, u.ts, u.seq, u.who
+            FROM unnest(s_tid, s_sid, s_parent, s_ts, s_seq, s_principal)
+                WITH ORDINALITY AS u(tid, sid, parent, ts, seq, who, n)
+            ORDER BY u.n
+            ON CONFLICT (turn_id) DO UPDATE SET replica = excluded.replica, ended_at = NULL,
+                outcome = NULL, end_seq = NULL, end_replica = NULL,
+                start_seq = excluded.start_seq, principal = excluded.principal;
+        END IF;
+        IF cardinality(c_tid) > 0 THEN
+            INSERT INTO toolwarden_calls
+                (replica, turn_id, call_id, session_id, tool, started_at, ran, principal)
+            SELECT p_replica, u.tid, u.cid, u.sid, u.tool, u.ts, u.ran, u.who
+            FROM unnest(c_tid, c_cid, c_sid, c_tool, c_ts, c_ran, c_principal)
+                WITH ORDINALITY AS u(tid, cid, sid, tool, ts, ran, who, n)
+            ORDER BY u.n
+            ON CONFLICT (turn_id, call_id) DO UPDATE SET ran = true
+                WHERE excluded.ran AND NOT toolwarden_calls.ran;
+        END IF;
+        -- Ended calls and turns row by row, each found by its unique key: a plan that looks
+        -- a row up by a unique key uses the key's index whatever the table's statistics say,
+        -- so the plans made once on a new, nearly empty trail stay right as it grows.
+        FOR i IN 1 .. coalesce(cardinality(x_tid), 0) LOOP
+            v_tid := x_tid[i];
+            v_cid := x_cid[i];
+            UPDATE toolwarden_calls SET status = x_status[i], ended_at = x_ts[i],
+                duration_ms = x_dur[i], attempts = x_attempts[i]
+            WHERE turn_id = v_tid AND call_id = v_cid;
+        END LOOP;
+        FOR i IN 1 .. coalesce(cardinality(t_tid), 0) LOOP
+            v_tid := t_tid[i];
+            v_seq := t_seq[i];
+            UPDATE toolwarden_turns SET ended_at = t_ts[i], outcome = t_outcome[i],
+                end_seq = v_seq, end_replica = p_replica
+            WHERE turn_id = v_tid
+                AND (replica <> p_replica OR start_seq IS NULL OR start_seq < v_seq);
+        END LOOP;
+        PERFORM pg_advisory_xact_lock(hashtext('toolwarden.commit:' || current_schema()));
+        INSERT INTO toolwarden_events
+            (replica, seq, ts, type, session_id, turn_id, call_id, body, principal)
+        SELECT p_replica, u.seq, u.ts, u.type, u.sid, u.tid, u.cid, u.body, u.who
+        FROM unnest(e_seq, e_ts, e_type, e_sid, e_tid, e_cid, e_body, e_principal)
+            WITH ORDINALITY AS u(seq, ts, type, sid, tid, cid, body, who, n)
+        ORDER BY u.n
+        ON CONFLICT (replica, seq) DO NOTHING;
+    END
+    $fn$;
+    ",
 ];
 
 /// Why the schema cannot be used.

@@ -13,12 +13,13 @@ pub(crate) fn write(
 ) -> Result<(), postgres::Error> {
     client.execute(
         "INSERT INTO toolwarden_tasks (task_id, replica, turn_id, call_id, session_id, tool, \
-         created_at, ttl_ms, poll_interval_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+         created_at, ttl_ms, poll_interval_ms, principal) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
          ON CONFLICT (task_id) DO UPDATE SET replica = excluded.replica, \
          turn_id = excluded.turn_id, call_id = excluded.call_id, \
          session_id = excluded.session_id, tool = excluded.tool, \
          created_at = excluded.created_at, ttl_ms = excluded.ttl_ms, \
-         poll_interval_ms = excluded.poll_interval_ms",
+         poll_interval_ms = excluded.poll_interval_ms, principal = excluded.principal",
         &[
             &task.task_id,
             &replica,
@@ -29,6 +30,7 @@ pub(crate) fn write(
             &task.created_at.unix_millis(),
             &i64::try_from(task.ttl_ms).unwrap_or(i64::MAX),
             &i64::try_from(task.poll_interval_ms).unwrap_or(i64::MAX),
+            &task.principal,
         ],
     )?;
     Ok(())
@@ -39,7 +41,7 @@ pub(crate) fn read(client: &mut Client, task_id: &str) -> Result<Option<TaskReco
     let row = client
         .query_opt(
             "SELECT task_id, turn_id, call_id, session_id, tool, created_at, ttl_ms, \
-             poll_interval_ms FROM toolwarden_tasks WHERE task_id = $1",
+             poll_interval_ms, principal FROM toolwarden_tasks WHERE task_id = $1",
             &[&task_id],
         )
         .map_err(|e| e.to_string())?;
@@ -52,6 +54,7 @@ pub(crate) fn read(client: &mut Client, task_id: &str) -> Result<Option<TaskReco
         created_at: Timestamp::from_unix_millis(r.get(5)),
         ttl_ms: r.get::<_, i64>(6).max(0) as u64,
         poll_interval_ms: r.get::<_, i64>(7).max(0) as u64,
+        principal: r.get(8),
     }))
 }
 

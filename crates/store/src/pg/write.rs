@@ -1,5 +1,5 @@
 //! Writing to PostgreSQL: one transaction per batch, written by one statement whatever the
-//! batch's size — a call of `toolwarden_write_batch` (schema.rs, migration 3) with the batch
+//! batch's size — a call of `toolwarden_write_batch` (schema.rs, migration 4) with the batch
 //! column by column, which puts every event in with one `INSERT … SELECT FROM unnest(…)`, and so
 //! the turns and calls they start and end — so a commit costs one round trip for one call or for
 //! hundreds.
@@ -22,11 +22,11 @@ use crate::writer::Backend;
 /// Rows deleted per statement when pruning.
 const PRUNE_CHUNK: i64 = 5000;
 
-/// A batch, written by one call of the function migration 3 made (schema.rs): turns started,
+/// A batch, written by one call of the function migration 4 made (schema.rs): turns started,
 /// calls touched, calls ended, turns ended, then — under the commit-order lock — the events.
 const WRITE_BATCH: &str = "SELECT toolwarden_write_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, \
     $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, \
-    $28, $29)";
+    $28, $29, $30, $31, $32)";
 
 /// The writer's session setting, made on every connection before its statement is prepared:
 /// **commits not flushed to disk one by one** (`synchronous_commit = off`), unless the server,
@@ -134,10 +134,18 @@ pub(crate) fn prune(client: &mut Client, cutoff: i64) -> Result<(), postgres::Er
     Ok(())
 }
 
-/// A turn started: its id, session, parent, time and `seq`.
-type Started = (String, Option<String>, Option<String>, i64, i64);
-/// A call touched: its turn, id, session, tool, time, and whether its backend ran.
-type Touched = (String, String, Option<String>, Option<String>, i64, bool);
+/// A call touched: its turn, id, session, tool, time, whether its backend ran, and who made it.
+type Touched = (
+    String,
+    String,
+    Option<String>,
+    Option<String>,
+    i64,
+    bool,
+    String,
+);
+/// A turn started: its id, session, parent, time, `seq`, and who made it.
+type Begun = (String, Option<String>, Option<String>, i64, i64, String);
 
 /// What one batch writes, column by column.
 #[derive(Default)]
@@ -150,8 +158,9 @@ struct Columns {
     turn: Vec<Option<String>>,
     call: Vec<Option<String>>,
     body: Vec<String>,
+    principal: Vec<Option<String>>,
     // Turns started: by turn id, the last start of the batch wins.
-    started: Vec<Started>,
+    started: Vec<Begun>,
     started_at: HashMap<String, usize>,
     // Calls touched, in the order first seen.
     calls: Vec<Touched>,
@@ -171,6 +180,12 @@ impl Columns {
         let session = scope.session_id.as_ref().map(|s| s.as_str().to_owned());
         let turn = scope.turn_id.as_ref().map(|t| t.as_str().to_owned());
         let call = scope.call_id.as_ref().map(|c| c.as_str().to_owned());
+        let principal = scope.principal.as_deref().map(str::to_owned);
+        let recorded = || {
+            principal
+                .clone()
+                .unwrap_or_else(|| toolwarden_protocol::LOCAL_PRINCIPAL.to_owned())
+        };
         if let (Some(turn), EventKind::TurnStart { parent_turn_id, .. }) = (&turn, &event.kind) {
             let row = (
                 turn.clone(),
@@ -178,6 +193,7 @@ impl Columns {
                 parent_turn_id.as_ref().map(|p| p.as_str().to_owned()),
                 ts,
                 seq,
+                recorded(),
             );
             match self.started_at.get(turn) {
                 Some(&i) => self.started[i] = row,
@@ -202,6 +218,7 @@ impl Columns {
                         scope.tool.as_deref().map(str::to_owned),
                         ts,
                         ran,
+                        recorded(),
                     ));
                 }
             }
@@ -229,6 +246,7 @@ impl Columns {
         self.turn.push(turn);
         self.call.push(call);
         self.body.push(item.body.clone());
+        self.principal.push(principal);
     }
 }
 
@@ -243,18 +261,20 @@ fn write_batch(
     for item in items {
         cols.add(item);
     }
-    let (mut s_tid, mut s_sid, mut s_parent, mut s_ts, mut s_seq) =
-        (vec![], vec![], vec![], vec![], vec![]);
-    for (t, s, p, at, n) in cols.started {
+    let (mut s_tid, mut s_sid, mut s_parent, mut s_ts, mut s_seq, mut s_who) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    for (t, s, p, at, n, who) in cols.started {
+        s_who.push(who);
         s_tid.push(t);
         s_sid.push(s);
         s_parent.push(p);
         s_ts.push(at);
         s_seq.push(n);
     }
-    let (mut c_tid, mut c_cid, mut c_sid, mut c_tool, mut c_ts, mut c_ran) =
-        (vec![], vec![], vec![], vec![], vec![], vec![]);
-    for (t, c, s, tl, at, r) in cols.calls {
+    let (mut c_tid, mut c_cid, mut c_sid, mut c_tool, mut c_ts, mut c_ran, mut c_who) =
+        (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+    for (t, c, s, tl, at, r, who) in cols.calls {
+        c_who.push(who);
         c_tid.push(t);
         c_cid.push(c);
         c_sid.push(s);
@@ -311,6 +331,9 @@ fn write_batch(
             &cols.turn,
             &cols.call,
             &cols.body,
+            &s_who,
+            &c_who,
+            &cols.principal,
         ],
     )?;
     Ok(())
