@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use toolwarden_core::ConfigDiagnostic;
 use toolwarden_mcp::ReadyError;
 use toolwarden_protocol::ServerStateKind;
+use toolwarden_protocol::{DEFAULT_PRINCIPAL, LOCAL_PRINCIPAL, Scopes};
 
 use crate::cli::CheckArgs;
 use crate::client::{Backend, snake, tool_table};
@@ -29,6 +30,23 @@ pub(crate) async fn run(config_path: Option<&Path>, args: CheckArgs) -> anyhow::
     let mut signals = Signals::new().context("cannot install signal handlers")?;
     let config = stack::load_config(config_path)?;
     let mut warnings: Vec<ConfigDiagnostic> = config.warnings.clone();
+    for w in config.token_warnings(|var| std::env::var(var).ok()) {
+        eprintln!("warning: {w}");
+        warnings.push(w);
+    }
+    let (principals, oauth) = principals(&config, args.offline).await;
+    if let Some(why) = oauth["keys_error"].as_str() {
+        let w = ConfigDiagnostic {
+            file: stack::describe_origin(&config),
+            key: "auth.oauth".to_owned(),
+            line: None,
+            message: format!(
+                "{why}: `toolwarden serve` would start and refuse access tokens until it can read them"
+            ),
+        };
+        eprintln!("warning: {w}");
+        warnings.push(w);
+    }
     // Headless: a check runs no call, and must never wait for a person.
     let mut stack = Stack::build(config, true, stack::Record::No)?;
     let mut ready = Vec::new();
@@ -145,11 +163,14 @@ pub(crate) async fn run(config_path: Option<&Path>, args: CheckArgs) -> anyhow::
             }))).collect::<serde_json::Map<String, Value>>(),
             "tools": tools,
             "store": store_json,
+            "principals": principals,
+            "oauth": oauth,
         });
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!("config: {}", stack::describe_origin(&stack.config));
         println!("{store_line}");
+        print!("{}", principals_text(&principals, &oauth));
         if servers.is_empty() {
             println!("servers: none configured");
         } else {
@@ -225,4 +246,103 @@ fn diagnostic_json(d: &ConfigDiagnostic) -> Value {
         "message": d.message,
         "text": d.to_string(),
     })
+}
+
+/// Who may call, as the config says: each principal with its scopes and where its token comes
+/// from, and `[auth.oauth]` with whether the issuer's keys can be read (not tried `offline`).
+async fn principals(config: &toolwarden_core::Config, offline: bool) -> (Vec<Value>, Value) {
+    let mut list: Vec<Value> = config
+        .file
+        .auth
+        .tokens
+        .iter()
+        .map(|entry| {
+            let token = match (&entry.token_sha256, &entry.token_env) {
+                (Some(_), _) => json!({"sha256": true}),
+                (None, Some(var)) => {
+                    json!({"env": var, "set": std::env::var(var).is_ok_and(|t| !t.is_empty())})
+                }
+                (None, None) => Value::Null,
+            };
+            json!({
+                "principal": entry.principal,
+                "scopes": stack::entry_scopes(entry),
+                "token": token,
+            })
+        })
+        .collect();
+    let single = stack::token(config).is_some();
+    if single {
+        let var = stack::token_env(config);
+        list.push(
+            json!({"principal": DEFAULT_PRINCIPAL, "scopes": Scopes::all(),
+                         "token": {"env": var, "set": true}}),
+        );
+    }
+    let oauth = match stack::oauth_settings(config, stack::listen(config)) {
+        Ok(Some(settings)) => {
+            let (keys, error) = if offline {
+                ("not read (--offline)", None)
+            } else {
+                match toolwarden_http::oauth::OAuth::start(settings.clone()).await {
+                    (_, None) => ("read", None),
+                    (_, Some(why)) => ("cannot be read", Some(why)),
+                }
+            };
+            json!({"issuer": settings.issuer, "audience": settings.audience,
+                   "jwks": settings.jwks.to_string(), "resource": settings.resource, "keys": keys,
+                   "keys_error": error})
+        }
+        _ => Value::Null,
+    };
+    if list.is_empty() && oauth.is_null() {
+        list.push(
+            json!({"principal": LOCAL_PRINCIPAL, "scopes": Scopes::all(), "token": Value::Null}),
+        );
+    }
+    (list, oauth)
+}
+
+/// The principals, as `check` prints them.
+fn principals_text(principals: &[Value], oauth: &Value) -> String {
+    let mut out = String::from("principals:\n");
+    for p in principals {
+        let scopes: Vec<&str> = p["scopes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let scopes = if scopes.is_empty() {
+            "no scope".to_owned()
+        } else {
+            scopes.join(", ")
+        };
+        let token = &p["token"];
+        let from = if token.is_null() {
+            "loopback without authentication".to_owned()
+        } else if token["sha256"] == true {
+            "token by its SHA-256".to_owned()
+        } else {
+            let var = token["env"].as_str().unwrap_or_default();
+            if token["set"] == true {
+                format!("token from ${var}")
+            } else {
+                format!("token from ${var} (not set)")
+            }
+        };
+        out.push_str(&format!(
+            "  {}: {scopes}; {from}\n",
+            p["principal"].as_str().unwrap_or_default()
+        ));
+    }
+    if !oauth.is_null() {
+        out.push_str(&format!(
+            "  OAuth access tokens of {} for {} (keys: {}): principal and scopes from their claims\n",
+            oauth["issuer"].as_str().unwrap_or_default(),
+            oauth["audience"].as_str().unwrap_or_default(),
+            oauth["keys"].as_str().unwrap_or_default(),
+        ));
+    }
+    out
 }

@@ -41,6 +41,10 @@ pub(crate) async fn run(config_path: Option<&Path>, args: ServeArgs) -> anyhow::
     let addr = resolve_listen(&written, args.listen.is_some())?;
     let token = stack::token(&config);
     let tokens = stack::token_principals(&config)?;
+    // Every `token_env` is set (or the line above stopped): what is left is short tokens.
+    for w in config.token_warnings(|var| std::env::var(var).ok()) {
+        eprintln!("warning: {w}");
+    }
     let oauth_wanted = config.file.auth.oauth.is_some();
     let authenticated =
         token.as_deref().is_some_and(|t| !t.is_empty()) || !tokens.is_empty() || oauth_wanted;

@@ -188,3 +188,66 @@ async fn check_warns_about_keys_that_apply_to_nothing_and_refuses_negative_durat
         out.stderr
     );
 }
+
+#[tokio::test]
+async fn check_lists_the_principals_and_warns_about_short_tokens_and_unreadable_keys() {
+    let dir = Dir::new();
+    dir.create(
+        "toolwarden.toml",
+        r#"[[auth.tokens]]
+principal = "ci"
+token_env = "TW_CHECK_CI"
+
+[[auth.tokens]]
+principal = "alice"
+token_sha256 = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+scopes = ["call", "read"]
+
+[[auth.tokens]]
+principal = "ops"
+token_env = "TW_CHECK_UNSET"
+scopes = ["admin"]
+
+[auth.oauth]
+issuer = "https://login.example.com/realms/agents"
+audience = "tw"
+jwks_file = "missing-keys.json"
+"#,
+    );
+    let out = dir
+        .command(&["check"])
+        .env("TW_CHECK_CI", "short")
+        .run()
+        .await;
+    out.expect_code(0);
+    for line in [
+        "principals:",
+        "  ci: call; token from $TW_CHECK_CI",
+        "  alice: call, read; token by its SHA-256",
+        "  ops: admin; token from $TW_CHECK_UNSET (not set)",
+        "  OAuth access tokens of https://login.example.com/realms/agents for tw (keys: cannot be read)",
+    ] {
+        assert!(out.stdout.contains(line), "{line}\n{}", out.stdout);
+    }
+    for warning in [
+        "warning: toolwarden.toml:3: auth.tokens[0].token_env: principal \"ci\"'s token is 5 bytes long: a token shorter than 32 bytes could be guessed",
+        "warning: toolwarden.toml:12: auth.tokens[2].token_env: the variable TW_CHECK_UNSET (principal \"ops\"'s token) is not set",
+        "auth.oauth: cannot read the issuer's keys (jwks_file ",
+    ] {
+        assert!(out.stderr.contains(warning), "{warning}\n{}", out.stderr);
+    }
+    let json = dir
+        .command(&["check", "--json", "--offline"])
+        .env("TW_CHECK_CI", "a-token-long-enough-to-be-fine-0123456789")
+        .run()
+        .await;
+    let report = json.json();
+    assert_eq!(report["principals"][0]["principal"], "ci");
+    assert_eq!(
+        report["principals"][0]["scopes"],
+        serde_json::json!(["call"])
+    );
+    assert_eq!(report["principals"][0]["token"]["set"], true);
+    assert_eq!(report["oauth"]["keys"], "not read (--offline)");
+    assert_eq!(report["oauth"]["resource"], "http://127.0.0.1:7420/mcp");
+}

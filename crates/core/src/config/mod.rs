@@ -273,6 +273,42 @@ impl Config {
             .collect()
     }
 
+    /// Warnings about `[[auth.tokens]]` that only the environment shows (`env` reads a
+    /// variable): a `token_env` variable that is not set (`serve` would refuse to start), and a
+    /// token shorter than 32 bytes, which could be guessed.
+    pub fn token_warnings(&self, env: impl Fn(&str) -> Option<String>) -> Vec<ConfigDiagnostic> {
+        let mut out = Vec::new();
+        for (i, entry) in self.file.auth.tokens.iter().enumerate() {
+            let Some(var) = &entry.token_env else {
+                continue;
+            };
+            let at = vec![
+                Seg::Key("auth".into()),
+                Seg::Key("tokens".into()),
+                Seg::Index(i),
+                Seg::Key("token_env".into()),
+            ];
+            let who = entry.principal.as_deref().unwrap_or("?");
+            let message = match env(var).filter(|t| !t.is_empty()) {
+                None => format!(
+                    "the variable {var} (principal {who:?}'s token) is not set: `toolwarden serve` refuses to start without it"
+                ),
+                Some(token) if token.len() < 32 => format!(
+                    "principal {who:?}'s token is {} bytes long: a token shorter than 32 bytes could be guessed; make one with `openssl rand -hex 32`",
+                    token.len()
+                ),
+                Some(_) => continue,
+            };
+            out.push(ConfigDiagnostic {
+                file: self.label.clone(),
+                key: format_path(&at),
+                line: self.map.line(&at),
+                message,
+            });
+        }
+        out
+    }
+
     /// Warnings for `[tools."NAME"]` entries that can name no tool at all: with tools exposed as
     /// `SERVER__TOOL`, a key that is neither `SERVER__…`, `exec`, nor one of `in_process` (the
     /// in-process tools the caller registers) applies to nothing — `[tools."sleep"]` for

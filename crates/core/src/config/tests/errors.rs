@@ -61,7 +61,7 @@ fn unknown_keys_are_errors() {
         "[http]\nlisten = \"127.0.0.1:1\"\ntoken = \"x\"\n",
         &[],
         UnknownKey,
-        "toolwarden.toml:3: http.token: unknown key \"token\": did you mean \"token_env\"?",
+        "toolwarden.toml:3: http.token: unknown key \"token\": did you mean \"token_sha256\"?",
     );
     check_error(
         "[store]\ndurabilty = \"async\"\n",
@@ -443,5 +443,82 @@ env_prompt = ["DB_PASSWORD"]
         &[
             "toolwarden.toml:3: servers.db.env_prompt: env_prompt is not acted on yet: server \"db\" starts without asking anyone for DB_PASSWORD; give the values in env (e.g. env = { VAR = \"${VAR}\" })",
         ],
+    );
+}
+
+#[test]
+fn token_entries_and_oauth_are_checked_where_they_are_written() {
+    use ConfigErrorKind::{InvalidValue, UnknownKey};
+    let sha = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+    check_error(
+        "[[auth.tokens]]\nprincipal = \"ci\"\ntoken_env = \"T\"\nscopes = [\"call\", \"aprove\"]\n",
+        &[],
+        InvalidValue,
+        "toolwarden.toml:4: auth.tokens[0].scopes[1]: unknown scope \"aprove\": expected call, read, abort, approve, admin; did you mean \"approve\"?",
+    );
+    check_error(
+        &format!(
+            "[[auth.tokens]]\nprincipal = \"ci\"\ntoken_env = \"T\"\ntoken_sha256 = \"{sha}\"\n"
+        ),
+        &[],
+        InvalidValue,
+        "toolwarden.toml:3: auth.tokens[0].token_env: set one of token_sha256 and token_env, not both",
+    );
+    check_error(
+        "[[auth.tokens]]\nprincipal = \"ci\"\n",
+        &[],
+        InvalidValue,
+        "toolwarden.toml:1: auth.tokens[0]: a token entry needs one of token_sha256 (the hex SHA-256 of the token: `printf %s TOKEN | sha256sum`) and token_env (the variable that holds the token)",
+    );
+    check_error(
+        "[[auth.tokens]]\ntoken_env = \"T\"\n",
+        &[],
+        InvalidValue,
+        "toolwarden.toml:1: auth.tokens[0]: a token entry needs principal = \"NAME\": the name its calls are recorded under",
+    );
+    check_error(
+        "[[auth.tokens]]\nprincipal = \"local\"\ntoken_env = \"T\"\n",
+        &[],
+        InvalidValue,
+        "toolwarden.toml:2: auth.tokens[0].principal: \"local\" is reserved (\"local\" is loopback without authentication, \"default\" is the token of [http] token_env); choose another name",
+    );
+    check_error(
+        "[[auth.tokens]]\nprincipal = \"ci\"\ntoken_sha256 = \"abc\"\n",
+        &[],
+        InvalidValue,
+        "toolwarden.toml:3: auth.tokens[0].token_sha256: expected 64 hex digits (the SHA-256 of the token: `printf %s TOKEN | sha256sum`), got 3 characters",
+    );
+    check_error(
+        &format!(
+            "[[auth.tokens]]\nprincipal = \"a\"\ntoken_sha256 = \"{sha}\"\n\n[[auth.tokens]]\nprincipal = \"b\"\ntoken_sha256 = \"{}\"\n",
+            sha.to_uppercase()
+        ),
+        &[],
+        InvalidValue,
+        "toolwarden.toml:7: auth.tokens[1].token_sha256: the same token as auth.tokens[0]: each token names one principal",
+    );
+    check_error(
+        "[[auth.tokens]]\nprincipal = \"ci\"\ntoken_env = \"T\"\ntoken = \"s3cret\"\n",
+        &[],
+        UnknownKey,
+        "toolwarden.toml:4: auth.tokens[0].token: unknown key \"token\": did you mean \"token_sha256\"?",
+    );
+    check_error(
+        "[auth.oauth]\nissuer = \"https://login.example.com\"\naudience = \"tw\"\n",
+        &[],
+        InvalidValue,
+        "toolwarden.toml:1: auth.oauth: [auth.oauth] needs jwks_url (where the issuer publishes its signing keys) or jwks_file",
+    );
+    check_error(
+        "[auth.oauth]\nissuer = \"https://login.example.com\"\njwks_url = \"https://login.example.com/keys\"\n",
+        &[],
+        InvalidValue,
+        "toolwarden.toml:1: auth.oauth.audience: [auth.oauth] needs audience: what tokens for this server carry in aud (often this server's URL)",
+    );
+    check_error(
+        "[auth.oauth]\nissuer = \"i\"\naudience = \"a\"\njwks_url = \"login.example.com/keys\"\n",
+        &[],
+        InvalidValue,
+        "toolwarden.toml:4: auth.oauth.jwks_url: \"login.example.com/keys\" is not an http:// or https:// URL",
     );
 }
