@@ -245,6 +245,17 @@ fn replay_file(
 /// For a reader: when no process writes the store and one that did left events in its pending
 /// file, moves them into the database (as the next writer would) so that they can be read. A
 /// running writer moves them itself within moments.
+/// Takes an older trail at `path` (schema `version`) to this build's schema, under the writer's
+/// lock: a writer running now (an older toolwarden's) is named in the error.
+fn migrate_older(path: &Path, version: u32) -> Result<(), OpenError> {
+    let lock = file::lock(path)?;
+    let mut conn = file::writer_connection(path)?;
+    schema::migrate(&mut conn, version).map_err(|e| sqlite_error(path, e))?;
+    drop(conn);
+    drop(lock);
+    Ok(())
+}
+
 fn settle_pending(path: &Path) {
     let pending_paths = pending::paths_for(path);
     if pending_paths
@@ -332,7 +343,8 @@ impl std::fmt::Debug for AuditReader {
 }
 
 impl AuditReader {
-    /// Opens the store at `path` read-only; refuses a missing, damaged or newer one.
+    /// Opens the store at `path` read-only; refuses a missing, damaged or newer one, and
+    /// migrates an older one (unless a writer has it open).
     pub fn open(path: &Path) -> Result<AuditReader, OpenError> {
         if !path.exists() {
             return Err(OpenError::Missing {
@@ -342,17 +354,18 @@ impl AuditReader {
         file::check_header(path)?;
         let conn = file::reader_connection(path)?;
         let version = schema::check(&conn).map_err(|e| schema_error(path, e))?;
-        if version == schema::LATEST {
-            settle_pending(path);
+        if version == 0 {
+            return Err(OpenError::Missing {
+                path: path.to_owned(),
+            });
         }
         if version < schema::LATEST {
-            // Written by an older toolwarden, not migrated yet: the next writer migrates it.
-            if version == 0 {
-                return Err(OpenError::Missing {
-                    path: path.to_owned(),
-                });
-            }
+            // Written by an older toolwarden and not opened by this one since: migrated here
+            // (the migrations add tables and columns, they rewrite no row), unless a writer
+            // holds the file.
+            migrate_older(path, version)?;
         }
+        settle_pending(path);
         Ok(AuditReader {
             path: path.to_owned(),
             conn,

@@ -134,3 +134,69 @@ pub(crate) fn migrate(conn: &mut Connection, version: u32) -> Result<(), rusqlit
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::AuditReader;
+    use toolwarden_protocol::AuditQuery;
+
+    /// A trail written before principals (schema 2) is migrated when read, and its rows are
+    /// `local`'s.
+    #[test]
+    fn a_trail_from_before_principals_reads_as_local() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        let mut conn = Connection::open(&path).unwrap();
+        for sql in &MIGRATIONS[..2] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 2).unwrap();
+        let tx = conn.transaction().unwrap();
+        tx.execute_batch(
+            "INSERT INTO turns (id, turn_id, session_id, started_at, ended_at, outcome) \
+             VALUES (1, 't_old', 's1', 1000, 2000, 'ok');
+             INSERT INTO calls (id, turn_row, turn_id, call_id, session_id, tool, status, \
+             started_at, ended_at, duration_ms, attempts, ran) \
+             VALUES (1, 1, 't_old', 'c1', 's1', 'echo', 'ok', 1000, 2000, 1000, 1, 1);
+             INSERT INTO events (seq, ts, type, turn_row, call_row, body) \
+             VALUES (1, 1000, 'turn_start', 1, NULL, '{\"type\":\"turn_start\"}');
+             INSERT INTO tasks (task_id, turn_id, call_id, session_id, tool, created_at, \
+             ttl_ms, poll_interval_ms) VALUES ('k1', 't_old', 'c1', 's1', 'echo', 1000, 60000, 1000);",
+        )
+        .unwrap();
+        tx.commit().unwrap();
+        drop(conn);
+
+        let reader = AuditReader::open(&path).unwrap();
+        let local = AuditQuery {
+            principal: Some("local".into()),
+            ..AuditQuery::default()
+        };
+        let calls = reader.calls(&local).unwrap().calls;
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].principal, "local");
+        assert_eq!(reader.events(&local).unwrap().events.len(), 1);
+        let turn = reader.turn(&"t_old".into()).unwrap().unwrap();
+        assert_eq!(turn.principal, "local");
+        let other = AuditQuery {
+            principal: Some("alice".into()),
+            ..AuditQuery::default()
+        };
+        assert!(reader.calls(&other).unwrap().calls.is_empty());
+
+        let conn = Connection::open(&path).unwrap();
+        let version: u32 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, LATEST);
+        let task: String = conn
+            .query_row(
+                "SELECT principal FROM tasks WHERE task_id = 'k1'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(task, "local");
+    }
+}

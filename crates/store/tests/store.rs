@@ -17,7 +17,10 @@ use toolwarden_core::protocol::{
     AuditQuery, Interaction, InteractionAnswer, InteractionKind, StoreDurability, TaskRecord,
     Timestamp, ToolCall, TurnId, TurnRunState,
 };
-use toolwarden_core::{AnswerSender, AuditStore, Engine, InProcessTool, StoreHealth, ToolError};
+use toolwarden_core::protocol::{Principal, Scopes};
+use toolwarden_core::{
+    AnswerSender, AuditStore, Engine, InProcessTool, StoreHealth, ToolError, TurnRequest,
+};
 use toolwarden_store::{AuditReader, OpenError, Opened, SqliteStore, StoreOptions, TrailReader};
 use toolwarden_testkit::pg::TestSchema;
 
@@ -134,6 +137,7 @@ both_backends!(
     commits_are_counted_and_parallel_calls_share_them,
     a_task_is_kept_with_its_turn_across_a_restart_and_pruned_after_its_ttl,
     a_turn_id_used_again_continues_its_turn_and_its_calls,
+    every_record_names_its_principal_and_reads_filter_by_it,
 );
 
 fn open(path: &Path) -> Arc<SqliteStore> {
@@ -1518,4 +1522,73 @@ async fn a_task_is_kept_with_its_turn_across_a_restart_and_pruned_after_its_ttl(
     // No turn, and created more than a day past its ttl: pruned too.
     assert_eq!(store.task("task_orphan".into()).await.unwrap(), None);
     store.close().await;
+}
+
+async fn every_record_names_its_principal_and_reads_filter_by_it(trail: Trail) {
+    let store = trail.open().store;
+    let engine = engine(store.clone());
+    let mut turns = Vec::new();
+    for (who, session) in [("alice", "s1"), ("bob", "s1"), ("alice", "s2")] {
+        let mut req = TurnRequest::new(session, vec![ToolCall::new("c", "echo", json!({}))]);
+        req.principal = Principal::new(who, Scopes::all());
+        turns.push(engine.run_turn(req).await.unwrap().turn_id);
+    }
+    engine
+        .call("s1", ToolCall::new("c", "echo", json!({})))
+        .await;
+    caught_up(&engine).await;
+
+    let calls_of = |who: &str| {
+        let page = trail
+            .reader()
+            .calls(&AuditQuery {
+                principal: Some(who.into()),
+                ..AuditQuery::default()
+            })
+            .unwrap();
+        let mut turns: Vec<String> = page
+            .calls
+            .iter()
+            .map(|c| {
+                assert_eq!(c.principal, who, "{c:?}");
+                c.turn_id.to_string()
+            })
+            .collect();
+        turns.sort();
+        turns
+    };
+    let mut alices = vec![turns[0].to_string(), turns[2].to_string()];
+    alices.sort();
+    assert_eq!(calls_of("alice"), alices);
+    assert_eq!(calls_of("bob"), vec![turns[1].to_string()]);
+    assert_eq!(
+        calls_of("local").len(),
+        1,
+        "a turn with no principal is local's"
+    );
+    assert!(calls_of("carol").is_empty());
+
+    // Events: bob's turn's four (turn_start, tool_start, tool_result, turn_end), each naming him.
+    let bobs = trail.events(AuditQuery {
+        principal: Some("bob".into()),
+        ..AuditQuery::default()
+    });
+    assert_eq!(bobs.len(), 4, "{bobs:#?}");
+    assert!(bobs.iter().all(|e| e["principal"] == "bob"), "{bobs:#?}");
+    // Two principals' `s1` are two sessions: the session filter alone sees both, with the
+    // principal filter one.
+    let s1_of_alice = trail.events(AuditQuery {
+        principal: Some("alice".into()),
+        session: Some("s1".into()),
+        ..AuditQuery::default()
+    });
+    assert_eq!(s1_of_alice.len(), 4);
+    assert!(
+        s1_of_alice
+            .iter()
+            .all(|e| e["turn_id"] == turns[0].as_str())
+    );
+
+    let record = store.turn(turns[1].clone()).await.unwrap().unwrap();
+    assert_eq!(&*record.principal, "bob");
 }

@@ -240,7 +240,8 @@ impl std::fmt::Debug for PgReader {
 }
 
 impl PgReader {
-    /// Connects to the trail at `url`; refuses a database with no trail or a newer one.
+    /// Connects to the trail at `url`; refuses a database with no trail or a newer one, and
+    /// migrates an older one.
     pub fn open(url: &str) -> Result<PgReader, OpenError> {
         let connector = Connector::parse(url, "")?;
         off_runtime(|| {
@@ -249,12 +250,19 @@ impl PgReader {
                 0 => Err(OpenError::PostgresMissing {
                     url: connector.shown.clone(),
                 }),
-                _ => Ok(PgReader {
-                    readers: Readers {
-                        connector: connector.clone(),
-                        idle: Arc::new(Mutex::new(vec![client])),
-                    },
-                }),
+                version => {
+                    if version < schema::LATEST {
+                        // Written by an older toolwarden and not opened by this one since:
+                        // migrated here, as a replica starting would.
+                        schema::migrate(&mut client).map_err(|e| connector.schema_error(e))?;
+                    }
+                    Ok(PgReader {
+                        readers: Readers {
+                            connector: connector.clone(),
+                            idle: Arc::new(Mutex::new(vec![client])),
+                        },
+                    })
+                }
             }
         })
     }

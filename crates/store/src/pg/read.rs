@@ -95,7 +95,14 @@ pub(crate) fn events(
         sql.bind(" AND turn_id = ?", turn.as_str().to_owned());
     }
     if let Some(principal) = &q.principal {
-        sql.bind(" AND principal = ?", principal.clone());
+        // Events written before principals existed name none: they are their turn's, whose
+        // principal the migration made `local`.
+        sql.bind(" AND (principal = ?", principal.clone());
+        sql.bind(
+            " OR (principal IS NULL AND turn_id IN \
+             (SELECT turn_id FROM toolwarden_turns WHERE principal = ?)))",
+            principal.clone(),
+        );
     }
     if let Some(session) = &q.session {
         sql.bind(" AND session_id = ?", session.as_str().to_owned());

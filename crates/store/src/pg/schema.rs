@@ -306,3 +306,68 @@ pub(crate) fn migrate(client: &mut Client) -> Result<(), SchemaError> {
     tx.commit()?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pg::PgReader;
+    use toolwarden_protocol::AuditQuery;
+    use toolwarden_testkit::pg::TestSchema;
+
+    /// A trail written before principals (schema 3) is migrated when read, and its rows are
+    /// `local`'s — its events too, though they name no principal.
+    #[test]
+    fn a_trail_from_before_principals_reads_as_local() {
+        let schema = TestSchema::new();
+        let url = schema.url().to_owned();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut client = Client::connect(&url, postgres::NoTls).unwrap();
+                let mut tx = client.transaction().unwrap();
+                tx.batch_execute("CREATE TABLE toolwarden_schema (version INTEGER NOT NULL)")
+                    .unwrap();
+                for sql in &MIGRATIONS[..3] {
+                    tx.batch_execute(sql).unwrap();
+                }
+                tx.batch_execute(
+                    "INSERT INTO toolwarden_schema VALUES (3);
+                     INSERT INTO toolwarden_turns (replica, turn_id, session_id, started_at, \
+                     ended_at, outcome) VALUES ('a', 't_old', 's1', 1000, 2000, 'ok');
+                     INSERT INTO toolwarden_calls (replica, turn_id, call_id, session_id, tool, \
+                     status, started_at, ended_at, duration_ms, attempts, ran) \
+                     VALUES ('a', 't_old', 'c1', 's1', 'echo', 'ok', 1000, 2000, 1000, 1, true);
+                     INSERT INTO toolwarden_events (replica, seq, ts, type, session_id, turn_id, \
+                     body) VALUES ('a', 1, 1000, 'turn_start', 's1', 't_old', '{}');",
+                )
+                .unwrap();
+                tx.commit().unwrap();
+            })
+            .join()
+            .unwrap();
+        });
+
+        let reader = PgReader::open(&url).unwrap();
+        let local = AuditQuery {
+            principal: Some("local".into()),
+            ..AuditQuery::default()
+        };
+        let calls = reader.calls(&local).unwrap().calls;
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].principal, "local");
+        assert_eq!(reader.events(&local).unwrap().events.len(), 1);
+        assert_eq!(
+            reader.turn(&"t_old".into()).unwrap().unwrap().principal,
+            "local"
+        );
+        let alice = AuditQuery {
+            principal: Some("alice".into()),
+            ..AuditQuery::default()
+        };
+        assert!(reader.calls(&alice).unwrap().calls.is_empty());
+        assert!(reader.events(&alice).unwrap().events.is_empty());
+        assert_eq!(
+            schema.query("SELECT version::text FROM toolwarden_schema"),
+            vec![Some(LATEST.to_string())]
+        );
+    }
+}
