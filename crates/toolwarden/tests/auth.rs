@@ -130,7 +130,7 @@ fn now() -> i64 {
     toolwarden_protocol::Timestamp::now().unix_millis() / 1000
 }
 
-fn sha256_hex(token: &str) -> String {
+pub(crate) fn sha256_hex(token: &str) -> String {
     let out = std::process::Command::new("sha256sum")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())

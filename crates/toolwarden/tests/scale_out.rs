@@ -305,6 +305,123 @@ async fn an_abort_posted_to_one_replica_stops_the_call_on_another() {
     assert_eq!(resp.status(), 404, "{}", all_logs());
 }
 
+/// Principals hold across replicas: a principal sees its own turns on every replica and no one
+/// else's (without `read`), aborts its own through any replica, and another principal's abort
+/// sent to a third replica is refused there with 403 naming `abort` — the restriction travels
+/// with the abort to the replica that runs the turn.
+#[tokio::test]
+async fn principals_see_and_abort_only_their_own_turns_across_replicas() {
+    const ALICE: &str = "alice-replicas-0123456789abcdef012345";
+    const BOB: &str = "bob-replicas-0123456789abcdef0123456789";
+    const OPS: &str = "ops-replicas-0123456789abcdef0123456789";
+    let extra = format!(
+        r#"
+[[auth.tokens]]
+principal = "alice"
+token_sha256 = "{}"
+
+[[auth.tokens]]
+principal = "bob"
+token_sha256 = "{}"
+
+[[auth.tokens]]
+principal = "ops"
+token_sha256 = "{}"
+scopes = ["call", "read", "abort"]
+"#,
+        crate::auth::sha256_hex(ALICE),
+        crate::auth::sha256_hex(BOB),
+        crate::auth::sha256_hex(OPS),
+    );
+    let [a, b, c] = three("principals", &extra).await;
+    let all_logs = || logs(&[&a, &b, &c]);
+    let start = |url: &str, token: &'static str, id: &str| {
+        let resp = http()
+            .post(format!("{url}/v1/turns"))
+            .bearer_auth(token)
+            .json(&json!({"calls": [{"type": "tool_use", "id": id, "name": "exec", "input": {"command": "sleep 30"}}]}));
+        tokio::spawn(async move { resp.send().await.unwrap().json::<Value>().await.unwrap() })
+    };
+    let active = |url: String, token: &'static str| async move {
+        let body: Value = http()
+            .get(format!("{url}/v1/turns/active"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        body["turns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                (
+                    t["principal"].as_str().unwrap().to_owned(),
+                    t["turn_id"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let alices = start(&a.url, ALICE, "alice-long");
+    let bobs = start(&b.url, BOB, "bob-long");
+    // Both turns running, as ops (`read`) sees them from the third replica.
+    let until = Instant::now() + WAIT;
+    let everyone = loop {
+        let seen = active(c.url.clone(), OPS).await;
+        if seen.len() == 2 {
+            break seen;
+        }
+        assert!(Instant::now() < until, "{seen:?}\n{}", all_logs());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let turn_of = |who: &str| {
+        everyone
+            .iter()
+            .find(|(p, _)| p == who)
+            .map(|(_, t)| t.clone())
+            .unwrap()
+    };
+    let (alice_turn, bob_turn) = (turn_of("alice"), turn_of("bob"));
+    // Each sees only its own, from a replica that runs neither.
+    assert_eq!(
+        active(c.url.clone(), ALICE).await,
+        vec![("alice".to_owned(), alice_turn.clone())]
+    );
+    assert_eq!(
+        active(c.url.clone(), BOB).await,
+        vec![("bob".to_owned(), bob_turn.clone())]
+    );
+
+    // Bob cannot abort Alice's turn, through C; the turn goes on.
+    let abort = |url: &str, token: &'static str, turn: &str| {
+        http()
+            .post(format!("{url}/v1/turns/{turn}/abort"))
+            .bearer_auth(token)
+            .send()
+    };
+    let resp = abort(&c.url, BOB, &alice_turn).await.unwrap();
+    assert_eq!(resp.status(), 403, "{}", all_logs());
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["missing_scope"], "abort", "{body}");
+    assert_eq!(active(c.url.clone(), ALICE).await.len(), 1);
+
+    // Alice aborts her own through C, ops aborts Bob's through A.
+    let resp = abort(&c.url, ALICE, &alice_turn).await.unwrap();
+    assert_eq!(resp.status(), 200, "{}", all_logs());
+    let resp = abort(&a.url, OPS, &bob_turn).await.unwrap();
+    assert_eq!(resp.status(), 200, "{}", all_logs());
+    for running in [alices, bobs] {
+        let body = tokio::time::timeout(Duration::from_secs(5), running)
+            .await
+            .unwrap_or_else(|_| panic!("a turn did not end\n{}", all_logs()))
+            .unwrap();
+        let outcome = &body["results"][0]["toolwarden"];
+        assert_eq!(outcome["status"], "cancelled", "{body}");
+    }
+}
+
 /// What `replicas` wrote to stderr, each under its URL.
 fn logs(replicas: &[&Replica]) -> String {
     replicas
