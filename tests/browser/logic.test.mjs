@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 
 import { Api } from "../../crates/http/assets/api.js";
-import { callsPath, callTimeline, eventLabel, hashOf, payloadText, searchFromHash } from "../../crates/http/assets/audit.js";
+import { callsPath, callTimeline, describeFilters, eventLabel, hashOf, payloadText, searchFromHash } from "../../crates/http/assets/audit.js";
 import {
   dateTime,
   elapsedBand,
@@ -17,8 +17,9 @@ import {
   preciseTime,
   progressText,
   shortId,
+  whoText,
 } from "../../crates/http/assets/format.js";
-import { callKey, Model } from "../../crates/http/assets/model.js";
+import { callKey, hasScope, mayCancel, Model, passesFilter, seesOthers } from "../../crates/http/assets/model.js";
 import { reconnectDelay, SseParser } from "../../crates/http/assets/sse.js";
 
 describe("the SSE parser", () => {
@@ -205,6 +206,94 @@ describe("the model", () => {
     // A snapshot taken before the answer does not bring it back.
     m.applyInteractions([interaction], 0);
     assert.equal(m.interactions.size, 0);
+  });
+});
+
+describe("principals", () => {
+  const T0 = "2026-11-22T10:00:00.000Z";
+  let seq = 0;
+  const ev = (type, fields) => ({ seq: (seq += 1), ts: T0, type, ...fields });
+  const alice = { principal: "alice", scopes: ["call", "read"] };
+  const bob = { principal: "bob", scopes: ["call", "read", "abort"] };
+
+  test("who may cancel what: one's own always, others' with abort (or admin); unknown means the server decides", () => {
+    assert.equal(mayCancel(alice, "alice"), true);
+    assert.equal(mayCancel(alice, "bob"), false);
+    assert.equal(mayCancel(bob, "alice"), true);
+    assert.equal(mayCancel({ principal: "root", scopes: ["admin"] }, "alice"), true, "admin holds every scope");
+    assert.equal(mayCancel(null, "alice"), true, "before /v1/me answers, the button is offered");
+    assert.equal(mayCancel(alice, null), true, "work of no known principal");
+    assert.equal(hasScope({ principal: "x", scopes: [] }, "read"), false);
+    assert.equal(hasScope({ principal: "x" }, "read"), false);
+    assert.equal(seesOthers({ principal: "agent", scopes: ["call"] }), false);
+    assert.equal(seesOthers(alice), true);
+    assert.equal(seesOthers(null), true);
+    assert.equal(passesFilter(null, "bob"), true);
+    assert.equal(passesFilter("", "bob"), true);
+    assert.equal(passesFilter("alice", "bob"), false);
+    assert.equal(passesFilter("alice", "alice"), true);
+  });
+
+  test("turns and calls carry their principal, from events and snapshots; the filter and Cancel follow", () => {
+    seq = 0;
+    const m = new Model({ now: () => Date.parse(T0) });
+    m.apply(ev("turn_start", { principal: "bob", session_id: "s1", turn_id: "t_b", calls: [{ call_id: "c1", tool: "sleep" }] }));
+    // A turn learned from the middle of its events (a replay), and one from a snapshot only.
+    m.apply(ev("tool_start", { principal: "alice", session_id: "s1", turn_id: "t_a", call_id: "c1", tool: "sleep" }));
+    m.applyActive([{ turn_id: "t_c", principal: "carol", session_id: "s9", started_at: T0, calls: [{ call_id: "k", tool: "x", state: "running", elapsed_ms: 5 }] }], 0);
+    assert.deepEqual(
+      ["t_a", "t_b", "t_c"].map((t) => m.turns.get(t).principal),
+      ["alice", "bob", "carol"],
+    );
+    assert.equal(m.calls.get(callKey("t_b", "c1")).principal, "bob");
+    assert.equal(m.calls.get(callKey("t_a", "c1")).principal, "alice");
+    assert.deepEqual(m.principals(), ["alice", "bob", "carol"]);
+
+    // Who the page is: before it knows, every Cancel is offered; then only what the server allows.
+    assert.equal(m.mayCancel("bob"), true);
+    m.takeDirty();
+    m.setMe(alice);
+    const d = m.takeDirty();
+    assert.equal(d.me, true);
+    assert.ok(d.calls.has(callKey("t_b", "c1")) && d.turns.has("t_b"), "every row is drawn again");
+    assert.equal(m.mayCancel("bob"), false);
+    assert.equal(m.mayCancel("alice"), true);
+    m.setMe({ ...alice });
+    assert.equal(m.takeDirty().me, false, "the same answer again changes nothing");
+
+    // The filter: one principal's work, or everyone's.
+    m.setPrincipalFilter("bob");
+    assert.equal(m.takeDirty().filter, true);
+    assert.deepEqual([...m.turns.values()].filter((t) => m.shows(t.principal)).map((t) => t.turnId), ["t_b"]);
+    m.setPrincipalFilter("");
+    assert.equal(m.principalFilter, null);
+    assert.ok([...m.turns.values()].every((t) => m.shows(t.principal)));
+
+    // A turn first seen without a principal (an older server) learns it later, calls included.
+    m.apply(ev("tool_start", { session_id: "s2", turn_id: "t_x", call_id: "c1", tool: "y" }));
+    assert.equal(m.turns.get("t_x").principal, null);
+    m.apply(ev("tool_progress", { principal: "dave", session_id: "s2", turn_id: "t_x", call_id: "c1", tool: "y", progress: 1 }));
+    assert.equal(m.turns.get("t_x").principal, "dave");
+    assert.equal(m.calls.get(callKey("t_x", "c1")).principal, "dave");
+    // An interaction names its call's principal.
+    m.apply(ev("interaction_requested", { principal: "erin", session_id: "s3", turn_id: "t_e", call_id: "c1", tool: "wipe", interaction: { id: "i_1", kind: "confirm", message: "?", principal: "erin", turn_id: "t_e", call_id: "c1", tool: "wipe", timeout_ms: 1000, created_at: T0, deadline: T0 } }));
+    assert.equal(m.calls.get(callKey("t_e", "c1")).principal, "erin");
+    assert.ok(m.principals().includes("erin"));
+  });
+
+  test("who is signed in, as the header says it", () => {
+    assert.deepEqual(whoText(alice), { text: "Signed in as alice", title: "Principal alice. Scopes: call, read" });
+    assert.equal(whoText({ principal: "local", scopes: ["call", "read", "abort", "approve", "admin"] }).text, "Local access (no token)");
+    assert.equal(whoText({ principal: "ci", scopes: [] }).title, "Principal ci. Scopes: none");
+    assert.equal(whoText(null), null);
+  });
+
+  test("the audit history's principal filter travels in the URL and becomes the API's query", () => {
+    const search = { filters: { principal: "bob", tool: "test__sleep" }, cursor: null };
+    assert.equal(hashOf(search), "#audit?principal=bob&tool=test__sleep");
+    assert.deepEqual(searchFromHash("#audit?tool=test__sleep&principal=bob"), search);
+    assert.equal(callsPath(search), "/v1/audit/calls?principal=bob&tool=test__sleep&limit=100");
+    assert.equal(describeFilters(search.filters), "principal bob, tool test__sleep");
   });
 });
 

@@ -6,12 +6,15 @@
 //   dropped connection it resumes with Last-Event-ID, so what happened meanwhile is replayed;
 // - snapshots of what is true now (`/v1/turns/active`, `/v1/interactions`, `/v1/tools`,
 //   `/healthz`) when the page opens and whenever the stream says events were lost;
+// - who the page is (`/v1/me`: its principal and scopes) each time a stream opens, so after a
+//   token is entered: the header names it, and Cancel buttons the server would refuse (other
+//   principals' work, without `abort`) are not offered;
 // - the audit history (audit.js) reads `/v1/audit/calls` when asked, and learns from the stream
 //   only which of the calls it shows as running have ended since.
 
 import { Api, ApiError } from "./api.js";
 import { AuditHistory } from "./audit.js";
-import { callKey, Model } from "./model.js";
+import { callKey, Model, seesOthers } from "./model.js";
 import { EventStream } from "./sse.js";
 import { outcomeText } from "./format.js";
 import { setBusy, View } from "./view.js";
@@ -123,6 +126,41 @@ function resync() {
   return resyncRunning;
 }
 
+// --- who the page is -----------------------------------------------------------------------
+
+let meLoading = null;
+
+/** Reads `GET /v1/me` (once at a time): the principal the token names, and its scopes. */
+function loadMe() {
+  if (meLoading) return meLoading;
+  meLoading = api
+    .get("/v1/me")
+    .then(
+      (me) => {
+        model.setMe(me);
+        audit.setSeesOthers(seesOthers(model.me));
+      },
+      (e) => {
+        // A server from before principals has no /v1/me: every button stays, the server decides.
+        if (e instanceof ApiError && e.status === 404) model.setMe(null);
+      },
+    )
+    .finally(() => {
+      meLoading = null;
+      requestFrame();
+    });
+  return meLoading;
+}
+
+// --- the live view's principal filter -------------------------------------------------------
+
+const principalFilter = document.getElementById("principal-filter");
+principalFilter.addEventListener("change", () => {
+  model.setPrincipalFilter(principalFilter.value);
+  requestFrame();
+  announce(principalFilter.value ? `Showing the calls of ${principalFilter.value}` : "Showing everyone's calls");
+});
+
 // --- the event stream -----------------------------------------------------------------------
 
 let wasLive = false;
@@ -153,6 +191,7 @@ const stream = new EventStream({
     // last one stopped: the replay brings what happened meanwhile, outcomes included. A snapshot
     // of what runs now goes with each, because the replay cannot tell everything: a server that
     // restarted in between may number its events past the id the page resumes from.
+    loadMe();
     resync();
     opened = true;
   },
@@ -268,6 +307,7 @@ const audit = new AuditHistory({
   // The server's clock, for how long a running call has run so far.
   serverNow: () => model.serverNow(),
   toolNames: () => model.tools.keys(),
+  principalNames: () => model.principals(),
   hasEnded: (turnId, callId) => Boolean(model.recentByKey.get(callKey(turnId, callId))?.outcome),
 });
 

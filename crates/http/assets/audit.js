@@ -1,5 +1,5 @@
-// The audit history: every call the audit trail recorded, newest first, searched by session,
-// turn, call, tool and status; each call on one line with its timeline, its events a press away.
+// The audit history: every call the audit trail recorded, newest first, searched by principal,
+// session, turn, call, tool and status; each call on one line with its timeline, its events a press away.
 //
 // It reads `GET /v1/audit/calls` a page at a time (docs/HTTP-API.md) and, unlike the rest of the
 // page, is not live: it is a search. What the event stream says about it is only this: a call
@@ -21,7 +21,7 @@ import { h } from "./view.js";
 /** What `status` accepts: the outcome statuses, and `running` for calls without one yet. */
 export const STATUSES = ["ok", "error", "timeout", "cancelled", "denied", "circuit_open", "invalid", "interrupted", "running"];
 /** The filters, in the order of the form and of the URL. */
-export const FILTERS = ["session", "turn", "call", "tool", "status"];
+export const FILTERS = ["principal", "session", "turn", "call", "tool", "status"];
 /** Calls per page. */
 export const PAGE_SIZE = 100;
 
@@ -68,7 +68,7 @@ export function sameFilters(a, b) {
   return FILTERS.every((name) => (a[name] ?? "") === (b[name] ?? ""));
 }
 
-/** A search in words: "tool test__sleep, status timeout". */
+/** A search in words: "principal alice, tool test__sleep, status timeout". */
 export function describeFilters(filters) {
   return FILTERS.filter((name) => filters[name]).map((name) => `${name} ${filters[name]}`).join(", ");
 }
@@ -278,16 +278,18 @@ const callKey = (turnId, callId) => `${turnId}/${callId}`;
 export class AuditHistory {
   /**
    * `serverNow()`: the server's clock now (for how long a running call has run); `toolNames()`:
-   * the tools the page knows, offered in the tool field; `hasEnded(turnId, callId)`: whether the
-   * event stream saw that call end.
+   * the tools the page knows, offered in the tool field; `principalNames()`: the principals the
+   * page has seen, offered in the principal field; `hasEnded(turnId, callId)`: whether the event
+   * stream saw that call end.
    */
-  constructor({ api, section, doc = document, win = window, serverNow = () => Date.now(), toolNames = () => [], hasEnded = () => false }) {
+  constructor({ api, section, doc = document, win = window, serverNow = () => Date.now(), toolNames = () => [], principalNames = () => [], hasEnded = () => false }) {
     this.api = api;
     this.section = section;
     this.doc = doc;
     this.win = win;
     this.serverNow = serverNow;
     this.toolNames = toolNames;
+    this.principalNames = principalNames;
     this.hasEnded = hasEnded;
     const $ = (id) => doc.getElementById(id);
     this.el = {
@@ -295,6 +297,8 @@ export class AuditHistory {
       form: $("audit-form"),
       clear: $("audit-clear"),
       tools: $("audit-tools"),
+      principals: $("audit-principals"),
+      principalLabel: $("audit-principal-label"),
       status: $("audit-status"),
       ended: $("audit-ended"),
       error: $("audit-error"),
@@ -319,6 +323,9 @@ export class AuditHistory {
     this.endedSince = new Set();
     this.ids = 0;
     this.toolsShown = "";
+    this.principalsShown = "";
+    /** Whether the page's principal may read others' calls (`read`); until /v1/me says, yes. */
+    this.seesOthers = true;
     /** How long the last page took to draw, in ms (the browser tests report it). */
     this.lastRenderMs = null;
   }
@@ -374,6 +381,22 @@ export class AuditHistory {
       if (button) this.toggle(button.closest("tr").dataset.key);
     });
     form.elements.tool.addEventListener("focus", () => this.offerTools());
+    form.elements.principal.addEventListener("focus", () => this.offerPrincipals());
+  }
+
+  /**
+   * Who the page is (`GET /v1/me`): a principal without `read` finds only its own calls, so the
+   * principal field is hidden for it (unless a search already names one: the server's answer
+   * then says why it refuses).
+   */
+  setSeesOthers(sees) {
+    this.seesOthers = sees;
+    this.showPrincipalField();
+  }
+
+  showPrincipalField() {
+    const label = this.el.principalLabel;
+    if (label) label.hidden = !this.seesOthers && !this.search.filters.principal;
   }
 
   readForm() {
@@ -387,6 +410,7 @@ export class AuditHistory {
 
   fillForm(filters) {
     for (const name of FILTERS) this.el.form.elements[name].value = filters[name] ?? "";
+    this.showPrincipalField();
   }
 
   offerTools() {
@@ -395,6 +419,14 @@ export class AuditHistory {
     if (joined === this.toolsShown) return;
     this.toolsShown = joined;
     this.el.tools.replaceChildren(...names.map((name) => h("option", { value: name })));
+  }
+
+  offerPrincipals() {
+    const names = [...new Set(this.principalNames())].sort();
+    const joined = names.join("\n");
+    if (joined === this.principalsShown || !this.el.principals) return;
+    this.principalsShown = joined;
+    this.el.principals.replaceChildren(...names.map((name) => h("option", { value: name })));
   }
 
   /** Goes to a search through the URL (so Back returns here); the hashchange shows it. */
@@ -540,6 +572,7 @@ export class AuditHistory {
       { "data-key": key, "data-status": status },
       h("td", { class: "c-disclose" }, button),
       h("td", { class: "when" }, h("time", { datetime: call.started_at, title: preciseTime(startedAt), text: dateTime(startedAt) })),
+      h("td", { class: "principal", title: call.principal ?? "", text: call.principal ?? "—" }),
       h("td", { class: "session" }, h("span", { title: call.session_id ?? "", text: call.session_id ? shortId(call.session_id, 10) : "—" })),
       h(
         "td",
@@ -607,6 +640,8 @@ export class AuditHistory {
       h("code", { text: call.call_id }),
       " of turn ",
       h("code", { text: call.turn_id }),
+      call.principal ? " by " : "",
+      call.principal ? h("code", { text: call.principal }) : "",
       call.session_id ? ", session " : "",
       call.session_id ? h("code", { text: call.session_id }) : "",
       call.attempts != null ? ` · ${call.attempts} attempt${call.attempts === 1 ? "" : "s"}` : "",
@@ -616,7 +651,10 @@ export class AuditHistory {
       " · ",
       link("this turn's calls", { turn: call.turn_id }),
       call.session_id ? " · " : "",
-      call.session_id ? link("this session's calls", { session: call.session_id }) : "",
+      // A session id is its principal's own: the link names both.
+      call.session_id ? link("this session's calls", call.principal ? { principal: call.principal, session: call.session_id } : { session: call.session_id }) : "",
+      call.principal ? " · " : "",
+      call.principal ? link(`${call.principal}'s calls`, { principal: call.principal }) : "",
     );
     const rows = (call.events ?? []).map((ev) => {
       const t = Date.parse(ev.ts);
@@ -647,7 +685,7 @@ export class AuditHistory {
       { class: "events-row", id, "data-key": rec.key },
       h(
         "td",
-        { colspan: "7" },
+        { colspan: "8" },
         meta,
         h(
           "table",

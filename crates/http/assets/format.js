@@ -179,3 +179,17 @@ export function shortId(id, keep = 8) {
   const prefix = s.match(/^[a-z]+_/)?.[0] ?? "";
   return `${prefix}…${s.slice(-keep)}`;
 }
+
+/**
+ * Who the page is, for the header, from `GET /v1/me` ({principal, scopes}): "Signed in as alice"
+ * with the scopes in its tooltip; `local` — every request over loopback when the server asks for
+ * no token — reads "Local access (no token)". Null when the page does not know (yet).
+ */
+export function whoText(me) {
+  if (!me || typeof me.principal !== "string") return null;
+  const scopes = Array.isArray(me.scopes) && me.scopes.length > 0 ? me.scopes.join(", ") : "none";
+  if (me.principal === "local") {
+    return { text: "Local access (no token)", title: `Principal local (loopback, no token configured). Scopes: ${scopes}` };
+  }
+  return { text: `Signed in as ${me.principal}`, title: `Principal ${me.principal}. Scopes: ${scopes}` };
+}

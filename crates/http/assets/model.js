@@ -9,6 +9,32 @@ export function callKey(turnId, callId) {
   return `${turnId}/${callId}`;
 }
 
+/** Whether `me` (what `GET /v1/me` answered: {principal, scopes}) holds `scope`; `admin` holds every one. */
+export function hasScope(me, scope) {
+  const scopes = Array.isArray(me?.scopes) ? me.scopes : [];
+  return scopes.includes(scope) || scopes.includes("admin");
+}
+
+/**
+ * Whether `me` may cancel the work of principal `owner`: its own always, anyone's with `abort`.
+ * While the page does not know who it is (`me` null: /v1/me not answered yet, or a server
+ * without it), or whose the work is, it offers the button and the server decides.
+ */
+export function mayCancel(me, owner) {
+  if (!me || !owner) return true;
+  return owner === me.principal || hasScope(me, "abort");
+}
+
+/** Whether `me` may see other principals' work (`read`): only then is there anything to filter by principal. */
+export function seesOthers(me) {
+  return !me || hasScope(me, "read");
+}
+
+/** Whether a principal filter (null or "": everyone) lets `owner`'s work through. */
+export function passesFilter(filter, owner) {
+  return !filter || owner === filter;
+}
+
 /** How long a call may stay "stopping" without its `tool_stopped` before the page gives up on it. */
 const STOP_UNCONFIRMED_MS = 120_000;
 /** How many ended turn ids are remembered, so that an older snapshot cannot bring one back. */
@@ -46,7 +72,63 @@ export class Model {
      * what ticks: elapsed times and countdowns.
      */
     this.offset = Number.POSITIVE_INFINITY;
+    /** Who this page is, as `GET /v1/me` answered ({principal, scopes}); null until it did. */
+    this.me = null;
+    /** The principal whose work the live view shows (null: everyone's). */
+    this.principalFilter = null;
+    /** Every principal whose work the page has seen (and its own). */
+    this.principalsSeen = new Set();
     this.dirty = newDirty();
+  }
+
+  // --- principals ---------------------------------------------------------------------------
+
+  /** Learns who the page is (`GET /v1/me`): which Cancel buttons it offers depends on it. */
+  setMe(me) {
+    const next = me && typeof me.principal === "string" ? { principal: me.principal, scopes: Array.isArray(me.scopes) ? [...me.scopes] : [] } : null;
+    const same = (this.me === null && next === null) || (this.me && next && this.me.principal === next.principal && this.me.scopes.join() === next.scopes.join());
+    if (same) return;
+    this.me = next;
+    if (next) this.notePrincipal(next.principal);
+    this.dirty.me = true;
+    this.touchAll();
+  }
+
+  /** Whether the page may cancel this turn's or call's work (see mayCancel). */
+  mayCancel(owner) {
+    return mayCancel(this.me, owner);
+  }
+
+  /** Shows only `principal`'s work in the live view (null or "": everyone's). */
+  setPrincipalFilter(principal) {
+    const next = principal || null;
+    if (next === this.principalFilter) return;
+    this.principalFilter = next;
+    this.dirty.filter = true;
+    this.dirty.stopping = true;
+    this.dirty.summary = true;
+  }
+
+  /** Whether the live view's filter shows `owner`'s work. */
+  shows(owner) {
+    return passesFilter(this.principalFilter, owner);
+  }
+
+  /** The principals seen so far, sorted (for the filter's choices). */
+  principals() {
+    return [...this.principalsSeen].sort((a, b) => a.localeCompare(b));
+  }
+
+  notePrincipal(name) {
+    if (typeof name !== "string" || name === "" || this.principalsSeen.has(name)) return;
+    this.principalsSeen.add(name);
+    this.dirty.principals = true;
+  }
+
+  /** Every running call and turn is drawn again (who may cancel what changed). */
+  touchAll() {
+    for (const call of this.calls.values()) this.touch(call);
+    for (const turnId of this.turns.keys()) this.dirty.turns.add(turnId);
   }
 
   // --- clocks -------------------------------------------------------------------------------
@@ -96,17 +178,20 @@ export class Model {
       // The stream began after this turn's turn_start (a replay from the middle): learn it here.
       turn = this.addTurn({
         turn_id: ev.turn_id,
+        principal: ev.principal,
         session_id: ev.session_id,
         started_at: ev.ts,
       });
     }
     if (turn && typeof ev.seq === "number") turn.lastSeq = ev.seq;
+    if (turn && ev.principal && !turn.principal) this.setTurnPrincipal(turn, ev.principal);
     return turn ?? null;
   }
 
-  addTurn({ turn_id, session_id, parent_turn_id, started_at }) {
+  addTurn({ turn_id, principal, session_id, parent_turn_id, started_at }) {
     const turn = {
       turnId: turn_id,
+      principal: principal ?? null,
       sessionId: session_id ?? null,
       parentTurnId: parent_turn_id ?? null,
       startedAt: started_at ? this.serverTime(started_at) : this.serverNow(),
@@ -116,9 +201,24 @@ export class Model {
       lastSeq: this.lastSeq,
     };
     this.turns.set(turn_id, turn);
+    this.notePrincipal(turn.principal);
     this.dirty.turnsAdded.add(turn_id);
     this.dirty.summary = true;
     return turn;
+  }
+
+  /** A turn first learned without its principal (an older server's event) learns it later. */
+  setTurnPrincipal(turn, principal) {
+    turn.principal = principal;
+    this.notePrincipal(principal);
+    this.dirty.turns.add(turn.turnId);
+    for (const key of turn.callKeys) {
+      const call = this.calls.get(key);
+      if (call && !call.principal) {
+        call.principal = principal;
+        this.touch(call);
+      }
+    }
   }
 
   /** The call an event is about, made when it is new (null for events of ended turns). */
@@ -126,7 +226,14 @@ export class Model {
     if (!ev.call_id || !ev.turn_id) return null;
     const key = callKey(ev.turn_id, ev.call_id);
     const known = this.calls.get(key) ?? this.recentByKey.get(key);
-    if (known) return known;
+    if (known) {
+      if (ev.principal && !known.principal) {
+        const turn = this.turns.get(known.turnId);
+        if (turn) this.setTurnPrincipal(turn, ev.principal);
+        else known.principal = ev.principal;
+      }
+      return known;
+    }
     const turn = this.turnOf(ev);
     if (!turn) return null;
     return this.addCall(turn, ev.call_id, ev.tool);
@@ -138,6 +245,7 @@ export class Model {
       key,
       turnId: turn.turnId,
       callId,
+      principal: turn.principal,
       sessionId: turn.sessionId,
       tool: tool ?? "",
       state: "queued",
@@ -277,6 +385,7 @@ export class Model {
       let turn = this.turns.get(t.turn_id);
       if (!turn) turn = this.addTurn(t);
       if (t.parent_turn_id) turn.parentTurnId = t.parent_turn_id;
+      if (t.principal && !turn.principal) this.setTurnPrincipal(turn, t.principal);
       if (t.started_at) turn.startedAt = this.serverTime(t.started_at);
       this.dirty.turns.add(t.turn_id);
       for (const c of t.calls ?? []) {
@@ -349,6 +458,7 @@ export class Model {
       createdAt: this.serverTime(i.created_at),
     };
     this.interactions.set(i.id, interaction);
+    this.notePrincipal(i.principal);
     this.dirty.interactions = true;
     this.dirty.summary = true;
     this.dirty.interactionsAdded.push(interaction);
@@ -433,6 +543,12 @@ function newDirty() {
     recentAdded: 0,
     stopping: false,
     summary: false,
+    /** Who the page is changed (the header says it; Cancel buttons follow). */
+    me: false,
+    /** The live view's principal filter changed. */
+    filter: false,
+    /** A principal was seen for the first time (the filter's choices). */
+    principals: false,
   };
 }
 
@@ -446,6 +562,7 @@ const HANDLERS = {
     if (m.ended.has(ev.turn_id)) return;
     let turn = m.turns.get(ev.turn_id);
     if (!turn) turn = m.addTurn({ ...ev, started_at: ev.ts });
+    else if (ev.principal && !turn.principal) m.setTurnPrincipal(turn, ev.principal);
     turn.lastSeq = ev.seq ?? turn.lastSeq;
     if (ev.parent_turn_id) turn.parentTurnId = ev.parent_turn_id;
     for (const c of ev.calls ?? []) {

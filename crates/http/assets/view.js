@@ -20,7 +20,9 @@ import {
   progressText,
   shortId,
   stateText,
+  whoText,
 } from "./format.js";
+import { hasScope, seesOthers } from "./model.js";
 
 /** How many off-screen rows are refreshed per frame. */
 const OFFSCREEN_BUDGET = 40;
@@ -60,6 +62,7 @@ export class View {
     this.recentRows = new Map(); // callKey → row record
     this.offscreen = new Set(); // row records needing a refresh while their turn is skipped
     this.lastSecond = 0;
+    this.turnsEmptyStale = false;
     this.rowTemplate = doc.getElementById("call-row");
   }
 
@@ -105,16 +108,20 @@ export class View {
       if (rec.turnRec.visible) this.updateRow(rec, now);
       else this.markStale(rec);
     }
-    for (const turnId of d.turns) this.updateTurnHead(turnId);
+    if (d.filter) for (const turnId of this.turnEls.keys()) this.updateTurnHead(turnId);
+    else for (const turnId of d.turns) this.updateTurnHead(turnId);
+    if (this.turnsEmptyStale) this.updateTurnsEmpty();
     this.tickRows(now);
     this.refreshOffscreen(now);
-    if (d.interactions) this.renderAsks(d.interactionsAdded);
+    if (d.interactions || d.me) this.renderAsks(d.interactionsAdded ?? []);
     this.tickAsks(now);
-    if (d.stopping || d.calls.size > 0) this.renderStopping(d.calls);
+    if (d.stopping || d.calls.size > 0) this.renderStopping(d.calls, d.filter);
     this.tickStopping(now);
-    if (d.recent || d.calls.size > 0) this.renderRecent(d.recentAdded, d.calls);
+    if (d.recent || d.calls.size > 0 || d.filter) this.renderRecent(d.recentAdded, d.calls, d.filter);
     if (d.servers) this.renderServers();
     if (d.summary) this.renderSummary();
+    if (d.me) this.renderMe();
+    if (d.principals || d.me || d.filter) this.renderPrincipalFilter();
   }
 
   // --- running turns ------------------------------------------------------------------------
@@ -133,8 +140,11 @@ export class View {
     });
     const countEl = h("span", { class: "turn-count" });
     const startedEl = h("span", { class: "turn-started" });
+    const principalEl = h("strong", { class: "turn-principal" });
     const metaParts = [
-      "session ",
+      "by ",
+      principalEl,
+      " · session ",
       h("code", { text: shortId(turn.sessionId ?? "?", 10), title: turn.sessionId ?? "" }),
       " · started ",
       startedEl,
@@ -167,6 +177,7 @@ export class View {
             "div",
             { role: "row", class: "row head" },
             h("span", { role: "columnheader", class: "c-call", text: "Call" }),
+            h("span", { role: "columnheader", class: "c-principal", text: "Principal" }),
             h("span", { role: "columnheader", class: "c-tool", text: "Tool" }),
             h("span", { role: "columnheader", class: "c-state", text: "State" }),
             h("span", { role: "columnheader", class: "c-elapsed", text: "Elapsed" }),
@@ -178,7 +189,7 @@ export class View {
       ),
     );
     // Until the browser says otherwise, a turn counts as on screen.
-    const rec = { article, rowsEl, countEl, startedEl, cancelBtn, visible: true };
+    const rec = { article, rowsEl, countEl, startedEl, principalEl, cancelBtn, visible: true, shown: {} };
     article.addEventListener("contentvisibilityautostatechange", (e) => this.onTurnVisibility(rec, e.skipped));
     this.turnEls.set(turnId, rec);
     const fragment = this.doc.createDocumentFragment();
@@ -190,8 +201,23 @@ export class View {
     // What a skipped turn is assumed to measure (a row is about 2 rem), until it was rendered once.
     article.style.containIntrinsicSize = `auto ${4 + turn.callKeys.length * 2.1}rem`;
     this.$("turns").append(article);
-    this.$("turns-empty").hidden = true;
     this.updateTurnHead(turnId);
+    this.turnsEmptyStale = true;
+  }
+
+  /** "No turn is running", when no turn shows (none runs, or the filter hides every one). */
+  updateTurnsEmpty() {
+    this.turnsEmptyStale = false;
+    let shown = 0;
+    for (const rec of this.turnEls.values()) if (!rec.article.hidden) shown += 1;
+    const empty = this.$("turns-empty");
+    const filter = this.model.principalFilter;
+    const others = this.turnEls.size;
+    setText(
+      empty,
+      !filter ? "No turn is running." : others > 0 ? `No turn of ${filter} is running (the filter hides ${others} other${others === 1 ? "" : "s"}).` : `No turn of ${filter} is running.`,
+    );
+    empty.hidden = shown > 0;
   }
 
   makeRow(call, turnRec) {
@@ -201,12 +227,13 @@ export class View {
       tr,
       key: call.key,
       callEl: cells[0].firstElementChild,
-      toolEl: cells[1],
-      stateEl: cells[2].firstElementChild,
-      elapsedEl: cells[3].firstElementChild,
-      barEl: cells[4].querySelector("progress"),
-      msgEl: cells[4].querySelector(".msg"),
-      button: cells[5].firstElementChild,
+      principalEl: cells[1],
+      toolEl: cells[2],
+      stateEl: cells[3].firstElementChild,
+      elapsedEl: cells[4].firstElementChild,
+      barEl: cells[5].querySelector("progress"),
+      msgEl: cells[5].querySelector(".msg"),
+      button: cells[6].firstElementChild,
       turnRec,
       stale: true,
       shown: {},
@@ -234,7 +261,7 @@ export class View {
     }
     this.keepFocus(rec.article);
     rec.article.remove();
-    this.$("turns-empty").hidden = this.turnEls.size > 0;
+    this.turnsEmptyStale = true;
   }
 
   /** Before `el` leaves the page with the focus inside it, hand the focus on to a sensible place. */
@@ -282,7 +309,29 @@ export class View {
     if (turn.aborting) parts.push(`aborting (${turn.aborting})`);
     setText(rec.countEl, parts.join(", "));
     setText(rec.startedEl, clockTime(turn.startedAt));
+    setText(rec.principalEl, turn.principal ?? "?");
     setBusy(rec.cancelBtn, Boolean(turn.aborting) || turn.cancelRequested === true);
+    // Another principal's turn, without `abort`: no button the server would refuse.
+    const cancellable = this.model.mayCancel(turn.principal);
+    if (rec.shown.cancellable !== cancellable) {
+      if (!cancellable) this.keepFocusOff(rec.cancelBtn, rec.article);
+      rec.cancelBtn.hidden = !cancellable;
+      rec.shown.cancellable = cancellable;
+    }
+    const shows = this.model.shows(turn.principal);
+    if (rec.shown.shows !== shows) {
+      if (!shows) this.keepFocus(rec.article);
+      rec.article.hidden = !shows;
+      rec.shown.shows = shows;
+      this.turnsEmptyStale = true;
+    }
+  }
+
+  /** A button about to hide with the focus on it: the focus goes to the next button of its turn, or the section's heading. */
+  keepFocusOff(button, article) {
+    if (this.doc.activeElement !== button) return;
+    const next = [...article.querySelectorAll("button")].find((b) => b !== button && !b.hidden);
+    (next ?? this.$("running-heading"))?.focus();
   }
 
   updateRow(rec, now) {
@@ -291,6 +340,12 @@ export class View {
     if (!call) return;
     rec.stale = false;
     const shown = rec.shown;
+    const principal = call.principal ?? "";
+    if (shown.principal !== principal) {
+      rec.principalEl.textContent = principal;
+      rec.principalEl.title = principal;
+      shown.principal = principal;
+    }
     if (shown.tool !== call.tool) {
       rec.toolEl.textContent = call.tool;
       rec.button.setAttribute("aria-label", `Cancel call ${call.callId}${call.tool ? ` (${call.tool})` : ""}`);
@@ -331,7 +386,8 @@ export class View {
       rec.msgEl.textContent = msg;
       shown.msg = msg;
     }
-    const cancellable = !call.outcome;
+    // Ended, or another principal's call without `abort`: no Cancel.
+    const cancellable = !call.outcome && m.mayCancel(call.principal);
     if (shown.cancellable !== cancellable) {
       if (!cancellable && this.doc.activeElement === rec.button) this.focusAfterRow(rec);
       rec.button.hidden = !cancellable;
@@ -407,6 +463,13 @@ export class View {
     for (const i of m.interactions.values()) {
       if (!this.asks.has(i.id)) list.append(this.makeAsk(i));
     }
+    // Answering needs `approve`, even for one's own call: without it the buttons give way to
+    // a note (until the page knows who it is, they are shown and the server decides).
+    const answers = !m.me || hasScope(m.me, "approve");
+    for (const rec of this.asks.values()) {
+      rec.buttons.hidden = !answers;
+      rec.refusal.hidden = answers;
+    }
     this.$("asks-empty").hidden = this.asks.size > 0;
     for (const i of added) {
       if (this.asks.has(i.id)) this.announce?.(`${kindWord(i.kind)} needed: ${i.tool ?? i.message}`);
@@ -455,9 +518,12 @@ export class View {
       );
     }
     const meta = [];
+    if (i.principal) meta.push(`by ${i.principal}`);
     if (i.call_id) meta.push(`call ${i.call_id}`);
     if (i.turn_id) meta.push(`turn ${shortId(i.turn_id, 10)}`);
     if (i.session_id) meta.push(`session ${shortId(i.session_id, 10)}`);
+    const buttons = h("div", { class: "buttons" }, approve, deny);
+    const refusal = h("p", { class: "refusal", text: "Answering needs the approve scope, which you do not hold.", hidden: true });
     const li = h(
       "li",
       { class: `ask kind-${i.kind}`, "data-id": i.id },
@@ -465,9 +531,10 @@ export class View {
       ...body,
       h("p", { class: "meta", text: meta.join(" · ") }),
       bar,
-      h("div", { class: "buttons" }, approve, deny),
+      buttons,
+      refusal,
     );
-    this.asks.set(i.id, { li, countdown, bar, shown: "" });
+    this.asks.set(i.id, { li, countdown, bar, buttons, refusal, shown: "" });
     return li;
   }
 
@@ -488,7 +555,7 @@ export class View {
 
   // --- calls being stopped ------------------------------------------------------------------
 
-  renderStopping(touched) {
+  renderStopping(touched, refilter = false) {
     const m = this.model;
     const body = this.$("stopping-body");
     for (const [key, rec] of this.stopRows) {
@@ -504,8 +571,9 @@ export class View {
         const sinceEl = h("span", { class: "elapsed" });
         const tr = h(
           "tr",
-          { "data-key": call.key },
+          { "data-key": call.key, "data-principal": call.principal ?? "" },
           h("td", {}, h("code", { text: call.callId })),
+          h("td", { class: "principal", text: call.principal ?? "" }),
           h("td", { text: call.tool }),
           h("td", {}, h("code", { text: shortId(call.turnId, 10), title: call.turnId })),
           h("td", { text: outcomeText(call.outcome) }),
@@ -515,8 +583,13 @@ export class View {
         rec = { tr, stateEl, sinceEl, shown: {} };
         this.stopRows.set(call.key, rec);
         body.prepend(tr);
-      } else if (!touched.has(call.key)) {
+      } else if (!touched.has(call.key) && !refilter) {
         continue;
+      }
+      const shows = m.shows(call.principal);
+      if (rec.shown.shows !== shows) {
+        rec.tr.hidden = !shows;
+        rec.shown.shows = shows;
       }
       const state = call.abandoned ? "abandoned" : "stopping";
       const label = call.abandoned ? "abandoned: the server still works on it" : "stopping";
@@ -526,7 +599,7 @@ export class View {
         rec.shown.state = label;
       }
     }
-    this.$("stopping-empty").hidden = this.stopRows.size > 0;
+    this.$("stopping-empty").hidden = [...this.stopRows.values()].some((r) => !r.tr.hidden);
   }
 
   tickStopping(now) {
@@ -543,9 +616,12 @@ export class View {
 
   // --- recent outcomes ----------------------------------------------------------------------
 
-  renderRecent(added, touched) {
+  renderRecent(added, touched, refilter = false) {
     const m = this.model;
     const body = this.$("recent-body");
+    if (refilter) {
+      for (const [key, rec] of this.recentRows) rec.tr.hidden = !m.shows(m.recentByKey.get(key)?.principal);
+    }
     if (added > 0) {
       const fresh = m.recent.slice(-Math.min(added, m.recentLimit));
       const fragment = this.doc.createDocumentFragment();
@@ -564,7 +640,13 @@ export class View {
           this.recentRows.delete(key);
         }
       }
-      this.$("recent-empty").hidden = this.recentRows.size > 0;
+    }
+    if (added > 0 || refilter) {
+      let any = false;
+      for (const rec of this.recentRows.values()) if (!rec.tr.hidden) any = true;
+      const empty = this.$("recent-empty");
+      setText(empty, m.principalFilter ? `No call of ${m.principalFilter} has ended lately.` : "No call has ended yet.");
+      empty.hidden = any;
     }
     for (const key of touched) {
       const rec = this.recentRows.get(key);
@@ -581,14 +663,15 @@ export class View {
     const timelineEl = h("span", { class: "timeline" });
     const tr = h(
       "tr",
-      { "data-key": call.key, "data-status": call.outcome?.status ?? "" },
+      { "data-key": call.key, "data-status": call.outcome?.status ?? "", "data-principal": call.principal ?? "", hidden: !this.model.shows(call.principal) },
       h("td", { class: "when", text: clockTime(call.endedAt) }),
+      h("td", { class: "principal", text: call.principal ?? "" }),
       h("td", {}, h("span", { class: "tool", text: call.tool }), h("br"), h("code", { class: "ids", text: `${call.callId} · ${shortId(call.turnId, 10)}`, title: `call ${call.callId} of turn ${call.turnId}, session ${call.sessionId ?? "?"}` })),
       h("td", {}, tagEl, " ", outcomeEl),
       h("td", { class: "num duration" }),
       h("td", { class: "detail" }, textEl, h("br"), timelineEl, stopEl),
     );
-    const rec = { tr, outcomeEl, tagEl, stopEl, textEl, timelineEl, durationEl: tr.children[3] };
+    const rec = { tr, outcomeEl, tagEl, stopEl, textEl, timelineEl, durationEl: tr.children[4] };
     this.updateRecent(rec, call);
     return rec;
   }
@@ -652,6 +735,41 @@ export class View {
     setText(this.$("running-count"), c.running || c.waitingApproval ? `(${c.running + c.waitingApproval})` : "");
     setText(this.$("asks-count"), c.interactions ? `(${c.interactions})` : "");
     this.doc.title = c.interactions > 0 ? `(${c.interactions}) toolwarden` : "toolwarden";
+  }
+
+  /** Who the page is, discreetly in the header. */
+  renderMe() {
+    const el = this.$("who");
+    const who = whoText(this.model.me);
+    el.hidden = !who;
+    if (!who) return;
+    setText(el, who.text);
+    el.title = who.title;
+  }
+
+  /**
+   * The live view's principal filter: everyone, or one of the principals seen. Shown only to a
+   * principal that sees others' work (`read`); without it, everything shown is its own.
+   */
+  renderPrincipalFilter() {
+    const m = this.model;
+    const label = this.$("principal-filter-label");
+    const select = this.$("principal-filter");
+    if (!label || !select) return;
+    const show = seesOthers(m.me);
+    label.hidden = !show;
+    const names = m.principals();
+    if (m.principalFilter && !names.includes(m.principalFilter)) names.push(m.principalFilter);
+    const want = ["", ...names];
+    const have = [...select.options].map((o) => o.value);
+    if (want.join("\n") !== have.join("\n") || select.dataset.me !== (m.me?.principal ?? "")) {
+      select.replaceChildren(
+        h("option", { value: "", text: "everyone" }),
+        ...names.map((name) => h("option", { value: name, text: name === m.me?.principal ? `${name} (you)` : name })),
+      );
+      select.dataset.me = m.me?.principal ?? "";
+    }
+    if (select.value !== (m.principalFilter ?? "")) select.value = m.principalFilter ?? "";
   }
 
   setConnection(status) {
