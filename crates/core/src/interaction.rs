@@ -343,6 +343,7 @@ impl Interactions {
                         kind: req.kind,
                         action: answer.action,
                         by: Some(by),
+                        answerer: answer.answerer.clone(),
                     });
                     inner.metrics.interaction(req.kind, match answer.action {
                         InteractionAction::Approve => InteractionOutcome::Approved,

@@ -273,6 +273,7 @@ impl Interactor for AutoAnswer {
                 action,
                 value: None,
                 reason: None,
+                answerer: None,
             };
             assert_eq!(answers.answer(answer, "robot"), Ok(()));
         });

@@ -50,6 +50,11 @@ impl TokenPrincipal {
     pub fn from_digest(digest: [u8; 32], principal: Principal) -> Self {
         Self { digest, principal }
     }
+
+    /// The token's SHA-256.
+    pub fn digest(&self) -> &[u8; 32] {
+        &self.digest
+    }
 }
 
 impl std::fmt::Debug for TokenPrincipal {

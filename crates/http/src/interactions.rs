@@ -36,10 +36,14 @@ impl Interactor for HttpInteractor {
     fn present(&self, _interaction: &Interaction, _answers: AnswerSender) {}
 }
 
-/// `GET /v1/interactions`: those about the caller's own calls, or everyone's with `read`.
+/// `GET /v1/interactions`: those about the caller's own calls, or everyone's with `read` or
+/// `approve`.
 pub(crate) async fn list(State(app): State<App>, caller: Caller) -> Json<Value> {
     let mut pending = app.engine.interactions().pending();
-    pending.retain(|i| caller.sees(i.principal.as_deref().unwrap_or(LOCAL_PRINCIPAL)));
+    // An approver answers others' questions: it sees them.
+    if !caller.may(Scope::Approve) {
+        pending.retain(|i| caller.sees(i.principal.as_deref().unwrap_or(LOCAL_PRINCIPAL)));
+    }
     Json(json!({"interactions": pending}))
 }
 
@@ -78,6 +82,7 @@ fn parse_answer(body: &[u8]) -> Result<InteractionAnswer, ApiError> {
         action,
         value: opt_string(&obj, "value")?,
         reason: opt_string(&obj, "reason")?,
+        answerer: None,
     })
 }
 
@@ -93,7 +98,10 @@ pub(crate) async fn answer(
     caller.needs(Scope::Approve, "answer approvals")?;
     let id = InteractionId::from(path(id)?);
     require_json(&headers)?;
-    let answer = parse_answer(&body_bytes(body)?)?;
+    let answer = InteractionAnswer {
+        answerer: Some(caller.name().to_owned()),
+        ..parse_answer(&body_bytes(body)?)?
+    };
     app.engine
         .interactions()
         .answer(&id, answer, INTERACTOR)

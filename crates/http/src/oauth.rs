@@ -331,6 +331,20 @@ impl OAuth {
                     "the token has no {claim:?} claim (a string) to name its principal"
                 ))
             })?;
+        if name == toolwarden_protocol::LOCAL_PRINCIPAL
+            || name == toolwarden_protocol::DEFAULT_PRINCIPAL
+        {
+            // Those two hold every scope whatever a token says: an issuer's user of that name
+            // must not become them.
+            return Err(Refusal::Invalid(format!(
+                "the token's {claim:?} claim is {name:?}, a name toolwarden reserves (\"local\" is loopback without authentication, \"default\" the token of [http] token_env)"
+            )));
+        }
+        if !toolwarden_core::config::principal_name_ok(name) {
+            return Err(Refusal::Invalid(format!(
+                "the token's {claim:?} claim {name:?} is not a principal's name (1 to 128 characters without spaces or control characters)"
+            )));
+        }
         let mut scopes = Scopes::NONE;
         for claim in [self.settings.scopes_claim.as_str(), "scp"] {
             match claims.get(claim) {
@@ -510,6 +524,42 @@ mod tests {
         let refused = oauth.verify(&naming("1")).await.unwrap_err();
         assert_eq!(oauth.key_reads(), 3);
         assert!(refused.to_string().contains("signature"), "{refused}");
+    }
+
+    #[tokio::test]
+    async fn claims_name_the_principal_and_its_scopes_but_never_a_reserved_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("jwks.json");
+        std::fs::write(
+            &path,
+            r#"{"keys":[{"kty":"EC","crv":"P-256","kid":"1",
+               "x":"MKBCTNIcKUSDii11ySs3526iDZ8AiTo7Tu6KPAqv7D4",
+               "y":"4Etl6SRW2YiLUrN5vfvVHuhp7x8PxltmWWlbbM4IFyM"}]}"#,
+        )
+        .unwrap();
+        let (oauth, _) = OAuth::start(OAuthSettings {
+            issuer: "https://issuer.test".into(),
+            audience: "tw".into(),
+            jwks: JwksSource::File(path),
+            resource: "http://127.0.0.1:7420/mcp".into(),
+            principal_claim: "sub".into(),
+            scopes_claim: "scope".into(),
+            leeway: Duration::from_secs(60),
+        })
+        .await;
+        let claims = |v: Value| -> Map<String, Value> { serde_json::from_value(v).unwrap() };
+        let p = oauth
+            .principal(&claims(
+                json!({"sub": "alice", "scope": "call bogus", "scp": ["read"]}),
+            ))
+            .unwrap();
+        assert_eq!(&*p.name, "alice");
+        assert_eq!(p.scopes, Scopes::NONE.with(Scope::Call).with(Scope::Read));
+        for sub in ["local", "default", "two words", ""] {
+            let refused = oauth.principal(&claims(json!({"sub": sub}))).unwrap_err();
+            assert!(refused.to_string().contains("\"sub\""), "{refused}");
+        }
+        assert!(oauth.principal(&claims(json!({"sub": 7}))).is_err());
     }
 
     #[tokio::test]

@@ -187,6 +187,10 @@ pub enum EventKind {
         /// Who answered (`http`, `dashboard`, `terminal`, `elicitation`, ...).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         by: Option<String>,
+        /// The principal who answered, when the door knows it (the HTTP API and the
+        /// dashboard: the token's; an MCP client's elicitation: the session's).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answerer: Option<String>,
     },
     /// An interaction's deadline passed without an answer.
     InteractionTimedOut {

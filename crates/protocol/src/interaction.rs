@@ -129,6 +129,10 @@ pub struct InteractionAnswer {
     /// Why, when denying.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The principal who answered, when the door knows one (the HTTP API, the dashboard, an
+    /// MCP client's elicitation); set by the door, never by the answer's sender.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answerer: Option<String>,
 }
 
 impl InteractionAnswer {
@@ -138,6 +142,7 @@ impl InteractionAnswer {
             action: InteractionAction::Approve,
             value: None,
             reason: None,
+            answerer: None,
         }
     }
 
@@ -147,6 +152,7 @@ impl InteractionAnswer {
             action: InteractionAction::Deny,
             value: None,
             reason: None,
+            answerer: None,
         }
     }
 }
@@ -157,6 +163,7 @@ impl fmt::Debug for InteractionAnswer {
             .field("action", &self.action)
             .field("value", &self.value.as_ref().map(|_| "<redacted>"))
             .field("reason", &self.reason)
+            .field("answerer", &self.answerer)
             .finish()
     }
 }

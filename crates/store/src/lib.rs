@@ -242,9 +242,6 @@ fn replay_file(
     Ok(())
 }
 
-/// For a reader: when no process writes the store and one that did left events in its pending
-/// file, moves them into the database (as the next writer would) so that they can be read. A
-/// running writer moves them itself within moments.
 /// Takes an older trail at `path` (schema `version`) to this build's schema, under the writer's
 /// lock: a writer running now (an older toolwarden's) is named in the error.
 fn migrate_older(path: &Path, version: u32) -> Result<(), OpenError> {
@@ -256,6 +253,9 @@ fn migrate_older(path: &Path, version: u32) -> Result<(), OpenError> {
     Ok(())
 }
 
+/// For a reader: when no process writes the store and one that did left events in its pending
+/// file, moves them into the database (as the next writer would) so that they can be read. A
+/// running writer moves them itself within moments.
 fn settle_pending(path: &Path) {
     let pending_paths = pending::paths_for(path);
     if pending_paths

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use toolwarden_core::{Engine, TurnRequest};
 use toolwarden_protocol::{
-    CallResult, CancelReason, Event, EventKind, SessionId, ToolCall, TurnId, parse_duration,
+    CallResult, CancelReason, Event, EventKind, Scope, SessionId, ToolCall, TurnId, parse_duration,
 };
 
 use crate::cli::CallArgs;
@@ -168,6 +168,15 @@ async fn local(
     signals: &mut Signals,
 ) -> anyhow::Result<(Option<Arc<CallResult>>, Option<Stop>)> {
     let principal = stack::cli_principal(&config, args.principal.as_deref())?;
+    if !principal.may(Scope::Call) {
+        usage!(
+            "principal {:?} lacks scope `call` (its [[auth.tokens]] entry's scopes), which it needs to call tools",
+            &*principal.name
+        );
+    }
+    // Answering at the terminal is answering as this principal: without `approve`, approvals
+    // fail fast as they do headless.
+    let interactive = interactive && principal.may(Scope::Approve);
     let mut stack = Stack::build(config, !interactive, stack::Record::Yes)?;
     let needed = needed_servers(&stack, &call.name);
     let (Needed::Named(names) | Needed::All(names)) = &needed;
@@ -430,7 +439,18 @@ fn spawn_remote_prompt(
             if let Some(reason) = answer.reason {
                 body["reason"] = json!(reason);
             }
-            let _ = req.json(&body).send().await;
+            // A refusal (a token without `approve`, an answer too late) is said, not dropped:
+            // the call would otherwise wait for its deadline in silence.
+            match req.json(&body).send().await {
+                Ok(resp) if resp.status().is_success() => {}
+                Ok(resp) => {
+                    let status = resp.status();
+                    let body: serde_json::Value = resp.json().await.unwrap_or_default();
+                    let message = body["error"]["message"].as_str().unwrap_or("");
+                    eprintln!("toolwarden: the server refused the answer ({status}): {message}");
+                }
+                Err(e) => eprintln!("toolwarden: cannot send the answer: {e}"),
+            }
         }
     });
 }

@@ -30,7 +30,7 @@ pub(crate) async fn run(config_path: Option<&Path>, args: CheckArgs) -> anyhow::
     let mut signals = Signals::new().context("cannot install signal handlers")?;
     let config = stack::load_config(config_path)?;
     let mut warnings: Vec<ConfigDiagnostic> = config.warnings.clone();
-    for w in config.token_warnings(|var| std::env::var(var).ok()) {
+    for w in config.token_warnings(stack::token_env(&config), |var| std::env::var(var).ok()) {
         eprintln!("warning: {w}");
         warnings.push(w);
     }

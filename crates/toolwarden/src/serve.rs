@@ -42,7 +42,7 @@ pub(crate) async fn run(config_path: Option<&Path>, args: ServeArgs) -> anyhow::
     let token = stack::token(&config);
     let tokens = stack::token_principals(&config)?;
     // Every `token_env` is set (or the line above stopped): what is left is short tokens.
-    for w in config.token_warnings(|var| std::env::var(var).ok()) {
+    for w in config.token_warnings(stack::token_env(&config), |var| std::env::var(var).ok()) {
         eprintln!("warning: {w}");
     }
     let oauth_wanted = config.file.auth.oauth.is_some();
@@ -71,9 +71,9 @@ pub(crate) async fn run(config_path: Option<&Path>, args: ServeArgs) -> anyhow::
     let mut stack = Stack::build(config, args.headless, stack::Record::Yes)?;
     let mut opts = HttpOptions::from_config(&stack.config.file.http, token);
     opts.headless = args.headless;
-    let auth_note = auth_note(&stack, &opts);
     opts.tokens = tokens;
     opts.oauth = oauth;
+    let auth_note = auth_note(&stack, &opts);
     let shutdown = CancellationToken::new();
 
     // Started before the servers, so that every state they report is printed.

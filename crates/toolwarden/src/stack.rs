@@ -258,10 +258,19 @@ impl Stack {
                 Ok(settings) => settings,
                 Err(e) => usage!("{}", exec_error(&config, &e)),
             };
-            // The token would let a command answer its own approvals over the API.
-            let var = token_env(&config).to_owned();
-            if !settings.env_remove.contains(&var) {
-                settings.env_remove.push(var);
+            // The tokens would let a command answer its own approvals over the API.
+            let vars = std::iter::once(token_env(&config).to_owned()).chain(
+                config
+                    .file
+                    .auth
+                    .tokens
+                    .iter()
+                    .filter_map(|t| t.token_env.clone()),
+            );
+            for var in vars {
+                if !settings.env_remove.contains(&var) {
+                    settings.env_remove.push(var);
+                }
             }
             engine.add_tools(
                 ToolOrigin::Exec,
@@ -503,7 +512,7 @@ pub(crate) const PRINCIPAL_ENV: &str = "TOOLWARDEN_PRINCIPAL";
 
 /// Who runs `toolwarden mcp` or `toolwarden call` here: `--principal`, else
 /// `$TOOLWARDEN_PRINCIPAL`, else the OS user's name. It has the scopes of the `[[auth.tokens]]`
-/// entry of that name, else every scope (whoever runs toolwarden here could run the tools
+/// entry of that name (as over HTTP: its `scopes`, else `call`), else every scope (whoever runs toolwarden here could run the tools
 /// without it).
 pub(crate) fn cli_principal(config: &Config, flag: Option<&str>) -> anyhow::Result<Principal> {
     let from_env = std::env::var(PRINCIPAL_ENV).ok().filter(|v| !v.is_empty());
@@ -523,10 +532,7 @@ pub(crate) fn cli_principal(config: &Config, flag: Option<&str>) -> anyhow::Resu
         .tokens
         .iter()
         .find(|t| t.principal.as_deref() == Some(name.as_str()))
-        .and_then(|t| t.scopes.as_ref())
-        .map_or_else(Scopes::all, |names| {
-            names.iter().filter_map(|n| Scope::parse(n)).collect()
-        });
+        .map_or_else(Scopes::all, entry_scopes);
     Ok(Principal::new(name, scopes))
 }
 
@@ -549,9 +555,23 @@ pub(crate) fn entry_scopes(entry: &AuthToken) -> Scopes {
 }
 
 /// The token principals of `[[auth.tokens]]`. A `token_env` whose variable is not set is an
-/// error: its principal could never be let in, and nothing else would say so.
+/// error: its principal could never be let in, and nothing else would say so. So is a token
+/// given to two entries, or one that is also `[http] token_env`'s: it would name one principal
+/// where the config names two.
 pub(crate) fn token_principals(config: &Config) -> anyhow::Result<Vec<TokenPrincipal>> {
-    let mut out = Vec::new();
+    let mut out: Vec<TokenPrincipal> = Vec::new();
+    let single = token(config).filter(|t| !t.is_empty()).map(|t| {
+        TokenPrincipal::new(
+            &t,
+            Principal::new(toolwarden_protocol::DEFAULT_PRINCIPAL, Scopes::all()),
+        )
+    });
+    let taken = |out: &[TokenPrincipal], new: &TokenPrincipal| {
+        out.iter()
+            .chain(single.as_ref())
+            .find(|t| t.digest() == new.digest())
+            .map(|t| t.principal.name.clone())
+    };
     for (i, entry) in config.file.auth.tokens.iter().enumerate() {
         let name = entry.principal.clone().unwrap_or_default();
         let principal = Principal::new(name, entry_scopes(entry));
@@ -569,6 +589,16 @@ pub(crate) fn token_principals(config: &Config) -> anyhow::Result<Vec<TokenPrinc
                 ),
             },
             (None, None) => usage!("auth.tokens[{i}]: needs token_sha256 or token_env"),
+        }
+        if let Some(new) = out.last()
+            && let Some(other) = taken(&out[..out.len() - 1], new)
+        {
+            usage!(
+                "{}: auth.tokens[{i}]: principal {:?}'s token is also {:?}'s; give each principal its own token",
+                describe_origin(config),
+                &*new.principal.name,
+                &*other
+            );
         }
     }
     Ok(out)

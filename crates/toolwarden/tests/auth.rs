@@ -343,6 +343,23 @@ async fn every_call_is_its_principals_and_reads_follow_the_read_scope() {
         "call",
     )
     .await;
+    // Nor over MCP, nor have a server read a resource; it may list the tools.
+    for (method, params) in [
+        ("tools/call", json!({"name": "test__echo", "arguments": {}})),
+        ("resources/read", json!({"uri": "test://static/hello"})),
+    ] {
+        let answer = crate::util::mcp_as(&url, Some(AUDITOR), 1, method, params).await;
+        assert_eq!(answer["error"]["code"], -32003, "{method}: {answer}");
+        assert_eq!(
+            answer["error"]["data"]["toolwarden/missing_scope"], "call",
+            "{answer}"
+        );
+    }
+    let listed = crate::util::mcp_as(&url, Some(AUDITOR), 2, "tools/list", json!({})).await;
+    assert!(
+        !listed["result"]["tools"].as_array().unwrap().is_empty(),
+        "{listed}"
+    );
 
     // The CLI reads the same attribution from the trail's file.
     stop(server, &mark).await;
@@ -510,6 +527,25 @@ async fn aborts_and_approvals_need_their_scopes() {
     assert_eq!(resp.status(), 200);
     let answer = asked.await.unwrap();
     assert_eq!(answer["results"][0]["is_error"], false, "{answer}");
+    // The trail says who answered: the call is alice's, the answer ops'.
+    let trail: Value = get(
+        &format!("{url}/v1/audit?type=interaction_answered"),
+        Some(OPS),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    let answered = &trail["events"][0];
+    assert_eq!(
+        (
+            &answered["principal"],
+            &answered["by"],
+            &answered["answerer"]
+        ),
+        (&json!("alice"), &json!("http"), &json!("ops")),
+        "{trail}"
+    );
     stop(server, &mark).await;
 }
 
@@ -647,4 +683,136 @@ fn base64_engine(bytes: &[u8]) -> String {
         }
     }
     out
+}
+
+/// What the binary refuses or warns about before it serves: a token given to two principals
+/// (or also `[http] token_env`'s), a short single token; and what a local principal's
+/// `[[auth.tokens]]` scopes mean for `toolwarden call`, and exec never sees a token variable.
+#[tokio::test]
+async fn tokens_given_twice_are_refused_and_local_principals_keep_their_entrys_scopes() {
+    let dir = Dir::new();
+    let write = |extra: &str| {
+        dir.create(
+            "toolwarden.toml",
+            &format!("[exec]\nenabled = true\n\n[store]\nenabled = false\n{extra}"),
+        );
+    };
+    write(
+        r#"
+[[auth.tokens]]
+principal = "alice"
+token_env = "TW_ALICE"
+
+[[auth.tokens]]
+principal = "bob"
+token_env = "TW_BOB"
+"#,
+    );
+    let out = dir
+        .command(&["serve", "--listen", "127.0.0.1:0"])
+        .env("TW_ALICE", ALICE)
+        .env("TW_BOB", ALICE)
+        .run()
+        .await;
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("auth.tokens[1]: principal \"bob\"'s token is also \"alice\"'s"),
+        "{}",
+        out.stderr
+    );
+    let out = dir
+        .command(&["serve", "--listen", "127.0.0.1:0"])
+        .env("TW_ALICE", ALICE)
+        .env("TW_BOB", BOB)
+        .env("TOOLWARDEN_TOKEN", BOB)
+        .run()
+        .await;
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("token is also \"default\"'s"),
+        "{}",
+        out.stderr
+    );
+
+    // A short single token is a warning of `check`.
+    let out = dir
+        .command(&["check"])
+        .env("TW_ALICE", ALICE)
+        .env("TW_BOB", BOB)
+        .env("TOOLWARDEN_TOKEN", "short")
+        .run()
+        .await;
+    assert!(
+        out.stdout
+            .contains("the token in TOOLWARDEN_TOKEN (principal \"default\") is 5 bytes long")
+            || out
+                .stderr
+                .contains("the token in TOOLWARDEN_TOKEN (principal \"default\") is 5 bytes long"),
+        "{}\n{}",
+        out.stdout,
+        out.stderr
+    );
+
+    // `call` as a principal whose entry lacks `call` is refused; as one with it, exec runs
+    // without any token variable in its environment.
+    write(
+        r#"
+[[auth.tokens]]
+principal = "auditor"
+token_env = "TW_ALICE"
+scopes = ["read"]
+
+[[auth.tokens]]
+principal = "bob"
+token_env = "TW_BOB"
+"#,
+    );
+    let out = dir
+        .command(&[
+            "call",
+            "exec",
+            "--input",
+            r#"{"command": "env"}"#,
+            "--principal",
+            "auditor",
+        ])
+        .env("TW_ALICE", ALICE)
+        .env("TW_BOB", BOB)
+        .run()
+        .await;
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("principal \"auditor\" lacks scope `call`"),
+        "{}",
+        out.stderr
+    );
+    let out = dir
+        .command(&[
+            "call",
+            "exec",
+            "--input",
+            r#"{"command": "env"}"#,
+            "--principal",
+            "bob",
+        ])
+        .env("TW_ALICE", ALICE)
+        .env("TW_BOB", BOB)
+        .env("TOOLWARDEN_TOKEN", OPS)
+        .run()
+        .await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    for (var, token) in [
+        ("TW_ALICE", ALICE),
+        ("TW_BOB", BOB),
+        ("TOOLWARDEN_TOKEN", OPS),
+    ] {
+        assert!(
+            !out.stdout.contains(var) && !out.stdout.contains(token),
+            "exec saw {var}: {}",
+            out.stdout
+        );
+    }
+    assert!(out.stdout.contains("PATH="), "{}", out.stdout);
 }

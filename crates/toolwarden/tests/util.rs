@@ -378,7 +378,18 @@ pub fn http() -> reqwest::Client {
 /// TOML for a string (quoted and escaped).
 /// One JSON-RPC request of a stateless (2026-07-28) MCP client that declares tasks, to
 /// `url`'s `/mcp`; its answer (read from JSON or from the event stream).
-pub async fn mcp(url: &str, id: u64, method: &str, mut params: Value) -> Value {
+pub async fn mcp(url: &str, id: u64, method: &str, params: Value) -> Value {
+    mcp_as(url, None, id, method, params).await
+}
+
+/// [`mcp`] with `token` as the bearer token.
+pub async fn mcp_as(
+    url: &str,
+    token: Option<&str>,
+    id: u64,
+    method: &str,
+    mut params: Value,
+) -> Value {
     const V: &str = "2026-07-28";
     params["_meta"] = serde_json::json!({
         "io.modelcontextprotocol/protocolVersion": V,
@@ -388,11 +399,15 @@ pub async fn mcp(url: &str, id: u64, method: &str, mut params: Value) -> Value {
     let name = params["name"]
         .as_str()
         .or(params["taskId"].as_str())
+        .or(params["uri"].as_str())
         .unwrap_or_default()
         .to_owned();
     let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-    let resp = http()
-        .post(format!("{url}/mcp"))
+    let mut req = http().post(format!("{url}/mcp"));
+    if let Some(token) = token {
+        req = req.bearer_auth(token);
+    }
+    let resp = req
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", V)
         .header("mcp-method", method)

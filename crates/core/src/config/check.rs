@@ -578,7 +578,7 @@ impl<'a> Checker<'a> {
                 p.push(Seg::Key(k.into()));
                 p
             };
-            match entry.principal.as_deref().map(str::trim) {
+            match entry.principal.as_deref() {
                 None | Some("") => self.fail(
                     ConfigErrorKind::InvalidValue,
                     &at,

@@ -275,9 +275,26 @@ impl Config {
 
     /// Warnings about `[[auth.tokens]]` that only the environment shows (`env` reads a
     /// variable): a `token_env` variable that is not set (`serve` would refuse to start), and a
-    /// token shorter than 32 bytes, which could be guessed.
-    pub fn token_warnings(&self, env: impl Fn(&str) -> Option<String>) -> Vec<ConfigDiagnostic> {
+    /// token shorter than 32 bytes, which could be guessed — theirs, or the single token's in
+    /// `single_var` (`[http] token_env`, or its default).
+    pub fn token_warnings(
+        &self,
+        single_var: &str,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Vec<ConfigDiagnostic> {
         let mut out = Vec::new();
+        if let Some(token) = env(single_var).filter(|t| !t.is_empty() && t.len() < 32) {
+            let at = vec![Seg::Key("http".into()), Seg::Key("token_env".into())];
+            out.push(ConfigDiagnostic {
+                file: self.label.clone(),
+                key: format_path(&at),
+                line: self.map.line(&at),
+                message: format!(
+                    "the token in {single_var} (principal \"default\") is {} bytes long: a token shorter than 32 bytes could be guessed; make one with `openssl rand -hex 32`",
+                    token.len()
+                ),
+            });
+        }
         for (i, entry) in self.file.auth.tokens.iter().enumerate() {
             let Some(var) = &entry.token_env else {
                 continue;

@@ -127,6 +127,17 @@ pub(crate) fn forbidden(principal: &Principal, scope: Scope, to: &str) -> ErrorD
     )
 }
 
+/// Refuses a request that has a server do work (read a resource, get a prompt, complete an
+/// argument, subscribe) unless the session's principal holds `call`: `read` lists what the
+/// servers offer, it does not use it.
+pub(crate) fn needs_call(session: &ClientSession, to: &str) -> Result<(), ErrorData> {
+    if session.principal.may(Scope::Call) {
+        Ok(())
+    } else {
+        Err(forbidden(&session.principal, Scope::Call, to))
+    }
+}
+
 /// The JSON-RPC error code of a request its principal lacks a scope for.
 pub(crate) const FORBIDDEN: rmcp::model::ErrorCode = rmcp::model::ErrorCode(-32003);
 

@@ -22,6 +22,7 @@ pub(crate) async fn complete(
     mut params: CompleteRequestParams,
     ctx: RequestContext<RoleServer>,
 ) -> Result<CompleteResult, ErrorData> {
+    super::call::needs_call(session, "complete arguments")?;
     params.meta = None;
     let until = until(gw, &ctx.meta);
     let server = match &mut params.r#ref {

@@ -203,6 +203,12 @@ async fn ask(
             return;
         }
     };
+    // The session's principal answered: elicitation is offered only to a principal holding
+    // `approve`, the call's own.
+    let answer = InteractionAnswer {
+        answerer: interaction.principal.clone(),
+        ..answer
+    };
     if let Err(e) = answers.answer(answer, ELICITATION_INTERACTOR) {
         tracing::debug!(error = %e, "the elicitation's answer came too late");
     }

@@ -63,6 +63,7 @@ pub(crate) async fn get(
     mut params: GetPromptRequestParams,
     ctx: RequestContext<RoleServer>,
 ) -> Result<GetPromptResult, ErrorData> {
+    super::call::needs_call(session, "get prompts")?;
     let until = until(gw, &ctx.meta);
     let Some((server, own)) = resolve(gw, &params.name, until).await else {
         return Err(unknown(format!("unknown prompt {:?}", params.name)));

@@ -117,6 +117,7 @@ pub(crate) async fn read(
     mut params: ReadResourceRequestParams,
     ctx: RequestContext<RoleServer>,
 ) -> Result<ReadResourceResult, ErrorData> {
+    super::call::needs_call(session, "read resources")?;
     params.meta = None;
     let until = until(gw, &ctx.meta);
     let servers = servers_for_uri(gw, &params.uri, until).await;
@@ -141,6 +142,7 @@ pub(crate) async fn subscribe(
     mut params: SubscribeRequestParams,
     ctx: RequestContext<RoleServer>,
 ) -> Result<(), ErrorData> {
+    super::call::needs_call(session, "subscribe to resources")?;
     params.meta = None;
     let uri = params.uri.clone();
     let until = until(gw, &ctx.meta);

@@ -61,7 +61,7 @@ fn unknown_keys_are_errors() {
         "[http]\nlisten = \"127.0.0.1:1\"\ntoken = \"x\"\n",
         &[],
         UnknownKey,
-        "toolwarden.toml:3: http.token: unknown key \"token\": did you mean \"token_sha256\"?",
+        "toolwarden.toml:3: http.token: unknown key \"token\": did you mean \"token_env\"?",
     );
     check_error(
         "[store]\ndurabilty = \"async\"\n",
