@@ -111,6 +111,7 @@ pub(crate) async fn stream(
                             until: resumed_at,
                             session: session.clone(),
                             principal: filter.principal.as_deref().map(str::to_owned),
+                            with_unattributed: filter.with_unattributed,
                         });
                         None
                     }

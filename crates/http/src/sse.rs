@@ -107,6 +107,8 @@ pub(crate) struct StoredRange {
     pub(crate) until: u64,
     pub(crate) session: Option<SessionId>,
     pub(crate) principal: Option<String>,
+    /// With `principal`, the events about no turn too.
+    pub(crate) with_unattributed: bool,
 }
 
 /// How long a resume waits for the trail to commit the events it must read.
@@ -130,6 +132,7 @@ impl StoredRange {
                         .events(AuditQuery {
                             session: range.session.clone(),
                             principal: range.principal.clone(),
+                            with_unattributed: range.with_unattributed,
                             after: Some(range.after),
                             own: true,
                             limit: AUDIT_MAX_LIMIT,

@@ -18,6 +18,9 @@ pub const AUDIT_MAX_LIMIT: u32 = 1000;
 pub struct AuditQuery {
     /// Events (and calls) of turns this principal made.
     pub principal: Option<String>,
+    /// With `principal`: the events about no turn too (server states, breakers), which every
+    /// principal's live stream shows (how `/v1/events` resumes from the trail).
+    pub with_unattributed: bool,
     /// Events of turns of this session.
     pub session: Option<SessionId>,
     /// Events of this turn.

@@ -75,7 +75,11 @@ pub(crate) fn events(conn: &Connection, q: &AuditQuery) -> rusqlite::Result<Audi
         args.push(Sql::Text(session.as_str().to_owned()));
     }
     if let Some(principal) = &q.principal {
-        sql.push_str(" AND turn_row IN (SELECT id FROM turns WHERE principal = ?)");
+        sql.push_str(if q.with_unattributed {
+            " AND (turn_row IS NULL OR turn_row IN (SELECT id FROM turns WHERE principal = ?))"
+        } else {
+            " AND turn_row IN (SELECT id FROM turns WHERE principal = ?)"
+        });
         args.push(Sql::Text(principal.clone()));
     }
     if q.filters_calls() {

@@ -1536,6 +1536,15 @@ async fn every_record_names_its_principal_and_reads_filter_by_it(trail: Trail) {
     engine
         .call("s1", ToolCall::new("c", "echo", json!({})))
         .await;
+    // An event about no turn (a server's state), which every principal's live stream shows.
+    engine.events().emit(
+        &Arc::new(toolwarden_core::EventScope::default()),
+        toolwarden_core::protocol::EventKind::ServerState {
+            server: "docs".into(),
+            state: toolwarden_core::protocol::ServerStateKind::Up,
+            detail: None,
+        },
+    );
     caught_up(&engine).await;
 
     let calls_of = |who: &str| {
@@ -1575,6 +1584,14 @@ async fn every_record_names_its_principal_and_reads_filter_by_it(trail: Trail) {
     });
     assert_eq!(bobs.len(), 4, "{bobs:#?}");
     assert!(bobs.iter().all(|e| e["principal"] == "bob"), "{bobs:#?}");
+    // …and with the events about no turn, as `/v1/events` resumes for him.
+    let with_unattributed = trail.events(AuditQuery {
+        principal: Some("bob".into()),
+        with_unattributed: true,
+        ..AuditQuery::default()
+    });
+    assert_eq!(with_unattributed.len(), 5, "{with_unattributed:#?}");
+    assert_eq!(with_unattributed[4]["type"], "server_state");
     // Two principals' `s1` are two sessions: the session filter alone sees both, with the
     // principal filter one.
     let s1_of_alice = trail.events(AuditQuery {

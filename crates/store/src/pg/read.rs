@@ -100,9 +100,13 @@ pub(crate) fn events(
         sql.bind(" AND (principal = ?", principal.clone());
         sql.bind(
             " OR (principal IS NULL AND turn_id IN \
-             (SELECT turn_id FROM toolwarden_turns WHERE principal = ?)))",
+             (SELECT turn_id FROM toolwarden_turns WHERE principal = ?))",
             principal.clone(),
         );
+        if q.with_unattributed {
+            sql.push(" OR (principal IS NULL AND turn_id IS NULL)");
+        }
+        sql.push(")");
     }
     if let Some(session) = &q.session {
         sql.bind(" AND session_id = ?", session.as_str().to_owned());
