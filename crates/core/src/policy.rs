@@ -7,7 +7,10 @@
 
 use toolwarden_protocol::{Policy, PolicyConfig, ToolAnnotations};
 
+use std::sync::Arc;
+
 use crate::config::Config;
+use crate::rules::Rules;
 
 /// Where a tool comes from.
 #[derive(Clone, Debug, PartialEq)]
@@ -43,6 +46,11 @@ pub trait PolicySource: Send + Sync + 'static {
         origin: &ToolOrigin,
         annotations: &ToolAnnotations,
     ) -> Policy;
+
+    /// The `[[rules]]` that decide, per call, whether it may run (none by default).
+    fn rules(&self) -> Option<Arc<Rules>> {
+        None
+    }
 }
 
 impl PolicySource for Config {
@@ -58,5 +66,9 @@ impl PolicySource for Config {
             ToolOrigin::Exec => self.policy_for(crate::config::EXEC_TOOL, None, annotations),
             ToolOrigin::InProcess(layer) => self.policy_for_in_process(exposed, layer, annotations),
         }
+    }
+
+    fn rules(&self) -> Option<Arc<Rules>> {
+        self.rules.clone()
     }
 }

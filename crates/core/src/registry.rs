@@ -45,7 +45,12 @@ pub(crate) struct Registry {
     /// Whether any registered tool is exclusive (docs/SCALE-OUT.md: only then do calls take a
     /// place in their session's gate across replicas).
     exclusive: Arc<AtomicBool>,
+    /// The policy source's `[[rules]]`, as calls read them (replaced with the source).
+    rules: RulesCell,
 }
+
+/// Where calls find the rules in force.
+pub(crate) type RulesCell = Arc<RwLock<Option<Arc<crate::rules::Rules>>>>;
 
 impl Registry {
     pub(crate) fn new(policies: Arc<dyn PolicySource>, metrics: Arc<Metrics>) -> Self {
@@ -53,10 +58,16 @@ impl Registry {
             tools: RwLock::default(),
             runtimes: Mutex::default(),
             generation: tokio::sync::watch::Sender::new(0),
+            rules: Arc::new(RwLock::new(policies.rules())),
             policies: RwLock::new(policies),
             metrics,
             exclusive: Arc::default(),
         }
+    }
+
+    /// The rules in force, kept up to date.
+    pub(crate) fn rules_cell(&self) -> RulesCell {
+        self.rules.clone()
     }
 
     /// The flag that says whether any registered tool is exclusive, kept up to date.
@@ -131,6 +142,7 @@ impl Registry {
 
     /// Replaces where policies come from and re-resolves every registered tool.
     pub(crate) fn set_policies(&self, policies: Arc<dyn PolicySource>) {
+        *self.rules.write() = policies.rules();
         *self.policies.write() = policies;
         for e in self.list() {
             let entry = self.entry(

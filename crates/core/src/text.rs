@@ -96,6 +96,10 @@ pub fn outcome_text(tool: &str, status: &Status, detail: Option<&str>) -> String
                 "[DENIED] The user denied the call to tool \"{tool}\"; it was not run.{} Do not retry it without asking.",
                 detail_sentence("Reason: ")
             ),
+            (Decider::Rule, _) => format!(
+                "[DENIED] Tool \"{tool}\" is not allowed with this input by a rule; it was not run.{} Do not retry it as it is; a different approach or input may be allowed.",
+                detail_sentence("Reason: ")
+            ),
             (_, DenyReason::Rule) => format!(
                 "[DENIED] Tool \"{tool}\" is not allowed by policy; it was not run. Do not retry it."
             ),

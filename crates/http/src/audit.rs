@@ -43,7 +43,7 @@ const STATUSES: [&str; 9] = [
 ];
 
 /// The event types `type` accepts.
-const TYPES: [&str; 17] = [
+const TYPES: [&str; 18] = [
     "turn_start",
     "turn_end",
     "turn_abort",
@@ -58,6 +58,7 @@ const TYPES: [&str; 17] = [
     "interaction_answered",
     "interaction_timed_out",
     "tool_call_denied",
+    "rule_decision",
     "breaker_state",
     "server_state",
     "cache_hit",

@@ -60,10 +60,17 @@ pub(crate) async fn tools(State(app): State<App>, caller: Caller) -> Result<Json
         caller.needs(Scope::Call, "list the tools")?;
     }
     let servers = app.engine.servers();
+    // A tool a rule denies the caller outright is not listed to it.
+    let rules = app.engine.rules();
     let tools: Vec<Value> = app
         .engine
         .tools()
         .into_iter()
+        .filter(|tool| {
+            !rules
+                .as_ref()
+                .is_some_and(|r| r.hides(&tool.name, caller.name()))
+        })
         .map(|tool| {
             let server = servers.get(&tool.backend);
             let state = server.map_or(ServerStateKind::Up, |s| s.state);
@@ -79,6 +86,69 @@ pub(crate) async fn tools(State(app): State<App>, caller: Caller) -> Result<Json
         })
         .collect();
     Ok(Json(json!({"tools": tools})))
+}
+
+/// `GET /v1/tools/{name}/explain?principal=P&input=JSON` (scope `read`): what `[[rules]]` decide
+/// for a call of the tool by `principal` (default: the caller) with `input` (default `{}`).
+pub(crate) async fn explain(
+    State(app): State<App>,
+    caller: Caller,
+    name: Result<axum::extract::Path<String>, axum::extract::rejection::PathRejection>,
+    query: Result<axum::extract::Query<ExplainQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    caller.needs(Scope::Read, "explain the rules")?;
+    let name = crate::request::path(name)?;
+    let axum::extract::Query(q) =
+        query.map_err(|e| ApiError::invalid(format!("query: {}", e.body_text())))?;
+    let Some(policy) = app.engine.policy_of(&name) else {
+        return Err(ApiError::not_found(format!("unknown tool {name:?}")));
+    };
+    let input: Value = match q.input.as_deref() {
+        None => json!({}),
+        Some(text) => match serde_json::from_str(text) {
+            Ok(v @ Value::Object(_)) => v,
+            Ok(other) => {
+                return Err(ApiError::invalid(format!(
+                    "input: expected a JSON object, got {other}"
+                )));
+            }
+            Err(e) => return Err(ApiError::invalid(format!("input: malformed JSON: {e}"))),
+        },
+    };
+    // The principal named, with the caller's scopes when it is the caller and none otherwise
+    // (the server knows a token principal's scopes only when it presents its token).
+    let principal = match q.principal {
+        Some(p) if p.is_empty() => return Err(ApiError::invalid("principal: must not be empty")),
+        Some(p) if p != caller.name() => {
+            toolwarden_protocol::Principal::new(p, toolwarden_protocol::Scopes::NONE)
+        }
+        _ => caller.0.clone(),
+    };
+    let backing = app.engine.tool_backing(&name);
+    let tool = app.engine.tools().into_iter().find(|t| t.name == name);
+    let server = backing
+        .as_ref()
+        .and_then(|b| b.server.as_deref())
+        .map(str::to_owned);
+    let facts = toolwarden_core::rules::Facts {
+        tool: &name,
+        args: &input,
+        principal: &principal,
+        session_id: None,
+        annotations: tool.as_ref().map(|t| &t.annotations),
+        server: server.as_deref(),
+    };
+    let rules = app.engine.rules();
+    let e = toolwarden_core::rules::explain(rules.as_deref(), &facts, policy.approval);
+    Ok(Json(json!(e)))
+}
+
+/// The query of `GET /v1/tools/{name}/explain`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ExplainQuery {
+    principal: Option<String>,
+    input: Option<String>,
 }
 
 /// `GET /metrics` (scope `read`: they count every principal's calls).

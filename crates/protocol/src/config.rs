@@ -47,6 +47,9 @@ pub struct ConfigFile {
     /// `[auth]`: who may call, by token or OAuth access token.
     #[serde(default, skip_serializing_if = "AuthConfig::is_empty")]
     pub auth: AuthConfig,
+    /// `[[rules]]`: what may run, by tool, principal and arguments (docs/RULES.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<RuleConfig>,
 }
 
 /// `[auth]`: the principals of HTTP requests (docs/AUTH.md).
@@ -285,4 +288,51 @@ pub struct OtelConfig {
     /// `ENDPOINT/v1/traces`. Unset: no spans are made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
+}
+
+/// One `[[rules]]` entry: every call whose tool, principal and `when` match gets `decision`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleConfig {
+    /// Globs over the tool names agents call (`exec`, `github__*`); required.
+    #[serde(default)]
+    pub tools: Vec<String>,
+    /// Globs over principal names; absent: every principal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principals: Option<Vec<String>>,
+    /// A CEL expression over the call; absent: always.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<String>,
+    /// What happens to a matching call; required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<RuleDecision>,
+    /// Why: shown to the model on a denial, named in an approval's question, recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// A rule's decision, from least to most restrictive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RuleDecision {
+    /// Run without asking (whatever the tool's `approval` says).
+    Allow,
+    /// Ask a person first (an `approval` interaction).
+    Ask,
+    /// Ask a person to confirm first (a `confirm` interaction).
+    Confirm,
+    /// Never run.
+    Deny,
+}
+
+impl RuleDecision {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuleDecision::Allow => "allow",
+            RuleDecision::Ask => "ask",
+            RuleDecision::Confirm => "confirm",
+            RuleDecision::Deny => "deny",
+        }
+    }
 }

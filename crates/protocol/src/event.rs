@@ -176,6 +176,16 @@ pub enum EventKind {
         /// The question (boxed: it is by far the largest event, and the rarest).
         interaction: Box<Interaction>,
     },
+    /// `[[rules]]` decided a call: the most restrictive decision of the rules that matched.
+    RuleDecision {
+        /// What happens to the call.
+        decision: crate::RuleDecision,
+        /// The matching rules, by their index in the config file's `[[rules]]` (from 0).
+        rules: Vec<usize>,
+        /// The reason of the deciding rule, when it gives one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
     /// A human answered.
     InteractionAnswered {
         /// Which interaction.
@@ -248,6 +258,7 @@ impl EventKind {
             EventKind::ToolLateResult { .. } => "tool_late_result",
             EventKind::InteractionRequested { .. } => "interaction_requested",
             EventKind::InteractionAnswered { .. } => "interaction_answered",
+            EventKind::RuleDecision { .. } => "rule_decision",
             EventKind::InteractionTimedOut { .. } => "interaction_timed_out",
             EventKind::ToolCallDenied { .. } => "tool_call_denied",
             EventKind::BreakerState { .. } => "breaker_state",

@@ -32,7 +32,8 @@ pub use audit::{
 pub use call::{CallResult, Content, ToolCall};
 pub use config::{
     AuthConfig, AuthToken, ConfigFile, ExecConfig, GatewayConfig, HttpConfig, MCP_REVISIONS,
-    OAuthConfig, OtelConfig, RedisConfig, ServerConfig, StoreConfig, StoreDurability,
+    OAuthConfig, OtelConfig, RedisConfig, RuleConfig, RuleDecision, ServerConfig, StoreConfig,
+    StoreDurability,
 };
 pub use duration::{
     DurationValue, ParseError, SizeValue, format_duration, parse_duration, parse_size,

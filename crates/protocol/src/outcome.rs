@@ -169,6 +169,8 @@ pub enum Decider {
     LoopDetector,
     /// No interactor could answer and the request had no non-interactive default.
     Headless,
+    /// A `[[rules]]` entry denied it.
+    Rule,
 }
 
 impl Decider {
@@ -179,6 +181,7 @@ impl Decider {
             Decider::Policy => "policy",
             Decider::LoopDetector => "loop_detector",
             Decider::Headless => "headless",
+            Decider::Rule => "rule",
         }
     }
 }

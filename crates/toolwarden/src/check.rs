@@ -29,6 +29,9 @@ struct ServerReport {
 pub(crate) async fn run(config_path: Option<&Path>, args: CheckArgs) -> anyhow::Result<Exit> {
     let mut signals = Signals::new().context("cannot install signal handlers")?;
     let config = stack::load_config(config_path)?;
+    if let Some(tool) = &args.explain {
+        return explain(&config, tool, &args);
+    }
     let mut warnings: Vec<ConfigDiagnostic> = config.warnings.clone();
     for w in config.token_warnings(stack::token_env(&config), |var| std::env::var(var).ok()) {
         eprintln!("warning: {w}");
@@ -345,4 +348,63 @@ fn principals_text(principals: &[Value], oauth: &Value) -> String {
         ));
     }
     out
+}
+
+/// `check --explain TOOL`: every rule that matches a call of TOOL by `--principal` with
+/// `--input`, and the decision (the rules', or the tool's `approval` when none matches).
+fn explain(config: &toolwarden_core::Config, tool: &str, args: &CheckArgs) -> anyhow::Result<Exit> {
+    let principal = stack::cli_principal(config, args.principal.as_deref())?;
+    let input: Value = match args.input.as_deref() {
+        None => json!({}),
+        Some(text) => match serde_json::from_str(text) {
+            Ok(v @ Value::Object(_)) => v,
+            Ok(other) => crate::exit::usage!("--input: expected a JSON object, got {other}"),
+            Err(e) => crate::exit::usage!("--input: malformed JSON: {e}"),
+        },
+    };
+    // The server a SERVER__TOOL name belongs to, when the config has it.
+    let server = tool
+        .split_once("__")
+        .map(|(s, _)| s)
+        .filter(|s| config.file.servers.contains_key(*s));
+    let annotations = toolwarden_protocol::ToolAnnotations::default();
+    let approval = match server {
+        Some(s) => config.policy_for(&tool[s.len() + 2..], Some(s), &annotations),
+        None => config.policy_for(tool, None, &annotations),
+    }
+    .approval;
+    let facts = toolwarden_core::rules::Facts {
+        tool,
+        args: &input,
+        principal: &principal,
+        session_id: None,
+        annotations: Some(&annotations),
+        server,
+    };
+    let e = toolwarden_core::rules::explain(config.rules.as_deref(), &facts, approval);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&e)?);
+        return Ok(Exit::Ok);
+    }
+    println!(
+        "{tool} called by {} with {}:",
+        principal.name,
+        serde_json::to_string(&input)?
+    );
+    if e.fallback {
+        println!("  no rule matches: the tool's approval decides");
+    }
+    for m in &e.rules {
+        println!(
+            "  rules[{}] {}{}",
+            m.index,
+            m.decision.as_str(),
+            m.reason
+                .as_deref()
+                .map(|r| format!(" — {r}"))
+                .unwrap_or_default()
+        );
+    }
+    println!("decision: {}", e.decision);
+    Ok(Exit::Ok)
 }

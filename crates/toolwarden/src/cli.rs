@@ -127,6 +127,16 @@ pub(crate) struct CheckArgs {
     /// Do not start servers: check the file alone (tools of servers stay unknown).
     #[arg(long)]
     pub(crate) offline: bool,
+    /// Explain what `[[rules]]` decide for a call of TOOL (with --principal and --input), and
+    /// nothing else.
+    #[arg(long, value_name = "TOOL")]
+    pub(crate) explain: Option<String>,
+    /// With --explain: who calls [default: $TOOLWARDEN_PRINCIPAL, else the OS user].
+    #[arg(long, value_name = "NAME", requires = "explain")]
+    pub(crate) principal: Option<String>,
+    /// With --explain: the call's input, as JSON [default: {}].
+    #[arg(long, value_name = "JSON", requires = "explain")]
+    pub(crate) input: Option<String>,
 }
 
 #[derive(Debug, Args)]

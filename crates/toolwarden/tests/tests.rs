@@ -19,6 +19,7 @@ mod limits;
 mod mcp;
 mod otel;
 mod readme;
+mod rules;
 mod scale_out;
 mod scale_out_sessions;
 mod serve;

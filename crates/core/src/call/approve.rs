@@ -13,6 +13,7 @@ use toolwarden_protocol::{
 
 use crate::interaction::{InteractionEnd, InteractionRequest};
 use crate::registry::ToolEntry;
+use crate::rules::Verdict;
 
 use super::finish::Finisher;
 
@@ -21,9 +22,11 @@ pub(super) async fn approve(
     fin: &mut Finisher<'_>,
     entry: &ToolEntry,
     policy: &Policy,
+    approval: Approval,
+    rule: Option<&Verdict>,
     input: &Arc<Value>,
 ) -> bool {
-    let kind = if policy.approval == Approval::Confirm {
+    let kind = if approval == Approval::Confirm {
         InteractionKind::Confirm
     } else {
         InteractionKind::Approval
@@ -38,6 +41,14 @@ pub(super) async fn approve(
             entry.name
         ),
         _ => format!("Allow tool \"{}\" to run with this input?", entry.name),
+    };
+    // A question a rule asks names it, and why.
+    let message = match rule {
+        Some(v) => match v.reason() {
+            Some(reason) => format!("{message} ({}: {reason})", v.deciding()),
+            None => format!("{message} (asked by {})", v.deciding()),
+        },
+        None => message,
     };
     let slot = fin.slot;
     slot.set_state(CallState::AwaitingApproval);

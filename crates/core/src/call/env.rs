@@ -35,6 +35,8 @@ pub(crate) struct CallEnv {
     pub(crate) exclusive_tools: Arc<AtomicBool>,
     /// Whether spans are exported: each turn then gets its own span id (see [`crate::trace`]).
     pub(crate) export_spans: bool,
+    /// The `[[rules]]` in force (kept by the registry).
+    pub(crate) rules: crate::registry::RulesCell,
 }
 
 impl CallEnv {

@@ -30,6 +30,9 @@ use super::env::CallEnv;
 use super::finish::{Finisher, result_digest};
 use super::flight::lead_or_follow;
 use super::slot::{CallSlot, CallTurn};
+use crate::policy::ToolOrigin;
+use crate::rules::{Facts, Rules};
+use toolwarden_protocol::{EventKind, Principal, RuleDecision};
 
 /// What a call's name stands for when its turn is prepared.
 pub(crate) enum Target {
@@ -219,6 +222,34 @@ async fn pipeline(
         return fin.cancelled();
     }
 
+    // Rules: whether the call may run at all, and whether a person must be asked, decided
+    // before anything else runs. No rule matching leaves it to the tool's `approval`.
+    let mut approval = policy.approval;
+    let rules = env.rules.read().clone();
+    let verdict = rules.and_then(|rules| rule_verdict(&rules, turn, entry, &input));
+    if let Some(v) = &verdict {
+        env.bus.emit(
+            &fin.scope,
+            EventKind::RuleDecision {
+                decision: v.decision,
+                rules: v.rules.iter().map(|m| m.index).collect(),
+                reason: v.reason().map(str::to_owned),
+            },
+        );
+        approval = match v.decision {
+            RuleDecision::Allow => Approval::Auto,
+            RuleDecision::Ask => Approval::Ask,
+            RuleDecision::Confirm => Approval::Confirm,
+            RuleDecision::Deny => {
+                let detail = match v.reason() {
+                    Some(reason) => format!("{reason} ({})", v.deciding()),
+                    None => format!("denied by {}", v.deciding()),
+                };
+                return fin.deny(Decider::Rule, DenyReason::Rule, Some(detail));
+            }
+        };
+    }
+
     // Loop detector: the call is denied when it would make `block_after` identical calls in a
     // row giving one result; otherwise its answer will count into the session's run. A named
     // session's run is the one every replica shares (its turns may reach any of them).
@@ -262,11 +293,20 @@ async fn pipeline(
     };
 
     // Approval gate.
-    match policy.approval {
+    match approval {
         Approval::Auto => {}
         Approval::Deny => return fin.deny(Decider::Policy, DenyReason::Rule, None),
         Approval::Ask | Approval::Confirm => {
-            if !Box::pin(approve(&mut fin, entry, policy, &input)).await {
+            if !Box::pin(approve(
+                &mut fin,
+                entry,
+                policy,
+                approval,
+                verdict.as_ref(),
+                &input,
+            ))
+            .await
+            {
                 return;
             }
             now = Instant::now();
@@ -495,4 +535,26 @@ async fn pipeline(
             Some(message),
         ),
     }
+}
+
+/// What `[[rules]]` say about a call of `entry` with `input` in `turn` (`None`: no rule matches).
+fn rule_verdict(
+    rules: &Rules,
+    turn: &CallTurn,
+    entry: &ToolEntry,
+    input: &Value,
+) -> Option<crate::rules::Verdict> {
+    let principal = Principal::new(turn.session.key.principal.clone(), turn.scopes);
+    let server = match &entry.origin {
+        ToolOrigin::Server(server) => Some(server.as_str()),
+        _ => None,
+    };
+    rules.decide(&Facts {
+        tool: &entry.name,
+        args: input,
+        principal: &principal,
+        session_id: Some(turn.session.key.id.as_str()),
+        annotations: Some(&entry.spec.annotations),
+        server,
+    })
 }

@@ -75,6 +75,8 @@ pub(crate) struct CallTurn {
     pub(crate) progress: Option<CallProgress>,
     /// The turn's trace context, if spans are exported or the client gave one.
     pub(crate) trace: Option<TurnContext>,
+    /// The scopes of the turn's principal (what `[[rules]]` see as `scopes`).
+    pub(crate) scopes: toolwarden_protocol::Scopes,
     stream: Mutex<Option<mpsc::UnboundedSender<Completion>>>,
     /// Whether `stream` was ever set: a turn nobody streams never locks it.
     streaming: AtomicBool,
@@ -94,6 +96,7 @@ impl CallTurn {
             started,
             progress,
             trace,
+            scopes: toolwarden_protocol::Scopes::all(),
             stream: Mutex::new(None),
             streaming: AtomicBool::new(false),
         }

@@ -64,6 +64,7 @@ fn kit() -> Kit {
         shared: None,
         exclusive_tools: Default::default(),
         export_spans: false,
+        rules: Default::default(),
     };
     let registry = Registry::new(Arc::new(Config::builtin()), metrics);
     let root = Scope::root();

@@ -23,6 +23,7 @@ mod tests;
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use toolwarden_protocol::{
@@ -62,6 +63,8 @@ pub struct Config {
     /// Values that are used, but not as written (negative numbers, clamped timeouts, keys that
     /// apply to nothing), in file order.
     pub warnings: Vec<ConfigDiagnostic>,
+    /// `[[rules]]`, compiled (`None`: there are none).
+    pub rules: Option<Arc<crate::rules::Rules>>,
     label: String,
     map: SourceMap,
 }
@@ -73,6 +76,7 @@ impl Config {
             file: ConfigFile::default(),
             origin: ConfigOrigin::Builtin,
             warnings: Vec::new(),
+            rules: None,
             label: "built-in defaults".to_owned(),
             map: SourceMap::empty(),
         }
@@ -141,6 +145,19 @@ impl Config {
         let mut checker = Checker::new(file_label, &map);
         checker.check(&file, timeout_from_env)?;
         expand_servers(&mut file, env, &checker)?;
+        let rules = crate::rules::Rules::compile(&file.rules)
+            .map_err(|e| {
+                checker.error(
+                    ConfigErrorKind::InvalidValue,
+                    &[
+                        Seg::Key("rules".into()),
+                        Seg::Index(e.index),
+                        Seg::Key(e.key.into()),
+                    ],
+                    e.message,
+                )
+            })?
+            .map(Arc::new);
 
         let mut warnings = checker.warnings;
         // File order; the environment's after the file's.
@@ -149,6 +166,7 @@ impl Config {
             file,
             origin: ConfigOrigin::File(PathBuf::from(file_label)),
             warnings,
+            rules,
             label: file_label.to_owned(),
             map,
         })

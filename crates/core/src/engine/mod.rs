@@ -180,6 +180,7 @@ impl EngineBuilder {
             shared: self.shared,
             exclusive_tools: registry.exclusive_tools(),
             export_spans,
+            rules: registry.rules_cell(),
         };
         let inner = Arc::new(EngineInner {
             remote_events: tokio::sync::broadcast::channel(self.event_capacity.max(16)).0,
@@ -419,6 +420,11 @@ impl Engine {
                 breaker: e.runtime.breaker.state(now).0,
             })
             .collect()
+    }
+
+    /// The `[[rules]]` in force (`None`: there are none).
+    pub fn rules(&self) -> Option<Arc<crate::rules::Rules>> {
+        self.inner.registry.rules_cell().read().clone()
     }
 
     /// The effective policy of tool `name` (before any per-call hint); `None` for an unknown tool.

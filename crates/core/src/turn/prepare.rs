@@ -129,14 +129,16 @@ pub(crate) fn prepare(
         req.traceparent,
         parent.as_ref().and_then(|p| p.base.trace),
     );
+    let mut base = CallTurn::new(
+        turn_id.clone(),
+        session.clone(),
+        started,
+        req.progress,
+        trace,
+    );
+    base.scopes = req.principal.scopes;
     let turn = Arc::new(TurnState {
-        base: CallTurn::new(
-            turn_id.clone(),
-            session.clone(),
-            started,
-            req.progress,
-            trace,
-        ),
+        base,
         parent: req.parent_turn_id,
         scope,
         started_at,

@@ -220,7 +220,7 @@ pub(crate) async fn serve(
             }
             sessions.touch(&session_id.into());
             session.touch();
-            Some(handshake_tasks::serve_list(gw, &id))
+            Some(handshake_tasks::serve_list(gw, &session, &id))
         }
         Some(method) if session.handshake_tasks() && handshake_tasks::METHODS.contains(&method) => {
             if message.result.is_some() || message.error.is_some() {

@@ -250,11 +250,12 @@ impl ServerHandler for GatewayConnection {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        self.session_of(&context);
-        let tools = self.gateway.refresh_tool_view();
+        let served = self.session_of(&context);
+        let tools = self.gateway.tools_for(&served.session.principal.name);
         let mut result = ListToolsResult::with_all_items((*tools).clone());
         if stateless(&context) {
-            // The list is the same for every client; it changes when a server's does.
+            // The list is the same for every client of a principal; it changes when a server's
+            // does.
             result.ttl_ms = Some(TOOLS_TTL.as_millis() as u64);
             result.cache_scope = Some(CacheScope::Private);
         }

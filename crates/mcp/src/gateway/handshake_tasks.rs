@@ -541,9 +541,9 @@ pub(crate) async fn serve_method(
 /// it may run as a task (`execution.taskSupport`: `"optional"`, or `"forbidden"` for a tool
 /// whose policy says `task = "never"` and for the gateway's own status tool). rmcp's tools have
 /// no `execution`, so the list is answered here.
-fn tools_list(gw: &GatewayState) -> Value {
+fn tools_list(gw: &GatewayState, session: &ClientSession) -> Value {
     let tools: Vec<Value> = gw
-        .refresh_tool_view()
+        .tools_for(&session.principal.name)
         .iter()
         .map(|tool| {
             let mut value = serde_json::to_value(tool).unwrap_or(Value::Null);
@@ -580,7 +580,9 @@ pub(crate) fn answer_raw(
         .unwrap_or_else(|| Value::Object(Map::new()));
     let (gw, session) = (gw.clone(), session.clone());
     match method {
-        "tools/list" => Some(Box::pin(async move { answer(&id, Ok(tools_list(&gw))) })),
+        "tools/list" => Some(Box::pin(async move {
+            answer(&id, Ok(tools_list(&gw, &session)))
+        })),
         "tools/call" if params.get("task").is_some() => {
             let call: Result<CallToolRequestParams, _> = serde_json::from_value(json!({
                 "name": params.get("name").cloned().unwrap_or(Value::Null),
@@ -618,10 +620,14 @@ pub(crate) fn answer_raw(
 }
 
 /// Serves `tools/list` of a session that declared tasks (see [`tools_list`]).
-pub(crate) fn serve_list(gw: &GatewayState, id: &RequestId) -> Response<BoxBody> {
+pub(crate) fn serve_list(
+    gw: &GatewayState,
+    session: &ClientSession,
+    id: &RequestId,
+) -> Response<BoxBody> {
     let mut response = Response::new(BoxBody::new(http_body_util::Full::new(answer(
         id,
-        Ok(tools_list(gw)),
+        Ok(tools_list(gw, session)),
     ))));
     response.headers_mut().insert(
         http::header::CONTENT_TYPE,

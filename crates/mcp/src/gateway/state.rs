@@ -342,6 +342,25 @@ impl GatewayState {
         tools
     }
 
+    /// The list a principal's clients see: every tool but those a rule denies it outright
+    /// (toolwarden's own status tool, which no rule governs, always stays).
+    pub(super) fn tools_for(&self, principal: &str) -> Arc<Vec<Tool>> {
+        let tools = self.refresh_tool_view();
+        let hidden = |rules: &toolwarden_core::rules::Rules, t: &Tool| {
+            t.name != super::options::STATUS_TOOL && rules.hides(&t.name, principal)
+        };
+        match self.engine.rules() {
+            Some(rules) if tools.iter().any(|t| hidden(&rules, t)) => Arc::new(
+                tools
+                    .iter()
+                    .filter(|t| !hidden(&rules, t))
+                    .cloned()
+                    .collect(),
+            ),
+            _ => tools,
+        }
+    }
+
     /// Re-reads the tool list; whether it differs from the one last listed to clients (a
     /// server that republishes the same list, as at every restart, changes nothing).
     pub(super) fn relist_tools(&self) -> bool {

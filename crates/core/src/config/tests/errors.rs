@@ -13,7 +13,7 @@ fn unknown_keys_are_errors() {
         "# toolwarden\nlisten = \"x\"\n",
         &[],
         UnknownKey,
-        "toolwarden.toml:2: listen: unknown key \"listen\": expected one of interaction_ceiling, defaults, servers, tools, exec, gateway, http, store, redis, otel, auth",
+        "toolwarden.toml:2: listen: unknown key \"listen\": expected one of interaction_ceiling, defaults, servers, tools, exec, gateway, http, store, redis, otel, auth, rules",
     );
     check_error(
         "[servers.everything]\ncommand = \"x\"\ntimout = \"1s\"\n",
