@@ -19,7 +19,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 use toolwarden_protocol::{Approval, Principal, RuleConfig, RuleDecision, ToolAnnotations};
 
-use crate::config::EXEC_TOOL;
+use toolwarden_protocol::EXEC_TOOL;
 
 /// The variables a `when` may read.
 pub const VARIABLES: [&str; 7] = [

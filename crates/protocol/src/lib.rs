@@ -60,5 +60,5 @@ pub use status::{
     SessionStatus, ToolInfo,
 };
 pub use time::Timestamp;
-pub use tool::{ToolAnnotations, ToolSpec};
+pub use tool::{EXEC_TOOL, ToolAnnotations, ToolSpec};
 pub use trace::{SpanId, TraceId, TraceParent, TurnTrace};

@@ -60,3 +60,6 @@ impl ToolSpec {
         }
     }
 }
+
+/// The name of the built-in shell tool, and of its `[exec]` table.
+pub const EXEC_TOOL: &str = "exec";

@@ -16,8 +16,7 @@ pub const TOOL_TIMEOUT_ENV: &str = "TOOLWARDEN_TOOL_TIMEOUT";
 pub(crate) const ENV_FILE: &str = "environment";
 /// The server name of toolwarden's own tools (`toolwarden__status`).
 pub(crate) const RESERVED_SERVER: &str = "toolwarden";
-/// The name of the built-in shell tool, and of its `[exec]` table.
-pub const EXEC_TOOL: &str = "exec";
+pub use toolwarden_protocol::EXEC_TOOL;
 /// The default of `interaction_ceiling`.
 pub const DEFAULT_INTERACTION_CEILING: Duration = Duration::from_secs(15 * 60);
 
