@@ -80,7 +80,13 @@ impl Needs {
 pub struct Rules {
     rules: Vec<Rule>,
     env: Arc<cel::Env>,
+    /// For each tool name seen, the rules whose `tools` globs match it (globs are matched once
+    /// per name, not once per call).
+    by_tool: parking_lot::RwLock<crate::maps::FastMap<Box<str>, Arc<[usize]>>>,
 }
+
+/// How many tool names [`Rules::candidates`] remembers before it starts over.
+const REMEMBERED_TOOLS: usize = 4096;
 
 impl std::fmt::Debug for Rules {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -244,7 +250,11 @@ impl Rules {
                 reason: c.reason.clone().filter(|r| !r.trim().is_empty()),
             });
         }
-        Ok(Some(Rules { rules, env }))
+        Ok(Some(Rules {
+            rules,
+            env,
+            by_tool: Default::default(),
+        }))
     }
 
     /// How many rules there are.
@@ -259,9 +269,24 @@ impl Rules {
 
     /// The verdict on a call: `None` when no rule matches (the tool's `approval` decides).
     pub fn decide(&self, facts: &Facts<'_>) -> Option<Verdict> {
-        let mut candidates = self.rules.iter().filter(|r| r.names(facts)).peekable();
-        candidates.peek()?;
+        let by_tool = self.candidates(facts.tool);
+        if by_tool.is_empty() {
+            return None;
+        }
+        let candidates: Vec<&Rule> = by_tool
+            .iter()
+            .map(|&i| &self.rules[i])
+            .filter(|r| r.names_principal(facts))
+            .collect();
+        if candidates.is_empty() {
+            return None;
+        }
         let mut vars = Vars::default();
+        // One context for every expression of the call, with the variables any of them reads.
+        let reads = candidates.iter().fold(Needs::default(), |acc, r| Needs {
+            bits: acc.bits | r.reads.bits,
+        });
+        let mut ctx: Option<Result<cel::Context<'static, 'static>, String>> = None;
         let mut matched = Vec::new();
         for rule in candidates {
             let applies = match &rule.when {
@@ -272,7 +297,12 @@ impl Rules {
                     {
                         None
                     } else {
-                        match vars.eval(&self.env, program, rule.reads, facts) {
+                        let ctx = ctx.get_or_insert_with(|| vars.context(&self.env, reads, facts));
+                        let result = match ctx {
+                            Ok(ctx) => run(program, ctx),
+                            Err(e) => Err(e.clone()),
+                        };
+                        match result {
                             Ok(true) => Some(None),
                             Ok(false) => None,
                             // An error never opens a door: restrictive rules apply.
@@ -302,6 +332,25 @@ impl Rules {
         })
     }
 
+    /// The rules whose `tools` globs match `tool`, in file order.
+    fn candidates(&self, tool: &str) -> Arc<[usize]> {
+        if let Some(found) = self.by_tool.read().get(tool) {
+            return found.clone();
+        }
+        let found: Arc<[usize]> = self
+            .rules
+            .iter()
+            .filter(|r| r.tools.iter().any(|g| glob(g, tool)))
+            .map(|r| r.index)
+            .collect();
+        let mut by_tool = self.by_tool.write();
+        if by_tool.len() >= REMEMBERED_TOOLS {
+            by_tool.clear();
+        }
+        by_tool.insert(tool.into(), found.clone());
+        found
+    }
+
     /// Whether `tool` is denied to `principal` by a rule without a condition: such a tool is left
     /// out of that principal's tool lists (called by name anyway, the rule denies it).
     pub fn hides(&self, tool: &str, principal: &str) -> bool {
@@ -317,13 +366,20 @@ impl Rules {
 }
 
 impl Rule {
-    /// Whether its tool and principal globs match (its `when` aside).
-    fn names(&self, facts: &Facts<'_>) -> bool {
-        self.tools.iter().any(|g| glob(g, facts.tool))
-            && self
-                .principals
-                .as_ref()
-                .is_none_or(|ps| ps.iter().any(|g| glob(g, &facts.principal.name)))
+    /// Whether its principal globs match (its tools being matched already).
+    fn names_principal(&self, facts: &Facts<'_>) -> bool {
+        self.principals
+            .as_ref()
+            .is_none_or(|ps| ps.iter().any(|g| glob(g, &facts.principal.name)))
+    }
+}
+
+/// Runs a `when` against a call's context: its truth, or why it has none.
+fn run(program: &cel::Program, ctx: &cel::Context<'static, 'static>) -> Result<bool, String> {
+    match program.execute(ctx) {
+        Ok(cel::Value::Bool(b)) => Ok(b),
+        Ok(other) => Err(format!("it gave {other:?}, not true or false")),
+        Err(e) => Err(e.to_string()),
     }
 }
 
@@ -386,13 +442,13 @@ impl Vars {
         self.args.clone().unwrap_or_default()
     }
 
-    fn eval(
+    /// The CEL context of a call with the variables in `reads`.
+    fn context(
         &mut self,
         env: &Arc<cel::Env>,
-        program: &cel::Program,
         reads: Needs,
         facts: &Facts<'_>,
-    ) -> Result<bool, String> {
+    ) -> Result<cel::Context<'static, 'static>, String> {
         let mut ctx = cel::Context::with_env(env.clone());
         let put = |ctx: &mut cel::Context<'_, '_>, name: &str, value: &dyn erased::Ser| {
             value
@@ -440,11 +496,7 @@ impl Vars {
         if reads.has("server") {
             put(&mut ctx, "server", &facts.server)?;
         }
-        match program.execute(&ctx) {
-            Ok(cel::Value::Bool(b)) => Ok(b),
-            Ok(other) => Err(format!("it gave {other:?}, not true or false")),
-            Err(e) => Err(e.to_string()),
-        }
+        Ok(ctx)
     }
 }
 
