@@ -21,6 +21,12 @@ struct ToolOutcome {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolDecider {
+    tool: String,
+    decider: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ToolReason {
     tool: String,
     reason: String,
@@ -63,6 +69,7 @@ pub struct Metrics {
     calls: Family<ToolOutcome, Counter>,
     durations: HistogramFamily<ToolOutcome>,
     errors: Family<ToolReason, Counter>,
+    denied: Family<ToolDecider, Counter>,
     cache_hits: Family<ToolLabel, Counter>,
     in_flight: Family<ToolLabel, Gauge>,
     abandoned: Family<ServerLabel, Gauge>,
@@ -124,6 +131,7 @@ impl Metrics {
         let durations: HistogramFamily<ToolOutcome> =
             Family::new_with_constructor(duration_histogram);
         let errors = Family::<ToolReason, Counter>::default();
+        let denied = Family::<ToolDecider, Counter>::default();
         let cache_hits = Family::<ToolLabel, Counter>::default();
         let in_flight = Family::<ToolLabel, Gauge>::default();
         let abandoned = Family::<ServerLabel, Gauge>::default();
@@ -145,6 +153,11 @@ impl Metrics {
             "tool_errors",
             "Calls that did not end ok, by tool and reason",
             errors.clone(),
+        );
+        registry.register(
+            "denied",
+            "Calls denied, by tool and by what decided (policy, rule, loop_detector, headless, mode_gate)",
+            denied.clone(),
         );
         registry.register(
             "tool_cache_hits",
@@ -188,6 +201,7 @@ impl Metrics {
             calls,
             durations,
             errors,
+            denied,
             cache_hits,
             in_flight,
             abandoned,
@@ -367,6 +381,15 @@ impl ToolMetrics {
         });
         calls.inc();
         histogram.observe(seconds);
+        if let Status::Denied { decider, .. } = status {
+            self.metrics
+                .denied
+                .get_or_create(&ToolDecider {
+                    tool: self.tool.clone(),
+                    decider: decider.as_str().to_owned(),
+                })
+                .inc();
+        }
         if let Some(reason) = error_reason(status) {
             self.metrics
                 .errors

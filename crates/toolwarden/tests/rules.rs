@@ -247,6 +247,24 @@ async fn rules_decide_by_tool_principal_and_arguments() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 403, "explain needs read");
+
+    // Denials are counted by what decided them.
+    let metrics = http()
+        .get(format!("{url}/metrics"))
+        .bearer_auth(ALICE)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "toolwarden_denied_total{tool=\"exec\",decider=\"rule\"} 1",
+        "toolwarden_denied_total{tool=\"test__sleep\",decider=\"rule\"} 1",
+        "toolwarden_denied_total{tool=\"exec\",decider=\"headless\"} 4",
+    ] {
+        assert!(metrics.contains(line), "{line} missing:\n{metrics}");
+    }
     stop(server, &mark).await;
 }
 
