@@ -546,12 +546,26 @@ pub fn explain(rules: Option<&Rules>, facts: &Facts<'_>, approval: Approval) -> 
     }
 }
 
-/// `src` with its string literals emptied, so that a word inside one is not read as code.
+/// `src` with its string literals emptied and its `//` comments removed, so that a word inside
+/// one is not read as code.
 fn without_strings(src: &str) -> String {
     let mut out = String::with_capacity(src.len());
     let mut quote: Option<char> = None;
     let mut escaped = false;
-    for ch in src.chars() {
+    let mut comment = false;
+    let mut chars = src.chars().peekable();
+    while let Some(ch) = chars.next() {
+        if comment {
+            if ch == '\n' {
+                comment = false;
+                out.push(ch);
+            }
+            continue;
+        }
+        if quote.is_none() && ch == '/' && chars.peek() == Some(&'/') {
+            comment = true;
+            continue;
+        }
         match quote {
             Some(q) => {
                 if escaped {
@@ -578,7 +592,16 @@ fn without_strings(src: &str) -> String {
 /// the variables an expression reads.
 fn bound_names(src: &str) -> Vec<&str> {
     let mut out = Vec::new();
-    for mac in [".all(", ".exists(", ".exists_one(", ".map(", ".filter("] {
+    for mac in [
+        ".all(",
+        ".exists(",
+        ".exists_one(",
+        ".existsOne(",
+        ".map(",
+        ".filter(",
+        ".optMap(",
+        ".optFlatMap(",
+    ] {
         let mut rest = src;
         while let Some(at) = rest.find(mac) {
             rest = &rest[at + mac.len()..];

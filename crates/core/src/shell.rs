@@ -12,9 +12,11 @@
 //!
 //! A literal word is given as the shell would pass it, quotes and escapes removed (`'a b'` is
 //! `a b`, `\;` is `;`). A word with an expansion the shell performs at run time (`$HOME`,
-//! `${x}`, `~`, `$((1+1))`) is kept **as written** (`"$HOME/x"`): rules can match on it, and it is
-//! not by itself opaque. Pathname and brace expansion are not performed: `rm *` has the argument
-//! `*`.
+//! `${x}`, `~`, `$((1+1))`) is kept **as written** (`"$HOME/x"`), and makes the line opaque when it
+//! is an argument: the command gets what the expansion gives, not what a rule reads
+//! (`--outp${x}ut` is `--output`). So does a brace list (`{a,b}`, `{1..3}`), which bash expands
+//! into other words. Pathname expansion is not performed: `rm *` has the argument `*` (a rule
+//! that checks arguments for a prefix can be met by a file the glob matches).
 //!
 //! Names are **as written**: `/bin/rm`, `./rm` and `rm` are three different names, so a rule
 //! that forbids `rm` by name does not forbid `/bin/rm` — write rules as allow-lists
@@ -46,7 +48,8 @@
 //!   `/dev/null` (duplicating a descriptor, `2>&1`, and reading, `<file`, are fine), `&>`
 //!   followed by more words (POSIX sh reads `ls &>/dev/null rm` as `ls &` then `rm`), and any
 //!   redirection from `/dev/tcp/…` or `/dev/udp/…` (a network connection in bash);
-//! - a command name that is not a literal word (`$cmd`, `"$x"`, `~/bin/x`, `r?`, `{rm,x}`);
+//! - a command name that is not a literal word (`$cmd`, `"$x"`, `~/bin/x`, `r?`, `{rm,x}`), or an
+//!   argument with an expansion or a brace list (above);
 //! - syntax that bash and POSIX sh read differently: `$'…'` and `$"…"` quoting, `(( … ))` and
 //!   `for (( … ))` (POSIX sh reads `((rm x))` as nested subshells running `rm`);
 //! - quoting or syntax the parser cannot parse (`echo 'x`), more than [`MAX_LINE_BYTES`]
@@ -695,6 +698,23 @@ impl Walker {
         let mut literal = vec![name_literal];
         for word in rest {
             let word = self.word(&word.value);
+            // An argument the shell rewrites when the line runs (a variable, `~`, arithmetic,
+            // a brace list) is not what a rule reads: `--outp${x}ut` is `--output`.
+            if !word.literal {
+                self.flag(format!(
+                    "the argument `{}` is expanded when the line runs, so the command may not get what the line shows",
+                    word.text
+                ));
+            } else if word.pattern
+                && word.text.contains('{')
+                && word.text.contains('}')
+                && (word.text.contains(',') || word.text.contains(".."))
+            {
+                self.flag(format!(
+                    "the argument `{}` is a brace list, which bash expands into other words",
+                    word.text
+                ));
+            }
             literal.push(word.literal);
             argv.push(word.text);
         }
@@ -1016,7 +1036,7 @@ mod tests {
     /// opaque.
     const TABLE: &[(&str, &[&str], bool)] = &[
         // Every separator and group shows its commands.
-        ("git status && rm -rf ~", &["git", "rm"], false),
+        ("git status && rm -rf ~", &["git", "rm"], true),
         ("echo hi; sh", &["echo", "sh"], false),
         ("ls\nrm x", &["ls", "rm"], false),
         ("ls | sh", &["ls", "sh"], false),
@@ -1030,7 +1050,7 @@ mod tests {
             &["a", "b", "c", "d", "e"],
             false,
         ),
-        ("for f in *; do rm $f; done", &["rm"], false),
+        ("for f in *; do rm $f; done", &["rm"], true),
         ("while :; do rm x; done", &[":", "rm"], false),
         ("until false; do rm x; done", &["false", "rm"], false),
         ("case x in x) rm y;; esac", &["rm"], false),
@@ -1038,7 +1058,12 @@ mod tests {
         ("! rm x", &["rm"], false),
         ("time ls", &["time", "ls"], false),
         ("time -p ls | wc -l", &["time", "ls", "wc"], false),
-        ("rm -rf ~ &", &["rm"], false),
+        ("rm -rf ~ &", &["rm"], true),
+        ("git log --outp${x}ut=f", &["git"], true),
+        ("git log ${x:---output=f}", &["git"], true),
+        ("cat {a,b}", &["cat"], true),
+        ("echo {1..3}", &["echo"], true),
+        ("echo '{a,b}' \"$\"", &["echo"], false),
         ("ls;", &["ls"], false),
         ("cd x && git status", &["cd", "git"], false),
         ("ls |& grep x", &["ls", "grep"], false),
@@ -1056,8 +1081,8 @@ mod tests {
         ("/bin/ls -la", &["/bin/ls"], false),
         ("\"ls\" -la", &["ls"], false),
         ("git log --format='%H %s'", &["git"], false),
-        ("echo $((1 + 2)) \"$HOME/x\" ${x:-a}", &["echo"], false),
-        ("read line < f; echo $line", &["read", "echo"], false),
+        ("echo $((1 + 2)) \"$HOME/x\" ${x:-a}", &["echo"], true),
+        ("read line < f; echo $line", &["read", "echo"], true),
         ("set -euo pipefail; ls", &["set", "ls"], false),
         ("printf '%s\\n' x", &["printf"], false),
         // Wrappers are listed by their own names, not opaque.
