@@ -523,15 +523,39 @@ pub struct Explanation {
     pub rules: Vec<Matched>,
     /// Whether no rule matched, so the tool's `approval` decided.
     pub fallback: bool,
+    /// For `exec`: the line as the rules see it (`args.commands`, `args.opaque`, and why).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<LineView>,
+}
+
+/// An `exec` line as the rules see it, for explain.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct LineView {
+    /// Every simple command of the line.
+    pub commands: Vec<crate::shell::SimpleCommand>,
+    /// Whether the line could not be judged command by command.
+    pub opaque: bool,
+    /// Why, when it is opaque.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why_opaque: Option<String>,
 }
 
 /// Explains the decision on a call: `rules` (if any) on `facts`, else `approval`.
 pub fn explain(rules: Option<&Rules>, facts: &Facts<'_>, approval: Approval) -> Explanation {
+    let line = (facts.tool == EXEC_TOOL).then(|| {
+        let line = Vars::default().line(facts).clone();
+        LineView {
+            commands: line.commands,
+            opaque: line.opaque,
+            why_opaque: line.why_opaque,
+        }
+    });
     match rules.and_then(|r| r.decide(facts)) {
         Some(v) => Explanation {
             decision: v.decision.as_str(),
             rules: v.rules,
             fallback: false,
+            line,
         },
         None => Explanation {
             decision: match approval {
@@ -542,6 +566,7 @@ pub fn explain(rules: Option<&Rules>, facts: &Facts<'_>, approval: Approval) -> 
             },
             rules: Vec::new(),
             fallback: true,
+            line,
         },
     }
 }

@@ -391,6 +391,20 @@ fn explain(config: &toolwarden_core::Config, tool: &str, args: &CheckArgs) -> an
         principal.name,
         serde_json::to_string(&input)?
     );
+    if let Some(line) = &e.line {
+        let commands: Vec<String> = line.commands.iter().map(|c| c.argv.join(" ")).collect();
+        println!(
+            "  the line's commands: {}",
+            if commands.is_empty() {
+                "none".to_owned()
+            } else {
+                commands.join(" | ")
+            }
+        );
+        if let Some(why) = &line.why_opaque {
+            println!("  the line is opaque: {why}");
+        }
+    }
     if e.fallback {
         println!("  no rule matches: the tool's approval decides");
     }

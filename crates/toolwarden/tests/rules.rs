@@ -238,7 +238,10 @@ async fn rules_decide_by_tool_principal_and_arguments() {
     assert_eq!(
         explained,
         json!({"decision": "deny", "fallback": false,
-               "rules": [{"index": 1, "decision": "deny", "reason": "no recursive deletes"}]})
+               "rules": [{"index": 1, "decision": "deny", "reason": "no recursive deletes"}],
+               "line": {"commands": [{"name": "git", "argv": ["git", "status"]},
+                                     {"name": "rm", "argv": ["rm", "-rf", "/"]}],
+                        "opaque": false}})
     );
     let resp = http()
         .get(format!("{url}/v1/tools/exec/explain"))
@@ -320,7 +323,33 @@ async fn check_explains_and_bad_rules_are_named_by_file_line_and_key() {
         .await;
     out.expect_code(0);
     let v: Value = serde_json::from_str(&out.stdout).unwrap();
-    assert_eq!(v, json!({"decision": "ask", "fallback": true, "rules": []}));
+    assert_eq!(
+        v,
+        json!({"decision": "ask", "fallback": true, "rules": [],
+               "line": {"commands": [{"name": "make", "argv": ["make"]}], "opaque": false}})
+    );
+    // An opaque line says why.
+    let out = dir
+        .command(&[
+            "check",
+            "--explain",
+            "exec",
+            "--input",
+            r#"{"command": "ls $(id)"}"#,
+        ])
+        .run()
+        .await;
+    assert!(
+        out.stdout.contains("the line's commands: ls $(id)"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("the line is opaque: a command substitution"),
+        "{}",
+        out.stdout
+    );
     let out = dir
         .command(&[
             "check",

@@ -78,6 +78,7 @@ impl<'a> Checker<'a> {
         self.policies(file, timeout_from_env);
         self.top_level(file);
         self.auth(file);
+        self.rules_shell(file);
         match self
             .errors
             .iter()
@@ -479,6 +480,30 @@ impl<'a> Checker<'a> {
                     format_duration(v),
                     format_duration(ceiling),
                     format_duration(ceiling),
+                ),
+            );
+        }
+    }
+
+    /// Rules judge `exec` lines as POSIX sh and bash read them: another `[exec] shell` (zsh,
+    /// fish, an interpreter) may run what they do not see.
+    fn rules_shell(&mut self, file: &ConfigFile) {
+        let Some(shell) = file.exec.as_ref().and_then(|e| e.shell.as_deref()) else {
+            return;
+        };
+        let base = shell.rsplit('/').next().unwrap_or(shell);
+        if matches!(base, "sh" | "bash" | "dash") {
+            return;
+        }
+        let about_exec = file
+            .rules
+            .iter()
+            .any(|r| r.when.is_some() && r.tools.iter().any(|g| crate::rules::glob(g, EXEC_TOOL)));
+        if about_exec {
+            self.warn(
+                &path(&["exec", "shell"]),
+                format!(
+                    "rules judge exec lines as sh and bash read them, but commands run with {shell:?}, which may read a line otherwise: a rule's args.commands may not be what runs"
                 ),
             );
         }

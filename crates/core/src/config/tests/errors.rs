@@ -522,3 +522,20 @@ fn token_entries_and_oauth_are_checked_where_they_are_written() {
         "toolwarden.toml:4: auth.oauth.jwks_url: \"login.example.com/keys\" is not an http:// or https:// URL",
     );
 }
+
+#[test]
+fn rules_on_exec_under_another_shell_are_warned_about() {
+    let rule = "[[rules]]\ntools = [\"exec\"]\nwhen = 'args.commands.all(c, c.name == \"ls\")'\ndecision = \"allow\"\n";
+    check_warnings(
+        &format!("[exec]\nenabled = true\nshell = \"/usr/bin/zsh\"\n\n{rule}"),
+        &[],
+        &[
+            "toolwarden.toml:3: exec.shell: rules judge exec lines as sh and bash read them, but commands run with \"/usr/bin/zsh\", which may read a line otherwise: a rule's args.commands may not be what runs",
+        ],
+    );
+    check_warnings(
+        &format!("[exec]\nenabled = true\nshell = \"/bin/bash\"\n\n{rule}"),
+        &[],
+        &[],
+    );
+}
