@@ -47,7 +47,8 @@ pub trait PolicySource: Send + Sync + 'static {
         annotations: &ToolAnnotations,
     ) -> Policy;
 
-    /// The `[[rules]]` that decide, per call, whether it may run (none by default).
+    /// The `[[rules]]` that decide, per call, whether it may run (none by default: a source
+    /// that wraps a [`Config`] must pass its rules on, or they do not apply).
     fn rules(&self) -> Option<Arc<Rules>> {
         None
     }
