@@ -9,6 +9,7 @@ import { Api } from "../../crates/http/assets/api.js";
 import { callsPath, callTimeline, describeFilters, eventLabel, hashOf, payloadText, searchFromHash } from "../../crates/http/assets/audit.js";
 import {
   dateTime,
+  denialDetail,
   elapsedBand,
   formatCountdown,
   formatElapsed,
@@ -16,6 +17,8 @@ import {
   outcomeText,
   preciseTime,
   progressText,
+  ruleDecisionParts,
+  ruleDecisionText,
   shortId,
   whoText,
 } from "../../crates/http/assets/format.js";
@@ -76,6 +79,24 @@ describe("formatting", () => {
     assert.equal(shortId("t_01M80VPE16QYYGQ3JM77H6B260"), "t_…77H6B260");
     assert.equal(shortId("conv-42"), "conv-42");
   });
+
+  test("a rule's decision: the rules that matched, the decision, the reason", () => {
+    const ev = { type: "rule_decision", decision: "allow", rules: [0, 2], reason: "a read-only command" };
+    assert.equal(ruleDecisionText(ev), "rules[0], rules[2]: allow — a read-only command");
+    assert.deepEqual(ruleDecisionParts(ev), { rules: "rules[0], rules[2]", decision: "allow", reason: "a read-only command" });
+    // No reason (or an empty one): the rules and the decision only.
+    assert.equal(ruleDecisionText({ decision: "deny", rules: [1] }), "rules[1]: deny");
+    assert.equal(ruleDecisionText({ decision: "confirm", rules: [3], reason: "" }), "rules[3]: confirm");
+    assert.equal(ruleDecisionText({ decision: "ask" }), "rules: ask");
+  });
+
+  test("a denial's detail, unless the line already says it", () => {
+    const denied = { status: "denied", decider: "rule", reason: "rule", detail: "no secrets (rules[0])" };
+    assert.equal(denialDetail(denied), "no secrets (rules[0])");
+    assert.equal(denialDetail(denied, "[DENIED] … Reason: no secrets (rules[0]). Do not retry it as it is"), "");
+    assert.equal(denialDetail({ status: "denied", decider: "policy", reason: "policy" }), "");
+    assert.equal(denialDetail({ status: "error", reason: "transport", detail: "connection refused" }), "");
+  });
 });
 
 describe("the model", () => {
@@ -90,6 +111,19 @@ describe("the model", () => {
     clock = Date.parse("2026-11-22T10:00:00.000Z");
     return new Model({ now: () => clock });
   }
+
+  test("a rule's decision is on the call's timeline before its denial", () => {
+    const m = model();
+    m.apply(ev("turn_start", { calls: [{ call_id: "c1", tool: "echo" }] }));
+    m.apply(ev("rule_decision", { call_id: "c1", tool: "echo", decision: "deny", rules: [0], reason: "no secrets" }));
+    m.apply(ev("tool_call_denied", { call_id: "c1", tool: "echo", decider: "rule", reason: "rule" }));
+    m.apply(ev("tool_result", { call_id: "c1", tool: "echo", outcome: { status: "denied", decider: "rule", reason: "rule", detail: "no secrets (rules[0])" }, duration_ms: 0 }));
+    const c1 = m.recentByKey.get(callKey(T, "c1")) ?? m.calls.get(callKey(T, "c1"));
+    assert.deepEqual(
+      c1.timeline.map((step) => [step.kind, step.text]),
+      [["rule", "rules[0]: deny — no secrets"], ["denied", "denied by rule (rule)"], ["result", "result"]],
+    );
+  });
 
   test("a call runs, reports progress, is cancelled, is stopped, and its turn ends", () => {
     const m = model();
@@ -353,6 +387,19 @@ describe("the audit history", () => {
     const denied = callTimeline({ status: "denied", started_at: new Date(T0).toISOString(), events: [ev("tool_call_denied", 0, { decider: "policy", reason: "rule" }), ev("tool_result", 0, { outcome: { status: "denied", reason: "rule" }, duration_ms: 0 })] });
     assert.deepEqual(denied.marks.map((m) => [m.kind, m.x]), [["denied", 0], ["result", 2.5]]);
     assert.equal(denied.text, "denied by policy (rule) → denied{rule} after 0 ms");
+
+    // A rule's decision comes first, marked with its decision.
+    const byRule = callTimeline({
+      status: "denied",
+      started_at: new Date(T0).toISOString(),
+      events: [
+        ev("rule_decision", 0, { decision: "deny", rules: [0, 1], reason: "no secrets" }),
+        ev("tool_call_denied", 0, { decider: "rule", reason: "rule" }),
+        ev("tool_result", 0, { outcome: { status: "denied", decider: "rule", reason: "rule", detail: "no secrets (rules[0])" }, duration_ms: 0 }),
+      ],
+    });
+    assert.deepEqual(byRule.marks.map((m) => [m.kind, m.x, m.decision]), [["rule", 0, "deny"], ["denied", 2.5, undefined], ["result", 5, undefined]]);
+    assert.equal(byRule.text, "rules[0], rules[1]: deny — no secrets → denied by rule (rule) → denied{rule} after 0 ms");
 
     const running = callTimeline({ status: null, started_at: new Date(T0).toISOString(), events: [ev("tool_start", 0)] }, T0 + 4000);
     assert.deepEqual([running.running, running.span, running.resultX], [true, 4000, 100]);

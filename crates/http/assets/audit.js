@@ -15,7 +15,20 @@
 // The top half is pure (the URL, the timeline, how events read) and runs in Node's tests; the
 // class below it draws.
 
-import { dateTime, formatDuration, outcomeTag, outcomeText, preciseTime, progressText, shortId, stopText } from "./format.js";
+import {
+  DECISIONS,
+  dateTime,
+  denialDetail,
+  formatDuration,
+  outcomeTag,
+  outcomeText,
+  preciseTime,
+  progressText,
+  ruleDecisionParts,
+  ruleDecisionText,
+  shortId,
+  stopText,
+} from "./format.js";
 import { h } from "./view.js";
 
 /** What `status` accepts: the outcome statuses, and `running` for calls without one yet. */
@@ -77,6 +90,7 @@ export function describeFilters(filters) {
 
 /** The mark an event leaves on a call's timeline. */
 const MARKS = {
+  rule_decision: "rule",
   tool_start: "start",
   tool_progress: "progress",
   tool_retry: "retry",
@@ -113,6 +127,8 @@ export function eventLabel(ev) {
       return stopText(ev);
     case "tool_late_result":
       return `late ${ev.is_error ? "error" : "answer"} after ${ms(ev.after_ms)} (discarded)`;
+    case "rule_decision":
+      return ruleDecisionText(ev);
     case "tool_call_denied":
       return `denied by ${ev.decider ?? "?"} (${ev.reason ?? "?"})`;
     case "interaction_requested":
@@ -237,7 +253,9 @@ export function callTimeline(call, now = null) {
     }
     if (run > 0) words.push(`progress ×${run}`);
     run = 0;
-    marks.push({ kind, x, label: `${eventLabel(ev)}${kind === "start" ? "" : ` at +${ms(times[i] - t0)}`}`, seq: ev.seq });
+    const mark = { kind, x, label: `${eventLabel(ev)}${kind === "start" ? "" : ` at +${ms(times[i] - t0)}`}`, seq: ev.seq };
+    if (kind === "rule") mark.decision = decisionOf(ev);
+    marks.push(mark);
     words.push(eventLabel(ev));
   });
   if (run > 0) words.push(`progress ×${run}`);
@@ -250,6 +268,11 @@ export function callTimeline(call, now = null) {
   let afterX = null;
   for (const m of marks) if ((m.kind === "stop" || m.kind === "late") && resultX !== null && m.x > resultX) afterX = m.x;
   return { t0, t1, span, marks, resultX, afterX, running, progress, text: words.join(" → ") };
+}
+
+/** A rule_decision's decision, for a class name: one of DECISIONS, else "unknown". */
+export function decisionOf(ev) {
+  return DECISIONS.includes(ev?.decision) ? ev.decision : "unknown";
 }
 
 /** Moves marks (ordered by time) apart to at least MIN_GAP, within 0–100. */
@@ -272,6 +295,18 @@ export function callOutcome(call) {
 }
 
 // --- the section ----------------------------------------------------------------------------
+
+/** A rule_decision as the list of a call's events shows it: its text, the decision styled as one. */
+function ruleDecisionEl(ev) {
+  const { rules, decision, reason } = ruleDecisionParts(ev);
+  return h(
+    "span",
+    { class: "rule-decision" },
+    `${rules}: `,
+    h("span", { class: `chip decision decision-${decisionOf(ev)}`, text: decision }),
+    reason ? ` — ${reason}` : "",
+  );
+}
 
 const callKey = (turnId, callId) => `${turnId}/${callId}`;
 
@@ -563,6 +598,8 @@ export class AuditHistory {
             status === "ok" ? null : h("span", { class: "tag", text: outcomeTag(status) }),
             status === "ok" ? null : " ",
             h("span", { class: `chip out-${status}`, text: outcomeText(outcome) }),
+            // A denial says why (a rule's reason, a person's): the rest of it is in the title.
+            denialDetail(outcome) ? h("span", { class: "why", text: ` ${denialDetail(outcome)}` }) : null,
           );
     const took =
       call.duration_ms != null ? formatDuration(call.duration_ms) : status === "running" ? `${formatDuration(tl.t1 - tl.t0)} so far` : "";
@@ -602,7 +639,8 @@ export class AuditHistory {
       track.append(after);
     }
     for (const m of tl.marks) {
-      const mark = h("span", { class: `mk mk-${m.kind}${m.kind === "result" ? ` mk-${status}` : ""}`, title: m.label });
+      const modifier = m.kind === "result" ? ` mk-${status}` : m.kind === "rule" ? ` mk-rule-${m.decision}` : "";
+      const mark = h("span", { class: `mk mk-${m.kind}${modifier}`, title: m.label });
       mark.style.left = `${m.x}%`;
       track.append(mark);
     }
@@ -658,7 +696,7 @@ export class AuditHistory {
     );
     const rows = (call.events ?? []).map((ev) => {
       const t = Date.parse(ev.ts);
-      const what = h("td", { class: "what" }, h("span", { text: eventDetail(ev) }));
+      const what = h("td", { class: "what" }, ev.type === "rule_decision" ? ruleDecisionEl(ev) : h("span", { text: eventDetail(ev) }));
       for (const [name, value] of eventPayloads(ev)) {
         const { text, note } = payloadText(value);
         what.append(

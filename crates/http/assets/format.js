@@ -77,6 +77,37 @@ export function outcomeText(outcome) {
   return detail ? `${s}{${detail}}` : String(s);
 }
 
+/** The decisions a rule can give (docs/RULES.md), each styled as `decision-<name>`. */
+export const DECISIONS = ["allow", "ask", "confirm", "deny"];
+
+/**
+ * A `rule_decision` event in parts: the rules that matched, named by their place in the file
+ * ("rules[0], rules[2]"), the decision the call got, and the deciding rule's reason (or "").
+ */
+export function ruleDecisionParts(ev) {
+  const indexes = Array.isArray(ev?.rules) ? ev.rules : [];
+  return {
+    rules: indexes.length > 0 ? indexes.map((i) => `rules[${i}]`).join(", ") : "rules",
+    decision: String(ev?.decision ?? "?"),
+    reason: typeof ev?.reason === "string" ? ev.reason : "",
+  };
+}
+
+/** A `rule_decision` event in words: "rules[0], rules[2]: allow — a read-only command". */
+export function ruleDecisionText(ev) {
+  const { rules, decision, reason } = ruleDecisionParts(ev);
+  return `${rules}: ${decision}${reason ? ` — ${reason}` : ""}`;
+}
+
+/**
+ * What a denied outcome's `detail` adds to a line that already says `text`: the detail (a
+ * rule's reason and index, a person's reason), or "" when there is none or the line has it.
+ */
+export function denialDetail(outcome, text = "") {
+  if (outcome?.status !== "denied" || !outcome.detail) return "";
+  return String(text).includes(outcome.detail) ? "" : String(outcome.detail);
+}
+
 /** Whether a call that ended this way had work that must still be stopped behind its outcome. */
 export function outcomeStopsWork(outcome) {
   if (!outcome) return false;

@@ -2,7 +2,7 @@
 // reads this model and the `dirty` sets it leaves, once per animation frame, so a burst of events
 // costs one render, not one per event. The tests run it in Node.
 
-import { outcomeStopsWork, stopText } from "./format.js";
+import { outcomeStopsWork, ruleDecisionText, stopText } from "./format.js";
 
 /** The key of a call (call ids are unique within their turn only); turn ids hold no "/". */
 export function callKey(turnId, callId) {
@@ -632,6 +632,12 @@ const HANDLERS = {
     if (!call) return;
     m.mark(call, ev, "timeout", `timeout ${ev.kind ?? ""} ${ev.after_ms ?? ""} ms`.replace(/\s+/g, " ").trim());
     m.touch(call);
+  },
+
+  rule_decision(m, ev) {
+    const call = m.callOf(ev);
+    if (!call) return;
+    m.mark(call, ev, "rule", ruleDecisionText(ev));
   },
 
   tool_call_denied(m, ev) {

@@ -9,6 +9,7 @@
 
 import {
   clockTime,
+  denialDetail,
   elapsedBand,
   elapsedResolution,
   firstLine,
@@ -686,7 +687,9 @@ export class View {
     if (o.provenance?.cache_hit) extras.push("from the cache");
     if (o.repeat_count) extras.push(`repeated ${o.repeat_count}×`);
     const line = firstLine(call.text);
-    setText(rec.textEl, [line, ...extras].filter(Boolean).join(" · "));
+    // A denial's detail (a rule's reason, a person's), unless the text's first line says it.
+    const why = denialDetail(o, line);
+    setText(rec.textEl, [line, why, ...extras].filter(Boolean).join(" · "));
     setText(rec.timelineEl, timelineText(call));
     let stop = "";
     if (call.stopping) stop = " · stopping…";
