@@ -392,13 +392,17 @@ fn explain(config: &toolwarden_core::Config, tool: &str, args: &CheckArgs) -> an
         serde_json::to_string(&input)?
     );
     if let Some(line) = &e.line {
-        let commands: Vec<String> = line.commands.iter().map(|c| c.argv.join(" ")).collect();
+        let commands: Vec<String> = line
+            .commands
+            .iter()
+            .map(|c| format!("`{}`", c.argv.join(" ")))
+            .collect();
         println!(
             "  the line's commands: {}",
             if commands.is_empty() {
                 "none".to_owned()
             } else {
-                commands.join(" | ")
+                commands.join(", ")
             }
         );
         if let Some(why) = &line.why_opaque {

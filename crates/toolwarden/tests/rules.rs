@@ -340,7 +340,7 @@ async fn check_explains_and_bad_rules_are_named_by_file_line_and_key() {
         .run()
         .await;
     assert!(
-        out.stdout.contains("the line's commands: ls $(id)"),
+        out.stdout.contains("the line's commands: `ls $(id)`"),
         "{}",
         out.stdout
     );
