@@ -276,7 +276,7 @@ impl Rules {
         let candidates: Vec<&Rule> = by_tool
             .iter()
             .map(|&i| &self.rules[i])
-            .filter(|r| r.names_principal(facts))
+            .filter(|r| r.names_principal(&facts.principal.name))
             .collect();
         if candidates.is_empty() {
             return None;
@@ -354,23 +354,19 @@ impl Rules {
     /// Whether `tool` is denied to `principal` by a rule without a condition: such a tool is left
     /// out of that principal's tool lists (called by name anyway, the rule denies it).
     pub fn hides(&self, tool: &str, principal: &str) -> bool {
-        self.rules.iter().any(|r| {
-            r.decision == RuleDecision::Deny
-                && r.when.is_none()
-                && r.tools.iter().any(|g| glob(g, tool))
-                && r.principals
-                    .as_ref()
-                    .is_none_or(|ps| ps.iter().any(|g| glob(g, principal)))
+        self.candidates(tool).iter().any(|&i| {
+            let r = &self.rules[i];
+            r.decision == RuleDecision::Deny && r.when.is_none() && r.names_principal(principal)
         })
     }
 }
 
 impl Rule {
     /// Whether its principal globs match (its tools being matched already).
-    fn names_principal(&self, facts: &Facts<'_>) -> bool {
+    fn names_principal(&self, principal: &str) -> bool {
         self.principals
             .as_ref()
-            .is_none_or(|ps| ps.iter().any(|g| glob(g, &facts.principal.name)))
+            .is_none_or(|ps| ps.iter().any(|g| glob(g, principal)))
     }
 }
 

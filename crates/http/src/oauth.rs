@@ -481,8 +481,9 @@ mod tests {
         format!("{header}.{}.c2ln", b64(br#"{"sub":"x"}"#))
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn unknown_key_ids_read_the_keys_again_at_most_once_every_ten_seconds() {
+    /// A verifier of issuer `https://issuer.test` for audience `tw` that has read a JWKS file
+    /// of one P-256 key, `kid` "1" (the directory holds the file).
+    async fn one_key_verifier() -> (tempfile::TempDir, Arc<OAuth>) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("jwks.json");
         std::fs::write(
@@ -503,6 +504,12 @@ mod tests {
         })
         .await;
         assert_eq!(warning, None);
+        (dir, oauth)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unknown_key_ids_read_the_keys_again_at_most_once_every_ten_seconds() {
+        let (_dir, oauth) = one_key_verifier().await;
         assert_eq!(oauth.key_reads(), 1, "read at start");
         // A key id the keys lack: read again at once (a rotation)…
         let refused = oauth.verify(&naming("2")).await.unwrap_err();
@@ -528,25 +535,7 @@ mod tests {
 
     #[tokio::test]
     async fn claims_name_the_principal_and_its_scopes_but_never_a_reserved_name() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("jwks.json");
-        std::fs::write(
-            &path,
-            r#"{"keys":[{"kty":"EC","crv":"P-256","kid":"1",
-               "x":"MKBCTNIcKUSDii11ySs3526iDZ8AiTo7Tu6KPAqv7D4",
-               "y":"4Etl6SRW2YiLUrN5vfvVHuhp7x8PxltmWWlbbM4IFyM"}]}"#,
-        )
-        .unwrap();
-        let (oauth, _) = OAuth::start(OAuthSettings {
-            issuer: "https://issuer.test".into(),
-            audience: "tw".into(),
-            jwks: JwksSource::File(path),
-            resource: "http://127.0.0.1:7420/mcp".into(),
-            principal_claim: "sub".into(),
-            scopes_claim: "scope".into(),
-            leeway: Duration::from_secs(60),
-        })
-        .await;
+        let (_dir, oauth) = one_key_verifier().await;
         let claims = |v: Value| -> Map<String, Value> { serde_json::from_value(v).unwrap() };
         let p = oauth
             .principal(&claims(
