@@ -81,6 +81,61 @@ pub struct Metrics {
     server_up: Family<ServerLabel, Gauge>,
     /// Registered when state is shared with other replicas.
     shared: OnceLock<SharedMetrics>,
+    /// Registered when hooks or quotas are configured.
+    guards: OnceLock<GuardMetrics>,
+}
+
+/// The metrics of hooks and quotas: `toolwarden_hook_duration_seconds{hook}`,
+/// `toolwarden_hook_failures_total{hook,reason}` and `toolwarden_quota_tokens{quota}`.
+#[derive(Clone, Debug)]
+pub struct GuardMetrics {
+    hook_durations: HistogramFamily<HookLabel>,
+    hook_failures: Family<HookReason, Counter>,
+    quota_tokens: Family<QuotaLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HookLabel {
+    hook: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HookReason {
+    hook: String,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QuotaLabel {
+    quota: String,
+}
+
+impl GuardMetrics {
+    /// A hook answered (or failed: `failure` says how) after `seconds`.
+    pub fn hook(&self, hook: &str, seconds: f64, failure: Option<&str>) {
+        self.hook_durations
+            .get_or_create(&HookLabel {
+                hook: hook.to_owned(),
+            })
+            .observe(seconds);
+        if let Some(reason) = failure {
+            self.hook_failures
+                .get_or_create(&HookReason {
+                    hook: hook.to_owned(),
+                    reason: reason.to_owned(),
+                })
+                .inc();
+        }
+    }
+
+    /// The tokens left in quota `index`'s bucket that a call last took from.
+    pub fn quota_tokens(&self, index: usize, tokens: f64) {
+        self.quota_tokens
+            .get_or_create(&QuotaLabel {
+                quota: index.to_string(),
+            })
+            .set(tokens);
+    }
 }
 
 /// The metrics of the state shared with other replicas (docs/SCALE-OUT.md):
@@ -210,7 +265,40 @@ impl Metrics {
             turns,
             server_up,
             shared: OnceLock::new(),
+            guards: OnceLock::new(),
         }
+    }
+
+    /// The metrics of hooks and quotas, registered on first use.
+    pub fn guards(&self) -> &GuardMetrics {
+        self.guards.get_or_init(|| {
+            let metrics = GuardMetrics {
+                hook_durations: Family::new_with_constructor(|| {
+                    Histogram::new([
+                        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                        5.0, 10.0,
+                    ])
+                }),
+                hook_failures: Family::default(),
+                quota_tokens: Family::default(),
+            };
+            self.register(
+                "hook_duration_seconds",
+                "How long each hook took to answer (or to fail), by hook",
+                metrics.hook_durations.clone(),
+            );
+            self.register(
+                "hook_failures",
+                "Hooks that timed out, failed or answered garbage, by hook and reason",
+                metrics.hook_failures.clone(),
+            );
+            self.register(
+                "quota_tokens",
+                "Tokens left in the bucket of each quota that a call last took from, by quota index",
+                metrics.quota_tokens.clone(),
+            );
+            metrics
+        })
     }
 
     /// The metrics of shared state, registered on first use.

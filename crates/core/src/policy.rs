@@ -52,6 +52,16 @@ pub trait PolicySource: Send + Sync + 'static {
     fn rules(&self) -> Option<Arc<Rules>> {
         None
     }
+
+    /// The `[hooks.NAME]` asked about each matching call (none by default).
+    fn hooks(&self) -> Option<Arc<crate::hooks::Hooks>> {
+        None
+    }
+
+    /// The `[[quotas]]` each matching call takes from (none by default).
+    fn quotas(&self) -> Option<Arc<crate::quotas::Quotas>> {
+        None
+    }
 }
 
 impl PolicySource for Config {
@@ -71,5 +81,13 @@ impl PolicySource for Config {
 
     fn rules(&self) -> Option<Arc<Rules>> {
         self.rules.clone()
+    }
+
+    fn hooks(&self) -> Option<Arc<crate::hooks::Hooks>> {
+        self.hooks.clone()
+    }
+
+    fn quotas(&self) -> Option<Arc<crate::quotas::Quotas>> {
+        self.quotas.clone()
     }
 }

@@ -45,12 +45,31 @@ pub(crate) struct Registry {
     /// Whether any registered tool is exclusive (docs/SCALE-OUT.md: only then do calls take a
     /// place in their session's gate across replicas).
     exclusive: Arc<AtomicBool>,
-    /// The policy source's `[[rules]]`, as calls read them (replaced with the source).
-    rules: RulesCell,
+    /// The policy source's `[[rules]]`, `[hooks]` and `[[quotas]]`, as calls read them (replaced
+    /// with the source).
+    guards: GuardsCell,
 }
 
-/// Where calls find the rules in force.
-pub(crate) type RulesCell = Arc<RwLock<Option<Arc<crate::rules::Rules>>>>;
+/// What decides, call by call, whether a call may run besides its tool's policy.
+#[derive(Clone, Default)]
+pub(crate) struct Guards {
+    pub(crate) rules: Option<Arc<crate::rules::Rules>>,
+    pub(crate) hooks: Option<Arc<crate::hooks::Hooks>>,
+    pub(crate) quotas: Option<Arc<crate::quotas::Quotas>>,
+}
+
+impl Guards {
+    fn of(policies: &dyn PolicySource) -> Guards {
+        Guards {
+            rules: policies.rules(),
+            hooks: policies.hooks(),
+            quotas: policies.quotas(),
+        }
+    }
+}
+
+/// Where calls find the guards in force.
+pub(crate) type GuardsCell = Arc<RwLock<Guards>>;
 
 impl Registry {
     pub(crate) fn new(policies: Arc<dyn PolicySource>, metrics: Arc<Metrics>) -> Self {
@@ -58,16 +77,16 @@ impl Registry {
             tools: RwLock::default(),
             runtimes: Mutex::default(),
             generation: tokio::sync::watch::Sender::new(0),
-            rules: Arc::new(RwLock::new(policies.rules())),
+            guards: Arc::new(RwLock::new(Guards::of(&*policies))),
             policies: RwLock::new(policies),
             metrics,
             exclusive: Arc::default(),
         }
     }
 
-    /// The rules in force, kept up to date.
-    pub(crate) fn rules_cell(&self) -> RulesCell {
-        self.rules.clone()
+    /// The guards in force, kept up to date.
+    pub(crate) fn guards_cell(&self) -> GuardsCell {
+        self.guards.clone()
     }
 
     /// The flag that says whether any registered tool is exclusive, kept up to date.
@@ -142,7 +161,7 @@ impl Registry {
 
     /// Replaces where policies come from and re-resolves every registered tool.
     pub(crate) fn set_policies(&self, policies: Arc<dyn PolicySource>) {
-        *self.rules.write() = policies.rules();
+        *self.guards.write() = Guards::of(&*policies);
         *self.policies.write() = policies;
         for e in self.list() {
             let entry = self.entry(

@@ -131,6 +131,30 @@ pub struct ReplicaTurns {
     pub turns: Vec<ActiveTurn>,
 }
 
+/// What a call takes from one quota's bucket across replicas.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuotaTake {
+    /// The bucket's name: the quota's index and whose bucket (`0:alice`).
+    pub bucket: String,
+    /// The quota's rate (count per period), if it has one: one token is taken.
+    pub rate: Option<(u32, Duration)>,
+    /// The quota's concurrency cap, if it has one: a place among the running calls is taken.
+    pub concurrency: Option<u32>,
+}
+
+/// The shared state's answer to a call's quota takes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QuotaAnswer {
+    /// `None`: every take was made. Else the first take that could not be made (its index in
+    /// the takes), why, and when to try again; nothing was taken from any bucket.
+    pub refused: Option<(usize, toolwarden_protocol::DenyReason, Duration)>,
+    /// The replicas seen alive lately (this one included): a replica's local share of each
+    /// limit when the shared state is away.
+    pub replicas: u32,
+    /// Per take, when the call was let through: the tokens left in its bucket (`None`: no rate).
+    pub left: Vec<Option<f64>>,
+}
+
 /// State shared with the other replicas. Implemented by `toolwarden-redis`.
 pub trait SharedState: Send + Sync + 'static {
     /// Whether the shared state is reached now.
@@ -195,6 +219,19 @@ pub trait SharedState: Send + Sync + 'static {
 
     /// Leaves the place: the calls behind it may pass. Only enqueues.
     fn gate_leave(&self, session: &SessionKey, place: GatePlace);
+
+    /// Takes from every bucket of `takes` at once, or from none (docs/RULES.md, "Quotas"):
+    /// one round trip. `member` names the call among the running calls of the buckets with a
+    /// concurrency cap, for at most `lease`. `Err`: the shared state cannot be reached.
+    fn quota_take(
+        &self,
+        takes: Vec<QuotaTake>,
+        member: String,
+        lease: Duration,
+    ) -> BoxFuture<Result<QuotaAnswer, ()>>;
+
+    /// Gives back the places `member` holds among the running calls of `buckets` (queued).
+    fn quota_release(&self, buckets: Vec<String>, member: String);
 }
 
 /// How long a named session's shared loop run is kept after its last call: as long as a replica

@@ -80,7 +80,11 @@ pub fn outcome_text(tool: &str, status: &Status, detail: Option<&str>) -> String
                 "[CANCELLED] Tool \"{tool}\" was cancelled because its server restarted. It may have partly run."
             ),
         },
-        Status::Denied { decider, reason } => match (decider, reason) {
+        Status::Denied {
+            decider,
+            reason,
+            retry_after_ms,
+        } => match (decider, reason) {
             (Decider::LoopDetector, _) => format!(
                 "[DENIED] Tool \"{tool}\" was called with identical input too many times in a row in this session{}; this call was blocked to break a loop. Try a different approach or different input.",
                 detail.map(|d| format!(" ({d})")).unwrap_or_default()
@@ -96,6 +100,27 @@ pub fn outcome_text(tool: &str, status: &Status, detail: Option<&str>) -> String
                 "[DENIED] The user denied the call to tool \"{tool}\"; it was not run.{} Do not retry it without asking.",
                 detail_sentence("Reason: ")
             ),
+            (Decider::Quota, DenyReason::Concurrency) => format!(
+                "[DENIED] Tool \"{tool}\" has as many calls running as its quota allows{}; this one was not run. Wait for a running call to finish, or try again in {}.",
+                detail.map(|d| format!(" ({d})")).unwrap_or_default(),
+                dur(retry_after_ms.unwrap_or(1000).max(1))
+            ),
+            (Decider::Quota, _) => format!(
+                "[DENIED] Tool \"{tool}\" has been called as often as its quota allows for now{}; this call was not run. Try again in {} or do without it.",
+                detail.map(|d| format!(" ({d})")).unwrap_or_default(),
+                dur(retry_after_ms.unwrap_or(1000).max(1))
+            ),
+            (Decider::Pin, _) => format!(
+                "[DENIED] Tool \"{tool}\" was not run: its server changed the tool's definition since it was trusted, and a person must accept the new one first. Do not retry it until they have; report the change."
+            ),
+            (Decider::Hook, DenyReason::HookError) => format!(
+                "[DENIED] Tool \"{tool}\" was not run: the policy check that must allow it failed{}. Try again later.",
+                detail.map(|d| format!(" ({d})")).unwrap_or_default()
+            ),
+            (Decider::Hook, _) => format!(
+                "[DENIED] Tool \"{tool}\" is not allowed with this input by a policy check; it was not run.{} Do not retry it as it is; a different approach or input may be allowed.",
+                detail_sentence("Reason: ")
+            ),
             (Decider::Rule, _) => format!(
                 "[DENIED] Tool \"{tool}\" is not allowed with this input by a rule; it was not run.{} Do not retry it as it is; a different approach or input may be allowed.",
                 detail_sentence("Reason: ")
@@ -105,6 +130,10 @@ pub fn outcome_text(tool: &str, status: &Status, detail: Option<&str>) -> String
             ),
             (_, DenyReason::Loop) => format!(
                 "[DENIED] Tool \"{tool}\" was blocked as a loop; it was not run. Try a different approach."
+            ),
+            (_, _) => format!(
+                "[DENIED] Tool \"{tool}\" was not allowed to run.{} Do not retry it as it is.",
+                detail_sentence("Reason: ")
             ),
         },
         Status::Interrupted => format!(
@@ -259,6 +288,7 @@ mod tests {
                 Status::Denied {
                     decider: Decider::Policy,
                     reason: DenyReason::Timeout,
+                    retry_after_ms: None,
                 },
                 "[DENIED]",
             ),

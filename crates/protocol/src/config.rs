@@ -50,6 +50,12 @@ pub struct ConfigFile {
     /// `[[rules]]`: what may run, by tool, principal and arguments (docs/RULES.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<RuleConfig>,
+    /// `[hooks.NAME]`: external policy decisions over HTTP or a command (docs/RULES.md).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub hooks: BTreeMap<String, HookConfig>,
+    /// `[[quotas]]`: rates and concurrency caps (docs/RULES.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quotas: Vec<QuotaConfig>,
 }
 
 /// `[auth]`: the principals of HTTP requests (docs/AUTH.md).
@@ -333,6 +339,102 @@ impl RuleDecision {
             RuleDecision::Ask => "ask",
             RuleDecision::Confirm => "confirm",
             RuleDecision::Deny => "deny",
+        }
+    }
+}
+
+/// One `[hooks.NAME]` entry: an external program or service asked about each matching call.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HookConfig {
+    /// An HTTP(S) URL the call is POSTed to as JSON (exactly one of `url` and `command`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// A program and its arguments, given the call as JSON on its standard input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// Globs over the tool names agents call; absent: every tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
+    /// How long the hook may take to answer (default `"2s"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<DurationValue>,
+    /// What a hook that fails (times out, errs, answers garbage) decides (default `deny`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_error: Option<HookOnError>,
+    /// Whether `url` may name a host other than this machine's loopback (default `false`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_remote: Option<bool>,
+}
+
+/// What a failing hook decides.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HookOnError {
+    /// The call is denied (`reason: hook_error`).
+    #[default]
+    Deny,
+    /// A person is asked.
+    Ask,
+    /// The call goes on as if the hook had allowed it.
+    Allow,
+}
+
+impl HookOnError {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookOnError::Deny => "deny",
+            HookOnError::Ask => "ask",
+            HookOnError::Allow => "allow",
+        }
+    }
+}
+
+/// One `[[quotas]]` entry: a token-bucket rate, a concurrency cap, or both.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaConfig {
+    /// Globs over principal names; absent: every principal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principals: Option<Vec<String>>,
+    /// Globs over tool names; absent: every tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
+    /// `"N/PERIOD"` (`"60/min"`, `"5/s"`, `"1000/h"`, `"10/30s"`): N calls per period, bursting to N.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<String>,
+    /// At most this many matching calls running at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<i64>,
+    /// Whose bucket a call takes from (default `principal`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per: Option<QuotaPer>,
+}
+
+/// Whose bucket a quota counts a call in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QuotaPer {
+    /// Each principal its own.
+    #[default]
+    Principal,
+    /// Each session its own.
+    Session,
+    /// Each tool its own.
+    Tool,
+    /// One for every call the quota matches.
+    Global,
+}
+
+impl QuotaPer {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QuotaPer::Principal => "principal",
+            QuotaPer::Session => "session",
+            QuotaPer::Tool => "tool",
+            QuotaPer::Global => "global",
         }
     }
 }

@@ -9,6 +9,7 @@ use crate::call::CallResult;
 use crate::ids::{CallId, InteractionId, SessionId, TurnId};
 use crate::interaction::{Interaction, InteractionAction, InteractionKind};
 use crate::outcome::{CancelReason, Decider, DenyReason, TimeoutKind};
+use crate::policy::OnToolChange;
 use crate::time::Timestamp;
 
 /// How a cancelled or timed-out call's work was stopped.
@@ -233,6 +234,67 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         detail: Option<String>,
     },
+    /// A `[hooks.NAME]` answered about a call (or failed to: then `decision` is its `on_error`).
+    HookDecision {
+        /// The hook's name.
+        hook: String,
+        /// What it decided: `allow`, `ask` or `deny`.
+        decision: crate::RuleDecision,
+        /// How long it took, in milliseconds.
+        duration_ms: u64,
+        /// Whether it replaced the call's arguments (the original and the new ones are in
+        /// `original_args` and `args`).
+        rewritten: bool,
+        /// The hook's reason, or what went wrong when it failed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        /// Whether it failed (timed out, erred, answered garbage) and `decision` is its `on_error`.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        failed: bool,
+        /// The arguments as the call gave them, when the hook rewrote them.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        original_args: Option<serde_json::Value>,
+        /// The arguments the hook gave, when it rewrote them.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        args: Option<serde_json::Value>,
+    },
+    /// A `[[quotas]]` entry turned a call away.
+    QuotaExceeded {
+        /// The quota, by its index in the config file's `[[quotas]]` (from 0).
+        quota: usize,
+        /// What ran out: `rate_limit` or `concurrency`.
+        reason: DenyReason,
+        /// Whose bucket: the principal, session or tool name, or `global`.
+        bucket: String,
+        /// When the call may be allowed, in milliseconds from now.
+        retry_after_ms: u64,
+    },
+    /// A server listed a tool whose definition differs from the one pinned for its name.
+    ToolChanged {
+        /// The tool, as agents call it.
+        tool: String,
+        /// The server listing it now.
+        server: String,
+        /// The pinned definition's digest (`sha256:…`).
+        old_digest: String,
+        /// The new definition's digest.
+        new_digest: String,
+        /// A unified diff of the two definitions' canonical JSON.
+        diff: String,
+        /// What `on_tool_change` made of it: `warn`, `block` or `accept`.
+        action: OnToolChange,
+    },
+    /// A changed tool's new definition was accepted and is now the pinned one.
+    ToolAccepted {
+        /// The tool.
+        tool: String,
+        /// The definition now pinned.
+        digest: String,
+        /// Who accepted it (a principal; `on_tool_change = "accept"`'s automatic acceptance
+        /// names none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
+    },
     /// A call was served from the cache.
     CacheHit {
         /// The call whose result was served.
@@ -264,6 +326,10 @@ impl EventKind {
             EventKind::BreakerState { .. } => "breaker_state",
             EventKind::ServerState { .. } => "server_state",
             EventKind::CacheHit { .. } => "cache_hit",
+            EventKind::HookDecision { .. } => "hook_decision",
+            EventKind::QuotaExceeded { .. } => "quota_exceeded",
+            EventKind::ToolChanged { .. } => "tool_changed",
+            EventKind::ToolAccepted { .. } => "tool_accepted",
         }
     }
 }

@@ -31,9 +31,9 @@ pub use audit::{
 };
 pub use call::{CallResult, Content, ToolCall};
 pub use config::{
-    AuthConfig, AuthToken, ConfigFile, ExecConfig, GatewayConfig, HttpConfig, MCP_REVISIONS,
-    OAuthConfig, OtelConfig, RedisConfig, RuleConfig, RuleDecision, ServerConfig, StoreConfig,
-    StoreDurability,
+    AuthConfig, AuthToken, ConfigFile, ExecConfig, GatewayConfig, HookConfig, HookOnError,
+    HttpConfig, MCP_REVISIONS, OAuthConfig, OtelConfig, QuotaConfig, QuotaPer, RedisConfig,
+    RuleConfig, RuleDecision, ServerConfig, StoreConfig, StoreDurability,
 };
 pub use duration::{
     DurationValue, ParseError, SizeValue, format_duration, parse_duration, parse_size,
@@ -52,7 +52,7 @@ pub use outcome::{
 };
 pub use policy::{
     Approval, Backoff, BackoffConfig, Breaker, BreakerConfig, Concurrency, LoopConfig, LoopPolicy,
-    OnStuck, POLICY_KEYS, Policy, PolicyConfig, TaskMode,
+    OnStuck, OnToolChange, POLICY_KEYS, Policy, PolicyConfig, TaskMode,
 };
 pub use principal::{DEFAULT_PRINCIPAL, LOCAL_PRINCIPAL, Principal, Scope, Scopes, SessionKey};
 pub use status::{

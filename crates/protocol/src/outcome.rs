@@ -36,6 +36,9 @@ pub enum Status {
         decider: Decider,
         /// Why.
         reason: DenyReason,
+        /// When the same call may be allowed, in milliseconds from now (a quota's denial).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_after_ms: Option<u64>,
     },
     /// The tool's circuit breaker is open; the call did not run.
     CircuitOpen {
@@ -171,6 +174,12 @@ pub enum Decider {
     Headless,
     /// A `[[rules]]` entry denied it.
     Rule,
+    /// A `[hooks.NAME]` denied it, or failed with `on_error = "deny"`.
+    Hook,
+    /// A `[[quotas]]` entry had nothing left.
+    Quota,
+    /// Its tool's definition changed and `on_tool_change = "block"` holds it until accepted.
+    Pin,
 }
 
 impl Decider {
@@ -182,6 +191,9 @@ impl Decider {
             Decider::LoopDetector => "loop_detector",
             Decider::Headless => "headless",
             Decider::Rule => "rule",
+            Decider::Hook => "hook",
+            Decider::Quota => "quota",
+            Decider::Pin => "pin",
         }
     }
 }
@@ -200,6 +212,14 @@ pub enum DenyReason {
     Loop,
     /// Nothing attached could answer the interaction.
     NoInteractor,
+    /// A hook failed (timed out, erred, answered garbage) and its `on_error` is `deny`.
+    HookError,
+    /// A quota's rate has no token left.
+    RateLimit,
+    /// A quota's concurrency cap is reached.
+    Concurrency,
+    /// The tool's definition changed since it was pinned.
+    ToolChanged,
 }
 
 impl DenyReason {
@@ -211,6 +231,10 @@ impl DenyReason {
             DenyReason::Rule => "rule",
             DenyReason::Loop => "loop",
             DenyReason::NoInteractor => "no_interactor",
+            DenyReason::HookError => "hook_error",
+            DenyReason::RateLimit => "rate_limit",
+            DenyReason::Concurrency => "concurrency",
+            DenyReason::ToolChanged => "tool_changed",
         }
     }
 }

@@ -57,6 +57,31 @@ pub enum TaskMode {
     Never,
 }
 
+/// `on_tool_change`: what happens when a server lists a tool whose definition differs from the
+/// one pinned for its name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnToolChange {
+    /// Recorded (`tool_changed`); the tool still runs.
+    #[default]
+    Warn,
+    /// Its calls are denied until a person accepts the new definition.
+    Block,
+    /// The new definition is pinned at once (still recorded).
+    Accept,
+}
+
+impl OnToolChange {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnToolChange::Warn => "warn",
+            OnToolChange::Block => "block",
+            OnToolChange::Accept => "accept",
+        }
+    }
+}
+
 /// `backoff` as written in the config.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -169,6 +194,9 @@ macro_rules! with_policy_keys {
             /// With `task = "auto"`: how long a call runs before it is answered with a task.
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub task_after: Option<$crate::DurationValue>,
+            /// `on_tool_change`.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub on_tool_change: Option<$crate::OnToolChange>,
         }
 
         impl $name {
@@ -195,6 +223,7 @@ macro_rules! with_policy_keys {
                     max_input: self.max_input,
                     task: self.task,
                     task_after: self.task_after,
+                    on_tool_change: self.on_tool_change,
                 }
             }
         }
@@ -231,6 +260,7 @@ pub const POLICY_KEYS: &[&str] = &[
     "max_input",
     "task",
     "task_after",
+    "on_tool_change",
 ];
 
 /// Serializes a `Duration` the way the config writes it (`"30s"`).
@@ -394,6 +424,9 @@ pub struct Policy {
     /// With `task = "auto"`: how long a call runs before it becomes a task.
     #[serde(with = "duration_str")]
     pub task_after: Duration,
+    /// What a change of the tool's definition does.
+    #[serde(default)]
+    pub on_tool_change: OnToolChange,
 }
 
 impl Default for Policy {
@@ -419,6 +452,7 @@ impl Default for Policy {
             max_input: 1 << 20,
             task: TaskMode::Auto,
             task_after: Duration::from_secs(10),
+            on_tool_change: OnToolChange::Warn,
         }
     }
 }

@@ -45,6 +45,11 @@ pub(crate) enum Write {
         session: String,
         place: String,
     },
+    /// Gives back a call's places among its quotas' running calls.
+    QuotaRelease {
+        buckets: Vec<String>,
+        member: String,
+    },
 }
 
 impl Write {
@@ -57,6 +62,7 @@ impl Write {
             Write::Event(_) => "event",
             Write::GateLeave { .. } => "gate_leave",
             Write::DropRun { .. } => "drop_run",
+            Write::QuotaRelease { .. } => "quota_release",
         }
     }
 }

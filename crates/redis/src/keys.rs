@@ -40,6 +40,21 @@ impl Keys {
         format!("{}loop:{session}", self.prefix)
     }
 
+    /// Sorted set: the replicas seen alive lately (replica → its last quota check, epoch ms).
+    pub(crate) fn replicas(&self) -> String {
+        format!("{}replicas", self.prefix)
+    }
+
+    /// Hash: a quota's bucket (`t` tokens left, `a` when counted).
+    pub(crate) fn quota(&self, bucket: &str) -> String {
+        format!("{}quota:{bucket}", self.prefix)
+    }
+
+    /// Sorted set: a quota bucket's running calls (member → when its lease ends, epoch ms).
+    pub(crate) fn quota_running(&self, bucket: &str) -> String {
+        format!("{}quota-run:{bucket}", self.prefix)
+    }
+
     /// Sorted set: a named session's line at its gate (place → order of arrival).
     pub(crate) fn gate(&self, session: &str) -> String {
         format!("{}gate:{session}", self.prefix)

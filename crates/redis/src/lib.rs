@@ -24,6 +24,7 @@ mod conn;
 mod keys;
 mod link;
 mod options;
+mod quota;
 mod session;
 mod shared;
 mod wire;

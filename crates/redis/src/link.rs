@@ -155,6 +155,13 @@ fn add_write(inner: &Inner, pipe: &mut redis::Pipeline, write: Write) {
                 .publish(inner.keys.gate_channel(), session)
                 .ignore();
         }
+        Write::QuotaRelease { buckets, member } => {
+            let member = format!("{}:{member}", inner.replica);
+            for bucket in buckets {
+                pipe.zrem(inner.keys.quota_running(&bucket), &member)
+                    .ignore();
+            }
+        }
     }
 }
 

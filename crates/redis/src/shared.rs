@@ -17,7 +17,7 @@ use toolwarden_core::BoxFuture;
 use toolwarden_core::metrics::SharedMetrics;
 use toolwarden_core::shared::{
     AbortAnswer, AbortRequest, BreakerChange, CacheClaim, GateAnswer, GatePlace, LoopRun,
-    ReplicaTurns, SharedHealth, SharedState,
+    QuotaAnswer, QuotaTake, ReplicaTurns, SharedHealth, SharedState,
 };
 use toolwarden_protocol::SessionKey;
 
@@ -285,6 +285,19 @@ impl SharedState for RedisShared {
             place,
             ttl,
         ))
+    }
+
+    fn quota_take(
+        &self,
+        takes: Vec<QuotaTake>,
+        member: String,
+        lease: Duration,
+    ) -> BoxFuture<Result<QuotaAnswer, ()>> {
+        Box::pin(crate::quota::take(self.inner.clone(), takes, member, lease))
+    }
+
+    fn quota_release(&self, buckets: Vec<String>, member: String) {
+        self.enqueue(Write::QuotaRelease { buckets, member });
     }
 
     fn gate_leave(&self, session: &SessionKey, place: GatePlace) {

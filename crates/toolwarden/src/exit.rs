@@ -118,6 +118,7 @@ mod tests {
                 Status::Denied {
                     decider: Decider::Headless,
                     reason: DenyReason::NoInteractor,
+                    retry_after_ms: None,
                 },
                 4,
             ),
@@ -125,6 +126,7 @@ mod tests {
                 Status::Denied {
                     decider: Decider::Policy,
                     reason: DenyReason::Timeout,
+                    retry_after_ms: None,
                 },
                 5,
             ),

@@ -19,6 +19,7 @@ mod check;
 mod cli;
 mod client;
 mod exit;
+mod hooks;
 mod mcp;
 mod progress;
 mod prompt;

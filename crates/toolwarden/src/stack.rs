@@ -218,6 +218,11 @@ impl Stack {
         if let Some(store) = &store {
             builder = builder.store(store.store.clone());
         }
+        if config.hooks.is_some() {
+            let transport = crate::hooks::Transport::new(secret_vars(&config))
+                .map_err(|e| anyhow::anyhow!("cannot make the hooks' HTTP client: {e}"))?;
+            builder = builder.hook_transport(Arc::new(transport));
+        }
         let metrics = Arc::new(toolwarden_core::Metrics::new());
         let shared = match (&config.file.redis, record) {
             (Some(redis), Record::Yes) => Some(connect_redis(&config, redis, &metrics)?),
@@ -259,15 +264,7 @@ impl Stack {
                 Err(e) => usage!("{}", exec_error(&config, &e)),
             };
             // The tokens would let a command answer its own approvals over the API.
-            let vars = std::iter::once(token_env(&config).to_owned()).chain(
-                config
-                    .file
-                    .auth
-                    .tokens
-                    .iter()
-                    .filter_map(|t| t.token_env.clone()),
-            );
-            for var in vars {
+            for var in secret_vars(&config) {
                 if !settings.env_remove.contains(&var) {
                     settings.env_remove.push(var);
                 }
@@ -647,6 +644,21 @@ pub(crate) fn oauth_settings(
             .leeway
             .map_or(Duration::from_secs(60), DurationValue::duration),
     }))
+}
+
+/// The variables that hold the API's tokens: no command toolwarden runs (exec, hooks) sees
+/// them, or it could answer its own approvals over the API.
+fn secret_vars(config: &Config) -> Vec<String> {
+    std::iter::once(token_env(config).to_owned())
+        .chain(
+            config
+                .file
+                .auth
+                .tokens
+                .iter()
+                .filter_map(|t| t.token_env.clone()),
+        )
+        .collect()
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ mod call;
 mod check;
 mod config;
 mod deploy;
+mod guards;
 mod help;
 mod limits;
 mod mcp;

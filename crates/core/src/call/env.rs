@@ -35,8 +35,12 @@ pub(crate) struct CallEnv {
     pub(crate) exclusive_tools: Arc<AtomicBool>,
     /// Whether spans are exported: each turn then gets its own span id (see [`crate::trace`]).
     pub(crate) export_spans: bool,
-    /// The `[[rules]]` in force (kept by the registry).
-    pub(crate) rules: crate::registry::RulesCell,
+    /// The `[[rules]]`, `[hooks]` and `[[quotas]]` in force (kept by the registry).
+    pub(crate) guards: crate::registry::GuardsCell,
+    /// How hooks are reached.
+    pub(crate) hook_transport: Option<Arc<dyn crate::hooks::HookTransport>>,
+    /// The engine's metrics (hooks and quotas count into them).
+    pub(crate) metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl CallEnv {

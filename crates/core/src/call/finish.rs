@@ -257,7 +257,38 @@ impl<'a> Finisher<'a> {
         self.env
             .bus
             .emit(&self.scope, EventKind::ToolCallDenied { decider, reason });
-        self.fail(Status::Denied { decider, reason }, detail)
+        self.fail(
+            Status::Denied {
+                decider,
+                reason,
+                retry_after_ms: None,
+            },
+            detail,
+        )
+    }
+
+    /// Denied by a quota: like [`Finisher::deny`], with when to try again.
+    pub(super) fn deny_until(
+        &mut self,
+        reason: DenyReason,
+        retry_after_ms: u64,
+        detail: Option<String>,
+    ) {
+        self.env.bus.emit(
+            &self.scope,
+            EventKind::ToolCallDenied {
+                decider: Decider::Quota,
+                reason,
+            },
+        );
+        self.fail(
+            Status::Denied {
+                decider: Decider::Quota,
+                reason,
+                retry_after_ms: Some(retry_after_ms),
+            },
+            detail,
+        )
     }
 
     /// Cancelled: `not_started` if the backend was never invoked, else the scope's reason.

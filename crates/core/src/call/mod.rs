@@ -25,6 +25,7 @@ mod deadline;
 mod env;
 mod finish;
 mod flight;
+mod guard;
 mod pacer;
 mod pipeline;
 mod slot;

@@ -29,6 +29,7 @@ use super::attempts::{Final, run_attempts};
 use super::env::CallEnv;
 use super::finish::{Finisher, result_digest};
 use super::flight::lead_or_follow;
+use super::guard::{Step, run_hooks, take_quotas};
 use super::slot::{CallSlot, CallTurn};
 use crate::policy::ToolOrigin;
 use crate::rules::{Facts, Rules};
@@ -225,8 +226,11 @@ async fn pipeline(
     // Rules: whether the call may run at all, and whether a person must be asked, decided
     // before anything else runs. No rule matching leaves it to the tool's `approval`.
     let mut approval = policy.approval;
-    let rules = env.rules.read().clone();
-    let verdict = rules.and_then(|rules| rule_verdict(&rules, turn, entry, &input));
+    let guards = env.guards.read().clone();
+    let verdict = guards
+        .rules
+        .as_ref()
+        .and_then(|rules| rule_verdict(rules, turn, entry, &input));
     if let Some(v) = &verdict {
         env.bus.emit(
             &fin.scope,
@@ -248,6 +252,26 @@ async fn pipeline(
                 return fin.deny(Decider::Rule, DenyReason::Rule, Some(detail));
             }
         };
+    }
+
+    // Hooks: asked in name order; the most restrictive of their decisions and the rules' wins,
+    // and the arguments a hook rewrites are the call's from then on.
+    let mut input = input;
+    let mut call_digest = call_digest;
+    if let Some(hooks) = &guards.hooks {
+        match Box::pin(run_hooks(
+            &mut fin, hooks, entry, policy, &mut input, approval,
+        ))
+        .await
+        {
+            Step::Go((decided, rewritten)) => {
+                approval = decided;
+                if rewritten {
+                    call_digest = CallDigest(canonical::measure_call(&entry.name, &input).1);
+                }
+            }
+            Step::Ended => return,
+        }
     }
 
     // Loop detector: the call is denied when it would make `block_after` identical calls in a
@@ -310,6 +334,17 @@ async fn pipeline(
                 return;
             }
             now = Instant::now();
+        }
+    }
+
+    // Quotas: a call allowed to run takes a token from each matching quota's bucket and a place
+    // among its running calls (held until the call ends), or is turned away with when to try
+    // again.
+    let mut _quota_hold = None;
+    if let Some(quotas) = &guards.quotas {
+        match Box::pin(take_quotas(&mut fin, quotas, entry, policy)).await {
+            Step::Go(hold) => _quota_hold = hold,
+            Step::Ended => return,
         }
     }
 

@@ -64,7 +64,9 @@ fn kit() -> Kit {
         shared: None,
         exclusive_tools: Default::default(),
         export_spans: false,
-        rules: Default::default(),
+        guards: Default::default(),
+        hook_transport: None,
+        metrics: metrics.clone(),
     };
     let registry = Registry::new(Arc::new(Config::builtin()), metrics);
     let root = Scope::root();

@@ -65,6 +65,10 @@ pub struct Config {
     pub warnings: Vec<ConfigDiagnostic>,
     /// `[[rules]]`, compiled (`None`: there are none).
     pub rules: Option<Arc<crate::rules::Rules>>,
+    /// `[hooks]`, compiled (`None`: there are none).
+    pub hooks: Option<Arc<crate::hooks::Hooks>>,
+    /// `[[quotas]]`, compiled (`None`: there are none).
+    pub quotas: Option<Arc<crate::quotas::Quotas>>,
     label: String,
     map: SourceMap,
 }
@@ -77,6 +81,8 @@ impl Config {
             origin: ConfigOrigin::Builtin,
             warnings: Vec::new(),
             rules: None,
+            hooks: None,
+            quotas: None,
             label: "built-in defaults".to_owned(),
             map: SourceMap::empty(),
         }
@@ -158,6 +164,32 @@ impl Config {
                 )
             })?
             .map(Arc::new);
+        let hooks = crate::hooks::Hooks::compile(&file.hooks)
+            .map_err(|e| {
+                checker.error(
+                    ConfigErrorKind::InvalidValue,
+                    &[
+                        Seg::Key("hooks".into()),
+                        Seg::Key(e.name),
+                        Seg::Key(e.key.into()),
+                    ],
+                    e.message,
+                )
+            })?
+            .map(Arc::new);
+        let quotas = crate::quotas::Quotas::compile(&file.quotas)
+            .map_err(|e| {
+                checker.error(
+                    ConfigErrorKind::InvalidValue,
+                    &[
+                        Seg::Key("quotas".into()),
+                        Seg::Index(e.index),
+                        Seg::Key(e.key.into()),
+                    ],
+                    e.message,
+                )
+            })?
+            .map(Arc::new);
 
         let mut warnings = checker.warnings;
         // File order; the environment's after the file's.
@@ -167,6 +199,8 @@ impl Config {
             origin: ConfigOrigin::File(PathBuf::from(file_label)),
             warnings,
             rules,
+            hooks,
+            quotas,
             label: file_label.to_owned(),
             map,
         })

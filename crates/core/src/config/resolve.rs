@@ -45,6 +45,7 @@ pub(crate) fn overlay(policy: &mut Policy, layer: &PolicyConfig) {
         max_input,
         task,
         task_after,
+        on_tool_change,
     } = layer;
     let set = |slot: &mut Duration, v: &Option<toolwarden_protocol::DurationValue>| {
         if let Some(v) = v {
@@ -58,6 +59,9 @@ pub(crate) fn overlay(policy: &mut Policy, layer: &PolicyConfig) {
     set(&mut policy.cancel_grace, cancel_grace);
     set(&mut policy.cache_ttl, cache_ttl);
     set(&mut policy.task_after, task_after);
+    if let Some(v) = on_tool_change {
+        policy.on_tool_change = *v;
+    }
     if let Some(v) = retries {
         policy.retries = count(*v);
     }

@@ -65,6 +65,7 @@ pub struct EngineBuilder {
     shared: Option<Arc<dyn SharedState>>,
     metrics: Option<Arc<Metrics>>,
     trace_sink: Option<Arc<dyn EventSink>>,
+    hook_transport: Option<Arc<dyn crate::hooks::HookTransport>>,
 }
 
 impl Default for EngineBuilder {
@@ -81,6 +82,7 @@ impl Default for EngineBuilder {
             shared: None,
             metrics: None,
             trace_sink: None,
+            hook_transport: None,
         }
     }
 }
@@ -140,6 +142,13 @@ impl EngineBuilder {
         self
     }
 
+    /// How `[hooks]` are reached (HTTP, commands). Without it, every hook fails, and its
+    /// `on_error` decides.
+    pub fn hook_transport(mut self, transport: Arc<dyn crate::hooks::HookTransport>) -> Self {
+        self.hook_transport = Some(transport);
+        self
+    }
+
     /// The metrics the engine counts into (default: its own), for parts built before it that
     /// count into them too (the shared state).
     pub fn metrics(mut self, metrics: Arc<Metrics>) -> Self {
@@ -180,7 +189,9 @@ impl EngineBuilder {
             shared: self.shared,
             exclusive_tools: registry.exclusive_tools(),
             export_spans,
-            rules: registry.rules_cell(),
+            guards: registry.guards_cell(),
+            hook_transport: self.hook_transport,
+            metrics: metrics.clone(),
         };
         let inner = Arc::new(EngineInner {
             remote_events: tokio::sync::broadcast::channel(self.event_capacity.max(16)).0,
@@ -424,7 +435,7 @@ impl Engine {
 
     /// The `[[rules]]` in force (`None`: there are none).
     pub fn rules(&self) -> Option<Arc<crate::rules::Rules>> {
-        self.inner.registry.rules_cell().read().clone()
+        self.inner.registry.guards_cell().read().rules.clone()
     }
 
     /// The effective policy of tool `name` (before any per-call hint); `None` for an unknown tool.

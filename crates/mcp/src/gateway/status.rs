@@ -107,9 +107,19 @@ pub(crate) fn text(s: &SessionStatus) -> String {
                     format!("timeout ({}, after {})", kind.as_str(), ms(*after_ms))
                 }
                 Status::Cancelled { reason } => format!("cancelled ({})", reason.as_str()),
-                Status::Denied { decider, reason } => {
-                    format!("denied ({}, {})", decider.as_str(), reason.as_str())
-                }
+                Status::Denied {
+                    decider,
+                    reason,
+                    retry_after_ms,
+                } => match retry_after_ms {
+                    Some(after) => format!(
+                        "denied ({}, {}, retry after {})",
+                        decider.as_str(),
+                        reason.as_str(),
+                        ms(*after)
+                    ),
+                    None => format!("denied ({}, {})", decider.as_str(), reason.as_str()),
+                },
                 Status::CircuitOpen { retry_after_ms } => {
                     format!("circuit open (retry after {})", ms(*retry_after_ms))
                 }

@@ -183,6 +183,7 @@ fn builtin_defaults_are_the_spec_defaults() {
                 max_input: 1 << 20,
                 task: TaskMode::Auto,
                 task_after: secs(10),
+                on_tool_change: toolwarden_protocol::OnToolChange::Warn,
             },
         )],
     );

@@ -1,0 +1,135 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use toolwarden_protocol::{DenyReason, QuotaConfig, QuotaPer};
+
+use super::{QuotaFacts, Quotas, Rate};
+
+fn quotas(configs: &[QuotaConfig]) -> Arc<Quotas> {
+    Arc::new(Quotas::compile(configs).unwrap().unwrap())
+}
+
+fn facts<'a>(tool: &'a str, principal: &'a str) -> QuotaFacts<'a> {
+    QuotaFacts {
+        tool,
+        principal,
+        session: "s",
+    }
+}
+
+#[test]
+fn rates_parse_as_count_per_period() {
+    let r = |t: &str| Rate::parse(t).unwrap();
+    assert_eq!(r("60/min").count, 60);
+    assert_eq!(r("60/min").period, Duration::from_secs(60));
+    assert_eq!(r("5/s").period, Duration::from_secs(1));
+    assert_eq!(r("1000/h").period, Duration::from_secs(3600));
+    assert_eq!(r("100/day").period, Duration::from_secs(86_400));
+    assert_eq!(r("10/30s").period, Duration::from_secs(30));
+    for bad in [
+        "5 per minute",
+        "5",
+        "/min",
+        "x/min",
+        "5/fortnight",
+        "0/min",
+        "5/0s",
+    ] {
+        assert!(Rate::parse(bad).is_err(), "{bad}");
+    }
+    assert!(
+        Rate::parse("5 per minute")
+            .unwrap_err()
+            .contains("\"60/min\"")
+    );
+}
+
+#[test]
+fn a_quota_needs_a_rate_or_a_concurrency() {
+    let e = Quotas::compile(&[QuotaConfig::default()]).unwrap_err();
+    assert_eq!(e.key, "rate");
+    let e = Quotas::compile(&[QuotaConfig {
+        concurrency: Some(0),
+        ..Default::default()
+    }])
+    .unwrap_err();
+    assert_eq!(e.key, "concurrency");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_sixth_call_of_five_per_minute_waits_twelve_seconds() {
+    let q = quotas(&[QuotaConfig {
+        rate: Some("5/min".into()),
+        ..Default::default()
+    }]);
+    for _ in 0..5 {
+        assert!(
+            q.take(&facts("t", "alice"), None, "m", Duration::from_secs(1))
+                .await
+                .is_ok()
+        );
+    }
+    let refused = q
+        .take(&facts("t", "alice"), None, "m", Duration::from_secs(1))
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(refused.reason, DenyReason::RateLimit);
+    assert_eq!(refused.bucket, "alice");
+    assert_eq!(refused.retry_after, Duration::from_secs(12));
+    // Another principal has its own bucket.
+    assert!(
+        q.take(&facts("t", "bob"), None, "m", Duration::from_secs(1))
+            .await
+            .is_ok()
+    );
+    // A token comes back after 12 s.
+    tokio::time::advance(Duration::from_secs(12)).await;
+    assert!(
+        q.take(&facts("t", "alice"), None, "m", Duration::from_secs(1))
+            .await
+            .is_ok()
+    );
+    assert!(
+        q.take(&facts("t", "alice"), None, "m", Duration::from_secs(1))
+            .await
+            .is_err()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrency_is_held_until_the_call_ends_and_a_refusal_takes_nothing() {
+    let q = quotas(&[
+        QuotaConfig {
+            concurrency: Some(1),
+            per: Some(QuotaPer::Global),
+            ..Default::default()
+        },
+        QuotaConfig {
+            tools: Some(vec!["t".into()]),
+            rate: Some("2/min".into()),
+            ..Default::default()
+        },
+    ]);
+    let lease = Duration::from_secs(1);
+    let held = q.take(&facts("t", "a"), None, "m", lease).await.unwrap();
+    let refused = q
+        .take(&facts("t", "b"), None, "m", lease)
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(refused.reason, DenyReason::Concurrency);
+    assert_eq!(refused.bucket, "global");
+    drop(held);
+    // b's refusal took no token from the rate: it still has two.
+    assert!(q.take(&facts("t", "b"), None, "m", lease).await.is_ok());
+    assert!(q.take(&facts("t", "b"), None, "m", lease).await.is_ok());
+    let refused = q
+        .take(&facts("t", "b"), None, "m", lease)
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(refused.reason, DenyReason::RateLimit);
+    // A tool the rate does not name is held by the concurrency cap alone.
+    assert!(q.take(&facts("other", "b"), None, "m", lease).await.is_ok());
+}
