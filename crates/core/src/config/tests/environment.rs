@@ -177,7 +177,7 @@ fn the_file_is_found_by_flag_then_variable_then_working_directory() {
             .unwrap_err()
             .to_string(),
         format!(
-            "{}:3: defaults.bogus: unknown key \"bogus\": expected one of timeout, idle_timeout, attempt_timeout, max_timeout, cancel_grace, retries, backoff, idempotent, cache_ttl, breaker, concurrency, approval, approval_timeout, on_stuck, loop, retry_on_tool_error, breaker_counts_tool_errors, max_input, task, task_after",
+            "{}:3: defaults.bogus: unknown key \"bogus\": expected one of timeout, idle_timeout, attempt_timeout, max_timeout, cancel_grace, retries, backoff, idempotent, cache_ttl, breaker, concurrency, approval, approval_timeout, on_stuck, loop, retry_on_tool_error, breaker_counts_tool_errors, max_input, task, task_after, on_tool_change",
             default.display()
         )
     );

@@ -13,7 +13,7 @@ fn unknown_keys_are_errors() {
         "# toolwarden\nlisten = \"x\"\n",
         &[],
         UnknownKey,
-        "toolwarden.toml:2: listen: unknown key \"listen\": expected one of interaction_ceiling, defaults, servers, tools, exec, gateway, http, store, redis, otel, auth, rules",
+        "toolwarden.toml:2: listen: unknown key \"listen\": expected one of interaction_ceiling, defaults, servers, tools, exec, gateway, http, store, redis, otel, auth, rules, hooks, quotas",
     );
     check_error(
         "[servers.everything]\ncommand = \"x\"\ntimout = \"1s\"\n",
@@ -49,7 +49,7 @@ fn unknown_keys_are_errors() {
         "[exec]\nenabled = true\nroots = [\".\"]\n",
         &[],
         UnknownKey,
-        "toolwarden.toml:3: exec.roots: unknown key \"roots\": expected one of enabled, allowed_roots, output_limit, shell, timeout, idle_timeout, attempt_timeout, max_timeout, cancel_grace, retries, backoff, idempotent, cache_ttl, breaker, concurrency, approval, approval_timeout, on_stuck, loop, retry_on_tool_error, breaker_counts_tool_errors, max_input, task, task_after",
+        "toolwarden.toml:3: exec.roots: unknown key \"roots\": expected one of enabled, allowed_roots, output_limit, shell, timeout, idle_timeout, attempt_timeout, max_timeout, cancel_grace, retries, backoff, idempotent, cache_ttl, breaker, concurrency, approval, approval_timeout, on_stuck, loop, retry_on_tool_error, breaker_counts_tool_errors, max_input, task, task_after, on_tool_change",
     );
     check_error(
         "[gateway]\nprefixed = true\n",
