@@ -107,9 +107,10 @@ export async function waitFor(check, { timeout = 15_000, interval = 50, what = "
 
 /**
  * `toolwarden serve` on an ephemeral port of 127.0.0.1, with the test server as `test` and
- * `extra` TOML appended; resolves once the test server is up. `env` adds variables (a token).
+ * `extra` TOML appended; resolves once the test server is up. `env` adds variables (a token),
+ * `args` arguments of `serve` (`--headless`).
  */
-export async function startServe({ extra = "", env = {} } = {}) {
+export async function startServe({ extra = "", env = {}, args = [] } = {}) {
   const dir = tempDir("tw-browser-");
   const config = `[servers.test]\ncommand = ${tomlStr(testServerBin())}\n\n${extra}\n`;
   writeFileSync(join(dir, "toolwarden.toml"), config);
@@ -118,7 +119,7 @@ export async function startServe({ extra = "", env = {} } = {}) {
   const childEnv = { ...process.env, XDG_DATA_HOME: join(dir, "data"), ...env };
   for (const k of ["TOOLWARDEN_CONFIG", "TOOLWARDEN_TOOL_TIMEOUT", "RUST_LOG"]) delete childEnv[k];
   if (!("TOOLWARDEN_TOKEN" in env)) delete childEnv.TOOLWARDEN_TOKEN;
-  const child = spawn(toolwardenBin(), ["serve", "--config", "toolwarden.toml", "--listen", "127.0.0.1:0"], {
+  const child = spawn(toolwardenBin(), ["serve", "--config", "toolwarden.toml", "--listen", "127.0.0.1:0", ...args], {
     cwd: dir,
     env: childEnv,
     stdio: ["ignore", "ignore", "pipe"],

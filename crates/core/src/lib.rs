@@ -53,6 +53,7 @@ pub mod interaction;
 mod loop_detect;
 mod maps;
 pub mod metrics;
+pub mod pins;
 pub mod policy;
 pub mod quotas;
 mod reaper;

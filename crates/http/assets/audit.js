@@ -20,10 +20,16 @@ import {
   dateTime,
   denialDetail,
   formatDuration,
+  hookDecisionParts,
+  hookDecisionTail,
+  hookDecisionText,
   outcomeTag,
   outcomeText,
   preciseTime,
   progressText,
+  quotaExceededParts,
+  quotaExceededText,
+  retryText,
   ruleDecisionParts,
   ruleDecisionText,
   shortId,
@@ -91,6 +97,8 @@ export function describeFilters(filters) {
 /** The mark an event leaves on a call's timeline. */
 const MARKS = {
   rule_decision: "rule",
+  hook_decision: "hook",
+  quota_exceeded: "quota",
   tool_start: "start",
   tool_progress: "progress",
   tool_retry: "retry",
@@ -129,6 +137,10 @@ export function eventLabel(ev) {
       return `late ${ev.is_error ? "error" : "answer"} after ${ms(ev.after_ms)} (discarded)`;
     case "rule_decision":
       return ruleDecisionText(ev);
+    case "hook_decision":
+      return hookDecisionText(ev);
+    case "quota_exceeded":
+      return quotaExceededText(ev);
     case "tool_call_denied":
       return `denied by ${ev.decider ?? "?"} (${ev.reason ?? "?"})`;
     case "interaction_requested":
@@ -163,6 +175,8 @@ export function eventDetail(ev) {
       if (o.provenance?.cache_hit) parts.push("from the cache");
       if (o.repeat_count) parts.push(`repeated ${o.repeat_count}×`);
       if (o.detail) parts.push(o.detail);
+      // A quota's denial says when the same call may be allowed, counted from the denial.
+      if (o.status === "denied" && o.retry_after_ms != null) parts.push(`retry after ${retryText(o.retry_after_ms)}`);
       return parts.join(" · ");
     }
     case "interaction_requested": {
@@ -186,6 +200,10 @@ export function eventPayloads(ev) {
   if (ev.type === "tool_result") {
     add("content", ev.content);
     add("structured content", ev.structured_content);
+  }
+  if (ev.type === "hook_decision" && ev.rewritten === true) {
+    add("arguments before the hook", ev.original_args);
+    add("arguments the hook gave", ev.args);
   }
   if (ev.type === "interaction_requested") {
     add("input", ev.interaction?.input);
@@ -254,7 +272,8 @@ export function callTimeline(call, now = null) {
     if (run > 0) words.push(`progress ×${run}`);
     run = 0;
     const mark = { kind, x, label: `${eventLabel(ev)}${kind === "start" ? "" : ` at +${ms(times[i] - t0)}`}`, seq: ev.seq };
-    if (kind === "rule") mark.decision = decisionOf(ev);
+    if (kind === "rule" || kind === "hook") mark.decision = decisionOf(ev);
+    if (kind === "hook" && ev.failed === true) mark.failed = true;
     marks.push(mark);
     words.push(eventLabel(ev));
   });
@@ -270,7 +289,7 @@ export function callTimeline(call, now = null) {
   return { t0, t1, span, marks, resultX, afterX, running, progress, text: words.join(" → ") };
 }
 
-/** A rule_decision's decision, for a class name: one of DECISIONS, else "unknown". */
+/** A rule_decision's or hook_decision's decision, for a class name: one of DECISIONS, else "unknown". */
 export function decisionOf(ev) {
   return DECISIONS.includes(ev?.decision) ? ev.decision : "unknown";
 }
@@ -295,6 +314,51 @@ export function callOutcome(call) {
 }
 
 // --- the section ----------------------------------------------------------------------------
+
+/** A hook_decision as the list of a call's events shows it: its text, the decision (and a failure) styled. */
+function hookDecisionEl(ev) {
+  const parts = hookDecisionParts(ev);
+  // After a failure's own words, the rest (a rewrite) as hookDecisionText says it.
+  const tail = hookDecisionTail(parts.failed ? { ...parts, failed: false, reason: "" } : parts);
+  return h(
+    "span",
+    { class: "hook-decision" },
+    `${parts.hook}: `,
+    h("span", { class: `chip decision decision-${decisionOf(ev)}`, text: parts.decision }),
+    parts.took ? ` (${parts.took})` : "",
+    parts.failed ? " — " : "",
+    parts.failed ? h("span", { class: "chip out-error", text: "failed" }) : null,
+    parts.failed ? `: ${parts.reason || "?"}` : "",
+    tail ? `${parts.failed ? "; " : " — "}${tail}` : "",
+  );
+}
+
+/** A quota_exceeded as the list of a call's events shows it: what ran out styled as a denial. */
+function quotaExceededEl(ev) {
+  const { quota, reason, bucket, retry } = quotaExceededParts(ev);
+  return h(
+    "span",
+    { class: "quota-exceeded" },
+    `${quota}: `,
+    h("span", { class: "chip decision decision-deny", text: reason }),
+    bucket ? ` for ${bucket}` : "",
+    retry ? ` — retry in ${retry}` : "",
+  );
+}
+
+/** How the list of a call's events shows an event's key fields. */
+function eventWhatEl(ev) {
+  switch (ev.type) {
+    case "rule_decision":
+      return ruleDecisionEl(ev);
+    case "hook_decision":
+      return hookDecisionEl(ev);
+    case "quota_exceeded":
+      return quotaExceededEl(ev);
+    default:
+      return h("span", { text: eventDetail(ev) });
+  }
+}
 
 /** A rule_decision as the list of a call's events shows it: its text, the decision styled as one. */
 function ruleDecisionEl(ev) {
@@ -639,7 +703,14 @@ export class AuditHistory {
       track.append(after);
     }
     for (const m of tl.marks) {
-      const modifier = m.kind === "result" ? ` mk-${status}` : m.kind === "rule" ? ` mk-rule-${m.decision}` : "";
+      const modifier =
+        m.kind === "result"
+          ? ` mk-${status}`
+          : m.kind === "rule"
+            ? ` mk-rule-${m.decision}`
+            : m.kind === "hook"
+              ? ` mk-hook-${m.decision}${m.failed ? " mk-hook-failed" : ""}`
+              : "";
       const mark = h("span", { class: `mk mk-${m.kind}${modifier}`, title: m.label });
       mark.style.left = `${m.x}%`;
       track.append(mark);
@@ -696,7 +767,7 @@ export class AuditHistory {
     );
     const rows = (call.events ?? []).map((ev) => {
       const t = Date.parse(ev.ts);
-      const what = h("td", { class: "what" }, ev.type === "rule_decision" ? ruleDecisionEl(ev) : h("span", { text: eventDetail(ev) }));
+      const what = h("td", { class: "what" }, eventWhatEl(ev));
       for (const [name, value] of eventPayloads(ev)) {
         const { text, note } = payloadText(value);
         what.append(

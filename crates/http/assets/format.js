@@ -77,7 +77,7 @@ export function outcomeText(outcome) {
   return detail ? `${s}{${detail}}` : String(s);
 }
 
-/** The decisions a rule can give (docs/RULES.md), each styled as `decision-<name>`. */
+/** The decisions a rule (or a hook) can give (docs/RULES.md), each styled as `decision-<name>`. */
 export const DECISIONS = ["allow", "ask", "confirm", "deny"];
 
 /**
@@ -97,6 +97,87 @@ export function ruleDecisionParts(ev) {
 export function ruleDecisionText(ev) {
   const { rules, decision, reason } = ruleDecisionParts(ev);
   return `${rules}: ${decision}${reason ? ` — ${reason}` : ""}`;
+}
+
+/** How long until a call may be tried again: "800 ms", "12 s", "1 m 00 s", "2 h 05 m" (rounded up). */
+export function retryText(ms) {
+  const n = Number(ms);
+  if (!Number.isFinite(n) || n < 0) return "?";
+  if (n < 1000) return `${Math.ceil(n)} ms`;
+  const s = Math.ceil(n / 1000);
+  if (s < 60) return `${s} s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m} m ${String(s % 60).padStart(2, "0")} s`;
+  return `${Math.floor(m / 60)} h ${String(m % 60).padStart(2, "0")} m`;
+}
+
+/**
+ * Arguments as one short line of compact JSON: `{"text":"rewrite me"}`, cut to `max` characters
+ * with "…". Arguments the audit trail truncated (`{"truncated": true, "head": …}`) show their head.
+ */
+export function compactJson(value, max = 120) {
+  let text;
+  if (value && typeof value === "object" && value.truncated === true && typeof value.head === "string") text = `${value.head}…`;
+  else {
+    try {
+      text = JSON.stringify(value) ?? String(value);
+    } catch {
+      text = String(value);
+    }
+  }
+  return text.length > max ? `${text.slice(0, max - 1)}…` : text;
+}
+
+/**
+ * A `hook_decision` event in parts: the hook's name, its decision, how long it took, its reason
+ * (or, when it failed, what went wrong), whether it failed, and — when it rewrote the call's
+ * arguments — the arguments before and after as compact JSON (else null).
+ */
+export function hookDecisionParts(ev) {
+  const rewritten = ev?.rewritten === true;
+  return {
+    hook: `hook ${ev?.hook ?? "?"}`,
+    decision: String(ev?.decision ?? "?"),
+    took: ev?.duration_ms != null ? formatDuration(Number(ev.duration_ms)) : "",
+    reason: typeof ev?.reason === "string" ? ev.reason : "",
+    failed: ev?.failed === true,
+    rewrite: rewritten ? { from: compactJson(ev.original_args), to: compactJson(ev.args) } : null,
+  };
+}
+
+/** What follows a hook's decision: "not on a Friday", "failed: timed out", "arguments rewritten: {…} → {…}". */
+export function hookDecisionTail(parts) {
+  const tail = [];
+  if (parts.failed) tail.push(`failed: ${parts.reason || "?"}`);
+  else if (parts.reason) tail.push(parts.reason);
+  if (parts.rewrite) tail.push(`arguments rewritten: ${parts.rewrite.from} → ${parts.rewrite.to}`);
+  return tail.join("; ");
+}
+
+/** A `hook_decision` event in words: "hook review: deny (12 ms) — not on a Friday". */
+export function hookDecisionText(ev) {
+  const parts = hookDecisionParts(ev);
+  const tail = hookDecisionTail(parts);
+  return `${parts.hook}: ${parts.decision}${parts.took ? ` (${parts.took})` : ""}${tail ? ` — ${tail}` : ""}`;
+}
+
+/**
+ * A `quota_exceeded` event in parts: the quota by its place in the file ("quota 0"), what ran
+ * out (`rate_limit`, `concurrency`), whose bucket, and when to try again.
+ */
+export function quotaExceededParts(ev) {
+  return {
+    quota: `quota ${ev?.quota ?? "?"}`,
+    reason: String(ev?.reason ?? "?"),
+    bucket: ev?.bucket != null ? String(ev.bucket) : "",
+    retry: ev?.retry_after_ms != null ? retryText(ev.retry_after_ms) : "",
+  };
+}
+
+/** A `quota_exceeded` event in words: "quota 0: rate_limit for alice — retry in 12 s". */
+export function quotaExceededText(ev) {
+  const { quota, reason, bucket, retry } = quotaExceededParts(ev);
+  return `${quota}: ${reason}${bucket ? ` for ${bucket}` : ""}${retry ? ` — retry in ${retry}` : ""}`;
 }
 
 /**

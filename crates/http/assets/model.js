@@ -2,7 +2,7 @@
 // reads this model and the `dirty` sets it leaves, once per animation frame, so a burst of events
 // costs one render, not one per event. The tests run it in Node.
 
-import { outcomeStopsWork, ruleDecisionText, stopText } from "./format.js";
+import { hookDecisionText, outcomeStopsWork, quotaExceededText, ruleDecisionText, stopText } from "./format.js";
 
 /** The key of a call (call ids are unique within their turn only); turn ids hold no "/". */
 export function callKey(turnId, callId) {
@@ -638,6 +638,18 @@ const HANDLERS = {
     const call = m.callOf(ev);
     if (!call) return;
     m.mark(call, ev, "rule", ruleDecisionText(ev));
+  },
+
+  hook_decision(m, ev) {
+    const call = m.callOf(ev);
+    if (!call) return;
+    m.mark(call, ev, "hook", hookDecisionText(ev));
+  },
+
+  quota_exceeded(m, ev) {
+    const call = m.callOf(ev);
+    if (!call) return;
+    m.mark(call, ev, "quota", quotaExceededText(ev));
   },
 
   tool_call_denied(m, ev) {

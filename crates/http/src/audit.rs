@@ -43,26 +43,7 @@ const STATUSES: [&str; 9] = [
 ];
 
 /// The event types `type` accepts.
-const TYPES: [&str; 18] = [
-    "turn_start",
-    "turn_end",
-    "turn_abort",
-    "tool_start",
-    "tool_progress",
-    "tool_retry",
-    "tool_timeout",
-    "tool_result",
-    "tool_stopped",
-    "tool_late_result",
-    "interaction_requested",
-    "interaction_answered",
-    "interaction_timed_out",
-    "tool_call_denied",
-    "rule_decision",
-    "breaker_state",
-    "server_state",
-    "cache_hit",
-];
+const TYPES: &[&str] = toolwarden_protocol::EVENT_TYPES;
 
 /// Which listing a query is for: events page by `after`, calls by `cursor`.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -19,6 +19,8 @@ pub enum ErrorCode {
     NotFound,
     /// 405: the route exists but not with this method.
     MethodNotAllowed,
+    /// 409: the request does not fit the state it meets (accepting a tool that has no change).
+    Conflict,
     /// 413: the body is larger than the limit.
     PayloadTooLarge,
     /// 415: the body is not `application/json`.
@@ -38,6 +40,7 @@ impl ErrorCode {
             ErrorCode::Forbidden => "forbidden",
             ErrorCode::NotFound => "not_found",
             ErrorCode::MethodNotAllowed => "method_not_allowed",
+            ErrorCode::Conflict => "conflict",
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::UnsupportedMediaType => "unsupported_media_type",
             ErrorCode::Internal => "internal_error",
@@ -53,6 +56,7 @@ impl ErrorCode {
             ErrorCode::Forbidden => StatusCode::FORBIDDEN,
             ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ErrorCode::Conflict => StatusCode::CONFLICT,
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,

@@ -190,6 +190,7 @@ pub fn router_with(engine: Engine, opts: HttpOptions, mcp: Option<Router>) -> Ro
         .route("/v1/sessions/{id}/status", get(status::session))
         .route("/v1/tools", get(status::tools))
         .route("/v1/tools/{name}/explain", get(status::explain))
+        .route("/v1/tools/{name}/accept", post(status::accept))
         .route("/v1/me", get(status::me))
         .route("/metrics", get(status::metrics))
         .route("/healthz", get(status::healthz))

@@ -88,6 +88,33 @@ pub(crate) async fn tools(State(app): State<App>, caller: Caller) -> Result<Json
     Ok(Json(json!({"tools": tools})))
 }
 
+/// `POST /v1/tools/{name}/accept` (scope `admin`): pins the definition a server changed tool
+/// `name` to; calls that `on_tool_change = "block"` held run again.
+pub(crate) async fn accept(
+    State(app): State<App>,
+    caller: Caller,
+    name: Result<axum::extract::Path<String>, axum::extract::rejection::PathRejection>,
+) -> Result<Json<Value>, ApiError> {
+    caller.needs(Scope::Admin, "accept a tool's changed definition")?;
+    let name = crate::request::path(name)?;
+    if app.engine.policy_of(&name).is_none() {
+        return Err(ApiError::not_found(format!("unknown tool {name:?}")));
+    }
+    match app.engine.accept_tool(&name, caller.name()) {
+        Some(change) => Ok(Json(json!({
+            "ok": true,
+            "tool": name,
+            "server": change.server,
+            "old_digest": change.old_digest,
+            "digest": change.new.digest,
+        }))),
+        None => Err(ApiError::new(
+            crate::error::ErrorCode::Conflict,
+            format!("tool {name:?} has no changed definition waiting to be accepted"),
+        )),
+    }
+}
+
 /// `GET /v1/tools/{name}/explain?principal=P&input=JSON` (scope `read`): what `[[rules]]` decide
 /// for a call of the tool by `principal` (default: the caller) with `input` (default `{}`).
 pub(crate) async fn explain(

@@ -284,14 +284,19 @@ pub enum EventKind {
         /// What `on_tool_change` made of it: `warn`, `block` or `accept`.
         action: OnToolChange,
     },
-    /// A changed tool's new definition was accepted and is now the pinned one.
+    /// A tool's definition was pinned: first seen, or a changed definition accepted. The trail's
+    /// `tool_accepted` events are the pins.
     ToolAccepted {
         /// The tool.
         tool: String,
-        /// The definition now pinned.
+        /// The server that lists it.
+        server: String,
+        /// The definition's digest (`sha256:…`).
         digest: String,
-        /// Who accepted it (a principal; `on_tool_change = "accept"`'s automatic acceptance
-        /// names none).
+        /// The definition pinned: its description, input schema and annotations.
+        definition: Value,
+        /// Who accepted it: a principal; none for a tool first seen, or a change that
+        /// `on_tool_change = "accept"` took.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         by: Option<String>,
     },
@@ -303,6 +308,32 @@ pub enum EventKind {
         fetched_at: Timestamp,
     },
 }
+
+/// Every event `type`, as the wire spells them (what [`EventKind::name`] answers).
+pub const EVENT_TYPES: &[&str] = &[
+    "turn_start",
+    "turn_end",
+    "turn_abort",
+    "tool_start",
+    "tool_progress",
+    "tool_retry",
+    "tool_timeout",
+    "tool_result",
+    "tool_stopped",
+    "tool_late_result",
+    "interaction_requested",
+    "interaction_answered",
+    "interaction_timed_out",
+    "tool_call_denied",
+    "rule_decision",
+    "hook_decision",
+    "quota_exceeded",
+    "tool_changed",
+    "tool_accepted",
+    "breaker_state",
+    "server_state",
+    "cache_hit",
+];
 
 impl EventKind {
     /// The `type` as the wire spells it.

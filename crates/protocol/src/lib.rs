@@ -39,8 +39,8 @@ pub use duration::{
     DurationValue, ParseError, SizeValue, format_duration, parse_duration, parse_size,
 };
 pub use event::{
-    BreakerStateKind, Event, EventKind, EventScope, ProgressInfo, ServerStateKind, StopHow,
-    TurnCall, TurnResults,
+    BreakerStateKind, EVENT_TYPES, Event, EventKind, EventScope, ProgressInfo, ServerStateKind,
+    StopHow, TurnCall, TurnResults,
 };
 pub use ids::{CallId, InteractionId, SessionId, TurnId};
 pub use interaction::{
@@ -57,7 +57,7 @@ pub use policy::{
 pub use principal::{DEFAULT_PRINCIPAL, LOCAL_PRINCIPAL, Principal, Scope, Scopes, SessionKey};
 pub use status::{
     ActiveCall, ActiveTurn, BreakerInfo, CallState, RecentCall, RunningCall, ServerNotUp,
-    SessionStatus, ToolInfo,
+    SessionStatus, ToolChange, ToolInfo,
 };
 pub use time::Timestamp;
 pub use tool::{EXEC_TOOL, ToolAnnotations, ToolSpec};

@@ -162,4 +162,22 @@ pub struct ToolInfo {
     pub policy: Policy,
     /// Its breaker's state.
     pub breaker: BreakerStateKind,
+    /// A change its server made to its definition that waits to be accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed: Option<ToolChange>,
+}
+
+/// A change a server made to a pinned tool's definition, not accepted yet.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolChange {
+    /// The server listing the new definition.
+    pub server: String,
+    /// The pinned definition's digest.
+    pub old_digest: String,
+    /// The new definition's digest.
+    pub new_digest: String,
+    /// A unified diff from the pinned definition to the new one.
+    pub diff: String,
+    /// Whether its calls are held until it is accepted.
+    pub blocked: bool,
 }

@@ -117,6 +117,7 @@ impl Redactor {
             EventKind::ToolStart { .. } => &[&["input"]],
             EventKind::ToolResult { .. } => &[&["content"], &["structured_content"]],
             EventKind::TurnEnd { .. } => &[&["results"]],
+            EventKind::HookDecision { .. } => &[&["original_args"], &["args"]],
             EventKind::InteractionRequested { .. } => {
                 &[&["interaction", "input"], &["interaction", "details"]]
             }
@@ -237,6 +238,34 @@ mod tests {
     fn check(redactor: &Redactor, input: Value, stored: Value) {
         let body: Value = serde_json::from_str(&redactor.body(&start(input))).unwrap();
         assert_eq!(body["input"], stored);
+    }
+
+    #[test]
+    fn a_hooks_rewritten_arguments_are_masked_as_a_calls_input_is() {
+        let words: Vec<String> = DEFAULT_MASK_KEYS.iter().map(|s| (*s).to_owned()).collect();
+        let r = Redactor::new(&words, 1000);
+        let event = Event {
+            seq: 1,
+            ts: Timestamp::from_unix_millis(0),
+            scope: Arc::new(EventScope::default()),
+            kind: EventKind::HookDecision {
+                hook: "review".into(),
+                decision: toolwarden_protocol::RuleDecision::Allow,
+                duration_ms: 3,
+                rewritten: true,
+                reason: None,
+                failed: false,
+                original_args: Some(json!({"user": "a", "password": "hunter2"})),
+                args: Some(json!({"user": "b", "api_key": "k"})),
+            },
+        };
+        let body: Value = serde_json::from_str(&r.body(&event)).unwrap();
+        assert_eq!(
+            body["original_args"],
+            json!({"user": "a", "password": MASKED})
+        );
+        assert_eq!(body["args"], json!({"user": "b", "api_key": MASKED}));
+        assert_eq!(body["hook"], "review");
     }
 
     #[test]

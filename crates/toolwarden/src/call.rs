@@ -180,7 +180,9 @@ async fn local(
     let mut stack = Stack::build(config, !interactive, stack::Record::Yes)?;
     let needed = needed_servers(&stack, &call.name);
     let (Needed::Named(names) | Needed::All(names)) = &needed;
-    stack.start_servers(|name| names.iter().any(|n| n == name));
+    stack
+        .start_servers(|name| names.iter().any(|n| n == name))
+        .await;
     let ready = tokio::select! {
         ready = stack.wait_ready() => ready,
         stop = signals.recv() => {

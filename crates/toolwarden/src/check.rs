@@ -54,7 +54,7 @@ pub(crate) async fn run(config_path: Option<&Path>, args: CheckArgs) -> anyhow::
     let mut stack = Stack::build(config, true, stack::Record::No)?;
     let mut ready = Vec::new();
     if !args.offline {
-        stack.start_servers(|_| true);
+        stack.start_servers(|_| true).await;
         tokio::select! {
             r = stack.wait_ready() => ready = r,
             stop = signals.recv() => {

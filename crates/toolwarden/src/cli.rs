@@ -54,8 +54,9 @@ pub(crate) enum Command {
     Call(CallArgs),
     /// Check the config: start its servers, print every warning and every tool's policy.
     Check(CheckArgs),
-    /// List the tools of a running `toolwarden serve`, with policies and breaker states.
-    Tools(ClientArgs),
+    /// List the tools of a running `toolwarden serve`, with policies and breaker states; or
+    /// accept a changed tool's new definition (`tools accept NAME`).
+    Tools(ToolsArgs),
     /// List the running turns of a running `toolwarden serve`.
     Turns(ClientArgs),
     /// Abort a running turn (or one of its calls) on a running `toolwarden serve`.
@@ -147,6 +148,27 @@ pub(crate) struct ClientArgs {
     /// Print the server's answer as JSON.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ToolsArgs {
+    #[command(subcommand)]
+    pub(crate) action: Option<ToolsAction>,
+    #[command(flatten)]
+    pub(crate) client: ClientArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ToolsAction {
+    /// Accept the definition a server changed a pinned tool to (needs scope `admin`): it becomes
+    /// the pinned one, and calls `on_tool_change = "block"` held run again.
+    Accept {
+        /// The tool, as agents call it (`SERVER__TOOL`).
+        name: String,
+        /// The server's base URL [default: http:// + [http] listen].
+        #[arg(long, value_name = "URL")]
+        url: Option<String>,
+    },
 }
 
 #[derive(Debug, Args)]

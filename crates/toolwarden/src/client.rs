@@ -364,6 +364,43 @@ pub(crate) async fn abort(config: Option<&Path>, args: AbortArgs) -> anyhow::Res
     anyhow::bail!("{}", api.refusal(status, &body))
 }
 
+/// `toolwarden tools accept NAME`: pins the definition a server changed the tool to.
+pub(crate) async fn accept(
+    config: Option<&Path>,
+    name: &str,
+    url: Option<&str>,
+) -> anyhow::Result<Exit> {
+    let config = stack::load_config(config)?;
+    let api = Api::new(&config, url)?;
+    let path = format!("/v1/tools/{}/accept", segment(name));
+    let req = api.request(Method::POST, &path).timeout(CLIENT_TIMEOUT);
+    let (status, body) = api.json(req).await?;
+    if status.is_success() && body.get("ok") == Some(&Value::Bool(true)) {
+        let text = |k: &str| {
+            body.get(k)
+                .and_then(Value::as_str)
+                .unwrap_or("?")
+                .to_owned()
+        };
+        println!(
+            "accepted {name}: {} replaces {} (server {})",
+            text("digest"),
+            text("old_digest"),
+            text("server")
+        );
+        return Ok(Exit::Ok);
+    }
+    if status == StatusCode::CONFLICT || status == StatusCode::NOT_FOUND {
+        let message = body
+            .pointer("/error/message")
+            .and_then(Value::as_str)
+            .unwrap_or("nothing to accept");
+        eprintln!("error: {message}");
+        return Ok(Exit::Error);
+    }
+    anyhow::bail!("{}", api.refusal(status, &body))
+}
+
 /// A path segment, percent-encoded (ids are the caller's and may hold anything).
 pub(crate) fn segment(s: &str) -> String {
     let mut out = String::with_capacity(s.len());

@@ -96,7 +96,12 @@ async fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Mcp(args) => mcp::run(config, args).await,
         Command::Call(args) => call::run(config, args).await,
         Command::Check(args) => check::run(config, args).await,
-        Command::Tools(args) => client::tools(config, args).await,
+        Command::Tools(args) => match args.action {
+            None => client::tools(config, args.client).await,
+            Some(cli::ToolsAction::Accept { name, url }) => {
+                client::accept(config, &name, url.as_deref()).await
+            }
+        },
         Command::Turns(args) => client::turns(config, args).await,
         Command::Abort(args) => client::abort(config, args).await,
         Command::Audit(args) => audit::run(config, args).await,

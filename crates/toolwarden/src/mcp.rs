@@ -28,7 +28,7 @@ pub(crate) async fn run(config_path: Option<&Path>, args: McpArgs) -> anyhow::Re
     let principal = stack::cli_principal(&config, args.principal.as_deref())?;
     let mut stack = Stack::build(config, false, stack::Record::Yes)?;
     let reporter = stack::report_servers(&stack.engine);
-    stack.start_servers(|_| true);
+    stack.start_servers(|_| true).await;
     // MCP clients list tools once, right after they connect: wait for the servers (each at most
     // its startup_timeout) so that list is whole. A server that fails to start is reported and
     // keeps being retried; its tools appear later with a tools/list_changed notification.

@@ -78,7 +78,7 @@ pub(crate) async fn run(config_path: Option<&Path>, args: ServeArgs) -> anyhow::
 
     // Started before the servers, so that every state they report is printed.
     let reporter = stack::report_servers(&stack.engine);
-    stack.start_servers(|_| true);
+    stack.start_servers(|_| true).await;
     // The MCP gateway's Streamable HTTP endpoint, behind the API's bearer check and always
     // behind the Host/Origin guard.
     let gateway = Gateway::new(

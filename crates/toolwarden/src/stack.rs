@@ -297,7 +297,15 @@ impl Stack {
     }
 
     /// Starts the enabled servers `wanted` accepts; they report to the engine as they come up.
-    pub(crate) fn start_servers(&mut self, wanted: impl Fn(&str) -> bool) {
+    /// The tools' pins are read back from the audit trail first, so that a definition a server
+    /// changed since is noticed when it is first listed.
+    pub(crate) async fn start_servers(&mut self, wanted: impl Fn(&str) -> bool) {
+        if let Err(e) = self.engine.load_pins().await {
+            tracing::warn!(
+                error = %e.0,
+                "the tool pins could not be read from the audit trail: each tool is pinned anew as its server lists it"
+            );
+        }
         let host = self.engine.host(self.config.prefixed());
         for (name, cfg) in self.enabled_servers() {
             if wanted(&name) {

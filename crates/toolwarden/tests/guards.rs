@@ -159,6 +159,10 @@ timeout = "1s"
 url = {ok_url}
 tools = ["test__sleep"]
 
+# No total deadline: the hook is bounded by its own timeout alone.
+[tools."test__sleep"]
+timeout = "0s"
+
 [hooks.http-500]
 url = {err_url}
 tools = ["test__progress"]

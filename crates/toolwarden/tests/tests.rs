@@ -19,6 +19,7 @@ mod help;
 mod limits;
 mod mcp;
 mod otel;
+mod pins;
 mod readme;
 mod rules;
 mod scale_out;

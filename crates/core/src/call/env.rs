@@ -41,6 +41,8 @@ pub(crate) struct CallEnv {
     pub(crate) hook_transport: Option<Arc<dyn crate::hooks::HookTransport>>,
     /// The engine's metrics (hooks and quotas count into them).
     pub(crate) metrics: Arc<crate::metrics::Metrics>,
+    /// Every tool's pinned definition, and the changes waiting to be accepted.
+    pub(crate) pins: Arc<crate::pins::Pins>,
 }
 
 impl CallEnv {

@@ -9,6 +9,7 @@ use toolwarden_protocol::{
     Approval, Decider, DenyReason, EventKind, Policy, RuleDecision, Status, TimeoutKind,
 };
 
+use crate::canonical;
 use crate::hooks::{self, Hooks};
 use crate::policy::ToolOrigin;
 use crate::quotas::{QuotaFacts, QuotaHold, Quotas};
@@ -57,12 +58,21 @@ pub(super) async fn run_hooks(
     mut approval: Approval,
 ) -> Step<(Approval, bool)> {
     let mut rewritten = false;
+    // A call its approval denies anyway is not sent to anyone.
+    if approval == Approval::Deny {
+        return Step::Go((approval, false));
+    }
     for hook in hooks.for_tool(&entry.name) {
-        let left = policy.timeout.saturating_sub(fin.arrived.elapsed());
-        if left.is_zero() {
-            return total_timeout(fin, policy);
-        }
-        let bound = hook.timeout.min(left);
+        // Under the call's total deadline, when it has one (`timeout = 0`: none).
+        let bound = if policy.timeout.is_zero() {
+            hook.timeout
+        } else {
+            let left = policy.timeout.saturating_sub(fin.arrived.elapsed());
+            if left.is_zero() {
+                return total_timeout(fin, policy);
+            }
+            hook.timeout.min(left)
+        };
         let body = request(fin, entry, input);
         let started = Instant::now();
         let asked = hooks::ask(fin.env.hook_transport.as_ref(), hook, body, bound);
@@ -82,6 +92,13 @@ pub(super) async fn run_hooks(
         }
         // Rewritten arguments must pass the tool's schema, or the answer is a failure.
         let answer = answer.and_then(|said| match (&said.args, &entry.validator) {
+            (Some(args), _) if canonical::measure(args).0 as u64 > policy.max_input => Err((
+                "bad_answer",
+                format!(
+                    "answered args larger than the tool's max_input ({})",
+                    crate::text::human_size(policy.max_input)
+                ),
+            )),
             (Some(args), Some(validator)) if !validator.is_valid(args) => {
                 let errors: Vec<String> = validator
                     .iter_errors(args)

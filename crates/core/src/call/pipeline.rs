@@ -223,6 +223,19 @@ async fn pipeline(
         return fin.cancelled();
     }
 
+    // A tool whose server changed its definition, held until a person accepts the change.
+    if env.pins.blocked(&entry.name) {
+        let detail = env.pins.change(&entry.name).map(|c| {
+            format!(
+                "its definition changed from {} to {}; accept it with `toolwarden tools accept {}`",
+                short(&c.old_digest),
+                short(&c.new.digest),
+                entry.name
+            )
+        });
+        return fin.deny(Decider::Pin, DenyReason::ToolChanged, detail);
+    }
+
     // Rules: whether the call may run at all, and whether a person must be asked, decided
     // before anything else runs. No rule matching leaves it to the tool's `approval`.
     let mut approval = policy.approval;
@@ -592,4 +605,9 @@ fn rule_verdict(
         annotations: Some(&entry.spec.annotations),
         server,
     })
+}
+
+/// A digest as people compare them: `sha256:` and its first 12 hex digits.
+fn short(digest: &str) -> &str {
+    digest.get(..19).unwrap_or(digest)
 }

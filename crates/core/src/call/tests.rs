@@ -67,6 +67,7 @@ fn kit() -> Kit {
         guards: Default::default(),
         hook_transport: None,
         metrics: metrics.clone(),
+        pins: Default::default(),
     };
     let registry = Registry::new(Arc::new(Config::builtin()), metrics);
     let root = Scope::root();

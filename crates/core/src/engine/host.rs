@@ -43,7 +43,23 @@ impl BackendHost for Host {
                     .registry
                     .entry(name, spec, backend.clone(), origin.clone())
             })
-            .collect();
+            .collect::<Vec<_>>();
+        // Each definition against its pin, before its calls can run.
+        let env = &engine.turns.env;
+        for entry in &entries {
+            announce(
+                env,
+                &entry.name,
+                server,
+                env.pins.observe(
+                    &entry.name,
+                    server,
+                    &entry.spec,
+                    entry.policy.on_tool_change,
+                ),
+                entry.policy.on_tool_change,
+            );
+        }
         engine.registry.replace(&origin, entries);
     }
 
@@ -83,5 +99,58 @@ impl BackendHost for Host {
                 after_ms: after.as_millis() as u64,
             },
         );
+    }
+}
+
+/// Records what a server's listing of `tool` said about its pin: `tool_accepted` for a tool
+/// first seen (its pin), `tool_changed` for a changed definition (and `tool_accepted` when
+/// `on_tool_change = "accept"` pinned it at once).
+fn announce(
+    env: &crate::call::CallEnv,
+    tool: &str,
+    server: &str,
+    seen: crate::pins::Seen,
+    action: toolwarden_protocol::OnToolChange,
+) {
+    use crate::pins::Seen;
+    let scope = Arc::new(EventScope::default());
+    let accepted = |definition: crate::pins::Definition| EventKind::ToolAccepted {
+        tool: tool.to_owned(),
+        server: server.to_owned(),
+        digest: definition.digest,
+        definition: definition.value,
+        by: None,
+    };
+    match seen {
+        Seen::Same => {}
+        Seen::First(definition) => {
+            env.bus.emit(&scope, accepted(definition));
+        }
+        Seen::Changed {
+            old_digest,
+            new,
+            diff,
+        } => {
+            tracing::warn!(
+                tool,
+                server,
+                action = action.as_str(),
+                "a server changed a pinned tool's definition"
+            );
+            env.bus.emit(
+                &scope,
+                EventKind::ToolChanged {
+                    tool: tool.to_owned(),
+                    server: server.to_owned(),
+                    old_digest,
+                    new_digest: new.digest.clone(),
+                    diff,
+                    action,
+                },
+            );
+            if action == toolwarden_protocol::OnToolChange::Accept {
+                env.bus.emit(&scope, accepted(new));
+            }
+        }
     }
 }

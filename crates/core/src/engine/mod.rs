@@ -12,9 +12,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use toolwarden_protocol::{
-    ActiveTurn, BreakerInfo, BreakerStateKind, CallId, CallResult, CancelReason, Content, Outcome,
-    Policy, ServerNotUp, ServerStateKind, SessionId, SessionKey, SessionStatus, Status, ToolCall,
-    ToolInfo, ToolSpec, TurnId,
+    ActiveTurn, BreakerInfo, BreakerStateKind, CallId, CallResult, CancelReason, Content,
+    EventKind, Outcome, Policy, ServerNotUp, ServerStateKind, SessionId, SessionKey, SessionStatus,
+    Status, ToolCall, ToolInfo, ToolSpec, TurnId,
 };
 
 use crate::backend::{Backend, BackendHost};
@@ -192,6 +192,7 @@ impl EngineBuilder {
             guards: registry.guards_cell(),
             hook_transport: self.hook_transport,
             metrics: metrics.clone(),
+            pins: Arc::default(),
         };
         let inner = Arc::new(EngineInner {
             remote_events: tokio::sync::broadcast::channel(self.event_capacity.max(16)).0,
@@ -429,8 +430,84 @@ impl Engine {
                 backend: e.origin.backend_name().to_owned(),
                 policy: e.policy.clone(),
                 breaker: e.runtime.breaker.state(now).0,
+                changed: self.inner.turns.env.pins.change(&e.name).map(|c| {
+                    toolwarden_protocol::ToolChange {
+                        server: c.server,
+                        old_digest: c.old_digest,
+                        new_digest: c.new.digest,
+                        diff: c.diff,
+                        blocked: c.blocked,
+                    }
+                }),
             })
             .collect()
+    }
+
+    /// Reads the pins back from the audit trail: every `tool_accepted` event, the last of each
+    /// tool winning. Call it before servers list their tools; without a trail it does nothing.
+    /// A trail that cannot be read leaves the pins to be made anew as tools are listed (said in
+    /// the error).
+    pub async fn load_pins(&self) -> Result<usize, crate::store::StoreReadError> {
+        let Some(store) = self.store() else {
+            return Ok(0);
+        };
+        let pins = &self.inner.turns.env.pins;
+        let mut after = None;
+        let mut count = 0;
+        loop {
+            let page = store
+                .events(toolwarden_protocol::AuditQuery {
+                    kind: Some("tool_accepted".to_owned()),
+                    after,
+                    limit: toolwarden_protocol::AUDIT_MAX_LIMIT,
+                    ..Default::default()
+                })
+                .await?;
+            for event in &page.events {
+                let Ok(body) = serde_json::from_str::<serde_json::Value>(event.body.get()) else {
+                    continue;
+                };
+                let text = |k: &str| body.get(k).and_then(serde_json::Value::as_str);
+                if let (Some(tool), Some(server), Some(definition)) =
+                    (text("tool"), text("server"), body.get("definition"))
+                {
+                    pins.restore(
+                        tool,
+                        server,
+                        crate::pins::Definition::from_value(definition.clone()),
+                    );
+                    count += 1;
+                }
+            }
+            match page.next {
+                Some(next) if !page.events.is_empty() => after = Some(next),
+                _ => return Ok(count),
+            }
+        }
+    }
+
+    /// The change a server made to tool `name`'s definition that waits to be accepted.
+    pub fn tool_change(&self, name: &str) -> Option<crate::pins::Change> {
+        self.inner.turns.env.pins.change(name)
+    }
+
+    /// Accepts the waiting change of tool `name` as `by` (a principal): its new definition is
+    /// pinned, `tool_accepted` says so, and calls held by `on_tool_change = "block"` run again.
+    /// `None`: no change of that tool waits.
+    pub fn accept_tool(&self, name: &str, by: &str) -> Option<crate::pins::Change> {
+        let env = &self.inner.turns.env;
+        let change = env.pins.accept(name)?;
+        env.bus.emit(
+            &Arc::new(crate::events::EventScope::default()),
+            EventKind::ToolAccepted {
+                tool: name.to_owned(),
+                server: change.server.clone(),
+                digest: change.new.digest.clone(),
+                definition: change.new.value.clone(),
+                by: Some(by.to_owned()),
+            },
+        );
+        Some(change)
     }
 
     /// The `[[rules]]` in force (`None`: there are none).

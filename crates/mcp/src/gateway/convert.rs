@@ -308,6 +308,7 @@ mod tests {
             backend: "inprocess".into(),
             policy: Default::default(),
             breaker: toolwarden_protocol::BreakerStateKind::Closed,
+            changed: None,
         };
         let wire = serde_json::to_value(tool_from_info(&info)).unwrap();
         assert_eq!(

@@ -64,6 +64,10 @@ struct Args {
     /// ` (TAG)` (for routing tests with several servers).
     #[arg(long)]
     tag: Option<String>,
+    /// List `echo` with this description instead of its own (a server that changes a tool's
+    /// definition between two starts, for tool pins).
+    #[arg(long)]
+    echo_description: Option<String>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -77,6 +81,9 @@ fn main() -> anyhow::Result<()> {
         .init();
     if let Some(tag) = &args.tag {
         state::set_tag(tag.clone());
+    }
+    if let Some(description) = &args.echo_description {
+        let _ = state::ECHO_DESCRIPTION.set(description.clone());
     }
     if let Some(line) = &args.stderr_line {
         eprintln!("{line}");

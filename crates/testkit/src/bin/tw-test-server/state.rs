@@ -110,3 +110,6 @@ pub(crate) static TAG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 pub(crate) fn set_tag(tag: String) {
     let _ = TAG.set(tag);
 }
+
+/// `echo`'s description when `--echo-description` gives one.
+pub(crate) static ECHO_DESCRIPTION: std::sync::OnceLock<String> = std::sync::OnceLock::new();

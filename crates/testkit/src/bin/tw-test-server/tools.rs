@@ -69,10 +69,13 @@ fn tool(name: &'static str, description: &'static str, props: Value) -> Tool {
 
 pub(crate) fn tools(bonus: bool) -> Vec<Tool> {
     let mut list = vec![
-        tool(
+        Tool::new(
             "echo",
-            "Answers its text.",
-            json!({"text": {"type": "string"}, "structured": {"type": "boolean"}}),
+            crate::state::ECHO_DESCRIPTION
+                .get()
+                .cloned()
+                .unwrap_or_else(|| "Answers its text.".to_owned()),
+            schema(json!({"text": {"type": "string"}, "structured": {"type": "boolean"}})),
         )
         .with_annotations(ToolAnnotations::new().read_only(true)),
         tool(

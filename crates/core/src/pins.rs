@@ -1,0 +1,326 @@
+//! Tool pins (docs/RULES.md, "Tool pins"): each tool's definition — its description, input
+//! schema and annotations — remembered the first time a server lists it, so that a server that
+//! later rewrites a trusted tool ("rug pull", tool poisoning) is noticed.
+//!
+//! A pin is a SHA-256 over the definition's canonical JSON. Pins live in the audit trail as
+//! `tool_accepted` events, each carrying the definition it pins: the first sight of a tool is
+//! recorded as one (accepted by nobody), and so is every accepted change. At start the engine reads
+//! them back ([`crate::Engine::load_pins`]); without a trail, pins last as long as the process.
+//!
+//! When a server lists a definition other than the pinned one, `tool_changed` says so with a
+//! unified diff, and the tool's `on_tool_change` decides: `warn` (the tool runs; the pin stays),
+//! `block` (its calls are denied until a person accepts the new definition), `accept` (the new
+//! definition is pinned at once). A tool listed under a name another server had is a change too.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::{Mutex, RwLock};
+use serde_json::{Map, Value};
+use toolwarden_protocol::{OnToolChange, ToolSpec};
+
+use crate::canonical;
+
+/// A tool's definition as it is pinned: its canonical JSON and its digest.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Definition {
+    /// `{"annotations", "description", "inputSchema"}`, keys sorted at every level.
+    pub value: Value,
+    /// `sha256:` and the hex of the SHA-256 of its canonical bytes.
+    pub digest: String,
+}
+
+impl Definition {
+    /// The definition of `spec`.
+    pub fn of(spec: &ToolSpec) -> Definition {
+        let mut map = Map::new();
+        map.insert(
+            "annotations".into(),
+            serde_json::to_value(&spec.annotations).unwrap_or(Value::Null),
+        );
+        if let Some(d) = &spec.description {
+            map.insert("description".into(), Value::String(d.clone()));
+        }
+        map.insert("inputSchema".into(), spec.input_schema.clone());
+        Definition::from_value(sorted(Value::Object(map)))
+    }
+
+    /// The definition a `tool_accepted` event carries.
+    pub fn from_value(value: Value) -> Definition {
+        let value = sorted(value);
+        let digest = format!("sha256:{}", hex(&canonical::digest(&value)));
+        Definition { value, digest }
+    }
+
+    fn lines(&self) -> Vec<String> {
+        serde_json::to_string_pretty(&self.value)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+fn hex(bytes: &[u8; 32]) -> String {
+    let mut s = String::with_capacity(64);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+/// `value` with every object's keys in order, whatever the map type keeps.
+fn sorted(value: Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let ordered: BTreeMap<String, Value> =
+                map.into_iter().map(|(k, v)| (k, sorted(v))).collect();
+            Value::Object(ordered.into_iter().collect())
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(sorted).collect()),
+        other => other,
+    }
+}
+
+/// A change a server made to a pinned tool, not accepted yet.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Change {
+    /// The server listing the new definition.
+    pub server: String,
+    /// The pinned definition's digest.
+    pub old_digest: String,
+    /// The new definition.
+    pub new: Definition,
+    /// A unified diff from the pinned definition to the new one.
+    pub diff: String,
+    /// Whether calls are held until it is accepted (`on_tool_change = "block"`).
+    pub blocked: bool,
+}
+
+/// What [`Pins::observe`] found.
+#[derive(Debug, PartialEq)]
+pub enum Seen {
+    /// Nothing to say: the pinned definition, or a change already announced.
+    Same,
+    /// First seen: pinned now.
+    First(Definition),
+    /// Changed: announce it (and, with `accept`, pin the new definition).
+    Changed {
+        /// The pinned definition's digest.
+        old_digest: String,
+        /// The new one.
+        new: Definition,
+        /// The diff.
+        diff: String,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct Pinned {
+    server: String,
+    definition: Definition,
+}
+
+/// Every pin of an engine, and the changes waiting to be accepted.
+#[derive(Debug, Default)]
+pub struct Pins {
+    pinned: Mutex<HashMap<String, Pinned>>,
+    changes: RwLock<HashMap<String, Change>>,
+    /// Whether any tool is blocked: calls look no further when none is.
+    any_blocked: AtomicBool,
+}
+
+impl Pins {
+    /// Pins `definition` for `tool` as read back from the trail (the last one read wins).
+    pub fn restore(&self, tool: &str, server: &str, definition: Definition) {
+        self.pinned.lock().insert(
+            tool.to_owned(),
+            Pinned {
+                server: server.to_owned(),
+                definition,
+            },
+        );
+    }
+
+    /// A server lists `spec` as `tool`: compares it with the pin and records what `on_change`
+    /// makes of a difference.
+    pub fn observe(
+        &self,
+        tool: &str,
+        server: &str,
+        spec: &ToolSpec,
+        on_change: OnToolChange,
+    ) -> Seen {
+        let new = Definition::of(spec);
+        let mut pinned = self.pinned.lock();
+        let Some(pin) = pinned.get(tool) else {
+            pinned.insert(
+                tool.to_owned(),
+                Pinned {
+                    server: server.to_owned(),
+                    definition: new.clone(),
+                },
+            );
+            return Seen::First(new);
+        };
+        if pin.definition.digest == new.digest && pin.server == server {
+            // Listed as pinned again (a change was undone): nothing is waiting any more.
+            if self.changes.write().remove(tool).is_some() {
+                self.refresh_blocked();
+            }
+            return Seen::Same;
+        }
+        let mut diff = unified_diff(&pin.definition.lines(), &new.lines());
+        if pin.server != server {
+            diff = format!("server: {:?} → {server:?}\n{diff}", pin.server);
+        }
+        let old_digest = pin.definition.digest.clone();
+        if on_change == OnToolChange::Accept {
+            pinned.insert(
+                tool.to_owned(),
+                Pinned {
+                    server: server.to_owned(),
+                    definition: new.clone(),
+                },
+            );
+            drop(pinned);
+            self.changes.write().remove(tool);
+            self.refresh_blocked();
+            return Seen::Changed {
+                old_digest,
+                new,
+                diff,
+            };
+        }
+        drop(pinned);
+        let mut changes = self.changes.write();
+        if changes
+            .get(tool)
+            .is_some_and(|c| c.new.digest == new.digest && c.server == server)
+        {
+            return Seen::Same;
+        }
+        changes.insert(
+            tool.to_owned(),
+            Change {
+                server: server.to_owned(),
+                old_digest: old_digest.clone(),
+                new: new.clone(),
+                diff: diff.clone(),
+                blocked: on_change == OnToolChange::Block,
+            },
+        );
+        drop(changes);
+        self.refresh_blocked();
+        Seen::Changed {
+            old_digest,
+            new,
+            diff,
+        }
+    }
+
+    fn refresh_blocked(&self) {
+        let any = self.changes.read().values().any(|c| c.blocked);
+        self.any_blocked.store(any, Ordering::Release);
+    }
+
+    /// Whether calls of `tool` are held until its change is accepted.
+    pub fn blocked(&self, tool: &str) -> bool {
+        self.any_blocked.load(Ordering::Acquire)
+            && self.changes.read().get(tool).is_some_and(|c| c.blocked)
+    }
+
+    /// The change of `tool` waiting to be accepted, if any.
+    pub fn change(&self, tool: &str) -> Option<Change> {
+        self.changes.read().get(tool).cloned()
+    }
+
+    /// Accepts the waiting change of `tool`: its new definition is pinned. `None`: nothing
+    /// waits.
+    pub fn accept(&self, tool: &str) -> Option<Change> {
+        let change = self.changes.write().remove(tool)?;
+        self.pinned.lock().insert(
+            tool.to_owned(),
+            Pinned {
+                server: change.server.clone(),
+                definition: change.new.clone(),
+            },
+        );
+        self.refresh_blocked();
+        Some(change)
+    }
+}
+
+/// A unified diff of two texts' lines (one hunk around each run of changes, three lines of
+/// context).
+pub fn unified_diff(old: &[String], new: &[String]) -> String {
+    // Longest common subsequence, by table: definitions are small.
+    let (n, m) = (old.len(), new.len());
+    let mut lcs = vec![vec![0u32; m + 1]; n + 1];
+    for i in (0..n).rev() {
+        for j in (0..m).rev() {
+            lcs[i][j] = if old[i] == new[j] {
+                lcs[i + 1][j + 1] + 1
+            } else {
+                lcs[i + 1][j].max(lcs[i][j + 1])
+            };
+        }
+    }
+    // The edit script: (' ' | '-' | '+', old index, new index, line).
+    let mut ops: Vec<(char, usize, usize, &str)> = Vec::new();
+    let (mut i, mut j) = (0, 0);
+    while i < n || j < m {
+        if i < n && j < m && old[i] == new[j] {
+            ops.push((' ', i, j, &old[i]));
+            i += 1;
+            j += 1;
+        } else if j < m && (i == n || lcs[i][j + 1] >= lcs[i + 1][j]) {
+            ops.push(('+', i, j, &new[j]));
+            j += 1;
+        } else {
+            ops.push(('-', i, j, &old[i]));
+            i += 1;
+        }
+    }
+    const CONTEXT: usize = 3;
+    let mut out = String::from("--- pinned\n+++ listed\n");
+    let mut k = 0;
+    while k < ops.len() {
+        if ops[k].0 == ' ' {
+            k += 1;
+            continue;
+        }
+        // A hunk: from CONTEXT lines before this change to CONTEXT lines after the last change
+        // that is at most 2·CONTEXT lines from the next.
+        let start = k.saturating_sub(CONTEXT);
+        let mut end = k;
+        let mut last_change = k;
+        while end < ops.len() {
+            if ops[end].0 != ' ' {
+                last_change = end;
+            } else if end - last_change > 2 * CONTEXT {
+                break;
+            }
+            end += 1;
+        }
+        let end = (last_change + CONTEXT + 1).min(ops.len());
+        let hunk = &ops[start..end];
+        let old_len = hunk.iter().filter(|o| o.0 != '+').count();
+        let new_len = hunk.iter().filter(|o| o.0 != '-').count();
+        let _ = writeln!(
+            out,
+            "@@ -{},{old_len} +{},{new_len} @@",
+            hunk[0].1 + 1,
+            hunk[0].2 + 1
+        );
+        for (op, _, _, line) in hunk {
+            let _ = writeln!(out, "{op}{line}");
+        }
+        k = end;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;
