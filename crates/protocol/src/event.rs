@@ -269,10 +269,9 @@ pub enum EventKind {
         /// When the call may be allowed, in milliseconds from now.
         retry_after_ms: u64,
     },
-    /// A server listed a tool whose definition differs from the one pinned for its name.
+    /// A server listed a tool whose definition differs from the one pinned for its name (the
+    /// tool, as agents call it, is the event's `tool`).
     ToolChanged {
-        /// The tool, as agents call it.
-        tool: String,
         /// The server listing it now.
         server: String,
         /// The pinned definition's digest (`sha256:…`).
@@ -284,11 +283,9 @@ pub enum EventKind {
         /// What `on_tool_change` made of it: `warn`, `block` or `accept`.
         action: OnToolChange,
     },
-    /// A tool's definition was pinned: first seen, or a changed definition accepted. The trail's
-    /// `tool_accepted` events are the pins.
+    /// A tool's definition was pinned: first seen, or a changed definition accepted (the tool is
+    /// the event's `tool`). The trail's `tool_accepted` events are the pins.
     ToolAccepted {
-        /// The tool.
-        tool: String,
         /// The server that lists it.
         server: String,
         /// The definition's digest (`sha256:…`).
@@ -444,6 +441,56 @@ mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
     use serde_json::json;
+
+    #[test]
+    fn the_governance_events_read_back_as_written() {
+        let scope = Arc::new(EventScope {
+            tool: Some("t__echo".into()),
+            ..EventScope::default()
+        });
+        for kind in [
+            EventKind::HookDecision {
+                hook: "review".into(),
+                decision: crate::RuleDecision::Ask,
+                duration_ms: 4,
+                rewritten: true,
+                reason: Some("why".into()),
+                failed: true,
+                original_args: Some(json!({"a": 1})),
+                args: Some(json!({"a": 2})),
+            },
+            EventKind::QuotaExceeded {
+                quota: 1,
+                reason: DenyReason::RateLimit,
+                bucket: "alice".into(),
+                retry_after_ms: 12_000,
+            },
+            EventKind::ToolChanged {
+                server: "t".into(),
+                old_digest: "sha256:a".into(),
+                new_digest: "sha256:b".into(),
+                diff: "-a\n+b\n".into(),
+                action: OnToolChange::Block,
+            },
+            EventKind::ToolAccepted {
+                server: "t".into(),
+                digest: "sha256:b".into(),
+                definition: json!({"description": "x"}),
+                by: Some("alice".into()),
+            },
+        ] {
+            let e = Event {
+                seq: 3,
+                ts: Timestamp::from_unix_millis(0),
+                scope: scope.clone(),
+                kind,
+            };
+            let text = serde_json::to_string(&e).unwrap();
+            assert!(EVENT_TYPES.contains(&e.kind.name()), "{text}");
+            let back: Event = serde_json::from_str(&text).unwrap();
+            assert_eq!(back, e, "{text}");
+        }
+    }
 
     #[test]
     fn events_serialize_flat_with_their_type() {

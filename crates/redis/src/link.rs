@@ -307,6 +307,9 @@ fn flush_missed(inner: &Inner) {
     }
 }
 
+/// How an accepted tool change is told apart in a message of events without parsing it.
+const ACCEPTED: &str = "\"type\":\"tool_accepted\"";
+
 /// Carries out what the other replicas say, in the order they said it.
 async fn inbox(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<PushInfo>, engine: Engine) {
     let (breakers, aborts, replies, events) = (
@@ -326,17 +329,34 @@ async fn inbox(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<PushInfo>, eng
         if channel == events {
             // This replica's own events come back on the channel, and nobody may be following
             // the others': neither is read any further.
-            if payload.starts_with(&own_events) || !engine.remote_events_followed() {
+            // (A tool's change accepted elsewhere is read whoever follows: it frees the calls
+            // this replica holds for it.)
+            let followed = engine.remote_events_followed();
+            let accepted = payload
+                .windows(ACCEPTED.len())
+                .any(|w| w == ACCEPTED.as_bytes());
+            if payload.starts_with(&own_events) || !(followed || accepted) {
                 continue;
             }
             for line in payload.split(|b| *b == b'\n') {
                 if let Ok(m) = serde_json::from_slice::<EventMsg>(line)
                     && *m.replica != *inner.replica
                 {
-                    engine.push_remote_event(RemoteEvent {
-                        replica: Arc::from(m.replica),
-                        event: m.event,
-                    });
+                    if let toolwarden_protocol::EventKind::ToolAccepted {
+                        digest,
+                        by: Some(_),
+                        ..
+                    } = &m.event.kind
+                        && let Some(tool) = &m.event.scope.tool
+                    {
+                        engine.tool_accepted_elsewhere(tool, digest);
+                    }
+                    if followed {
+                        engine.push_remote_event(RemoteEvent {
+                            replica: Arc::from(m.replica),
+                            event: m.event,
+                        });
+                    }
                 }
             }
         } else if channel == gates {

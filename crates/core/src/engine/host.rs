@@ -113,9 +113,11 @@ fn announce(
     action: toolwarden_protocol::OnToolChange,
 ) {
     use crate::pins::Seen;
-    let scope = Arc::new(EventScope::default());
+    let scope = Arc::new(EventScope {
+        tool: Some(Arc::from(tool)),
+        ..EventScope::default()
+    });
     let accepted = |definition: crate::pins::Definition| EventKind::ToolAccepted {
-        tool: tool.to_owned(),
         server: server.to_owned(),
         digest: definition.digest,
         definition: definition.value,
@@ -140,7 +142,6 @@ fn announce(
             env.bus.emit(
                 &scope,
                 EventKind::ToolChanged {
-                    tool: tool.to_owned(),
                     server: server.to_owned(),
                     old_digest,
                     new_digest: new.digest.clone(),

@@ -498,9 +498,11 @@ impl Engine {
         let env = &self.inner.turns.env;
         let change = env.pins.accept(name)?;
         env.bus.emit(
-            &Arc::new(crate::events::EventScope::default()),
+            &Arc::new(crate::events::EventScope {
+                tool: Some(Arc::from(name)),
+                ..crate::events::EventScope::default()
+            }),
             EventKind::ToolAccepted {
-                tool: name.to_owned(),
                 server: change.server.clone(),
                 digest: change.new.digest.clone(),
                 definition: change.new.value.clone(),
@@ -508,6 +510,15 @@ impl Engine {
             },
         );
         Some(change)
+    }
+
+    /// Another replica accepted tool `name`'s change to the definition `digest`: if this
+    /// replica holds the same change, it is pinned here too (that replica recorded it).
+    pub fn tool_accepted_elsewhere(&self, name: &str, digest: &str) {
+        let pins = &self.inner.turns.env.pins;
+        if pins.change(name).is_some_and(|c| c.new.digest == digest) {
+            pins.accept(name);
+        }
     }
 
     /// The `[[rules]]` in force (`None`: there are none).
