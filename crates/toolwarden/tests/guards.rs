@@ -450,3 +450,39 @@ async fn bad_hooks_and_quotas_are_named_by_file_line_and_key() {
         );
     }
 }
+
+/// A call that a quota matches costs one script on Redis (and, for a concurrency cap, one
+/// `ZREM` written behind it): counted by a Redis of this test alone.
+#[tokio::test]
+async fn a_quota_check_with_redis_is_one_round_trip_per_call() {
+    use crate::scale_out::{Throwaway, command_counts, delta, exec, wait_health};
+    let redis = Throwaway::start(None);
+    let url = format!("redis://127.0.0.1:{}", redis.port);
+    let r = replica(
+        &url,
+        &prefix("quota-count"),
+        "[[quotas]]\ntools = [\"exec\"]\nrate = \"1000/min\"\nconcurrency = 8\n",
+    )
+    .await;
+    wait_health(&r, "ok").await;
+    const N: u64 = 50;
+    // The first call loads the script.
+    assert_eq!(exec(&r.url, "warm", "true", None).await["status"], "ok");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let before = command_counts(&url).await;
+    for i in 0..N {
+        assert_eq!(exec(&r.url, &format!("q{i}"), "true", None).await["status"], "ok");
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let after = command_counts(&url).await;
+    let per_call = |name: &str| {
+        (after.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0)) as f64
+            / N as f64
+    };
+    let counted = delta(&before, &after, N);
+    println!("redis commands per call with a quota: {counted}");
+    assert_eq!(per_call("evalsha"), 1.0, "{counted}");
+    assert_eq!(per_call("zrem"), 1.0, "{counted}");
+    assert_eq!(per_call("eval"), 0.0, "{counted}");
+    stop_replica(r).await;
+}
