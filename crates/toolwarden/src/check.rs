@@ -174,6 +174,7 @@ pub(crate) async fn run(config_path: Option<&Path>, args: CheckArgs) -> anyhow::
         println!("config: {}", stack::describe_origin(&stack.config));
         println!("{store_line}");
         print!("{}", principals_text(&principals, &oauth));
+        print!("{}", guards_text(&stack.config));
         if servers.is_empty() {
             println!("servers: none configured");
         } else {
@@ -307,6 +308,62 @@ async fn principals(config: &toolwarden_core::Config, offline: bool) -> (Vec<Val
 }
 
 /// The principals, as `check` prints them.
+/// The rules, hooks and quotas in force, a line each (nothing when there are none).
+fn guards_text(config: &toolwarden_core::Config) -> String {
+    let mut out = String::new();
+    let file = &config.file;
+    if !file.rules.is_empty() {
+        out.push_str(&format!(
+            "rules: {} (`check --explain TOOL` shows which decide a call)\n",
+            file.rules.len()
+        ));
+    }
+    if let Some(hooks) = &config.hooks {
+        out.push_str("hooks:\n");
+        for h in hooks.list() {
+            let target = match &h.target {
+                toolwarden_core::hooks::HookTarget::Url(url) => url.clone(),
+                toolwarden_core::hooks::HookTarget::Command(argv) => argv.join(" "),
+            };
+            let tools = file
+                .hooks
+                .get(&h.name)
+                .and_then(|c| c.tools.as_ref())
+                .map_or("every tool".to_owned(), |t| t.join(", "));
+            out.push_str(&format!(
+                "  {}: {target} for {tools}; timeout {}, on error {}\n",
+                h.name,
+                toolwarden_protocol::format_duration(h.timeout),
+                h.on_error.as_str()
+            ));
+        }
+    }
+    if let Some(quotas) = &config.quotas {
+        out.push_str("quotas:\n");
+        for (q, c) in quotas.list().iter().zip(&file.quotas) {
+            let mut limits = Vec::new();
+            if let Some(rate) = &c.rate {
+                limits.push(rate.clone());
+            }
+            if let Some(n) = q.concurrency {
+                limits.push(format!("{n} at once"));
+            }
+            let list = |g: &Option<Vec<String>>, all: &str| {
+                g.as_ref().map_or(all.to_owned(), |g| g.join(", "))
+            };
+            out.push_str(&format!(
+                "  quotas[{}]: {} per {} for {} (principals: {})\n",
+                q.index,
+                limits.join(", "),
+                q.per.as_str(),
+                list(&c.tools, "every tool"),
+                list(&c.principals, "all")
+            ));
+        }
+    }
+    out
+}
+
 fn principals_text(principals: &[Value], oauth: &Value) -> String {
     let mut out = String::from("principals:\n");
     for p in principals {
