@@ -105,13 +105,23 @@ export async function waitFor(check, { timeout = 15_000, interval = 50, what = "
   }
 }
 
+/** A temp dir of the test's own, removed when the test ends (e.g. for two runs of serve on one audit trail). */
+export function makeTempDir(prefix = "tw-browser-") {
+  const dir = tempDir(prefix);
+  onCleanup(() => removeDir(dir));
+  return dir;
+}
+
 /**
  * `toolwarden serve` on an ephemeral port of 127.0.0.1, with the test server as `test` and
- * `extra` TOML appended; resolves once the test server is up. `env` adds variables (a token),
- * `args` arguments of `serve` (`--headless`).
+ * `extra` TOML appended (keys before its first table go to `[servers.test]`); resolves once the
+ * test server is up. `env` adds variables (a token), `args` arguments of `serve` (`--headless`).
+ * `dir`: run in this directory (from makeTempDir: it stays when serve stops, so a later serve
+ * finds its audit trail); by default a temp dir of its own, removed when it stops. `stop()`
+ * resolves with how the process exited ({code, signal}).
  */
-export async function startServe({ extra = "", env = {}, args = [] } = {}) {
-  const dir = tempDir("tw-browser-");
+export async function startServe({ extra = "", env = {}, args = [], dir: givenDir = null } = {}) {
+  const dir = givenDir ?? tempDir("tw-browser-");
   const config = `[servers.test]\ncommand = ${tomlStr(testServerBin())}\n\n${extra}\n`;
   writeFileSync(join(dir, "toolwarden.toml"), config);
   // The audit trail, unless `extra` gives it a [store] path, goes to the platform data dir: this
@@ -139,7 +149,8 @@ export async function startServe({ extra = "", env = {}, args = [] } = {}) {
       clearTimeout(timer);
     }
     children.delete(child);
-    removeDir(dir);
+    if (!givenDir) removeDir(dir);
+    return exited;
   };
   onCleanup(stop);
   const url = await waitFor(() => stderr.match(/listening on (http:\/\/127\.0\.0\.1:\d+)/)?.[1], {

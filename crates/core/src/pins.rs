@@ -275,12 +275,13 @@ pub fn unified_diff(old: &[String], new: &[String]) -> String {
             ops.push((' ', i, j, &old[i]));
             i += 1;
             j += 1;
-        } else if j < m && (i == n || lcs[i][j + 1] >= lcs[i + 1][j]) {
-            ops.push(('+', i, j, &new[j]));
-            j += 1;
-        } else {
+        } else if i < n && (j == m || lcs[i + 1][j] >= lcs[i][j + 1]) {
+            // What goes before what comes, as diffs show a replaced line.
             ops.push(('-', i, j, &old[i]));
             i += 1;
+        } else {
+            ops.push(('+', i, j, &new[j]));
+            j += 1;
         }
     }
     const CONTEXT: usize = 3;

@@ -5,10 +5,11 @@
 // - `GET /v1/events` (sse.js), from the first event the server still keeps, then live; after a
 //   dropped connection it resumes with Last-Event-ID, so what happened meanwhile is replayed;
 // - snapshots of what is true now (`/v1/turns/active`, `/v1/interactions`, `/v1/tools`,
-//   `/healthz`) when the page opens and whenever the stream says events were lost;
+//   `/healthz`) when the page opens and whenever the stream says events were lost; the tools
+//   again when a server (re)starts or a tool's pinned definition changes or is accepted;
 // - who the page is (`/v1/me`: its principal and scopes) each time a stream opens, so after a
 //   token is entered: the header names it, and Cancel buttons the server would refuse (other
-//   principals' work, without `abort`) are not offered;
+//   principals' work, without `abort`) are not offered, nor Accept without `admin`;
 // - the audit history (audit.js) reads `/v1/audit/calls` when asked, and learns from the stream
 //   only which of the calls it shows as running have ended since.
 
@@ -91,6 +92,15 @@ view.requestFrame = requestFrame;
 
 let resyncRunning = null;
 let resyncAgain = false;
+/** The `GET /v1/tools` requests asked and the newest applied: an older answer that arrives late is dropped. */
+let toolsAsked = 0;
+let toolsApplied = 0;
+
+function applyTools(ask, answer) {
+  if (ask < toolsApplied) return;
+  toolsApplied = ask;
+  model.applyTools(answer?.tools ?? []);
+}
 
 /** Reads what is true now and merges it into the model (one at a time; one more if asked meanwhile). */
 function resync() {
@@ -102,6 +112,7 @@ function resync() {
     do {
       resyncAgain = false;
       const seq = model.lastSeq;
+      const toolsAsk = (toolsAsked += 1);
       const results = await Promise.allSettled([
         api.get("/v1/turns/active"),
         api.get("/v1/interactions"),
@@ -111,7 +122,7 @@ function resync() {
       const [active, interactions, tools, health] = results.map((r) => (r.status === "fulfilled" ? r.value : null));
       if (active) model.applyActive(active.turns ?? [], seq);
       if (interactions) model.applyInteractions(interactions.interactions ?? [], seq);
-      if (tools) model.applyTools(tools.tools ?? []);
+      if (tools) applyTools(toolsAsk, tools);
       if (health) model.applyServers(health.servers);
       requestFrame();
       if (results.some((r) => r.status === "rejected")) {
@@ -215,14 +226,34 @@ function afterEvent(ev) {
     audit.noteEnded(ev.turn_id, ev.call_id);
   } else if (ev.type === "server_state") {
     // A server that (re)started may list other tools.
-    clearTimeout(toolsRefresh);
-    toolsRefresh = setTimeout(() => {
-      api.get("/v1/tools").then((t) => {
-        model.applyTools(t.tools ?? []);
-        requestFrame();
-      }, () => {});
-    }, 500);
+    refreshTools(500);
+  } else if (ev.type === "tool_changed" || ev.type === "tool_accepted") {
+    // A definition changed, or a change was accepted (here, elsewhere, or on another replica):
+    // the badges, diffs and Accept buttons follow what the server lists now.
+    refreshTools(150);
   }
+}
+
+/** Reads `GET /v1/tools` again after `delay` ms (a burst of events asks once); resolves when it did. */
+let toolsWaiting = [];
+function refreshTools(delay = 0) {
+  clearTimeout(toolsRefresh);
+  const done = new Promise((resolve) => toolsWaiting.push(resolve));
+  toolsRefresh = setTimeout(() => {
+    const waiting = toolsWaiting;
+    toolsWaiting = [];
+    const ask = (toolsAsked += 1);
+    api.get("/v1/tools").then(
+      (t) => {
+        applyTools(ask, t);
+        requestFrame();
+      },
+      () => {},
+    ).finally(() => {
+      for (const resolve of waiting) resolve();
+    });
+  }, delay);
+  return done;
 }
 
 // --- buttons --------------------------------------------------------------------------------
@@ -234,7 +265,34 @@ document.addEventListener("click", (event) => {
   if (action === "cancel-call") cancelCall(button.dataset.turn, button.dataset.call);
   else if (action === "cancel-turn") cancelTurn(button.dataset.turn);
   else if (action === "approve" || action === "deny") answer(button.dataset.id, action, button);
+  else if (action === "toggle-diff") view.toggleDiff(button.dataset.tool);
+  else if (action === "accept-tool") acceptTool(button.dataset.tool);
 });
+
+/** Accepts a tool's changed definition (`POST /v1/tools/{name}/accept`, scope `admin`). */
+async function acceptTool(name) {
+  if (!name || model.toolsAccepting.has(name)) return;
+  model.setAccepting(name, true);
+  model.setAcceptError(null);
+  requestFrame();
+  try {
+    const r = await api.post(`/v1/tools/${encodeURIComponent(name)}/accept`);
+    announce(`Accepted the new definition of ${name}${r?.server ? ` (server ${r.server})` : ""}`);
+  } catch (e) {
+    let message;
+    if (e instanceof ApiError && e.status === 409) message = `Nothing waits to be accepted for ${name} any more (it was accepted, or its server listed the pinned definition again).`;
+    else if (e instanceof ApiError && e.status === 403) message = `Could not accept ${name}: accepting needs the admin scope (${e.message}).`;
+    else if (e instanceof ApiError && e.status === 404) message = `Could not accept ${name}: the server knows no such tool (${e.message}).`;
+    else message = `Could not accept ${name}: ${e.message}`;
+    model.setAcceptError({ tool: name, message });
+    announce(message);
+  } finally {
+    model.setAccepting(name, false);
+    requestFrame();
+  }
+  // What the server lists now: the change gone (or, after a refusal, still there).
+  await refreshTools(0);
+}
 
 async function cancelCall(turnId, callId) {
   const call = model.calls.get(callKey(turnId, callId));

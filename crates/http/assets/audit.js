@@ -32,8 +32,11 @@ import {
   retryText,
   ruleDecisionParts,
   ruleDecisionText,
+  shortDigest,
   shortId,
   stopText,
+  toolAcceptedText,
+  toolChangedText,
 } from "./format.js";
 import { h } from "./view.js";
 
@@ -151,6 +154,10 @@ export function eventLabel(ev) {
       return `no answer within ${ms(ev.after_ms)}`;
     case "cache_hit":
       return `cache hit${ev.origin_call_id ? ` (result of call ${ev.origin_call_id})` : ""}`;
+    case "tool_changed":
+      return toolChangedText(ev);
+    case "tool_accepted":
+      return toolAcceptedText(ev);
     default:
       return String(ev.type ?? "event");
   }
@@ -185,6 +192,10 @@ export function eventDetail(ev) {
     }
     case "interaction_answered":
       return `${eventLabel(ev)}${ev.kind ? ` (${ev.kind})` : ""}`;
+    case "tool_changed":
+      return `${eventLabel(ev)}: ${shortDigest(ev.old_digest)} → ${shortDigest(ev.new_digest)}`;
+    case "tool_accepted":
+      return `${eventLabel(ev)}: ${shortDigest(ev.digest)}`;
     default:
       return eventLabel(ev);
   }

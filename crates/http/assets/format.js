@@ -305,3 +305,48 @@ export function whoText(me) {
   }
   return { text: `Signed in as ${me.principal}`, title: `Principal ${me.principal}. Scopes: ${scopes}` };
 }
+
+// --- tool pins ------------------------------------------------------------------------------
+
+/** A digest shortened for a line: `sha256:` and its first 12 hex digits. */
+export function shortDigest(digest) {
+  const s = String(digest ?? "");
+  const m = /^([a-z0-9]+:)([0-9a-f]+)$/i.exec(s);
+  return m && m[2].length > 12 ? `${m[1]}${m[2].slice(0, 12)}…` : s;
+}
+
+/** A `tool_changed` event in words: "tool test__echo changed on server test (block)". */
+export function toolChangedText(ev) {
+  return `tool ${ev?.tool ?? "?"} changed on server ${ev?.server ?? "?"} (${ev?.action ?? "?"})`;
+}
+
+/**
+ * A `tool_accepted` event in words: "tool test__echo accepted by alice" when a person accepted
+ * it; "tool test__echo pinned on server test" when nobody did (the tool was first listed, or
+ * `on_tool_change = "accept"` took the change).
+ */
+export function toolAcceptedText(ev) {
+  const tool = ev?.tool ?? "?";
+  return typeof ev?.by === "string" && ev.by !== "" ? `tool ${tool} accepted by ${ev.by}` : `tool ${tool} pinned on server ${ev?.server ?? "?"}`;
+}
+
+/**
+ * A unified diff's lines, each with what it is, for colouring: `head` (the `--- pinned` and
+ * `+++ listed` lines before the first hunk), `meta` (other lines before it, such as the
+ * `server: "a" → "b"` line of a tool that moved), `hunk` (`@@ … @@`), `del` (`-`), `add` (`+`)
+ * and `context` (the rest). Only the text is kept; the page puts it on as text.
+ */
+export function diffLines(diff) {
+  const text = String(diff ?? "").replace(/\n$/, "");
+  if (text === "") return [];
+  let inHunks = false;
+  return text.split("\n").map((line) => {
+    if (line.startsWith("@@")) {
+      inHunks = true;
+      return { kind: "hunk", text: line };
+    }
+    if (!inHunks) return { kind: line.startsWith("--- ") || line.startsWith("+++ ") ? "head" : "meta", text: line };
+    const first = line[0];
+    return { kind: first === "-" ? "del" : first === "+" ? "add" : "context", text: line };
+  });
+}

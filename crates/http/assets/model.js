@@ -2,7 +2,15 @@
 // reads this model and the `dirty` sets it leaves, once per animation frame, so a burst of events
 // costs one render, not one per event. The tests run it in Node.
 
-import { hookDecisionText, outcomeStopsWork, quotaExceededText, ruleDecisionText, stopText } from "./format.js";
+import {
+  hookDecisionText,
+  outcomeStopsWork,
+  quotaExceededText,
+  ruleDecisionText,
+  stopText,
+  toolAcceptedText,
+  toolChangedText,
+} from "./format.js";
 
 /** The key of a call (call ids are unique within their turn only); turn ids hold no "/". */
 export function callKey(turnId, callId) {
@@ -35,6 +43,9 @@ export function passesFilter(filter, owner) {
   return !filter || owner === filter;
 }
 
+/** How many tool_changed / tool_accepted events the page keeps for its list of definition changes. */
+const PIN_LOG_LIMIT = 50;
+
 /** How long a call may stay "stopping" without its `tool_stopped` before the page gives up on it. */
 const STOP_UNCONFIRMED_MS = 120_000;
 /** How many ended turn ids are remembered, so that an older snapshot cannot bring one back. */
@@ -57,8 +68,22 @@ export class Model {
     this.interactions = new Map();
     /** server name → {state, detail}. */
     this.servers = new Map();
-    /** tool name → {backend, breaker, ...} from /v1/tools and breaker_state events. */
+    /**
+     * tool name → {backend, breaker, state, changed} from /v1/tools and breaker_state events;
+     * `changed` is the change its server made to its pinned definition, waiting to be accepted
+     * ({server, old_digest, new_digest, diff, blocked}), else null.
+     */
     this.tools = new Map();
+    /**
+     * What happened to tools' pinned definitions, oldest first (at most PIN_LOG_LIMIT): every
+     * tool_changed, and every tool_accepted that a person gave or that followed a change (a tool
+     * pinned when first listed is not worth a line).
+     */
+    this.pinLog = [];
+    /** Tools whose Accept is on its way to the server. */
+    this.toolsAccepting = new Set();
+    /** What went wrong with the last Accept ({tool, message}), until the next one; null: nothing. */
+    this.acceptError = null;
     this.ended = new Set();
     this.endedOrder = [];
     this.answered = new Set();
@@ -424,10 +449,56 @@ export class Model {
     }
   }
 
-  /** Replaces what `GET /v1/tools` lists (backends and breakers). */
+  /** Replaces what `GET /v1/tools` lists (backends, breakers, changed definitions). */
   applyTools(list) {
-    this.tools = new Map(list.map((t) => [t.name, { backend: t.backend, breaker: t.breaker ?? "closed", state: t.backend_state }]));
+    this.tools = new Map(
+      list.map((t) => [t.name, { backend: t.backend, breaker: t.breaker ?? "closed", state: t.backend_state, changed: validChange(t.changed) }]),
+    );
     this.dirty.servers = true;
+    this.dirty.tools = true;
+  }
+
+  /** The tools whose definition changed and waits to be accepted, blocked ones first, then by name. */
+  changedTools() {
+    const out = [];
+    for (const [name, t] of this.tools) if (t.changed) out.push({ name, ...t });
+    return out.sort((a, b) => Number(b.changed.blocked) - Number(a.changed.blocked) || a.name.localeCompare(b.name));
+  }
+
+  /** Whether the page may accept a tool's changed definition (`admin`); until it knows who it is, yes: the server decides. */
+  mayAccept() {
+    return !this.me || hasScope(this.me, "admin");
+  }
+
+  /** An Accept of `tool` left (`busy`) or came back. */
+  setAccepting(tool, busy) {
+    if (busy) this.toolsAccepting.add(tool);
+    else this.toolsAccepting.delete(tool);
+    this.dirty.tools = true;
+  }
+
+  /** What went wrong with an Accept (null: clears it). */
+  setAcceptError(error) {
+    this.acceptError = error;
+    this.dirty.tools = true;
+  }
+
+  notePin(ev, type) {
+    if (!ev.tool) return;
+    const entry = {
+      seq: ev.seq ?? null,
+      at: ev.ts ? this.serverTime(ev.ts) : this.serverNow(),
+      ts: ev.ts ?? null,
+      type,
+      tool: ev.tool,
+      server: ev.server ?? null,
+      action: ev.action ?? null,
+      by: ev.by ?? null,
+      text: type === "tool_changed" ? toolChangedText(ev) : toolAcceptedText(ev),
+    };
+    this.pinLog.push(entry);
+    if (this.pinLog.length > PIN_LOG_LIMIT) this.pinLog.splice(0, this.pinLog.length - PIN_LOG_LIMIT);
+    this.dirty.pinLog = true;
   }
 
   /** Replaces the servers `GET /healthz` lists. */
@@ -543,12 +614,28 @@ function newDirty() {
     recentAdded: 0,
     stopping: false,
     summary: false,
-    /** Who the page is changed (the header says it; Cancel buttons follow). */
+    /** Who the page is changed (the header says it; Cancel and Accept buttons follow). */
     me: false,
     /** The live view's principal filter changed. */
     filter: false,
     /** A principal was seen for the first time (the filter's choices). */
     principals: false,
+    /** The tools' list changed, or an Accept left or came back. */
+    tools: false,
+    /** A tool_changed or tool_accepted was added to pinLog. */
+    pinLog: false,
+  };
+}
+
+/** A `changed` of `GET /v1/tools` as the page keeps it, or null when there is none (or it is not one). */
+function validChange(c) {
+  if (!c || typeof c !== "object") return null;
+  return {
+    server: String(c.server ?? ""),
+    old_digest: String(c.old_digest ?? ""),
+    new_digest: String(c.new_digest ?? ""),
+    diff: typeof c.diff === "string" ? c.diff : "",
+    blocked: c.blocked === true,
   };
 }
 
@@ -740,9 +827,20 @@ const HANDLERS = {
     m.forgetInteraction(ev.interaction_id);
   },
 
+  tool_changed(m, ev) {
+    m.notePin(ev, "tool_changed");
+  },
+
+  tool_accepted(m, ev) {
+    // A person's acceptance, or one that follows a change (on_tool_change = "accept"); a tool
+    // pinned when first listed (every tool of a new server) is left out.
+    const last = m.pinLog.findLast((e) => e.tool === ev.tool);
+    if (ev.by || (last?.type === "tool_changed" && last.action === "accept")) m.notePin(ev, "tool_accepted");
+  },
+
   breaker_state(m, ev) {
     if (!ev.tool) return;
-    const tool = m.tools.get(ev.tool) ?? { backend: ev.tool.split("__")[0], state: "up" };
+    const tool = m.tools.get(ev.tool) ?? { backend: ev.tool.split("__")[0], state: "up", changed: null };
     tool.breaker = ev.state;
     m.tools.set(ev.tool, tool);
     m.dirty.servers = true;

@@ -9,7 +9,9 @@
 
 import {
   clockTime,
+  dateTime,
   denialDetail,
+  diffLines,
   elapsedBand,
   elapsedResolution,
   firstLine,
@@ -19,6 +21,8 @@ import {
   outcomeTag,
   outcomeText,
   progressText,
+  preciseTime,
+  shortDigest,
   shortId,
   stateText,
   whoText,
@@ -65,6 +69,11 @@ export class View {
     this.lastSecond = 0;
     this.turnsEmptyStale = false;
     this.rowTemplate = doc.getElementById("call-row");
+    this.toolCards = new Map(); // tool name → card record (tools whose definition changed)
+    this.openDiffs = new Set(); // `${tool}\n${new_digest}` of the diffs shown
+    this.toolsShown = ""; // what the table of all tools shows, to skip redrawing it unchanged
+    this.toolsDrawn = false; // whether the tools were drawn once (later changes are announced)
+    this.ids = 0;
   }
 
   /** The browser starts or stops rendering a turn: on screen again, its rows catch up at once. */
@@ -120,6 +129,8 @@ export class View {
     this.tickStopping(now);
     if (d.recent || d.calls.size > 0 || d.filter) this.renderRecent(d.recentAdded, d.calls, d.filter);
     if (d.servers) this.renderServers();
+    if (d.tools || d.me) this.renderTools();
+    if (d.pinLog) this.renderPinLog();
     if (d.summary) this.renderSummary();
     if (d.me) this.renderMe();
     if (d.principals || d.me || d.filter) this.renderPrincipalFilter();
@@ -728,6 +739,182 @@ export class View {
     this.$("servers-empty").hidden = rows.length > 0;
   }
 
+  // --- tools and their pinned definitions ---------------------------------------------------
+
+  /**
+   * The tools whose definition changed since it was pinned, each a card with its badge, what it
+   * means, its diff (a press away) and Accept; and the table of every tool, changed ones marked.
+   */
+  renderTools() {
+    const m = this.model;
+    const list = this.$("tool-changes");
+    if (!list) return;
+    const changed = m.changedTools();
+    const mayAccept = m.mayAccept();
+    const names = new Set(changed.map((t) => t.name));
+    for (const [name, rec] of this.toolCards) {
+      const t = m.tools.get(name);
+      if (names.has(name) && rec.key === changeKey(t.changed)) continue;
+      // Accepted, or changed again (another diff): the card goes (and is made anew).
+      this.keepFocusOffCard(rec.li);
+      rec.li.remove();
+      this.toolCards.delete(name);
+    }
+    changed.forEach((t, i) => {
+      let rec = this.toolCards.get(t.name);
+      if (!rec) {
+        rec = this.makeToolCard(t);
+        this.toolCards.set(t.name, rec);
+        // A change that arrives while the page is open is said; the ones there when it opened are not.
+        if (this.toolsDrawn) {
+          this.announce?.(`Tool ${t.name} changed its definition${t.changed.blocked ? ": its calls are held until someone accepts it" : ""}`);
+        }
+      }
+      if (list.children[i] !== rec.li) list.insertBefore(rec.li, list.children[i] ?? null);
+      const busy = m.toolsAccepting.has(t.name);
+      if (rec.shown.busy !== busy) {
+        setBusy(rec.accept, busy);
+        rec.accept.textContent = busy ? "Accepting…" : "Accept";
+        rec.shown.busy = busy;
+      }
+      if (rec.shown.mayAccept !== mayAccept) {
+        if (!mayAccept && this.doc.activeElement === rec.accept) rec.toggle.focus();
+        rec.accept.hidden = !mayAccept;
+        rec.refusal.hidden = mayAccept;
+        rec.shown.mayAccept = mayAccept;
+      }
+    });
+    this.$("tool-changes-empty").hidden = changed.length > 0;
+    if (m.tools.size > 0) this.toolsDrawn = true;
+    setText(this.$("tools-count"), changed.length > 0 ? `(${changed.length} changed)` : "");
+
+    const error = this.$("tools-error");
+    const message = m.acceptError ? m.acceptError.message : "";
+    setText(error, message);
+    error.hidden = !message;
+
+    // The table of every tool: drawn again only when what it shows changed.
+    const all = [...m.tools.entries()].sort(([a], [b]) => a.localeCompare(b));
+    const signature = all.map(([name, t]) => `${name}\t${t.backend}\t${changeKey(t.changed)}`).join("\n");
+    if (signature !== this.toolsShown) {
+      this.toolsShown = signature;
+      this.$("tools-body").replaceChildren(
+        ...all.map(([name, t]) =>
+          h(
+            "tr",
+            { "data-tool": name },
+            h("th", { scope: "row" }, h("code", { text: name })),
+            h("td", { class: "backend", text: t.backend ?? "" }),
+            h("td", {}, t.changed ? pinBadge(name, t.changed) : h("span", { class: "muted", text: "—" })),
+          ),
+        ),
+      );
+      setText(this.$("tools-all-summary"), `All tools (${all.length})`);
+    }
+  }
+
+  makeToolCard(t) {
+    const c = t.changed;
+    const id = `tool-diff-${(this.ids += 1)}`;
+    const key = changeKey(c);
+    const open = this.openDiffs.has(`${t.name}\n${c.new_digest}`);
+    const diff = h(
+      "pre",
+      { class: "diff", id, tabindex: "0", "aria-label": `Diff of the definition of ${t.name}, from the pinned one to the one listed now`, hidden: !open },
+      ...diffLines(c.diff).map((line) => h("span", { class: `dl dl-${line.kind}`, text: line.text })),
+    );
+    const toggle = h(
+      "button",
+      {
+        type: "button",
+        class: "show-diff",
+        "data-action": "toggle-diff",
+        "data-tool": t.name,
+        "aria-expanded": open ? "true" : "false",
+        "aria-controls": id,
+        "aria-label": `Diff of ${t.name}`,
+      },
+      h("span", { "aria-hidden": "true", class: "arrow", text: "▸" }),
+      " Diff",
+    );
+    const accept = h("button", {
+      type: "button",
+      class: "approve",
+      "data-action": "accept-tool",
+      "data-tool": t.name,
+      "aria-label": `Accept the new definition of ${t.name}`,
+      text: "Accept",
+    });
+    const refusal = h("p", { class: "refusal", text: "Accepting needs the admin scope, which you do not hold.", hidden: true });
+    const what = c.blocked
+      ? "Its calls are denied until someone accepts the new definition."
+      : "Its calls still run (on_tool_change = \"warn\"); Accept pins the new definition.";
+    const li = h(
+      "li",
+      { class: `tool-change ${c.blocked ? "blocked" : "warn"}`, "data-tool": t.name },
+      h("div", { class: "tc-head" }, h("code", { class: "tool", text: t.name }), " ", pinBadge(t.name, c)),
+      h(
+        "p",
+        { class: "meta" },
+        `Server ${c.server} lists a definition other than the pinned one: `,
+        h("code", { title: c.old_digest, text: shortDigest(c.old_digest) }),
+        " → ",
+        h("code", { title: c.new_digest, text: shortDigest(c.new_digest) }),
+        `. ${what}`,
+      ),
+      h("div", { class: "buttons" }, toggle, accept),
+      refusal,
+      diff,
+    );
+    return { li, key, toggle, accept, refusal, diff, shown: {} };
+  }
+
+  /** Shows or hides the diff of a changed tool's definition. */
+  toggleDiff(tool) {
+    const rec = this.toolCards.get(tool);
+    const change = this.model.tools.get(tool)?.changed;
+    if (!rec || !change) return;
+    const open = rec.diff.hidden;
+    rec.diff.hidden = !open;
+    rec.toggle.setAttribute("aria-expanded", open ? "true" : "false");
+    const key = `${tool}\n${change.new_digest}`;
+    if (open) this.openDiffs.add(key);
+    else this.openDiffs.delete(key);
+  }
+
+  /** A card about to go with the focus inside it: the focus goes to the next card's first button, or the panel's heading. */
+  keepFocusOffCard(li) {
+    const active = this.doc.activeElement;
+    if (!active || !li.contains(active)) return;
+    const next = li.nextElementSibling ?? li.previousElementSibling;
+    (next?.querySelector("button:not([hidden])") ?? this.$("tools-heading"))?.focus();
+  }
+
+  /** What happened to tools' pinned definitions, newest first. */
+  renderPinLog() {
+    const log = this.model.pinLog;
+    const list = this.$("pin-log");
+    if (!list) return;
+    const now = this.model.serverNow();
+    list.replaceChildren(
+      ...log
+        .slice()
+        .reverse()
+        .map((e) => {
+          const kind = e.type === "tool_changed" ? `changed-${e.action ?? "warn"}` : "accepted";
+          return h(
+            "li",
+            { class: `pin-ev pin-ev-${kind}`, "data-type": e.type, "data-tool": e.tool },
+            h("time", { datetime: e.ts ?? "", title: preciseTime(e.at), text: dateTime(e.at, now) }),
+            " ",
+            h("span", { class: "text", text: e.text }),
+          );
+        }),
+    );
+    list.hidden = log.length === 0;
+    this.$("pin-log-empty").hidden = log.length > 0;
+  }
+
   // --- header -------------------------------------------------------------------------------
 
   renderSummary() {
@@ -797,6 +984,19 @@ export class View {
 export function setBusy(button, busy) {
   if (busy) button.setAttribute("aria-disabled", "true");
   else button.removeAttribute("aria-disabled");
+}
+
+/** Tells a change apart from another of the same tool (a change is redrawn when it changed). */
+function changeKey(c) {
+  return c ? `${c.server}\n${c.old_digest}\n${c.new_digest}\n${c.blocked}` : "";
+}
+
+/** The badge of a tool whose definition changed: red when its calls are held, yellow when they still run. */
+export function pinBadge(tool, c) {
+  const title = c.blocked
+    ? `Server ${c.server} changed the definition of ${tool} since it was pinned. Its calls are held (denied by pin, tool_changed) until someone with the admin scope accepts the new definition (on_tool_change = "block").`
+    : `Server ${c.server} changed the definition of ${tool} since it was pinned. Its calls still run (on_tool_change = "warn"); accepting the new definition pins it.`;
+  return h("span", { class: `chip pin-badge pin-${c.blocked ? "blocked" : "warn"}`, title, text: c.blocked ? "changed · blocked" : "changed" });
 }
 
 function kindWord(kind) {

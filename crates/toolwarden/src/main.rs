@@ -99,6 +99,8 @@ async fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Tools(args) => match args.action {
             None => client::tools(config, args.client).await,
             Some(cli::ToolsAction::Accept { name, url }) => {
+                // `--url` may come before `accept` or after it.
+                let url = url.or(args.client.url);
                 client::accept(config, &name, url.as_deref()).await
             }
         },

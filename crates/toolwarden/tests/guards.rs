@@ -471,7 +471,10 @@ async fn a_quota_check_with_redis_is_one_round_trip_per_call() {
     tokio::time::sleep(Duration::from_millis(700)).await;
     let before = command_counts(&url).await;
     for i in 0..N {
-        assert_eq!(exec(&r.url, &format!("q{i}"), "true", None).await["status"], "ok");
+        assert_eq!(
+            exec(&r.url, &format!("q{i}"), "true", None).await["status"],
+            "ok"
+        );
     }
     tokio::time::sleep(Duration::from_millis(700)).await;
     let after = command_counts(&url).await;

@@ -201,7 +201,7 @@ async fn a_changed_description_is_recorded_and_blocked_until_accepted() {
     out.expect_code(0);
     assert!(out.stdout.contains("accepted test__echo"), "{}", out.stdout);
     let out = dir
-        .command(&["tools", "accept", "test__echo", "--url", &url])
+        .command(&["tools", "--url", &url, "accept", "test__echo"])
         .run()
         .await;
     out.expect_code(1);

@@ -169,7 +169,7 @@ impl Harness {
         let events = engine.subscribe();
         let log = Log::new();
         let latch = Arc::new(Latch::default());
-        let h = Self {
+        let mut h = Self {
             engine,
             events,
             log,
@@ -178,6 +178,9 @@ impl Harness {
             calls: 0,
         };
         h.register_tools();
+        // The scripted server's tools are pinned as it lists them (`tool_accepted`): that is
+        // not what the tests watch.
+        h.drain();
         h
     }
 
