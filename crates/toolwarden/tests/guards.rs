@@ -489,3 +489,65 @@ async fn a_quota_check_with_redis_is_one_round_trip_per_call() {
     assert_eq!(per_call("eval"), 0.0, "{counted}");
     stop_replica(r).await;
 }
+
+/// A hook that answers `ask` puts its name and reason in the question a person is asked; their
+/// answer decides.
+#[tokio::test]
+async fn a_hooks_question_names_the_hook_and_its_reason() {
+    let dir = Dir::new();
+    let mark = marker("hook-ask");
+    let script = dir.create("hook.sh", HOOK);
+    dir.create(
+        "toolwarden.toml",
+        &config(
+            &mark,
+            &format!(
+                "[hooks.review]\ncommand = [\"sh\", {}, {}]\ntools = [\"test__echo\"]\n",
+                toml_str(&script.display().to_string()),
+                toml_str(&mark)
+            ),
+        ),
+    );
+    // Not headless: the question waits for an answer over the API.
+    let server = dir.command(&["serve", "--listen", "127.0.0.1:0"]).spawn();
+    let url = server.url().await;
+    server
+        .wait_stderr("server \"test\" is up", Duration::from_secs(30))
+        .await;
+    let asked = tokio::spawn({
+        let url = url.clone();
+        async move { call(&url, "test__echo", json!({"text": "ask me"})).await }
+    });
+    let until = tokio::time::Instant::now() + Duration::from_secs(20);
+    let question = loop {
+        let pending: Value = http()
+            .get(format!("{url}/v1/interactions"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if let Some(q) = pending["interactions"].get(0) {
+            break q.clone();
+        }
+        assert!(tokio::time::Instant::now() < until, "nobody was asked");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let message = question["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("(hook \"review\": a person should see this)"),
+        "{question}"
+    );
+    let id = question["id"].as_str().unwrap();
+    let answered = http()
+        .post(format!("{url}/v1/interactions/{id}"))
+        .json(&json!({"action": "approve"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answered.status(), 200);
+    let r = asked.await.unwrap();
+    assert_eq!(r["toolwarden"]["status"], "ok", "{r}");
+    stop(server, &mark).await;
+}

@@ -17,13 +17,22 @@ use crate::rules::Verdict;
 
 use super::finish::Finisher;
 
-/// Asks for approval; `false` when the call ended here (denied or cancelled).
+/// Why a rule asks: its name and reason, for the question.
+pub(super) fn rule_asks(v: &Verdict) -> String {
+    match v.reason() {
+        Some(reason) => format!("{}: {reason}", v.deciding()),
+        None => format!("asked by {}", v.deciding()),
+    }
+}
+
+/// Asks for approval; `false` when the call ended here (denied or cancelled). `why` names what
+/// asks (rules, hooks), for the question.
 pub(super) async fn approve(
     fin: &mut Finisher<'_>,
     entry: &ToolEntry,
     policy: &Policy,
     approval: Approval,
-    rule: Option<&Verdict>,
+    why: Option<&str>,
     input: &Arc<Value>,
 ) -> bool {
     let kind = if approval == Approval::Confirm {
@@ -42,12 +51,9 @@ pub(super) async fn approve(
         ),
         _ => format!("Allow tool \"{}\" to run with this input?", entry.name),
     };
-    // A question a rule asks names it, and why.
-    let message = match rule {
-        Some(v) => match v.reason() {
-            Some(reason) => format!("{message} ({}: {reason})", v.deciding()),
-            None => format!("{message} (asked by {})", v.deciding()),
-        },
+    // A question a rule or a hook asks names it, and why.
+    let message = match why {
+        Some(why) => format!("{message} ({why})"),
         None => message,
     };
     let slot = fin.slot;

@@ -48,7 +48,8 @@ pub(super) fn restrict(approval: Approval, decision: RuleDecision) -> Approval {
 /// Asks each hook that names the call's tool, in name order, under the call's total deadline.
 /// A denial (or a failure whose `on_error` denies) ends the call; `ask` makes the approval at
 /// least `ask`; a hook's `args` replace the input for the next hooks and the call, once they
-/// pass the tool's schema. Returns the approval and whether the input was rewritten.
+/// pass the tool's schema. Returns the approval, whether the input was rewritten, and why hooks
+/// ask (for the question), if they do.
 pub(super) async fn run_hooks(
     fin: &mut Finisher<'_>,
     hooks: &Hooks,
@@ -56,11 +57,12 @@ pub(super) async fn run_hooks(
     policy: &Policy,
     input: &mut Value,
     mut approval: Approval,
-) -> Step<(Approval, bool)> {
+) -> Step<(Approval, bool, Vec<String>)> {
     let mut rewritten = false;
+    let mut asking = Vec::new();
     // A call its approval denies anyway is not sent to anyone.
     if approval == Approval::Deny {
-        return Step::Go((approval, false));
+        return Step::Go((approval, false, asking));
     }
     for hook in hooks.for_tool(&entry.name) {
         // Under the call's total deadline, when it has one (`timeout = 0`: none).
@@ -160,13 +162,20 @@ pub(super) async fn run_hooks(
             fin.deny(Decider::Hook, why, Some(detail));
             return Step::Ended;
         }
+        if decision == RuleDecision::Ask {
+            asking.push(match (failed, &reason) {
+                (Some(_), Some(message)) => format!("hook \"{}\" {message}", hook.name),
+                (_, Some(reason)) => format!("hook \"{}\": {reason}", hook.name),
+                (_, None) => format!("asked by hook \"{}\"", hook.name),
+            });
+        }
         approval = restrict(approval, decision);
         if changed && let Some(args) = new_args {
             *input = args;
             rewritten = true;
         }
     }
-    Step::Go((approval, rewritten))
+    Step::Go((approval, rewritten, asking))
 }
 
 /// The JSON a hook is sent about the call.

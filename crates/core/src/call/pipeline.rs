@@ -24,7 +24,7 @@ use crate::shared::{SharedState, lease_ttl};
 use crate::text::human_size;
 
 use super::across::{loop_blocks, pass_gate};
-use super::approve::approve;
+use super::approve::{approve, rule_asks};
 use super::attempts::{Final, run_attempts};
 use super::env::CallEnv;
 use super::finish::{Finisher, result_digest};
@@ -271,14 +271,22 @@ async fn pipeline(
     // and the arguments a hook rewrites are the call's from then on.
     let mut input = input;
     let mut call_digest = call_digest;
+    // What asks a person, for the question: an asking rule, then asking hooks.
+    let mut asking: Vec<String> = verdict
+        .as_ref()
+        .filter(|v| matches!(v.decision, RuleDecision::Ask | RuleDecision::Confirm))
+        .map(rule_asks)
+        .into_iter()
+        .collect();
     if let Some(hooks) = &guards.hooks {
         match Box::pin(run_hooks(
             &mut fin, hooks, entry, policy, &mut input, approval,
         ))
         .await
         {
-            Step::Go((decided, rewritten)) => {
+            Step::Go((decided, rewritten, hooks_asking)) => {
                 approval = decided;
+                asking.extend(hooks_asking);
                 if rewritten {
                     call_digest = CallDigest(canonical::measure_call(&entry.name, &input).1);
                 }
@@ -334,12 +342,13 @@ async fn pipeline(
         Approval::Auto => {}
         Approval::Deny => return fin.deny(Decider::Policy, DenyReason::Rule, None),
         Approval::Ask | Approval::Confirm => {
+            let why = (!asking.is_empty()).then(|| asking.join("; "));
             if !Box::pin(approve(
                 &mut fin,
                 entry,
                 policy,
                 approval,
-                verdict.as_ref(),
+                why.as_deref(),
                 &input,
             ))
             .await
