@@ -15,6 +15,9 @@ reads a crate's `src/` as text and builds the graph from its paths:
 - any other `pub use x::Item` is an edge, like a `use`;
 - `#[cfg(test)]` modules are left out (tests may look anywhere).
 
+A binary with modules of its own (`src/bin/NAME/main.rs` and its files) is a crate of its own:
+give its directory as a CRATE_SRC_DIR of its own.
+
 Usage: check-module-cycles.py CRATE_SRC_DIR [...]; exits 1 and prints each circle, with the
 lines that make it, when there is one.
 """
@@ -197,6 +200,16 @@ def check(src):
                 if mod is not None:
                     files[mod] = path
     modules = set(files)
+    # A `#[path = "..."] mod x;` in the root is a module whose file lies elsewhere (a file shared
+    # by several binaries): a node of its own, whose file is checked where it lives.
+    if () in files:
+        with open(files[()], encoding="utf-8") as f:
+            raw_root = f.read()
+        for m in re.finditer(
+            r"#\[path\s*=\s*\"[^\"]*\"\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(" + IDENT + r")\s*;",
+            raw_root,
+        ):
+            modules.add((m.group(1),))
     edges = {m: {} for m in modules}
     # The root's re-exports: item name -> the module that defines it.
     facade = {}

@@ -32,7 +32,7 @@ cargo build --locked --package toolwarden-testkit --bin tw-test-server
 failed=()
 cargo nextest run --workspace --locked --no-fail-fast || failed+=("cargo nextest")
 cargo test --workspace --doc --locked || failed+=("doc tests")
-python3 scripts/check-module-cycles.py crates/*/src ||
+python3 scripts/check-module-cycles.py crates/*/src crates/*/src/bin/*/ ||
   failed+=("module graphs")
 bash scripts/loom.sh || failed+=("loom")
 

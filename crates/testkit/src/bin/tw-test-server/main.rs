@@ -19,6 +19,7 @@
 mod handler;
 mod mrtr;
 mod state;
+mod task_table;
 mod tasks;
 mod tools;
 

@@ -68,7 +68,7 @@ pub(crate) struct State {
     /// How many `notifications/roots/list_changed` arrived.
     pub(crate) roots_changed: Mutex<u64>,
     /// The tasks of the `task` tool.
-    pub(crate) tasks: crate::tasks::Tasks,
+    pub(crate) tasks: crate::task_table::Tasks,
     /// The open `subscriptions/listen` streams (2026-07-28).
     pub(crate) listeners: Mutex<Vec<rmcp::service::SubscriptionSink>>,
 }

@@ -9,9 +9,8 @@
 //! `cancels` tool (reason `tasks/cancel`, the call's request id) and stops the work, unless
 //! `ignore_cancel`, which keeps it running.
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -26,47 +25,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::state::State;
+use crate::task_table::{Current, Entry, STAMP};
 use crate::tools::{arg_u64, id_json, text, wire};
-
-/// A fixed stamp: the test server keeps no clock of record.
-const STAMP: &str = "2026-01-01T00:00:00Z";
-
-/// The tasks the server runs.
-#[derive(Default)]
-pub(crate) struct Tasks {
-    next: AtomicU64,
-    all: Mutex<HashMap<String, Arc<Entry>>>,
-}
-
-struct Entry {
-    request_id: Value,
-    poll_ms: u64,
-    state: Mutex<Current>,
-    cancel: CancellationToken,
-    answered: Notify,
-}
-
-struct Current {
-    payload: TaskPayload,
-    message: Option<String>,
-    responses: Option<InputResponses>,
-}
-
-impl Entry {
-    fn set(&self, payload: TaskPayload, message: Option<String>) {
-        let mut current = self.state.lock();
-        current.payload = payload;
-        current.message = message;
-    }
-
-    fn detailed(&self, id: &str) -> DetailedTask {
-        let current = self.state.lock();
-        let mut task = Task::new(id, current.payload.status(), STAMP, STAMP)
-            .with_poll_interval_ms(self.poll_ms);
-        task.status_message = current.message.clone();
-        DetailedTask::new(task, current.payload.clone())
-    }
-}
 
 /// Runs the `task` tool: as a task when the client declared the extension, else inline.
 pub(crate) async fn run(
@@ -196,16 +156,6 @@ impl Work {
                 _ = stop.cancelled() => return None,
             }
         }
-    }
-}
-
-fn unknown(id: &str) -> McpError {
-    McpError::invalid_params(format!("no task {id:?}"), None)
-}
-
-impl Tasks {
-    fn get(&self, id: &str) -> Result<Arc<Entry>, McpError> {
-        self.all.lock().get(id).cloned().ok_or_else(|| unknown(id))
     }
 }
 
