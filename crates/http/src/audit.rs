@@ -29,18 +29,8 @@ use crate::request::{path, turn_error};
 /// How long a read waits for the store to commit what was emitted before it.
 const CATCH_UP: Duration = Duration::from_secs(2);
 
-/// The outcome statuses `status` accepts, and `running` (calls without an outcome yet).
-const STATUSES: [&str; 9] = [
-    "ok",
-    "error",
-    "timeout",
-    "cancelled",
-    "denied",
-    "circuit_open",
-    "invalid",
-    "interrupted",
-    "running",
-];
+/// The outcome statuses the status filter accepts, and `running` (calls without an outcome yet).
+const STATUSES: &[&str] = toolwarden_protocol::STATUS_FILTERS;
 
 /// The event types `type` accepts.
 const TYPES: &[&str] = toolwarden_protocol::EVENT_TYPES;

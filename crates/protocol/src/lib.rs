@@ -48,7 +48,7 @@ pub use interaction::{
 };
 pub use outcome::{
     CancelReason, ContentDigest, Decider, DenyReason, ErrorReason, InvalidReason, Outcome,
-    Provenance, ProvenanceSource, Status, TimeoutKind,
+    Provenance, ProvenanceSource, STATUS_FILTERS, STATUS_NAMES, Status, TimeoutKind,
 };
 pub use policy::{
     Approval, Backoff, BackoffConfig, Breaker, BreakerConfig, Concurrency, LoopConfig, LoopPolicy,

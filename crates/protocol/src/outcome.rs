@@ -55,6 +55,23 @@ pub enum Status {
     Interrupted,
 }
 
+/// What the audit's `status` filters take: every outcome status name, then `running` (calls
+/// without an outcome yet).
+pub const STATUS_FILTERS: &[&str] = &[
+    "ok",
+    "error",
+    "timeout",
+    "cancelled",
+    "denied",
+    "circuit_open",
+    "invalid",
+    "interrupted",
+    "running",
+];
+
+/// Every outcome status name, as [`Status::name`] spells them.
+pub const STATUS_NAMES: &[&str] = STATUS_FILTERS.split_at(STATUS_FILTERS.len() - 1).0;
+
 impl Status {
     /// The status name as the wire spells it (`"ok"`, `"timeout"`, ...).
     pub fn name(&self) -> &'static str {
@@ -380,6 +397,36 @@ mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
     use serde_json::json;
+
+    #[test]
+    fn every_status_name_is_listed_once() {
+        let all = [
+            Status::Ok,
+            Status::Error {
+                reason: ErrorReason::ToolError,
+            },
+            Status::Timeout {
+                kind: TimeoutKind::Total,
+                after_ms: 1,
+            },
+            Status::Cancelled {
+                reason: CancelReason::User,
+            },
+            Status::Denied {
+                decider: Decider::Rule,
+                reason: DenyReason::Rule,
+                retry_after_ms: None,
+            },
+            Status::CircuitOpen { retry_after_ms: 1 },
+            Status::Invalid {
+                reason: InvalidReason::Schema,
+            },
+            Status::Interrupted,
+        ];
+        let names: Vec<&str> = all.iter().map(Status::name).collect();
+        assert_eq!(names, STATUS_NAMES);
+        assert_eq!(STATUS_FILTERS.last(), Some(&"running"));
+    }
 
     #[test]
     fn outcome_serializes_flat_as_the_spec_shows() {

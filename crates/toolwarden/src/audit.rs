@@ -20,18 +20,8 @@ use crate::table::Table;
 /// How often `--follow` looks for new events.
 const FOLLOW_EVERY: Duration = Duration::from_millis(250);
 
-/// The statuses `--status` accepts.
-const STATUSES: [&str; 9] = [
-    "ok",
-    "error",
-    "timeout",
-    "cancelled",
-    "denied",
-    "circuit_open",
-    "invalid",
-    "interrupted",
-    RUNNING,
-];
+/// The outcome statuses the status filter accepts, and `running` (calls without an outcome yet).
+const STATUSES: &[&str] = toolwarden_protocol::STATUS_FILTERS;
 
 pub(crate) async fn run(config_path: Option<&Path>, args: AuditArgs) -> anyhow::Result<Exit> {
     let config = stack::load_config(config_path)?;
