@@ -8,7 +8,6 @@
 //! that does not parse, an unknown decision, `args` that fail the tool's schema — is a failure,
 //! and the hook's `on_error` decides instead.
 
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -154,23 +153,19 @@ impl Hooks {
 }
 
 /// Whether `url` is an http(s) URL whose host is this machine's loopback (or `allow_remote`).
+/// The URL is read as the HTTP client will read it (WHATWG rules: `\\` is a `/`, userinfo is
+/// dropped), so that what is checked is what is reached.
 fn check_url(url: &str, allow_remote: bool) -> Result<(), String> {
-    let rest = url
-        .strip_prefix("http://")
-        .or_else(|| url.strip_prefix("https://"))
-        .ok_or_else(|| format!("{url:?} is not an http:// or https:// URL"))?;
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let host = if let Some(v6) = authority.strip_prefix('[') {
-        v6.split_once(']').map(|(h, _)| h).unwrap_or_default()
-    } else {
-        authority.split(':').next().unwrap_or_default()
-    };
-    if host.is_empty() {
-        return Err(format!("{url:?} names no host"));
+    let parsed = url::Url::parse(url).map_err(|e| format!("{url:?} is not a URL: {e}"))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(format!("{url:?} is not an http:// or https:// URL"));
     }
-    let loopback = host.eq_ignore_ascii_case("localhost")
-        || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    let loopback = match parsed.host() {
+        None => return Err(format!("{url:?} names no host")),
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+    };
     if !loopback && !allow_remote {
         return Err(format!(
             "{url:?} is not on this machine's loopback: every call's arguments would leave the machine. Set allow_remote = true on this hook if that is meant"

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use serde_json::{Map, Value};
 use toolwarden_protocol::{OnToolChange, ToolSpec};
 
@@ -122,25 +122,61 @@ struct Pinned {
     definition: Definition,
 }
 
-/// Every pin of an engine, and the changes waiting to be accepted.
+#[derive(Debug, Default)]
+struct Table {
+    pinned: HashMap<String, Pinned>,
+    changes: HashMap<String, Change>,
+}
+
+impl Table {
+    fn any_blocked(&self) -> bool {
+        self.changes.values().any(|c| c.blocked)
+    }
+}
+
+/// Why a change could not be accepted.
+#[derive(Debug, PartialEq, Eq)]
+pub enum AcceptError {
+    /// No change of that tool waits.
+    Nothing,
+    /// The change waiting is not the one named: its digest (the server changed it again).
+    Other(String),
+}
+
+/// Every pin of an engine, and the changes waiting to be accepted: one table under one lock, so
+/// that a listing, an acceptance and the "any tool held" flag never see each other half done.
 #[derive(Debug, Default)]
 pub struct Pins {
-    pinned: Mutex<HashMap<String, Pinned>>,
-    changes: RwLock<HashMap<String, Change>>,
-    /// Whether any tool is blocked: calls look no further when none is.
+    table: Mutex<Table>,
+    /// Whether any tool is blocked: calls look no further when none is (written under the
+    /// table's lock).
     any_blocked: AtomicBool,
+    /// Set when the pins could not be read back: tools first seen are then pinned for this
+    /// process only, not recorded (a definition changed meanwhile must not become the pin).
+    unloaded: AtomicBool,
 }
 
 impl Pins {
     /// Pins `definition` for `tool` as read back from the trail (the last one read wins).
     pub fn restore(&self, tool: &str, server: &str, definition: Definition) {
-        self.pinned.lock().insert(
+        self.table.lock().pinned.insert(
             tool.to_owned(),
             Pinned {
                 server: server.to_owned(),
                 definition,
             },
         );
+    }
+
+    /// The pins could not be read back from the trail.
+    pub fn set_unloaded(&self) {
+        self.unloaded.store(true, Ordering::Release);
+    }
+
+    /// Whether a tool first seen is to be recorded as pinned (the pins were read back, or
+    /// there is no trail to read them from).
+    pub fn records_first(&self) -> bool {
+        !self.unloaded.load(Ordering::Acquire)
     }
 
     /// A server lists `spec` as `tool`: compares it with the pin and records what `on_change`
@@ -153,9 +189,9 @@ impl Pins {
         on_change: OnToolChange,
     ) -> Seen {
         let new = Definition::of(spec);
-        let mut pinned = self.pinned.lock();
-        let Some(pin) = pinned.get(tool) else {
-            pinned.insert(
+        let mut table = self.table.lock();
+        let Some(pin) = table.pinned.get(tool) else {
+            table.pinned.insert(
                 tool.to_owned(),
                 Pinned {
                     server: server.to_owned(),
@@ -166,9 +202,17 @@ impl Pins {
         };
         if pin.definition.digest == new.digest && pin.server == server {
             // Listed as pinned again (a change was undone): nothing is waiting any more.
-            if self.changes.write().remove(tool).is_some() {
-                self.refresh_blocked();
+            if table.changes.remove(tool).is_some() {
+                self.any_blocked
+                    .store(table.any_blocked(), Ordering::Release);
             }
+            return Seen::Same;
+        }
+        if table
+            .changes
+            .get(tool)
+            .is_some_and(|c| c.new.digest == new.digest && c.server == server)
+        {
             return Seen::Same;
         }
         let mut diff = unified_diff(&pin.definition.lines(), &new.lines());
@@ -177,42 +221,28 @@ impl Pins {
         }
         let old_digest = pin.definition.digest.clone();
         if on_change == OnToolChange::Accept {
-            pinned.insert(
+            table.pinned.insert(
                 tool.to_owned(),
                 Pinned {
                     server: server.to_owned(),
                     definition: new.clone(),
                 },
             );
-            drop(pinned);
-            self.changes.write().remove(tool);
-            self.refresh_blocked();
-            return Seen::Changed {
-                old_digest,
-                new,
-                diff,
-            };
+            table.changes.remove(tool);
+        } else {
+            table.changes.insert(
+                tool.to_owned(),
+                Change {
+                    server: server.to_owned(),
+                    old_digest: old_digest.clone(),
+                    new: new.clone(),
+                    diff: diff.clone(),
+                    blocked: on_change == OnToolChange::Block,
+                },
+            );
         }
-        drop(pinned);
-        let mut changes = self.changes.write();
-        if changes
-            .get(tool)
-            .is_some_and(|c| c.new.digest == new.digest && c.server == server)
-        {
-            return Seen::Same;
-        }
-        changes.insert(
-            tool.to_owned(),
-            Change {
-                server: server.to_owned(),
-                old_digest: old_digest.clone(),
-                new: new.clone(),
-                diff: diff.clone(),
-                blocked: on_change == OnToolChange::Block,
-            },
-        );
-        drop(changes);
-        self.refresh_blocked();
+        self.any_blocked
+            .store(table.any_blocked(), Ordering::Release);
         Seen::Changed {
             old_digest,
             new,
@@ -220,43 +250,66 @@ impl Pins {
         }
     }
 
-    fn refresh_blocked(&self) {
-        let any = self.changes.read().values().any(|c| c.blocked);
-        self.any_blocked.store(any, Ordering::Release);
-    }
-
     /// Whether calls of `tool` are held until its change is accepted.
     pub fn blocked(&self, tool: &str) -> bool {
         self.any_blocked.load(Ordering::Acquire)
-            && self.changes.read().get(tool).is_some_and(|c| c.blocked)
+            && self
+                .table
+                .lock()
+                .changes
+                .get(tool)
+                .is_some_and(|c| c.blocked)
     }
 
     /// The change of `tool` waiting to be accepted, if any.
     pub fn change(&self, tool: &str) -> Option<Change> {
-        self.changes.read().get(tool).cloned()
+        self.table.lock().changes.get(tool).cloned()
     }
 
-    /// Accepts the waiting change of `tool`: its new definition is pinned. `None`: nothing
-    /// waits.
-    pub fn accept(&self, tool: &str) -> Option<Change> {
-        let change = self.changes.write().remove(tool)?;
-        self.pinned.lock().insert(
+    /// Accepts the waiting change of `tool` — only if its new definition's digest is
+    /// `expected`, when given (the one a person looked at) — and pins it.
+    pub fn accept(&self, tool: &str, expected: Option<&str>) -> Result<Change, AcceptError> {
+        let mut table = self.table.lock();
+        let waiting = table.changes.get(tool).ok_or(AcceptError::Nothing)?;
+        if let Some(expected) = expected
+            && waiting.new.digest != expected
+        {
+            return Err(AcceptError::Other(waiting.new.digest.clone()));
+        }
+        let change = table.changes.remove(tool).ok_or(AcceptError::Nothing)?;
+        table.pinned.insert(
             tool.to_owned(),
             Pinned {
                 server: change.server.clone(),
                 definition: change.new.clone(),
             },
         );
-        self.refresh_blocked();
-        Some(change)
+        self.any_blocked
+            .store(table.any_blocked(), Ordering::Release);
+        Ok(change)
     }
 }
+
+/// Past this many cells (old lines × new lines) a diff is not searched for the fewest changes: it
+/// shows every old line removed and every new one added (a server can list a definition of any
+/// size; the table must not be its to grow).
+const DIFF_CELLS: usize = 1_000_000;
 
 /// A unified diff of two texts' lines (one hunk around each run of changes, three lines of
 /// context).
 pub fn unified_diff(old: &[String], new: &[String]) -> String {
     // Longest common subsequence, by table: definitions are small.
     let (n, m) = (old.len(), new.len());
+    if (n + 1).saturating_mul(m + 1) > DIFF_CELLS {
+        let mut out = format!("--- pinned\n+++ listed\n@@ -1,{n} +1,{m} @@\n");
+        for line in old {
+            let _ = writeln!(out, "-{line}");
+        }
+        for line in new {
+            let _ = writeln!(out, "+{line}");
+        }
+        return out;
+    }
     let mut lcs = vec![vec![0u32; m + 1]; n + 1];
     for i in (0..n).rev() {
         for j in (0..m).rev() {

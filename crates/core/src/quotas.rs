@@ -163,7 +163,13 @@ pub struct Quotas {
     replicas: AtomicU32,
     /// By quota index: the tokens left in the bucket a call last took from.
     last_tokens: Mutex<std::collections::BTreeMap<usize, f64>>,
+    /// Past this many local buckets, the full ones are forgotten (a full bucket is what a new one
+    /// would be): callers name sessions, and their buckets must not grow without end.
+    evict_at: std::sync::atomic::AtomicUsize,
 }
+
+/// The local buckets kept before the full ones are first forgotten.
+const EVICT_AT: usize = 10_000;
 
 impl Quotas {
     /// Compiles `[[quotas]]`; `None` when there are none.
@@ -227,6 +233,7 @@ impl Quotas {
             running: Mutex::default(),
             replicas: AtomicU32::new(1),
             last_tokens: Mutex::default(),
+            evict_at: std::sync::atomic::AtomicUsize::new(EVICT_AT),
         }))
     }
 
@@ -297,11 +304,26 @@ impl Quotas {
                     .filter(|(q, _)| q.concurrency.is_some())
                     .map(|(q, bucket)| format!("{}:{bucket}", q.index))
                     .collect();
+                // A place held across replicas is renewed while the call runs: every half lease.
+                let renew = (!shared_keys.is_empty()).then(|| {
+                    let (shared, keys, member) =
+                        (shared.clone(), shared_keys.clone(), member.to_owned());
+                    tokio::spawn(async move {
+                        let every = (lease / 2).max(Duration::from_millis(500));
+                        let mut tick = tokio::time::interval_at(Instant::now() + every, every);
+                        loop {
+                            tick.tick().await;
+                            shared.quota_renew(keys.clone(), member.clone(), lease);
+                        }
+                    })
+                    .abort_handle()
+                });
                 return Ok(Some(QuotaHold {
                     quotas: self.clone(),
                     local: Vec::new(),
                     shared: (!shared_keys.is_empty())
                         .then(|| (shared.clone(), shared_keys, member.to_owned())),
+                    renew,
                 }));
             }
         }
@@ -322,6 +344,19 @@ impl Quotas {
         let now = Instant::now();
         let mut buckets = self.buckets.lock();
         let mut running = self.running.lock();
+        let evict_at = self.evict_at.load(Ordering::Relaxed);
+        if buckets.len() > evict_at {
+            buckets.retain(|(index, _), b| {
+                let Some(rate) = self.list.get(*index).and_then(|q| q.rate) else {
+                    return false;
+                };
+                refill(b, rate, now);
+                b.tokens < f64::from(rate.count)
+            });
+            // Those left are in use: look again only once as many more have come.
+            self.evict_at
+                .store((buckets.len() * 2).max(EVICT_AT), Ordering::Relaxed);
+        }
         // Check every quota first: a call turned away takes nothing from any.
         for (q, bucket) in matched {
             let key = (q.index, bucket.clone());
@@ -377,6 +412,7 @@ impl Quotas {
             quotas: self.clone(),
             local: held,
             shared: None,
+            renew: None,
         }))
     }
 
@@ -428,10 +464,15 @@ pub struct QuotaHold {
     quotas: Arc<Quotas>,
     local: Vec<(usize, String)>,
     shared: Option<(Arc<dyn SharedState>, Vec<String>, String)>,
+    /// The task renewing the shared places' leases.
+    renew: Option<tokio::task::AbortHandle>,
 }
 
 impl Drop for QuotaHold {
     fn drop(&mut self) {
+        if let Some(renew) = self.renew.take() {
+            renew.abort();
+        }
         if !self.local.is_empty() {
             let mut running = self.quotas.running.lock();
             for key in self.local.drain(..) {

@@ -232,6 +232,10 @@ pub trait SharedState: Send + Sync + 'static {
 
     /// Gives back the places `member` holds among the running calls of `buckets` (queued).
     fn quota_release(&self, buckets: Vec<String>, member: String);
+
+    /// Extends the places `member` holds among the running calls of `buckets` to `lease` from
+    /// now (queued): a call still running keeps its place past its first lease.
+    fn quota_renew(&self, buckets: Vec<String>, member: String, lease: Duration);
 }
 
 /// How long a named session's shared loop run is kept after its last call: as long as a replica

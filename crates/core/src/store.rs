@@ -1,6 +1,6 @@
 //! The audit trail as the engine and front doors see it (docs/AUDIT.md): one trait, [`AuditStore`],
-//! that a durable store implements (SQLite in `toolwarden-store`; PostgreSQL would be one more
-//! implementation), and the engine's three hooks into it.
+//! that a durable store implements (`toolwarden-store`: SQLite, and PostgreSQL for replicas that
+//! share one trail), and the engine's three hooks into it.
 //!
 //! The key design choice: **the engine never waits for the store on its event path.** Every
 //! event is handed to [`AuditStore::append`], which only enqueues (the store writes in the

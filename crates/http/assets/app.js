@@ -266,21 +266,26 @@ document.addEventListener("click", (event) => {
   else if (action === "cancel-turn") cancelTurn(button.dataset.turn);
   else if (action === "approve" || action === "deny") answer(button.dataset.id, action, button);
   else if (action === "toggle-diff") view.toggleDiff(button.dataset.tool);
-  else if (action === "accept-tool") acceptTool(button.dataset.tool);
+  else if (action === "accept-tool") acceptTool(button.dataset.tool, button.dataset.digest);
 });
 
-/** Accepts a tool's changed definition (`POST /v1/tools/{name}/accept`, scope `admin`). */
-async function acceptTool(name) {
+/**
+ * Accepts a tool's changed definition (`POST /v1/tools/{name}/accept`, scope `admin`): the one
+ * shown (`digest`), not another the server may have listed since.
+ */
+async function acceptTool(name, digest) {
   if (!name || model.toolsAccepting.has(name)) return;
   model.setAccepting(name, true);
   model.setAcceptError(null);
   requestFrame();
   try {
-    const r = await api.post(`/v1/tools/${encodeURIComponent(name)}/accept`);
+    const query = digest ? `?digest=${encodeURIComponent(digest)}` : "";
+    const r = await api.post(`/v1/tools/${encodeURIComponent(name)}/accept${query}`);
     announce(`Accepted the new definition of ${name}${r?.server ? ` (server ${r.server})` : ""}`);
   } catch (e) {
     let message;
-    if (e instanceof ApiError && e.status === 409) message = `Nothing waits to be accepted for ${name} any more (it was accepted, or its server listed the pinned definition again).`;
+    if (e instanceof ApiError && e.status === 409 && /changed again/.test(e.message)) message = `${name} changed again since its diff was shown: review the new diff before accepting.`;
+    else if (e instanceof ApiError && e.status === 409) message = `Nothing waits to be accepted for ${name} any more (it was accepted, or its server listed the pinned definition again).`;
     else if (e instanceof ApiError && e.status === 403) message = `Could not accept ${name}: accepting needs the admin scope (${e.message}).`;
     else if (e instanceof ApiError && e.status === 404) message = `Could not accept ${name}: the server knows no such tool (${e.message}).`;
     else message = `Could not accept ${name}: ${e.message}`;

@@ -842,6 +842,7 @@ export class View {
       class: "approve",
       "data-action": "accept-tool",
       "data-tool": t.name,
+      "data-digest": c.new_digest,
       "aria-label": `Accept the new definition of ${t.name}`,
       text: "Accept",
     });

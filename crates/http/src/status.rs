@@ -88,29 +88,52 @@ pub(crate) async fn tools(State(app): State<App>, caller: Caller) -> Result<Json
     Ok(Json(json!({"tools": tools})))
 }
 
-/// `POST /v1/tools/{name}/accept` (scope `admin`): pins the definition a server changed tool
-/// `name` to; calls that `on_tool_change = "block"` held run again.
+/// The query of `POST /v1/tools/{name}/accept`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AcceptQuery {
+    /// The new definition's digest, as the person accepting saw it.
+    digest: Option<String>,
+}
+
+/// `POST /v1/tools/{name}/accept[?digest=sha256:…]` (scope `admin`): pins the definition a server
+/// changed tool `name` to — with `digest`, only if that is the change waiting (the server may
+/// have changed it again since it was reviewed) — and the calls `on_tool_change = "block"` held
+/// run again.
 pub(crate) async fn accept(
     State(app): State<App>,
     caller: Caller,
     name: Result<axum::extract::Path<String>, axum::extract::rejection::PathRejection>,
+    query: Result<axum::extract::Query<AcceptQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     caller.needs(Scope::Admin, "accept a tool's changed definition")?;
     let name = crate::request::path(name)?;
-    if app.engine.policy_of(&name).is_none() {
+    let axum::extract::Query(q) =
+        query.map_err(|e| ApiError::invalid(format!("query: {}", e.body_text())))?;
+    // A change can wait while its server is down (its tool unlisted): it can be accepted then.
+    if app.engine.tool_change(&name).is_none() && app.engine.policy_of(&name).is_none() {
         return Err(ApiError::not_found(format!("unknown tool {name:?}")));
     }
-    match app.engine.accept_tool(&name, caller.name()) {
-        Some(change) => Ok(Json(json!({
+    match app
+        .engine
+        .accept_tool(&name, caller.name(), q.digest.as_deref())
+    {
+        Ok(change) => Ok(Json(json!({
             "ok": true,
             "tool": name,
             "server": change.server,
             "old_digest": change.old_digest,
             "digest": change.new.digest,
         }))),
-        None => Err(ApiError::new(
+        Err(toolwarden_core::pins::AcceptError::Nothing) => Err(ApiError::new(
             crate::error::ErrorCode::Conflict,
             format!("tool {name:?} has no changed definition waiting to be accepted"),
+        )),
+        Err(toolwarden_core::pins::AcceptError::Other(waiting)) => Err(ApiError::new(
+            crate::error::ErrorCode::Conflict,
+            format!(
+                "tool {name:?} changed again: the definition waiting is {waiting}, not the one named; review its diff and accept that one"
+            ),
         )),
     }
 }

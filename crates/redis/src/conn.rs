@@ -50,6 +50,12 @@ pub(crate) enum Write {
         buckets: Vec<String>,
         member: String,
     },
+    /// Extends a running call's places among its quotas' running calls.
+    QuotaRenew {
+        buckets: Vec<String>,
+        member: String,
+        lease: Duration,
+    },
 }
 
 impl Write {
@@ -63,6 +69,7 @@ impl Write {
             Write::GateLeave { .. } => "gate_leave",
             Write::DropRun { .. } => "drop_run",
             Write::QuotaRelease { .. } => "quota_release",
+            Write::QuotaRenew { .. } => "quota_renew",
         }
     }
 }

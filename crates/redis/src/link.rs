@@ -162,6 +162,23 @@ fn add_write(inner: &Inner, pipe: &mut redis::Pipeline, write: Write) {
                     .ignore();
             }
         }
+        Write::QuotaRenew {
+            buckets,
+            member,
+            lease,
+        } => {
+            // Only a place still held (XX): one already given back stays given back.
+            let member = format!("{}:{member}", inner.replica);
+            let until = epoch_ms() + u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+            for bucket in buckets {
+                pipe.cmd("ZADD")
+                    .arg(inner.keys.quota_running(&bucket))
+                    .arg("XX")
+                    .arg(until)
+                    .arg(&member)
+                    .ignore();
+            }
+        }
     }
 }
 

@@ -300,6 +300,14 @@ impl SharedState for RedisShared {
         self.enqueue(Write::QuotaRelease { buckets, member });
     }
 
+    fn quota_renew(&self, buckets: Vec<String>, member: String, lease: Duration) {
+        self.enqueue(Write::QuotaRenew {
+            buckets,
+            member,
+            lease,
+        });
+    }
+
     fn gate_leave(&self, session: &SessionKey, place: GatePlace) {
         self.enqueue(Write::GateLeave {
             session: session.encode(),

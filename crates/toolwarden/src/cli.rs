@@ -165,6 +165,10 @@ pub(crate) enum ToolsAction {
     Accept {
         /// The tool, as agents call it (`SERVER__TOOL`).
         name: String,
+        /// Accept only the change to this definition (`sha256:…`, as `tools --json` or the
+        /// dashboard shows it): a server that changed the tool again since is not accepted.
+        #[arg(long, value_name = "DIGEST")]
+        digest: Option<String>,
         /// The server's base URL [default: http:// + [http] listen].
         #[arg(long, value_name = "URL")]
         url: Option<String>,

@@ -369,10 +369,14 @@ pub(crate) async fn accept(
     config: Option<&Path>,
     name: &str,
     url: Option<&str>,
+    digest: Option<&str>,
 ) -> anyhow::Result<Exit> {
     let config = stack::load_config(config)?;
     let api = Api::new(&config, url)?;
-    let path = format!("/v1/tools/{}/accept", segment(name));
+    let mut path = format!("/v1/tools/{}/accept", segment(name));
+    if let Some(digest) = digest {
+        path.push_str(&format!("?digest={}", segment(digest)));
+    }
     let req = api.request(Method::POST, &path).timeout(CLIENT_TIMEOUT);
     let (status, body) = api.json(req).await?;
     if status.is_success() && body.get("ok") == Some(&Value::Bool(true)) {

@@ -20,7 +20,10 @@ pub(crate) struct Transport {
 
 impl Transport {
     pub(crate) fn new(env_remove: Vec<String>) -> anyhow::Result<Transport> {
+        // No proxy: a hook's URL is reached as written (a proxy would take every call's
+        // arguments off the machine), and no redirect either.
         let http = reqwest::Client::builder()
+            .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(10))
             .build()?;
@@ -38,27 +41,38 @@ impl HookTransport for Transport {
                     .header("content-type", "application/json")
                     .body(body);
                 Box::pin(async move {
-                    let response = request.send().await.map_err(|e| {
+                    let mut response = request.send().await.map_err(|e| {
+                        // The URL is the operator's (it may hold a token): never in the text.
                         if e.is_connect() {
                             "could not be reached (connection refused or no route)".to_owned()
                         } else {
-                            format!("failed: {e}")
+                            format!("failed: {}", e.without_url())
                         }
                     })?;
                     let status = response.status();
-                    let bytes = response
-                        .bytes()
+                    if response
+                        .content_length()
+                        .is_some_and(|n| n > MAX_ANSWER as u64)
+                    {
+                        return Err(format!("answered more than {MAX_ANSWER} bytes"));
+                    }
+                    let mut bytes = Vec::new();
+                    while let Some(chunk) = response
+                        .chunk()
                         .await
-                        .map_err(|e| format!("failed while answering: {e}"))?;
+                        .map_err(|e| format!("failed while answering: {}", e.without_url()))?
+                    {
+                        if bytes.len() + chunk.len() > MAX_ANSWER {
+                            return Err(format!("answered more than {MAX_ANSWER} bytes"));
+                        }
+                        bytes.extend_from_slice(&chunk);
+                    }
                     if !status.is_success() {
                         let shown: String =
                             String::from_utf8_lossy(&bytes).chars().take(80).collect();
                         return Err(format!("answered HTTP {status}: {shown:?}"));
                     }
-                    if bytes.len() > MAX_ANSWER {
-                        return Err(format!("answered more than {MAX_ANSWER} bytes"));
-                    }
-                    Ok(bytes.to_vec())
+                    Ok(bytes)
                 })
             }
             HookTarget::Command(argv) => {
@@ -100,13 +114,19 @@ async fn run_command(
     };
     let mut out = Vec::new();
     let mut err = Vec::new();
-    let mut out_limited = (&mut stdout).take(MAX_ANSWER as u64 + 1);
-    let mut err_limited = (&mut stderr).take(4096);
-    let ((), read, _) = tokio::join!(
-        write,
-        out_limited.read_to_end(&mut out),
-        err_limited.read_to_end(&mut err)
-    );
+    // Each stream is read to its end, what is past its limit thrown away: a hook that writes
+    // more than that is not left blocked on a full pipe until its timeout.
+    let read_out = async {
+        let mut limited = (&mut stdout).take(MAX_ANSWER as u64 + 1);
+        limited.read_to_end(&mut out).await?;
+        tokio::io::copy(&mut stdout, &mut tokio::io::sink()).await
+    };
+    let read_err = async {
+        let mut limited = (&mut stderr).take(4096);
+        limited.read_to_end(&mut err).await?;
+        tokio::io::copy(&mut stderr, &mut tokio::io::sink()).await
+    };
+    let ((), read, _) = tokio::join!(write, read_out, read_err);
     read.map_err(|e| format!("could not be read: {e}"))?;
     let status = child
         .wait()

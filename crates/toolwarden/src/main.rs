@@ -98,10 +98,10 @@ async fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Check(args) => check::run(config, args).await,
         Command::Tools(args) => match args.action {
             None => client::tools(config, args.client).await,
-            Some(cli::ToolsAction::Accept { name, url }) => {
+            Some(cli::ToolsAction::Accept { name, url, digest }) => {
                 // `--url` may come before `accept` or after it.
                 let url = url.or(args.client.url);
-                client::accept(config, &name, url.as_deref()).await
+                client::accept(config, &name, url.as_deref(), digest.as_deref()).await
             }
         },
         Command::Turns(args) => client::turns(config, args).await,

@@ -161,8 +161,28 @@ async fn a_changed_description_is_recorded_and_blocked_until_accepted() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 409);
+    // Accepting names the definition reviewed: not the one waiting, not accepted.
     let resp = http()
-        .post(format!("{url}/v1/tools/test__echo/accept"))
+        .post(format!(
+            "{url}/v1/tools/test__echo/accept?digest=sha256:0000"
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 409);
+    let refused: Value = resp.json().await.unwrap();
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("changed again"),
+        "{refused}"
+    );
+    let resp = http()
+        .post(format!(
+            "{url}/v1/tools/test__echo/accept?digest={}",
+            change["new_digest"].as_str().unwrap()
+        ))
         .send()
         .await
         .unwrap();

@@ -45,7 +45,8 @@ pub(super) fn restrict(approval: Approval, decision: RuleDecision) -> Approval {
     }
 }
 
-/// Asks each hook that names the call's tool, in name order, under the call's total deadline.
+/// Asks each hook that names the call's tool, in name order, under the call's total deadline
+/// (counted from `since`: the call's arrival, or the end of its wait for a starting server).
 /// A denial (or a failure whose `on_error` denies) ends the call; `ask` makes the approval at
 /// least `ask`; a hook's `args` replace the input for the next hooks and the call, once they
 /// pass the tool's schema. Returns the approval, whether the input was rewritten, and why hooks
@@ -57,6 +58,7 @@ pub(super) async fn run_hooks(
     policy: &Policy,
     input: &mut Value,
     mut approval: Approval,
+    since: Instant,
 ) -> Step<(Approval, bool, Vec<String>)> {
     let mut rewritten = false;
     let mut asking = Vec::new();
@@ -69,7 +71,7 @@ pub(super) async fn run_hooks(
         let bound = if policy.timeout.is_zero() {
             hook.timeout
         } else {
-            let left = policy.timeout.saturating_sub(fin.arrived.elapsed());
+            let left = policy.timeout.saturating_sub(since.elapsed());
             if left.is_zero() {
                 return total_timeout(fin, policy);
             }
@@ -86,10 +88,11 @@ pub(super) async fn run_hooks(
         let took = started.elapsed();
         // A hook cut short by the call's deadline (not its own timeout) times the call out.
         if matches!(answer, Err(("timeout", _))) && bound < hook.timeout {
+            // The call's deadline, not the hook, ran out: timed, not counted as its failure.
             fin.env
                 .metrics
                 .guards()
-                .hook(&hook.name, took.as_secs_f64(), Some("timeout"));
+                .hook(&hook.name, took.as_secs_f64(), None);
             return total_timeout(fin, policy);
         }
         // Rewritten arguments must pass the tool's schema, or the answer is a failure.
@@ -230,7 +233,8 @@ pub(super) async fn take_quotas(
         session: &session,
     };
     let lease = crate::shared::lease_ttl(policy.timeout, policy.cancel_grace);
-    let member = fin.slot.call_id.to_string();
+    // Unique across replicas and turns (a call's own id is its client's, and repeats).
+    let member = format!("{}/{}", turn.id, fin.slot.call_id);
     let taken = quotas
         .take(&facts, fin.env.shared.as_ref(), &member, lease)
         .await;

@@ -1,5 +1,5 @@
-//! The pipeline of one call, in this order: validate → loop detector → approval gate → cache
-//! lookup with single flight (a stored result, or an identical running call's, is shared) →
+//! The pipeline of one call, in this order: validate → tool pin (a changed definition held) →
+//! rules → hooks → loop detector → approval gate → quotas → cache lookup with single flight (a stored result, or an identical running call's, is shared) →
 //! breaker → concurrency gate → attempts (each under deadlines and cancellation) → classify →
 //! record breaker → cache store → outcome. A call that must wait at the session's gate looks
 //! only for a stored result before the breaker and joins single flight past the gate (a leader
@@ -13,7 +13,8 @@
 //! still asked to stop, then forced, and `tool_stopped` says how.
 //!
 //! One module per job: `pipeline` (the steps in order), `finish` (recording the outcome),
-//! `approve` (the approval gate), `flight` (single flight), `attempts` (attempts and retries),
+//! `approve` (the approval gate), `guard` (hooks and quotas), `flight` (single flight),
+//! `attempts` (attempts and retries),
 //! `deadline` (waiting under the deadlines), `pacer` (progress pacing), `stop` (stopping an
 //! attempt behind the call), `slot` and `env` (what a call writes to and borrows), `across` (a
 //! named session's loop run and gate across replicas).

@@ -279,8 +279,14 @@ async fn pipeline(
         .into_iter()
         .collect();
     if let Some(hooks) = &guards.hooks {
+        // The deadline's start, as the attempts will count it (see `now` below).
+        let since = if waited && call.timeout_ms.is_none() {
+            Instant::now()
+        } else {
+            fin.arrived
+        };
         match Box::pin(run_hooks(
-            &mut fin, hooks, entry, policy, &mut input, approval,
+            &mut fin, hooks, entry, policy, &mut input, approval, since,
         ))
         .await
         {

@@ -125,9 +125,11 @@ fn announce(
     };
     match seen {
         Seen::Same => {}
-        Seen::First(definition) => {
+        // Recorded, unless the pins could not be read back (it may be a changed definition).
+        Seen::First(definition) if env.pins.records_first() => {
             env.bus.emit(&scope, accepted(definition));
         }
+        Seen::First(_) => {}
         Seen::Changed {
             old_digest,
             new,

@@ -455,14 +455,21 @@ impl Engine {
         let mut after = None;
         let mut count = 0;
         loop {
-            let page = store
+            let page = match store
                 .events(toolwarden_protocol::AuditQuery {
                     kind: Some("tool_accepted".to_owned()),
                     after,
                     limit: toolwarden_protocol::AUDIT_MAX_LIMIT,
                     ..Default::default()
                 })
-                .await?;
+                .await
+            {
+                Ok(page) => page,
+                Err(e) => {
+                    pins.set_unloaded();
+                    return Err(e);
+                }
+            };
             for event in &page.events {
                 let Ok(body) = serde_json::from_str::<serde_json::Value>(event.body.get()) else {
                     continue;
@@ -494,9 +501,16 @@ impl Engine {
     /// Accepts the waiting change of tool `name` as `by` (a principal): its new definition is
     /// pinned, `tool_accepted` says so, and calls held by `on_tool_change = "block"` run again.
     /// `None`: no change of that tool waits.
-    pub fn accept_tool(&self, name: &str, by: &str) -> Option<crate::pins::Change> {
+    /// With `expected`, only the change to that digest is accepted (the one a person reviewed):
+    /// a server that changed the tool again since gives [`crate::pins::AcceptError::Other`].
+    pub fn accept_tool(
+        &self,
+        name: &str,
+        by: &str,
+        expected: Option<&str>,
+    ) -> Result<crate::pins::Change, crate::pins::AcceptError> {
         let env = &self.inner.turns.env;
-        let change = env.pins.accept(name)?;
+        let change = env.pins.accept(name, expected)?;
         env.bus.emit(
             &Arc::new(crate::events::EventScope {
                 tool: Some(Arc::from(name)),
@@ -509,16 +523,14 @@ impl Engine {
                 by: Some(by.to_owned()),
             },
         );
-        Some(change)
+        Ok(change)
     }
 
     /// Another replica accepted tool `name`'s change to the definition `digest`: if this
     /// replica holds the same change, it is pinned here too (that replica recorded it).
     pub fn tool_accepted_elsewhere(&self, name: &str, digest: &str) {
-        let pins = &self.inner.turns.env.pins;
-        if pins.change(name).is_some_and(|c| c.new.digest == digest) {
-            pins.accept(name);
-        }
+        // Only that very change: one the server made since is not taken with it.
+        let _ = self.inner.turns.env.pins.accept(name, Some(digest));
     }
 
     /// The `[[rules]]` in force (`None`: there are none).

@@ -32,6 +32,7 @@ fn hook_urls_must_be_on_loopback_unless_allowed() {
         "https://policy.example.com/decide",
         "http://127.0.0.1.example.com/",
         "http://user@example.com/",
+        "http://evil.example\\@127.0.0.1/",
     ] {
         let e = compile(remote, None).unwrap_err();
         assert!(e.contains("allow_remote = true"), "{remote}: {e}");
@@ -42,7 +43,7 @@ fn hook_urls_must_be_on_loopback_unless_allowed() {
             .unwrap_err()
             .contains("http")
     );
-    assert!(compile("http:///x", None).unwrap_err().contains("no host"));
+    assert!(compile("http:///x", None).is_err());
 }
 
 #[test]

@@ -42,9 +42,20 @@ fn a_tool_is_pinned_when_first_seen_and_a_change_follows_on_tool_change() {
         ),
         Seen::Same
     );
-    assert!(pins.accept("t__echo").is_some());
+    // Accepting names the definition a person looked at: another one is not taken.
+    assert_eq!(
+        pins.accept("t__echo", Some("sha256:other")).err(),
+        Some(super::AcceptError::Other(
+            pins.change("t__echo").unwrap().new.digest
+        ))
+    );
+    assert!(pins.blocked("t__echo"));
+    assert!(pins.accept("t__echo", None).is_ok());
     assert!(!pins.blocked("t__echo"));
-    assert!(pins.accept("t__echo").is_none());
+    assert_eq!(
+        pins.accept("t__echo", None).err(),
+        Some(super::AcceptError::Nothing)
+    );
     // Warn records the change; the tool is not held.
     assert!(matches!(
         pins.observe("t__echo", "t", &spec("Other."), OnToolChange::Warn),
@@ -86,4 +97,13 @@ fn the_diff_is_unified_with_context() {
         diff,
         "--- pinned\n+++ listed\n@@ -1,7 +1,7 @@\n a\n b\n c\n-d\n+D\n e\n f\n g\n"
     );
+}
+
+#[test]
+fn a_huge_definition_is_diffed_as_replaced_whole() {
+    let old: Vec<String> = (0..2000).map(|i| format!("a{i}")).collect();
+    let new: Vec<String> = (0..2000).map(|i| format!("b{i}")).collect();
+    let diff = unified_diff(&old, &new);
+    assert!(diff.starts_with("--- pinned\n+++ listed\n@@ -1,2000 +1,2000 @@\n-a0\n"));
+    assert_eq!(diff.lines().count(), 3 + 4000);
 }

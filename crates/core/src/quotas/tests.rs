@@ -133,3 +133,31 @@ async fn concurrency_is_held_until_the_call_ends_and_a_refusal_takes_nothing() {
     // A tool the rate does not name is held by the concurrency cap alone.
     assert!(q.take(&facts("other", "b"), None, "m", lease).await.is_ok());
 }
+
+#[tokio::test(start_paused = true)]
+async fn full_buckets_are_forgotten_when_sessions_pile_up() {
+    let q = quotas(&[QuotaConfig {
+        rate: Some("5/min".into()),
+        per: Some(QuotaPer::Session),
+        ..Default::default()
+    }]);
+    let lease = Duration::from_secs(1);
+    for i in 0..=super::EVICT_AT {
+        let session = format!("s{i}");
+        let facts = QuotaFacts {
+            tool: "t",
+            principal: "p",
+            session: &session,
+        };
+        assert!(q.take(&facts, None, "m", lease).await.is_ok());
+    }
+    // A minute on, every bucket is full again: the next call forgets them.
+    tokio::time::advance(Duration::from_secs(60)).await;
+    let facts = QuotaFacts {
+        tool: "t",
+        principal: "p",
+        session: "new",
+    };
+    assert!(q.take(&facts, None, "m", lease).await.is_ok());
+    assert!(q.buckets.lock().len() <= 1, "{}", q.buckets.lock().len());
+}
