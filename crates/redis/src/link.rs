@@ -167,17 +167,17 @@ fn add_write(inner: &Inner, pipe: &mut redis::Pipeline, write: Write) {
             member,
             lease,
         } => {
-            // Only a place still held (XX): one already given back stays given back.
+            // Only a place still held: one already given back stays given back. Scored in
+            // Redis's clock, as the take scored it, and the set kept at least as long.
             let member = format!("{}:{member}", inner.replica);
-            let until = epoch_ms() + u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
-            for bucket in buckets {
-                pipe.cmd("ZADD")
-                    .arg(inner.keys.quota_running(&bucket))
-                    .arg("XX")
-                    .arg(until)
-                    .arg(&member)
-                    .ignore();
+            let cmd = pipe.cmd("EVAL");
+            cmd.arg(crate::quota::QUOTA_RENEW).arg(buckets.len());
+            for bucket in &buckets {
+                cmd.arg(inner.keys.quota_running(bucket));
             }
+            cmd.arg(&member)
+                .arg(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX).max(1))
+                .ignore();
         }
     }
 }

@@ -71,6 +71,21 @@ for i = 1, n do
 end
 return out";
 
+/// KEYS: the running sets of a call's buckets. ARGV: its member, its lease (ms). Extends the
+/// member's place in each set that still holds it to a lease from now (Redis's clock), and the
+/// set's own expiry to at least that.
+pub(crate) const QUOTA_RENEW: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local member, lease = ARGV[1], tonumber(ARGV[2])
+for _, k in ipairs(KEYS) do
+  if redis.call('ZSCORE', k, member) then
+    redis.call('ZADD', k, now + lease, member)
+    if redis.call('PTTL', k) < lease then redis.call('PEXPIRE', k, lease) end
+  end
+end
+return 0";
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
@@ -139,4 +154,83 @@ pub(crate) async fn take(
         replicas: live.max(1),
         left,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+
+    use toolwarden_core::shared::{QuotaTake, SharedState};
+
+    use crate::{Options, RedisShared};
+
+    /// The Redis the scale-out tests use (`TOOLWARDEN_TEST_REDIS_URL`, else the local one).
+    fn url() -> String {
+        std::env::var("TOOLWARDEN_TEST_REDIS_URL")
+            .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+    }
+
+    fn cap_of_one() -> Vec<QuotaTake> {
+        vec![QuotaTake {
+            bucket: "0:global".into(),
+            rate: None,
+            concurrency: Some(1),
+        }]
+    }
+
+    /// A place renewed while its call runs outlives its first lease, set and all; given back,
+    /// it frees the cap.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_renewed_place_outlives_its_first_lease() {
+        let metrics = toolwarden_core::Metrics::new();
+        let prefix = format!("twtest:quota-renew:{}:", ulid::Ulid::new());
+        let shared = RedisShared::new(
+            Options {
+                url: url(),
+                prefix,
+                timeout: Duration::from_secs(2),
+                check_every: Duration::from_secs(1),
+                label: None,
+            },
+            metrics.shared().clone(),
+        )
+        .unwrap();
+        // No engine here: Redis is taken as reached (the watcher would say so).
+        shared.inner.up.store(true, Ordering::Release);
+        let lease = Duration::from_millis(400);
+        let first = shared
+            .quota_take(cap_of_one(), "t1/c1".into(), lease)
+            .await
+            .unwrap();
+        assert_eq!(first.refused, None);
+        let second = shared
+            .quota_take(cap_of_one(), "t2/c1".into(), lease)
+            .await
+            .unwrap();
+        assert!(second.refused.is_some(), "{second:?}");
+        // Renewed for longer: past the first lease, the place (and its set) is still there.
+        shared.quota_renew(
+            vec!["0:global".into()],
+            "t1/c1".into(),
+            Duration::from_secs(5),
+        );
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let still = shared
+            .quota_take(cap_of_one(), "t3/c1".into(), lease)
+            .await
+            .unwrap();
+        assert!(
+            still.refused.is_some(),
+            "the renewed place lapsed: {still:?}"
+        );
+        // Given back: the next call gets it.
+        shared.quota_release(vec!["0:global".into()], "t1/c1".into());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let freed = shared
+            .quota_take(cap_of_one(), "t4/c1".into(), lease)
+            .await
+            .unwrap();
+        assert_eq!(freed.refused, None);
+    }
 }
