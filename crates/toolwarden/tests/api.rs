@@ -5,12 +5,11 @@
 
 use std::time::Duration;
 
-use nix::sys::signal::Signal;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 
 use crate::serve::{config, serve, turn};
-use crate::util::{Dir, Running, Sse, SseEvent, assert_no_process, http, marker};
+use crate::util::{Dir, Running, Sse, SseEvent, http, marker};
 
 const EVENT_WAIT: Duration = Duration::from_secs(15);
 
@@ -27,10 +26,8 @@ async fn start(name: &str, extra: &str, args: &[&str]) -> (Dir, Running, String,
 }
 
 /// SIGTERM, exit 0, nothing of the test left running.
-async fn stop(mut server: Running, mark: &str) {
-    server.signal(Signal::SIGTERM);
-    server.wait(Duration::from_secs(15)).await.expect_code(0);
-    assert_no_process(mark, Duration::from_secs(2)).await;
+async fn stop(server: Running, mark: &str) {
+    crate::util::stop_clean(server, mark).await;
 }
 
 /// `GET /v1/events`, subscribed before it returns.

@@ -10,13 +10,12 @@ use std::time::Duration;
 
 use jsonwebtoken::jwk::{Jwk, JwkSet};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
-use nix::sys::signal::Signal;
 use parking_lot::Mutex;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 
 use crate::serve::config;
-use crate::util::{Dir, Running, assert_no_process, http, marker};
+use crate::util::{Dir, Running, http, marker};
 
 const AUDIENCE: &str = "toolwarden-test";
 
@@ -199,10 +198,8 @@ jwks_url = "{iss}/jwks"
     (dir, server, url, mark)
 }
 
-async fn stop(mut server: Running, mark: &str) {
-    server.signal(Signal::SIGTERM);
-    server.wait(Duration::from_secs(15)).await.expect_code(0);
-    assert_no_process(mark, Duration::from_secs(2)).await;
+async fn stop(server: Running, mark: &str) {
+    crate::util::stop_clean(server, mark).await;
 }
 
 async fn get(url: &str, token: Option<&str>) -> reqwest::Response {

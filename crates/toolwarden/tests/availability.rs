@@ -3,12 +3,11 @@
 
 use std::time::Duration;
 
-use nix::sys::signal::Signal;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 
 use crate::serve::{config, serve, turn};
-use crate::util::{Dir, Running, assert_no_process, http, marker, toml_str};
+use crate::util::{Dir, Running, http, marker, toml_str};
 
 /// `serve` with the test server started with `server_args`, and `extra` config; answers at once
 /// (the server may still be starting).
@@ -34,12 +33,10 @@ async fn start(
     (dir, server, url, mark)
 }
 
-async fn stop(mut server: Running, mark: &str) {
+async fn stop(server: Running, mark: &str) {
     // Logs to a pipe are plain text: no terminal colours.
     assert!(!server.stderr().contains('\u{1b}'), "{}", server.stderr());
-    server.signal(Signal::SIGTERM);
-    server.wait(Duration::from_secs(15)).await.expect_code(0);
-    assert_no_process(mark, Duration::from_secs(2)).await;
+    crate::util::stop_clean(server, mark).await;
 }
 
 /// `GET /readyz`: its status code and body.

@@ -5,14 +5,13 @@
 
 use std::time::Duration;
 
-use nix::sys::signal::Signal;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::scale_out::{prefix, redis_url, replica, stop_replica};
 use crate::serve::config;
-use crate::util::{Dir, Running, assert_no_process, http, marker, toml_str};
+use crate::util::{Dir, Running, http, marker, toml_str};
 
 /// A hook command: reads the call, decides by the echo's text.
 const HOOK: &str = r#"input=$(cat)
@@ -41,36 +40,15 @@ async fn start(dir: &Dir, mark: &str, extra: &str) -> (Running, String) {
     (server, url)
 }
 
-async fn stop(mut server: Running, mark: &str) {
-    server.signal(Signal::SIGTERM);
-    server.wait(Duration::from_secs(15)).await.expect_code(0);
-    assert_no_process(mark, Duration::from_secs(2)).await;
+async fn stop(server: Running, mark: &str) {
+    crate::util::stop_clean(server, mark).await;
 }
 
 async fn call(url: &str, name: &str, input: Value) -> Value {
-    let resp = http()
-        .post(format!("{url}/v1/turns"))
-        .json(&json!({"calls": [{"type": "tool_use", "id": "c1", "name": name, "input": input}]}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let body: Value = resp.json().await.unwrap();
-    body["results"][0].clone()
+    crate::util::call_one(url, None, name, input).await
 }
 
-fn outcome(result: &Value) -> (String, String, String) {
-    let t = &result["toolwarden"];
-    let s = |v: &Value| v.as_str().unwrap_or("").to_owned();
-    (s(&t["status"]), s(&t["decider"]), s(&t["reason"]))
-}
-
-fn text(result: &Value) -> String {
-    result["content"][0]["text"]
-        .as_str()
-        .unwrap_or("")
-        .to_owned()
-}
+use crate::util::{outcome_of as outcome, text_of as text};
 
 /// The events of the call that gave `result`, from the audit trail.
 async fn events_of(url: &str, result: &Value) -> Vec<Value> {

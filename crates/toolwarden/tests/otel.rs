@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use nix::sys::signal::Signal;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value;
 use opentelemetry_proto::tonic::trace::v1::{Span, span::SpanKind, status::StatusCode};
@@ -15,7 +14,7 @@ use prost::Message as _;
 use serde_json::{Value, json};
 
 use crate::serve::{config, serve};
-use crate::util::{Dir, Running, assert_no_process, http, marker};
+use crate::util::{Dir, Running, http, marker};
 
 const CLIENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CLIENT_SPAN: &str = "00f067aa0ba902b7";
@@ -158,10 +157,8 @@ async fn start(name: &str, extra: &str) -> (Dir, Running, String, String) {
     (dir, server, url, mark)
 }
 
-async fn stop(mut server: Running, mark: &str) {
-    server.signal(Signal::SIGTERM);
-    server.wait(Duration::from_secs(15)).await.expect_code(0);
-    assert_no_process(mark, Duration::from_secs(2)).await;
+async fn stop(server: Running, mark: &str) {
+    crate::util::stop_clean(server, mark).await;
 }
 
 const FLAKY: &str = r#"

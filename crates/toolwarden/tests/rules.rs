@@ -5,12 +5,11 @@
 
 use std::time::Duration;
 
-use nix::sys::signal::Signal;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 
 use crate::serve::config;
-use crate::util::{Dir, Running, assert_no_process, http, marker};
+use crate::util::{Dir, Running, http, marker};
 
 const ALICE: &str = "alice-rules-0123456789abcdef0123456789ab";
 const AGENT: &str = "agent-rules-0123456789abcdef0123456789ab";
@@ -79,38 +78,16 @@ async fn start(name: &str) -> (Dir, Running, String, String) {
     (dir, server, url, mark)
 }
 
-async fn stop(mut server: Running, mark: &str) {
-    server.signal(Signal::SIGTERM);
-    server.wait(Duration::from_secs(15)).await.expect_code(0);
-    assert_no_process(mark, Duration::from_secs(2)).await;
+async fn stop(server: Running, mark: &str) {
+    crate::util::stop_clean(server, mark).await;
 }
 
 /// One call as `token`'s principal; its result.
 async fn call(url: &str, token: &str, name: &str, input: Value) -> Value {
-    let resp = http()
-        .post(format!("{url}/v1/turns"))
-        .bearer_auth(token)
-        .json(&json!({"calls": [{"type": "tool_use", "id": "c1", "name": name, "input": input}]}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let body: Value = resp.json().await.unwrap();
-    body["results"][0].clone()
+    crate::util::call_one(url, Some(token), name, input).await
 }
 
-fn outcome(result: &Value) -> (String, String, String) {
-    let t = &result["toolwarden"];
-    let s = |v: &Value| v.as_str().unwrap_or("").to_owned();
-    (s(&t["status"]), s(&t["decider"]), s(&t["reason"]))
-}
-
-fn text(result: &Value) -> String {
-    result["content"][0]["text"]
-        .as_str()
-        .unwrap_or("")
-        .to_owned()
-}
+use crate::util::{outcome_of as outcome, text_of as text};
 
 #[tokio::test]
 async fn rules_decide_by_tool_principal_and_arguments() {

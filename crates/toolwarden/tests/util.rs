@@ -367,6 +367,44 @@ pub async fn assert_no_process(needle: &str, grace: Duration) {
     }
 }
 
+/// Stops a `serve` with SIGTERM: it exits 0 within 15 s and leaves no process whose command line
+/// holds `mark` (its servers, their children).
+pub async fn stop_clean(mut server: Running, mark: &str) {
+    server.signal(nix::sys::signal::Signal::SIGTERM);
+    server.wait(Duration::from_secs(15)).await.expect_code(0);
+    assert_no_process(mark, Duration::from_secs(2)).await;
+}
+
+/// One call as its own turn over `POST /v1/turns` (with `token`'s principal, if given): its
+/// result, after checking the request was answered 200.
+pub async fn call_one(url: &str, token: Option<&str>, name: &str, input: Value) -> Value {
+    let mut req = http().post(format!("{url}/v1/turns")).json(
+        &serde_json::json!({"calls": [{"type": "tool_use", "id": "c1", "name": name, "input": input}]}),
+    );
+    if let Some(token) = token {
+        req = req.bearer_auth(token);
+    }
+    let resp = req.send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let body: Value = resp.json().await.unwrap();
+    body["results"][0].clone()
+}
+
+/// A result's `(status, decider, reason)`, empty where absent.
+pub fn outcome_of(result: &Value) -> (String, String, String) {
+    let t = &result["toolwarden"];
+    let s = |v: &Value| v.as_str().unwrap_or("").to_owned();
+    (s(&t["status"]), s(&t["decider"]), s(&t["reason"]))
+}
+
+/// A result's first text, as the model reads it.
+pub fn text_of(result: &Value) -> String {
+    result["content"][0]["text"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned()
+}
+
 /// An HTTP client that ignores proxies (tests talk to 127.0.0.1).
 pub fn http() -> reqwest::Client {
     reqwest::Client::builder()

@@ -151,44 +151,22 @@ impl Config {
         let mut checker = Checker::new(file_label, &map);
         checker.check(&file, timeout_from_env)?;
         expand_servers(&mut file, env, &checker)?;
+        // An entry that does not compile, named by its table, entry and key.
+        let bad = |table: &str, entry: Seg, key: &str, message: String| {
+            checker.error(
+                ConfigErrorKind::InvalidValue,
+                &[Seg::Key(table.into()), entry, Seg::Key(key.into())],
+                message,
+            )
+        };
         let rules = crate::rules::Rules::compile(&file.rules)
-            .map_err(|e| {
-                checker.error(
-                    ConfigErrorKind::InvalidValue,
-                    &[
-                        Seg::Key("rules".into()),
-                        Seg::Index(e.index),
-                        Seg::Key(e.key.into()),
-                    ],
-                    e.message,
-                )
-            })?
+            .map_err(|e| bad("rules", Seg::Index(e.index), e.key, e.message))?
             .map(Arc::new);
         let hooks = crate::hooks::Hooks::compile(&file.hooks)
-            .map_err(|e| {
-                checker.error(
-                    ConfigErrorKind::InvalidValue,
-                    &[
-                        Seg::Key("hooks".into()),
-                        Seg::Key(e.name),
-                        Seg::Key(e.key.into()),
-                    ],
-                    e.message,
-                )
-            })?
+            .map_err(|e| bad("hooks", Seg::Key(e.name), e.key, e.message))?
             .map(Arc::new);
         let quotas = crate::quotas::Quotas::compile(&file.quotas)
-            .map_err(|e| {
-                checker.error(
-                    ConfigErrorKind::InvalidValue,
-                    &[
-                        Seg::Key("quotas".into()),
-                        Seg::Index(e.index),
-                        Seg::Key(e.key.into()),
-                    ],
-                    e.message,
-                )
-            })?
+            .map_err(|e| bad("quotas", Seg::Index(e.index), e.key, e.message))?
             .map(Arc::new);
 
         let mut warnings = checker.warnings;
