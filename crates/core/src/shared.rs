@@ -19,6 +19,9 @@ use toolwarden_protocol::{ActiveTurn, CallId, CancelReason, Event, SessionKey, T
 
 use crate::backend::BoxFuture;
 
+#[cfg(test)]
+pub(crate) mod fake;
+
 /// Whether the shared state can be reached.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SharedHealth {

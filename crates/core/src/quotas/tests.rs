@@ -161,3 +161,66 @@ async fn full_buckets_are_forgotten_when_sessions_pile_up() {
     assert!(q.take(&facts, None, "m", lease).await.is_ok());
     assert!(q.buckets.lock().len() <= 1, "{}", q.buckets.lock().len());
 }
+
+/// With shared state: the shared buckets decide, and a concurrency place is renewed while held
+/// and given back when dropped. Away: each limit is this replica's share — divided by the live
+/// replicas last counted, rounded up — never no limit.
+#[tokio::test(start_paused = true)]
+async fn shared_state_decides_and_when_away_each_replica_keeps_its_share() {
+    use crate::shared::SharedState;
+    use crate::shared::fake::FakeShared;
+
+    let q = quotas(&[QuotaConfig {
+        rate: Some("5/min".into()),
+        concurrency: Some(3),
+        per: Some(QuotaPer::Global),
+        ..Default::default()
+    }]);
+    let fake = std::sync::Arc::new(FakeShared::new(3));
+    let shared: std::sync::Arc<dyn SharedState> = fake.clone();
+    let lease = Duration::from_secs(2);
+    let held = q
+        .take(&facts("t", "a"), Some(&shared), "t1/c1", lease)
+        .await
+        .unwrap();
+    {
+        let takes = fake.takes.lock().unwrap();
+        assert_eq!(takes.len(), 1);
+        assert_eq!(takes[0].0[0].bucket, "0:global");
+        assert_eq!(takes[0].1, "t1/c1");
+    }
+    // Renewed every half lease while held, given back when dropped.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    drop(held);
+    let writes = fake.writes.lock().unwrap().clone();
+    assert_eq!(
+        writes.iter().map(|w| w.0).collect::<Vec<_>>(),
+        ["renew", "renew", "release"],
+        "{writes:?}"
+    );
+
+    // Redis away: 5/min over 3 replicas is 2 here, 3 at once is 1.
+    *fake.up.lock().unwrap() = false;
+    let first = q
+        .take(&facts("t", "a"), Some(&shared), "t2/c1", lease)
+        .await
+        .unwrap();
+    let refused = q
+        .take(&facts("t", "a"), Some(&shared), "t3/c1", lease)
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(refused.reason, DenyReason::Concurrency);
+    drop(first);
+    assert!(
+        q.take(&facts("t", "a"), Some(&shared), "t4/c1", lease)
+            .await
+            .is_ok()
+    );
+    let refused = q
+        .take(&facts("t", "a"), Some(&shared), "t5/c1", lease)
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(refused.reason, DenyReason::RateLimit);
+}
