@@ -242,6 +242,20 @@ impl Quotas {
         &self.list
     }
 
+    /// The quotas that calls of `tool` by `principal` take from, by index.
+    pub fn matching(&self, tool: &str, principal: &str) -> Vec<usize> {
+        let facts = QuotaFacts {
+            tool,
+            principal,
+            session: "",
+        };
+        self.list
+            .iter()
+            .filter(|q| q.matches(&facts))
+            .map(|q| q.index)
+            .collect()
+    }
+
     /// Whether any quota applies to calls of `tool` (by any principal).
     pub fn names_tool(&self, tool: &str) -> bool {
         self.list.iter().any(|q| {

@@ -190,7 +190,13 @@ pub(crate) async fn explain(
     };
     let rules = app.engine.rules();
     let e = toolwarden_core::rules::explain(rules.as_deref(), &facts, policy.approval);
-    Ok(Json(json!(e)))
+    // What decides past the rules: the hooks asked (which may make it stricter) and the quotas
+    // taken from.
+    let (hooks, quotas) = app.engine.guards_of(&name, &principal.name);
+    let mut body = json!(e);
+    body["hooks"] = json!(hooks);
+    body["quotas"] = json!(quotas);
+    Ok(Json(body))
 }
 
 /// The query of `GET /v1/tools/{name}/explain`.

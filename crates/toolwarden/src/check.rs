@@ -439,8 +439,19 @@ fn explain(config: &toolwarden_core::Config, tool: &str, args: &CheckArgs) -> an
         server,
     };
     let e = toolwarden_core::rules::explain(config.rules.as_deref(), &facts, approval);
+    // What decides past the rules: the hooks asked and the quotas taken from.
+    let hooks: Vec<String> = config.hooks.as_ref().map_or_else(Vec::new, |h| {
+        h.for_tool(tool).map(|h| h.name.clone()).collect()
+    });
+    let quotas: Vec<usize> = config
+        .quotas
+        .as_ref()
+        .map_or_else(Vec::new, |q| q.matching(tool, &principal.name));
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&e)?);
+        let mut body = serde_json::to_value(&e)?;
+        body["hooks"] = json!(hooks);
+        body["quotas"] = json!(quotas);
+        println!("{}", serde_json::to_string_pretty(&body)?);
         return Ok(Exit::Ok);
     }
     println!(
@@ -481,5 +492,25 @@ fn explain(config: &toolwarden_core::Config, tool: &str, args: &CheckArgs) -> an
         );
     }
     println!("decision: {}", e.decision);
+    if !hooks.is_empty() {
+        println!(
+            "then asked, in order (each may make it stricter, or rewrite the input): {}",
+            hooks
+                .iter()
+                .map(|h| format!("hook {h:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    if !quotas.is_empty() {
+        println!(
+            "and, allowed to run, it takes from: {}",
+            quotas
+                .iter()
+                .map(|i| format!("quotas[{i}]"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     Ok(Exit::Ok)
 }

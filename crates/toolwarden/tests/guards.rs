@@ -162,6 +162,23 @@ on_error = "allow"
     );
     let (server, url) = start(&dir, &mark, &extra).await;
 
+    // Explain names the hooks a call of the tool meets, over HTTP and in `check`.
+    let explained: Value = http()
+        .get(format!("{url}/v1/tools/test__echo/explain"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(explained["hooks"], json!(["review"]), "{explained}");
+    let out = dir
+        .command(&["check", "--offline", "--explain", "test__echo"])
+        .run()
+        .await;
+    out.expect_code(0);
+    assert!(out.stdout.contains("hook \"review\""), "{}", out.stdout);
+
     // Allows: the call runs.
     let r = call(&url, "test__echo", json!({"text": "hello"})).await;
     assert_eq!(r["toolwarden"]["status"], "ok", "{r}");
@@ -322,6 +339,16 @@ async fn the_sixth_call_of_a_five_per_minute_quota_is_denied_with_when_to_retry(
     let retry = r["toolwarden"]["retry_after_ms"].as_u64().unwrap();
     assert!((1..=12_000).contains(&retry), "{r}");
     assert!(text(&r).contains("Try again in"), "{r}");
+    // Explain names the quota.
+    let explained: Value = http()
+        .get(format!("{url}/v1/tools/test__echo/explain"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(explained["quotas"], json!([0]), "{explained}");
     // Another tool is not counted.
     let r = call(&url, "test__sleep", json!({"ms": 1})).await;
     assert_eq!(r["toolwarden"]["status"], "ok", "{r}");

@@ -214,7 +214,7 @@ async fn rules_decide_by_tool_principal_and_arguments() {
         .unwrap();
     assert_eq!(
         explained,
-        json!({"decision": "deny", "fallback": false,
+        json!({"decision": "deny", "fallback": false, "hooks": [], "quotas": [],
                "rules": [{"index": 1, "decision": "deny", "reason": "no recursive deletes"}],
                "line": {"commands": [{"name": "git", "argv": ["git", "status"]},
                                      {"name": "rm", "argv": ["rm", "-rf", "/"]}],
@@ -302,7 +302,7 @@ async fn check_explains_and_bad_rules_are_named_by_file_line_and_key() {
     let v: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(
         v,
-        json!({"decision": "ask", "fallback": true, "rules": [],
+        json!({"decision": "ask", "fallback": true, "rules": [], "hooks": [], "quotas": [],
                "line": {"commands": [{"name": "make", "argv": ["make"]}], "opaque": false}})
     );
     // An opaque line says why.

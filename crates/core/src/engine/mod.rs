@@ -533,6 +533,20 @@ impl Engine {
         let _ = self.inner.turns.env.pins.accept(name, Some(digest));
     }
 
+    /// For explain: the hooks asked about calls of `tool` (by name, in the order they are
+    /// asked) and the quotas calls of it by `principal` take from (by index).
+    pub fn guards_of(&self, tool: &str, principal: &str) -> (Vec<String>, Vec<usize>) {
+        let guards = self.inner.registry.guards_cell().read().clone();
+        let hooks = guards.hooks.as_ref().map_or_else(Vec::new, |h| {
+            h.for_tool(tool).map(|h| h.name.clone()).collect()
+        });
+        let quotas = guards
+            .quotas
+            .as_ref()
+            .map_or_else(Vec::new, |q| q.matching(tool, principal));
+        (hooks, quotas)
+    }
+
     /// The `[[rules]]` in force (`None`: there are none).
     pub fn rules(&self) -> Option<Arc<crate::rules::Rules>> {
         self.inner.registry.guards_cell().read().rules.clone()
