@@ -158,6 +158,32 @@ pub struct QuotaAnswer {
     pub left: Vec<Option<f64>>,
 }
 
+/// A client's answers to a task's questions (`tasks/update`), for the replica whose task it is.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskUpdate {
+    /// The task.
+    pub task_id: String,
+    /// Whose it must be: another principal's task is answered as unknown.
+    pub principal: String,
+    /// The answers, keyed by question, as the client sent them.
+    pub responses: serde_json::Value,
+}
+
+/// What became of a [`TaskUpdate`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TaskUpdateAnswer {
+    /// The task's call got its answers.
+    Done,
+    /// No replica (reached) holds the task, or it is not the principal's.
+    NotFound,
+    /// The replica that holds it refused them; the text says why.
+    Refused(String),
+}
+
+/// How a front door answers a [`TaskUpdate`] for a task it holds (registered with
+/// [`crate::Engine::set_task_answerer`]).
+pub type TaskAnswerer = dyn Fn(&TaskUpdate) -> TaskUpdateAnswer + Send + Sync;
+
 /// State shared with the other replicas. Implemented by `toolwarden-redis`.
 pub trait SharedState: Send + Sync + 'static {
     /// Whether the shared state is reached now.
@@ -239,6 +265,13 @@ pub trait SharedState: Send + Sync + 'static {
     /// Extends the places `member` holds among the running calls of `buckets` to `lease` from
     /// now (queued): a call still running keeps its place past its first lease.
     fn quota_renew(&self, buckets: Vec<String>, member: String, lease: Duration);
+
+    /// Hands a task's answers to the replica that holds the task, and says what became of them
+    /// (`NotFound` when none answers in time).
+    fn task_update_elsewhere(&self, update: TaskUpdate) -> BoxFuture<TaskUpdateAnswer> {
+        let _ = update;
+        Box::pin(std::future::ready(TaskUpdateAnswer::NotFound))
+    }
 }
 
 /// How long a named session's shared loop run is kept after its last call: as long as a replica

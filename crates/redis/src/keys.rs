@@ -85,6 +85,11 @@ impl Keys {
         format!("{}abort", self.prefix)
     }
 
+    /// Channel: a task's answers (`tasks/update`) for the replica that holds the task.
+    pub(crate) fn task_update_channel(&self) -> String {
+        format!("{}task-update", self.prefix)
+    }
+
     /// Channel: answers to one replica's aborts.
     pub(crate) fn reply_channel(&self, replica: &str) -> String {
         format!("{}reply:{replica}", self.prefix)

@@ -10,12 +10,16 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use redis::{PushInfo, Value};
 use tokio::sync::mpsc;
-use toolwarden_core::shared::{AbortAnswer, AbortRequest, BreakerChange, CacheClaim, RemoteEvent};
+use toolwarden_core::shared::{
+    AbortAnswer, AbortRequest, BreakerChange, CacheClaim, RemoteEvent, TaskUpdate, TaskUpdateAnswer,
+};
 use toolwarden_core::{Engine, Received};
 use toolwarden_protocol::{BreakerStateKind, SessionKey, Timestamp};
 
 use crate::conn::{Inner, RELEASE, Write};
-use crate::wire::{AbortMsg, BreakerMsg, EventMsg, ReplyMsg, TurnsAsk, own_events_start};
+use crate::wire::{
+    AbortMsg, BreakerMsg, EventMsg, ReplyMsg, TaskUpdateMsg, TurnsAsk, own_events_start,
+};
 
 /// At most this many writes go in one pipeline.
 const BATCH: usize = 512;
@@ -244,6 +248,7 @@ async fn watch(inner: Arc<Inner>, mut sub: ConnectionManager, engine: Engine) {
                 let channels = vec![
                     inner.keys.breaker_channel(),
                     inner.keys.abort_channel(),
+                    inner.keys.task_update_channel(),
                     inner.keys.reply_channel(&inner.replica),
                     inner.keys.events_channel(),
                     inner.keys.gate_channel(),
@@ -336,6 +341,7 @@ async fn inbox(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<PushInfo>, eng
         inner.keys.events_channel(),
     );
     let (gates, turns) = (inner.keys.gate_channel(), inner.keys.turns_channel());
+    let updates = inner.keys.task_update_channel();
     let own_events = own_events_start(&inner.replica);
     while let Some(push) = rx.recv().await {
         let Some(msg) = redis::Msg::from_push_info(push) else {
@@ -387,6 +393,10 @@ async fn inbox(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<PushInfo>, eng
             if let Ok(m) = serde_json::from_slice::<TurnsAsk>(payload) {
                 answer_turns(&inner, &engine, m);
             }
+        } else if channel == updates {
+            if let Ok(m) = serde_json::from_slice::<TaskUpdateMsg>(payload) {
+                carry_out_update(&inner, &engine, m);
+            }
         } else if channel == aborts {
             if let Ok(m) = serde_json::from_slice::<AbortMsg>(payload) {
                 carry_out_abort(&inner, &engine, m);
@@ -410,6 +420,41 @@ async fn inbox(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<PushInfo>, eng
             engine.apply_shared_breaker(&m.tool, change);
         }
     }
+}
+
+/// A task's answers from a replica that does not hold the task: handed to the task here if this
+/// one holds it, and answered either way (the asker counts the answers).
+fn carry_out_update(inner: &Arc<Inner>, engine: &Engine, m: TaskUpdateMsg) {
+    if *m.replica == *inner.replica {
+        // Our own: it was tried here before it was sent.
+        if let Some(tx) = inner.pending.lock().get(&m.req) {
+            let _ = tx.send(ReplyMsg {
+                req: m.req,
+                ..ReplyMsg::default()
+            });
+        }
+        return;
+    }
+    let answer = engine.answer_task_here(&TaskUpdate {
+        task_id: m.task_id,
+        principal: m.principal,
+        responses: m.responses,
+    });
+    let (found, refused) = match answer {
+        TaskUpdateAnswer::Done => (true, None),
+        TaskUpdateAnswer::Refused(why) => (true, Some(why)),
+        TaskUpdateAnswer::NotFound => (false, None),
+    };
+    reply(
+        inner,
+        &m.replica,
+        &ReplyMsg {
+            req: m.req,
+            found,
+            refused,
+            ..ReplyMsg::default()
+        },
+    );
 }
 
 /// An abort from a replica that does not run the turn: carried out here if this one does, and

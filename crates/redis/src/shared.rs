@@ -17,7 +17,7 @@ use toolwarden_core::BoxFuture;
 use toolwarden_core::metrics::SharedMetrics;
 use toolwarden_core::shared::{
     AbortAnswer, AbortRequest, BreakerChange, CacheClaim, GateAnswer, GatePlace, LoopRun,
-    QuotaAnswer, QuotaTake, ReplicaTurns, SharedHealth, SharedState,
+    QuotaAnswer, QuotaTake, ReplicaTurns, SharedHealth, SharedState, TaskUpdate, TaskUpdateAnswer,
 };
 use toolwarden_protocol::SessionKey;
 
@@ -26,7 +26,7 @@ use crate::keys::Keys;
 use crate::link;
 use crate::options::Options;
 use crate::session;
-use crate::wire::AbortMsg;
+use crate::wire::{AbortMsg, ReplyMsg, TaskUpdateMsg};
 
 /// State shared with other replicas through Redis. Cheap to clone.
 #[derive(Clone)]
@@ -240,6 +240,58 @@ impl SharedState for RedisShared {
                     tokio::time::timeout(inner.options.timeout * 2, wait)
                         .await
                         .unwrap_or(AbortAnswer::NotFound)
+                }
+            }
+        })
+    }
+
+    fn task_update_elsewhere(&self, update: TaskUpdate) -> BoxFuture<TaskUpdateAnswer> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            if !inner.usable("task_update") {
+                return TaskUpdateAnswer::NotFound;
+            }
+            let mut awaiting = inner.awaiting();
+            let msg = TaskUpdateMsg {
+                replica: inner.replica.to_string(),
+                req: awaiting.req,
+                task_id: update.task_id,
+                principal: update.principal,
+                responses: update.responses,
+            };
+            let payload = serde_json::to_string(&msg).unwrap_or_default();
+            let mut conn = inner.cmd.clone();
+            let channel = inner.keys.task_update_channel();
+            let sent: Option<u64> = inner
+                .run(
+                    "task_update",
+                    redis::cmd("PUBLISH")
+                        .arg(&channel)
+                        .arg(&payload)
+                        .query_async(&mut conn),
+                )
+                .await;
+            // Every replica that heard it (this one included) answers; the one that holds the
+            // task decides.
+            match sent {
+                None | Some(0) => TaskUpdateAnswer::NotFound,
+                Some(listeners) => {
+                    let wait = async {
+                        for _ in 0..listeners {
+                            match awaiting.replies.recv().await {
+                                Some(ReplyMsg {
+                                    refused: Some(why), ..
+                                }) => return TaskUpdateAnswer::Refused(why),
+                                Some(reply) if reply.found => return TaskUpdateAnswer::Done,
+                                Some(_) => {}
+                                None => return TaskUpdateAnswer::NotFound,
+                            }
+                        }
+                        TaskUpdateAnswer::NotFound
+                    };
+                    tokio::time::timeout(inner.options.timeout * 2, wait)
+                        .await
+                        .unwrap_or(TaskUpdateAnswer::NotFound)
                 }
             }
         })

@@ -27,6 +27,17 @@ pub(crate) struct AbortMsg {
     pub(crate) only_of: Option<String>,
 }
 
+/// `replica` hands a task's answers to whichever replica holds the task; `req` pairs the
+/// answers with it.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct TaskUpdateMsg {
+    pub(crate) replica: String,
+    pub(crate) req: u64,
+    pub(crate) task_id: String,
+    pub(crate) principal: String,
+    pub(crate) responses: serde_json::Value,
+}
+
 /// `replica` asks every replica for its running turns; `req` pairs the answers with it.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct TurnsAsk {
@@ -48,6 +59,9 @@ pub(crate) struct ReplyMsg {
     pub(crate) replica: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) turns: Option<Vec<ActiveTurn>>,
+    /// It holds the task, but refused the answers: why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) refused: Option<String>,
 }
 
 /// An event of `replica`. `replica` comes first in its JSON: a replica knows its own events

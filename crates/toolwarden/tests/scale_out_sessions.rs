@@ -444,6 +444,18 @@ async fn replica_on_postgres(
     store_url: &str,
     name: &str,
 ) -> crate::scale_out::Replica {
+    replica_on_postgres_as(redis, prefix, extra, store_url, name, true).await
+}
+
+/// [`replica_on_postgres`], headless or not (then approvals wait for an answer).
+async fn replica_on_postgres_as(
+    redis: &str,
+    prefix: &str,
+    extra: &str,
+    store_url: &str,
+    name: &str,
+    headless: bool,
+) -> crate::scale_out::Replica {
     let dir = Dir::new();
     dir.create(
         "toolwarden.toml",
@@ -454,10 +466,11 @@ async fn replica_on_postgres(
             crate::util::toml_str(prefix)
         ),
     );
-    let server = dir
-        .command(&["serve", "--listen", "127.0.0.1:0", "--headless"])
-        .env("TOOLWARDEN_REPLICA", name)
-        .spawn();
+    let mut args = vec!["serve", "--listen", "127.0.0.1:0"];
+    if headless {
+        args.push("--headless");
+    }
+    let server = dir.command(&args).env("TOOLWARDEN_REPLICA", name).spawn();
     let url = server.url().await;
     crate::scale_out::Replica {
         _dir: dir,
@@ -557,6 +570,89 @@ async fn a_tool_change_accepted_on_one_replica_frees_its_calls_on_another() {
             break;
         }
         assert!(Instant::now() < until, "B still holds the tool: {r}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop_replica(a).await;
+    stop_replica(b).await;
+}
+
+/// A task's question answered through a replica that does not hold the task: the answers reach
+/// the one that does, through Redis, and the task completes there.
+#[tokio::test]
+async fn tasks_update_sent_to_another_replica_answers_the_tasks_question() {
+    let (redis, prefix) = (crate::scale_out::redis_url(), prefix("task-update"));
+    let trail = toolwarden_testkit::pg::TestSchema::new();
+    let extra = format!(
+        "{}[tools.\"test__echo\"]\napproval = \"ask\"\ntask = \"always\"\n",
+        test_server_table()
+    );
+    let a = replica_on_postgres_as(&redis, &prefix, &extra, trail.url(), "a", false).await;
+    let b = replica_on_postgres_as(&redis, &prefix, &extra, trail.url(), "b", false).await;
+    let up = Duration::from_secs(30);
+    a.server.wait_stderr("server \"test\" is up", up).await;
+    b.server.wait_stderr("server \"test\" is up", up).await;
+    wait_health(&a, "ok").await;
+    wait_health(&b, "ok").await;
+    // A client that can answer questions (elicitation) besides following tasks.
+    let created = crate::util::mcp_declaring(
+        &a.url,
+        None,
+        1,
+        "tools/call",
+        json!({"name": "test__echo", "arguments": {"text": "approved"}}),
+        json!({"elicitation": {"form": {}}, "extensions": {"io.modelcontextprotocol/tasks": {}}}),
+    )
+    .await;
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    let task = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let until = Instant::now() + Duration::from_secs(10);
+    let key = loop {
+        let got = mcp(&a.url, 2, "tasks/get", json!({"taskId": task})).await;
+        if got["result"]["status"] == "input_required" {
+            break got["result"]["inputRequests"]
+                .as_object()
+                .and_then(|r| r.keys().next().cloned())
+                .unwrap_or_else(|| panic!("no question: {got}"));
+        }
+        assert!(Instant::now() < until, "the task asked nothing: {got}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // An answer to no question it asks is refused where the task is, and the refusal comes back.
+    let refused = mcp(
+        &b.url,
+        3,
+        "tasks/update",
+        json!({"taskId": task, "inputResponses":
+            {"nothing-asked": {"action": "accept", "content": {}}}}),
+    )
+    .await;
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("asks none of the questions")),
+        "{refused}"
+    );
+    // Answered at B, which does not hold the task.
+    let ack = mcp(
+        &b.url,
+        3,
+        "tasks/update",
+        json!({"taskId": task, "inputResponses":
+            {key.clone(): {"action": "accept", "content": {"approve": true}}}}),
+    )
+    .await;
+    assert_eq!(ack["result"], json!({"resultType": "complete"}), "{ack}");
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = mcp(&a.url, 4, "tasks/get", json!({"taskId": task})).await;
+        if got["result"]["status"] == "completed" {
+            assert_eq!(
+                got["result"]["result"]["content"][0]["text"], "approved",
+                "{got}"
+            );
+            break;
+        }
+        assert!(Instant::now() < until, "the task did not complete: {got}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     stop_replica(a).await;

@@ -421,17 +421,24 @@ pub async fn mcp(url: &str, id: u64, method: &str, params: Value) -> Value {
 }
 
 /// [`mcp`] with `token` as the bearer token.
-pub async fn mcp_as(
+pub async fn mcp_as(url: &str, token: Option<&str>, id: u64, method: &str, params: Value) -> Value {
+    let capabilities = serde_json::json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    mcp_declaring(url, token, id, method, params, capabilities).await
+}
+
+/// [`mcp_as`] from a client that declares `capabilities` (e.g. `elicitation` besides tasks).
+pub async fn mcp_declaring(
     url: &str,
     token: Option<&str>,
     id: u64,
     method: &str,
     mut params: Value,
+    capabilities: Value,
 ) -> Value {
     const V: &str = "2026-07-28";
     params["_meta"] = serde_json::json!({
         "io.modelcontextprotocol/protocolVersion": V,
-        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
         "io.modelcontextprotocol/clientInfo": {"name": "toolwarden-tests", "version": "0"},
     });
     let name = params["name"]

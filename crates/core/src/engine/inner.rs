@@ -16,4 +16,6 @@ pub(super) struct EngineInner {
     pub(super) inproc: Arc<InProcessBackend>,
     /// Other replicas' events, for the front doors' event streams.
     pub(super) remote_events: tokio::sync::broadcast::Sender<crate::shared::RemoteEvent>,
+    /// How the front door that holds tasks answers their `tasks/update` (other replicas' too).
+    pub(super) task_answerer: parking_lot::RwLock<Option<Arc<crate::shared::TaskAnswerer>>>,
 }

@@ -196,6 +196,7 @@ impl EngineBuilder {
         };
         let inner = Arc::new(EngineInner {
             remote_events: tokio::sync::broadcast::channel(self.event_capacity.max(16)).0,
+            task_answerer: parking_lot::RwLock::new(None),
             registry,
             servers: Arc::new(Servers::new(metrics.clone(), bus)),
             inproc: Arc::new(InProcessBackend::new(

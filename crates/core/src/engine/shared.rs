@@ -9,7 +9,8 @@ use toolwarden_protocol::{CallId, CancelReason, SessionKey, TurnId};
 use std::sync::Arc;
 
 use crate::shared::{
-    AbortAnswer, AbortRequest, BreakerChange, RemoteEvent, ReplicaTurns, SharedHealth,
+    AbortAnswer, AbortRequest, BreakerChange, RemoteEvent, ReplicaTurns, SharedHealth, TaskUpdate,
+    TaskUpdateAnswer,
 };
 use crate::turn::{AbortError, NotFound};
 
@@ -27,6 +28,28 @@ impl Engine {
         let runtime = self.inner.registry.runtime_of(tool);
         if let Some(state) = runtime.breaker.apply_shared(change, Instant::now()) {
             runtime.metrics.breaker(state);
+        }
+    }
+
+    /// Registers how the front door that holds tasks answers their `tasks/update` — asked here
+    /// by [`Engine::answer_task_here`] for other replicas.
+    pub fn set_task_answerer(&self, answerer: Arc<crate::shared::TaskAnswerer>) {
+        *self.inner.task_answerer.write() = Some(answerer);
+    }
+
+    /// Answers a task this replica holds (`NotFound` when it holds none of that id and
+    /// principal, or nothing holds tasks here).
+    pub fn answer_task_here(&self, update: &TaskUpdate) -> TaskUpdateAnswer {
+        let answerer = self.inner.task_answerer.read().clone();
+        answerer.map_or(TaskUpdateAnswer::NotFound, |answer| answer(update))
+    }
+
+    /// Hands a task's answers to the replica that holds it, through the shared state (without
+    /// one, `NotFound`).
+    pub async fn answer_task_elsewhere(&self, update: TaskUpdate) -> TaskUpdateAnswer {
+        match &self.inner.turns.env.shared {
+            Some(shared) => shared.task_update_elsewhere(update).await,
+            None => TaskUpdateAnswer::NotFound,
         }
     }
 

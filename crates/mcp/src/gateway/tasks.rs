@@ -23,6 +23,7 @@ use rmcp::model::{
 };
 use serde_json::{Value, json};
 use tokio::time::Instant;
+use toolwarden_core::shared::{TaskUpdate, TaskUpdateAnswer};
 use toolwarden_protocol::{
     CallId, CallResult, CancelReason, SessionKey, TaskMode, TaskRecord, Timestamp, TurnRunState,
 };
@@ -196,21 +197,56 @@ pub(crate) async fn update(
 ) -> Result<(), ErrorData> {
     let Some(task) = live_of(gw, who, task_id)? else {
         stored(gw, who, task_id).await?;
-        return Err(ErrorData::invalid_params(
-            format!(
-                "task {task_id} does not run in this toolwarden (another replica, or one \
-                 before a restart, ran it): answer it where it runs"
-            ),
-            None,
-        ));
+        // Another replica may hold it: the answers go there through the shared state.
+        let update = TaskUpdate {
+            task_id: task_id.to_owned(),
+            principal: who.to_owned(),
+            responses: serde_json::to_value(&responses)
+                .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?,
+        };
+        return match gw.engine.answer_task_elsewhere(update).await {
+            TaskUpdateAnswer::Done => Ok(()),
+            TaskUpdateAnswer::Refused(why) => Err(ErrorData::invalid_params(why, None)),
+            TaskUpdateAnswer::NotFound => Err(ErrorData::invalid_params(
+                format!(
+                    "task {task_id} is held by no toolwarden that can be reached (its replica \
+                     is gone, or a restart ended it): tasks/get says how it ended"
+                ),
+                None,
+            )),
+        };
     };
+    answer_live(&task, task_id, responses).map_err(|why| ErrorData::invalid_params(why, None))
+}
+
+/// Hands `responses` to a live task; why not, when it asks none of them.
+fn answer_live(
+    task: &LiveTask,
+    task_id: &str,
+    responses: rmcp::model::InputResponses,
+) -> Result<(), String> {
     if task.answer(responses) == 0 && !task.is_done() {
-        return Err(ErrorData::invalid_params(
-            format!("task {task_id} asks none of the questions answered (see tasks/get)"),
-            None,
+        return Err(format!(
+            "task {task_id} asks none of the questions answered (see tasks/get)"
         ));
     }
     Ok(())
+}
+
+/// Another replica's `tasks/update` for a task this one may hold.
+pub(super) fn answer_here(gw: &GatewayState, update: &TaskUpdate) -> TaskUpdateAnswer {
+    let task = match live_of(gw, &update.principal, &update.task_id) {
+        Ok(Some(task)) => task,
+        _ => return TaskUpdateAnswer::NotFound,
+    };
+    let responses = match serde_json::from_value(update.responses.clone()) {
+        Ok(responses) => responses,
+        Err(e) => return TaskUpdateAnswer::Refused(format!("answers: {e}")),
+    };
+    match answer_live(&task, &update.task_id, responses) {
+        Ok(()) => TaskUpdateAnswer::Done,
+        Err(why) => TaskUpdateAnswer::Refused(why),
+    }
 }
 
 /// `tasks/cancel`: cancels the task's call (`cancelled{user}`), through the cancellation tree
