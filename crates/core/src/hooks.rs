@@ -74,15 +74,15 @@ pub struct HookError {
 
 /// Every configured hook, in name order (the order they are asked in).
 #[derive(Debug)]
-pub struct Hooks {
+pub struct HookSet {
     list: Vec<Hook>,
 }
 
-impl Hooks {
+impl HookSet {
     /// Compiles `[hooks]`; `None` when there are none.
     pub fn compile<'a>(
         configs: impl IntoIterator<Item = (&'a String, &'a HookConfig)>,
-    ) -> Result<Option<Hooks>, HookError> {
+    ) -> Result<Option<HookSet>, HookError> {
         let mut list = Vec::new();
         for (name, c) in configs {
             let fail = |key, message: String| HookError {
@@ -138,7 +138,7 @@ impl Hooks {
                 on_error: c.on_error.unwrap_or_default(),
             });
         }
-        Ok((!list.is_empty()).then_some(Hooks { list }))
+        Ok((!list.is_empty()).then_some(HookSet { list }))
     }
 
     /// The hooks asked about calls of `tool`, in order.

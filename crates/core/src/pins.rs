@@ -85,7 +85,7 @@ fn sorted(value: Value) -> Value {
 
 /// A change a server made to a pinned tool, not accepted yet.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Change {
+pub struct PendingChange {
     /// The server listing the new definition.
     pub server: String,
     /// The pinned definition's digest.
@@ -100,7 +100,7 @@ pub struct Change {
 
 /// What [`Pins::observe`] found.
 #[derive(Debug, PartialEq)]
-pub enum Seen {
+pub enum Listed {
     /// Nothing to say: the pinned definition, or a change already announced.
     Same,
     /// First seen: pinned now.
@@ -125,7 +125,7 @@ struct Pinned {
 #[derive(Debug, Default)]
 struct Table {
     pinned: HashMap<String, Pinned>,
-    changes: HashMap<String, Change>,
+    changes: HashMap<String, PendingChange>,
 }
 
 impl Table {
@@ -187,7 +187,7 @@ impl Pins {
         server: &str,
         spec: &ToolSpec,
         on_change: OnToolChange,
-    ) -> Seen {
+    ) -> Listed {
         let new = Definition::of(spec);
         let mut table = self.table.lock();
         let Some(pin) = table.pinned.get(tool) else {
@@ -198,7 +198,7 @@ impl Pins {
                     definition: new.clone(),
                 },
             );
-            return Seen::First(new);
+            return Listed::First(new);
         };
         if pin.definition.digest == new.digest && pin.server == server {
             // Listed as pinned again (a change was undone): nothing is waiting any more.
@@ -206,14 +206,14 @@ impl Pins {
                 self.any_blocked
                     .store(table.any_blocked(), Ordering::Release);
             }
-            return Seen::Same;
+            return Listed::Same;
         }
         if table
             .changes
             .get(tool)
             .is_some_and(|c| c.new.digest == new.digest && c.server == server)
         {
-            return Seen::Same;
+            return Listed::Same;
         }
         let mut diff = unified_diff(&pin.definition.lines(), &new.lines());
         if pin.server != server {
@@ -232,7 +232,7 @@ impl Pins {
         } else {
             table.changes.insert(
                 tool.to_owned(),
-                Change {
+                PendingChange {
                     server: server.to_owned(),
                     old_digest: old_digest.clone(),
                     new: new.clone(),
@@ -243,7 +243,7 @@ impl Pins {
         }
         self.any_blocked
             .store(table.any_blocked(), Ordering::Release);
-        Seen::Changed {
+        Listed::Changed {
             old_digest,
             new,
             diff,
@@ -262,13 +262,13 @@ impl Pins {
     }
 
     /// The change of `tool` waiting to be accepted, if any.
-    pub fn change(&self, tool: &str) -> Option<Change> {
+    pub fn change(&self, tool: &str) -> Option<PendingChange> {
         self.table.lock().changes.get(tool).cloned()
     }
 
     /// Accepts the waiting change of `tool` — only if its new definition's digest is
     /// `expected`, when given (the one a person looked at) — and pins it.
-    pub fn accept(&self, tool: &str, expected: Option<&str>) -> Result<Change, AcceptError> {
+    pub fn accept(&self, tool: &str, expected: Option<&str>) -> Result<PendingChange, AcceptError> {
         let mut table = self.table.lock();
         let waiting = table.changes.get(tool).ok_or(AcceptError::Nothing)?;
         if let Some(expected) = expected

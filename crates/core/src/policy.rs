@@ -54,7 +54,7 @@ pub trait PolicySource: Send + Sync + 'static {
     }
 
     /// The `[hooks.NAME]` asked about each matching call (none by default).
-    fn hooks(&self) -> Option<Arc<crate::hooks::Hooks>> {
+    fn hooks(&self) -> Option<Arc<crate::hooks::HookSet>> {
         None
     }
 
@@ -83,7 +83,7 @@ impl PolicySource for Config {
         self.rules.clone()
     }
 
-    fn hooks(&self) -> Option<Arc<crate::hooks::Hooks>> {
+    fn hooks(&self) -> Option<Arc<crate::hooks::HookSet>> {
         self.hooks.clone()
     }
 

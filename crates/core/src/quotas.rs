@@ -132,7 +132,7 @@ pub struct QuotaFacts<'a> {
 
 /// A call turned away.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Refusal {
+pub struct QuotaRefusal {
     /// The quota's index.
     pub quota: usize,
     /// `rate_limit` or `concurrency`.
@@ -275,7 +275,7 @@ impl Quotas {
         shared: Option<&Arc<dyn SharedState>>,
         member: &str,
         lease: Duration,
-    ) -> Result<Option<QuotaHold>, Refusal> {
+    ) -> Result<Option<QuotaHold>, QuotaRefusal> {
         let matched: Vec<(&Quota, String)> = self
             .list
             .iter()
@@ -354,7 +354,7 @@ impl Quotas {
         self: &Arc<Self>,
         matched: &[(&Quota, String)],
         share: u32,
-    ) -> Result<Option<QuotaHold>, Refusal> {
+    ) -> Result<Option<QuotaHold>, QuotaRefusal> {
         let now = Instant::now();
         let mut buckets = self.buckets.lock();
         let mut running = self.running.lock();
@@ -447,7 +447,7 @@ fn refill(b: &mut Bucket, rate: Rate, now: Instant) {
     b.at = now;
 }
 
-fn refusal(q: &Quota, bucket: String, reason: DenyReason, retry_after: Duration) -> Refusal {
+fn refusal(q: &Quota, bucket: String, reason: DenyReason, retry_after: Duration) -> QuotaRefusal {
     let mut what = Vec::new();
     if let Some(rate) = q.rate {
         what.push(format!(
@@ -459,7 +459,7 @@ fn refusal(q: &Quota, bucket: String, reason: DenyReason, retry_after: Duration)
     if let Some(cap) = q.concurrency {
         what.push(format!("{cap} at once"));
     }
-    Refusal {
+    QuotaRefusal {
         quota: q.index,
         reason,
         what: format!(

@@ -54,7 +54,7 @@ pub(crate) struct Registry {
 #[derive(Clone, Default)]
 pub(crate) struct Guards {
     pub(crate) rules: Option<Arc<crate::rules::Rules>>,
-    pub(crate) hooks: Option<Arc<crate::hooks::Hooks>>,
+    pub(crate) hooks: Option<Arc<crate::hooks::HookSet>>,
     pub(crate) quotas: Option<Arc<crate::quotas::Quotas>>,
 }
 

@@ -10,7 +10,7 @@ use toolwarden_protocol::{
 };
 
 use crate::canonical;
-use crate::hooks::{self, Hooks};
+use crate::hooks::{self, HookSet};
 use crate::policy::ToolOrigin;
 use crate::quotas::{QuotaFacts, QuotaHold, Quotas};
 use crate::registry::ToolEntry;
@@ -53,7 +53,7 @@ pub(super) fn restrict(approval: Approval, decision: RuleDecision) -> Approval {
 /// ask (for the question), if they do.
 pub(super) async fn run_hooks(
     fin: &mut Finisher<'_>,
-    hooks: &Hooks,
+    hooks: &HookSet,
     entry: &ToolEntry,
     policy: &Policy,
     input: &mut Value,

@@ -66,7 +66,7 @@ pub struct Config {
     /// `[[rules]]`, compiled (`None`: there are none).
     pub rules: Option<Arc<crate::rules::Rules>>,
     /// `[hooks]`, compiled (`None`: there are none).
-    pub hooks: Option<Arc<crate::hooks::Hooks>>,
+    pub hooks: Option<Arc<crate::hooks::HookSet>>,
     /// `[[quotas]]`, compiled (`None`: there are none).
     pub quotas: Option<Arc<crate::quotas::Quotas>>,
     label: String,
@@ -162,7 +162,7 @@ impl Config {
         let rules = crate::rules::Rules::compile(&file.rules)
             .map_err(|e| bad("rules", Seg::Index(e.index), e.key, e.message))?
             .map(Arc::new);
-        let hooks = crate::hooks::Hooks::compile(&file.hooks)
+        let hooks = crate::hooks::HookSet::compile(&file.hooks)
             .map_err(|e| bad("hooks", Seg::Key(e.name), e.key, e.message))?
             .map(Arc::new);
         let quotas = crate::quotas::Quotas::compile(&file.quotas)

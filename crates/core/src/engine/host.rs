@@ -109,10 +109,10 @@ fn announce(
     env: &crate::call::CallEnv,
     tool: &str,
     server: &str,
-    seen: crate::pins::Seen,
+    seen: crate::pins::Listed,
     action: toolwarden_protocol::OnToolChange,
 ) {
-    use crate::pins::Seen;
+    use crate::pins::Listed;
     let scope = Arc::new(EventScope {
         tool: Some(Arc::from(tool)),
         ..EventScope::default()
@@ -124,13 +124,13 @@ fn announce(
         by: None,
     };
     match seen {
-        Seen::Same => {}
+        Listed::Same => {}
         // Recorded, unless the pins could not be read back (it may be a changed definition).
-        Seen::First(definition) if env.pins.records_first() => {
+        Listed::First(definition) if env.pins.records_first() => {
             env.bus.emit(&scope, accepted(definition));
         }
-        Seen::First(_) => {}
-        Seen::Changed {
+        Listed::First(_) => {}
+        Listed::Changed {
             old_digest,
             new,
             diff,

@@ -495,7 +495,7 @@ impl Engine {
     }
 
     /// The change a server made to tool `name`'s definition that waits to be accepted.
-    pub fn tool_change(&self, name: &str) -> Option<crate::pins::Change> {
+    pub fn tool_change(&self, name: &str) -> Option<crate::pins::PendingChange> {
         self.inner.turns.env.pins.change(name)
     }
 
@@ -509,7 +509,7 @@ impl Engine {
         name: &str,
         by: &str,
         expected: Option<&str>,
-    ) -> Result<crate::pins::Change, crate::pins::AcceptError> {
+    ) -> Result<crate::pins::PendingChange, crate::pins::AcceptError> {
         let env = &self.inner.turns.env;
         let change = env.pins.accept(name, expected)?;
         env.bus.emit(

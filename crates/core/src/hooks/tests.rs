@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 
 use toolwarden_protocol::{HookConfig, RuleDecision};
 
-use super::{Hooks, read_answer};
+use super::{HookSet, read_answer};
 
 fn compile(url: &str, allow_remote: Option<bool>) -> Result<(), String> {
     let mut map = BTreeMap::new();
@@ -14,7 +14,7 @@ fn compile(url: &str, allow_remote: Option<bool>) -> Result<(), String> {
             ..Default::default()
         },
     );
-    Hooks::compile(&map).map(|_| ()).map_err(|e| e.message)
+    HookSet::compile(&map).map(|_| ()).map_err(|e| e.message)
 }
 
 #[test]
@@ -50,7 +50,7 @@ fn hook_urls_must_be_on_loopback_unless_allowed() {
 fn a_hook_needs_exactly_one_way_to_be_reached() {
     let mut map = BTreeMap::new();
     map.insert("h".to_owned(), HookConfig::default());
-    assert_eq!(Hooks::compile(&map).unwrap_err().key, "url");
+    assert_eq!(HookSet::compile(&map).unwrap_err().key, "url");
     map.insert(
         "h".to_owned(),
         HookConfig {
@@ -59,7 +59,7 @@ fn a_hook_needs_exactly_one_way_to_be_reached() {
             ..Default::default()
         },
     );
-    assert_eq!(Hooks::compile(&map).unwrap_err().key, "command");
+    assert_eq!(HookSet::compile(&map).unwrap_err().key, "command");
     map.insert(
         "h".to_owned(),
         HookConfig {
@@ -67,7 +67,7 @@ fn a_hook_needs_exactly_one_way_to_be_reached() {
             ..Default::default()
         },
     );
-    assert_eq!(Hooks::compile(&map).unwrap_err().key, "command");
+    assert_eq!(HookSet::compile(&map).unwrap_err().key, "command");
 }
 
 #[test]
