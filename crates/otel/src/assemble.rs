@@ -40,12 +40,12 @@ pub(crate) enum What {
     /// A call and its result.
     Call { result: Arc<CallResult> },
     /// Attempt `n` of a call, and how it ended.
-    Attempt { n: u32, end: AttemptEnd },
+    Attempt { n: u32, end: AttemptSpanEnd },
 }
 
 /// How an attempt ended.
 #[derive(Clone, Debug)]
-pub(crate) enum AttemptEnd {
+pub(crate) enum AttemptSpanEnd {
     /// It failed and another attempt followed; what failed.
     Retried(String),
     /// It was the call's last: the call's result.
@@ -149,7 +149,7 @@ impl Assembler {
                         scope,
                         &ended,
                         event.ts,
-                        AttemptEnd::Retried(cause.clone()),
+                        AttemptSpanEnd::Retried(cause.clone()),
                     ));
                 }
             }
@@ -176,7 +176,7 @@ impl Assembler {
                         scope,
                         &last,
                         event.ts,
-                        AttemptEnd::Last(result.clone()),
+                        AttemptSpanEnd::Last(result.clone()),
                     ));
                 }
                 // A call arrives with its turn; its duration runs from there.
@@ -206,7 +206,7 @@ fn attempt_record(
     scope: &Arc<EventScope>,
     open: &OpenAttempt,
     end: Timestamp,
-    how: AttemptEnd,
+    how: AttemptSpanEnd,
 ) -> SpanRecord {
     SpanRecord {
         trace_id,
@@ -351,7 +351,7 @@ mod tests {
             ]
         );
         assert!(
-            matches!(&out[0].what, What::Attempt { n: 1, end: AttemptEnd::Retried(c) } if c == "transport: broken pipe")
+            matches!(&out[0].what, What::Attempt { n: 1, end: AttemptSpanEnd::Retried(c) } if c == "transport: broken pipe")
         );
         assert!(a.turns.is_empty() && a.attempts.is_empty());
     }

@@ -15,7 +15,7 @@ use opentelemetry_proto::tonic::trace::v1::{
 use toolwarden_core::ToolBacking;
 use toolwarden_protocol::{CallResult, ProvenanceSource, Status as CallStatus};
 
-use crate::assemble::{AttemptEnd, SpanRecord, What};
+use crate::assemble::{AttemptSpanEnd, SpanRecord, What};
 
 /// Finds where a tool runs (the engine's registry), to name an attempt's span.
 pub type Resolver = std::sync::Arc<dyn Fn(&str) -> Option<ToolBacking> + Send + Sync>;
@@ -120,8 +120,8 @@ fn span(s: &SpanRecord, resolve: &Resolver) -> Span {
             attributes.push(kv_int("toolwarden.attempt", i64::from(*n)));
             attributes.push(kv("gen_ai.tool.call.id", call_id));
             let error = match end {
-                AttemptEnd::Retried(cause) => Some((cause_type(cause), cause.clone())),
-                AttemptEnd::Last(result) => call_error(result),
+                AttemptSpanEnd::Retried(cause) => Some((cause_type(cause), cause.clone())),
+                AttemptSpanEnd::Last(result) => call_error(result),
             };
             if let Some((ty, _)) = &error {
                 attributes.push(kv("error.type", ty));

@@ -108,7 +108,7 @@ pub(crate) struct Shared {
     health: Mutex<StoreHealth>,
     closed: watch::Sender<bool>,
     /// The write connection; `None` once the store is closed.
-    state: Mutex<Option<Box<dyn Backend>>>,
+    state: Mutex<Option<Box<dyn TrailBackend>>>,
     /// Where commits go when whoever needs one makes it (SQLite: the pending files); `None`:
     /// the writer thread commits to the backend.
     log: Option<Arc<Mutex<PendingLog>>>,
@@ -118,7 +118,7 @@ pub(crate) struct Shared {
 /// Starts the writer thread over `backend` (the thread holds `lock`, if any, until it ends);
 /// commits go to `log` when there is one, else to the backend.
 pub(crate) fn start(
-    backend: Box<dyn Backend>,
+    backend: Box<dyn TrailBackend>,
     log: Option<Arc<Mutex<PendingLog>>>,
     lock: Option<File>,
     redactor: Redactor,
@@ -161,7 +161,7 @@ pub(crate) fn start(
 }
 
 /// Where the writer thread writes: one implementation per database.
-pub(crate) trait Backend: Send {
+pub(crate) trait TrailBackend: Send {
     /// Commits `items` (a store without a pending log). On an error nothing of them is
     /// committed (the backend forgets what it cached about rows the transaction made).
     fn write(&mut self, items: &[Prepared<'_>]) -> Result<(), String>;
@@ -232,7 +232,7 @@ impl SqliteWriter {
     }
 }
 
-impl Backend for SqliteWriter {
+impl TrailBackend for SqliteWriter {
     fn write(&mut self, _items: &[Prepared<'_>]) -> Result<(), String> {
         Err("this store commits to its pending files, not through the writer".to_owned())
     }
@@ -513,7 +513,7 @@ impl Shared {
 
     /// Commits everything queued, retrying (every event kept) until it commits or the store is
     /// closed.
-    fn commit_retrying(&self, backend: &mut dyn Backend) {
+    fn commit_retrying(&self, backend: &mut dyn TrailBackend) {
         let committed = match &self.log {
             // Each try takes the log anew: waiting between tries never holds it.
             Some(log) => self.retrying(|| self.commit_to_log(&mut log.lock(), true)),
@@ -540,7 +540,7 @@ impl Shared {
     }
 
     /// Makes the committed events readable, retrying like a commit.
-    fn apply_retrying(&self, backend: &mut dyn Backend) {
+    fn apply_retrying(&self, backend: &mut dyn TrailBackend) {
         let mut readable = None;
         let applied = self.retrying(|| {
             readable = backend.apply_pending()?;

@@ -38,7 +38,7 @@ use crate::OpenError;
 use crate::options::StoreOptions;
 use crate::redact::Redactor;
 use crate::trail::{Reads, Trail};
-use crate::writer::{self, Backend as _};
+use crate::writer::{self, TrailBackend as _};
 
 pub use connect::shown_url;
 pub use schema::LATEST as PG_SCHEMA_VERSION;

@@ -10,7 +10,7 @@ use super::write::PgWriter;
 use crate::apply::Prepared;
 use crate::recover::{OpenCall, OpenTurn, close_turns, listed_calls, merge_calls, stored_result};
 use crate::redact::Redactor;
-use crate::writer::Backend as _;
+use crate::writer::TrailBackend as _;
 
 /// Records the outcome of every call and turn `replica` left open; returns how many calls were
 /// interrupted and this replica's last `seq` afterwards.

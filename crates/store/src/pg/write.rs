@@ -17,7 +17,7 @@ use toolwarden_protocol::{EventKind, TaskRecord, Timestamp};
 
 use super::connect::Connector;
 use crate::apply::Prepared;
-use crate::writer::Backend;
+use crate::writer::TrailBackend;
 
 /// Rows deleted per statement when pruning.
 const PRUNE_CHUNK: i64 = 5000;
@@ -83,7 +83,7 @@ impl PgWriter {
     }
 }
 
-impl Backend for PgWriter {
+impl TrailBackend for PgWriter {
     fn write(&mut self, items: &[Prepared<'_>]) -> Result<(), String> {
         let replica = self.connector.replica.clone();
         let (client, statements) = self.conn()?;
