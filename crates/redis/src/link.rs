@@ -422,17 +422,26 @@ async fn inbox(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<PushInfo>, eng
     }
 }
 
+/// A request this replica sent itself comes back on the channel: it was tried here before it was
+/// sent, so it is answered "not here" at once (the asker counts every answer). `false` for
+/// another replica's.
+fn answered_own(inner: &Arc<Inner>, replica: &str, req: u64) -> bool {
+    if *replica != *inner.replica {
+        return false;
+    }
+    if let Some(tx) = inner.pending.lock().get(&req) {
+        let _ = tx.send(ReplyMsg {
+            req,
+            ..ReplyMsg::default()
+        });
+    }
+    true
+}
+
 /// A task's answers from a replica that does not hold the task: handed to the task here if this
 /// one holds it, and answered either way (the asker counts the answers).
 fn carry_out_update(inner: &Arc<Inner>, engine: &Engine, m: TaskUpdateMsg) {
-    if *m.replica == *inner.replica {
-        // Our own: it was tried here before it was sent.
-        if let Some(tx) = inner.pending.lock().get(&m.req) {
-            let _ = tx.send(ReplyMsg {
-                req: m.req,
-                ..ReplyMsg::default()
-            });
-        }
+    if answered_own(inner, &m.replica, m.req) {
         return;
     }
     let answer = engine.answer_task_here(&TaskUpdate {
@@ -460,14 +469,7 @@ fn carry_out_update(inner: &Arc<Inner>, engine: &Engine, m: TaskUpdateMsg) {
 /// An abort from a replica that does not run the turn: carried out here if this one does, and
 /// answered either way (the asker counts the answers).
 fn carry_out_abort(inner: &Arc<Inner>, engine: &Engine, m: AbortMsg) {
-    if *m.replica == *inner.replica {
-        // Our own: it was tried here before it was sent.
-        if let Some(tx) = inner.pending.lock().get(&m.req) {
-            let _ = tx.send(ReplyMsg {
-                req: m.req,
-                ..ReplyMsg::default()
-            });
-        }
+    if answered_own(inner, &m.replica, m.req) {
         return;
     }
     let answer = engine.abort_here(&AbortRequest {

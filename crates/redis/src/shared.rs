@@ -95,6 +95,53 @@ impl RedisShared {
     }
 }
 
+/// Publishes `payload` on `channel` and reads the replies of every replica that heard it (this
+/// one included), at most twice the timeout: the first reply `decide` makes an answer of is the
+/// answer, else `otherwise`. (The request is forgotten when `awaiting` goes, whatever ends the
+/// wait.)
+async fn ask_others<T>(
+    inner: &Arc<Inner>,
+    op: &'static str,
+    channel: String,
+    payload: String,
+    mut awaiting: crate::conn::Awaiting,
+    otherwise: T,
+    decide: impl Fn(ReplyMsg) -> Option<T>,
+) -> T {
+    let mut conn = inner.cmd.clone();
+    let sent: Option<u64> = inner
+        .run(
+            op,
+            redis::cmd("PUBLISH")
+                .arg(&channel)
+                .arg(&payload)
+                .query_async(&mut conn),
+        )
+        .await;
+    let listeners = match sent {
+        None | Some(0) => return otherwise,
+        Some(n) => n,
+    };
+    let wait = async {
+        for _ in 0..listeners {
+            match awaiting.replies.recv().await {
+                Some(reply) => {
+                    if let Some(answer) = decide(reply) {
+                        return Some(answer);
+                    }
+                }
+                None => return None,
+            }
+        }
+        None
+    };
+    tokio::time::timeout(inner.options.timeout * 2, wait)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(otherwise)
+}
+
 /// A replica's name: a ULID made now, or `LABEL-` and the ULID's last eight (random)
 /// characters.
 fn replica_name(label: Option<&str>) -> String {
@@ -199,7 +246,7 @@ impl SharedState for RedisShared {
             if !inner.usable("abort") {
                 return AbortAnswer::NotFound;
             }
-            let mut awaiting = inner.awaiting();
+            let awaiting = inner.awaiting();
             let msg = AbortMsg {
                 replica: inner.replica.to_string(),
                 req: awaiting.req,
@@ -209,39 +256,26 @@ impl SharedState for RedisShared {
                 only_of: abort.only_of.map(|p| p.to_string()),
             };
             let payload = serde_json::to_string(&msg).unwrap_or_default();
-            let mut conn = inner.cmd.clone();
             let channel = inner.keys.abort_channel();
-            let sent: Option<u64> = inner
-                .run(
-                    "abort",
-                    redis::cmd("PUBLISH")
-                        .arg(&channel)
-                        .arg(&payload)
-                        .query_async(&mut conn),
-                )
-                .await;
-            // Every replica that heard it (this one included) answers; the first that runs the
-            // turn decides.
-            // (The request is forgotten when `awaiting` goes, whatever ends the wait.)
-            match sent {
-                None | Some(0) => AbortAnswer::NotFound,
-                Some(listeners) => {
-                    let wait = async {
-                        for _ in 0..listeners {
-                            match awaiting.replies.recv().await {
-                                Some(reply) if reply.found => return AbortAnswer::Done,
-                                Some(reply) if reply.not_yours => return AbortAnswer::NotYours,
-                                Some(_) => {}
-                                None => return AbortAnswer::NotFound,
-                            }
-                        }
-                        AbortAnswer::NotFound
-                    };
-                    tokio::time::timeout(inner.options.timeout * 2, wait)
-                        .await
-                        .unwrap_or(AbortAnswer::NotFound)
-                }
-            }
+            // The first replica that runs the turn decides.
+            ask_others(
+                &inner,
+                "abort",
+                channel,
+                payload,
+                awaiting,
+                AbortAnswer::NotFound,
+                |reply| {
+                    if reply.found {
+                        Some(AbortAnswer::Done)
+                    } else if reply.not_yours {
+                        Some(AbortAnswer::NotYours)
+                    } else {
+                        None
+                    }
+                },
+            )
+            .await
         })
     }
 
@@ -251,7 +285,7 @@ impl SharedState for RedisShared {
             if !inner.usable("task_update") {
                 return TaskUpdateAnswer::NotFound;
             }
-            let mut awaiting = inner.awaiting();
+            let awaiting = inner.awaiting();
             let msg = TaskUpdateMsg {
                 replica: inner.replica.to_string(),
                 req: awaiting.req,
@@ -260,40 +294,21 @@ impl SharedState for RedisShared {
                 responses: update.responses,
             };
             let payload = serde_json::to_string(&msg).unwrap_or_default();
-            let mut conn = inner.cmd.clone();
             let channel = inner.keys.task_update_channel();
-            let sent: Option<u64> = inner
-                .run(
-                    "task_update",
-                    redis::cmd("PUBLISH")
-                        .arg(&channel)
-                        .arg(&payload)
-                        .query_async(&mut conn),
-                )
-                .await;
-            // Every replica that heard it (this one included) answers; the one that holds the
-            // task decides.
-            match sent {
-                None | Some(0) => TaskUpdateAnswer::NotFound,
-                Some(listeners) => {
-                    let wait = async {
-                        for _ in 0..listeners {
-                            match awaiting.replies.recv().await {
-                                Some(ReplyMsg {
-                                    refused: Some(why), ..
-                                }) => return TaskUpdateAnswer::Refused(why),
-                                Some(reply) if reply.found => return TaskUpdateAnswer::Done,
-                                Some(_) => {}
-                                None => return TaskUpdateAnswer::NotFound,
-                            }
-                        }
-                        TaskUpdateAnswer::NotFound
-                    };
-                    tokio::time::timeout(inner.options.timeout * 2, wait)
-                        .await
-                        .unwrap_or(TaskUpdateAnswer::NotFound)
-                }
-            }
+            // The replica that holds the task decides.
+            ask_others(
+                &inner,
+                "task_update",
+                channel,
+                payload,
+                awaiting,
+                TaskUpdateAnswer::NotFound,
+                |reply| match reply.refused {
+                    Some(why) => Some(TaskUpdateAnswer::Refused(why)),
+                    None => reply.found.then_some(TaskUpdateAnswer::Done),
+                },
+            )
+            .await
         })
     }
 
