@@ -72,7 +72,7 @@ impl GatewayState {
         servers: Vec<Arc<McpServer>>,
         opts: GatewayOptions,
     ) -> Arc<Self> {
-        let gw = Arc::new(Self {
+        Arc::new(Self {
             engine,
             servers,
             opts,
@@ -88,15 +88,7 @@ impl GatewayState {
             recency: Arc::new(Recency::new()),
             closed: CancellationToken::new(),
             tasks: TaskTracker::new(),
-        });
-        // Other replicas hand this one the answers to the tasks it holds.
-        let weak = Arc::downgrade(&gw);
-        gw.engine
-            .set_task_answerer(Arc::new(move |update| match weak.upgrade() {
-                Some(gw) => super::tasks::answer_here(&gw, update),
-                None => toolwarden_core::shared::TaskUpdateAnswer::NotFound,
-            }));
-        gw
+        })
     }
 
     /// How many clients are connected.
