@@ -441,6 +441,21 @@ impl Quotas {
     }
 }
 
+/// For explain: the hooks asked about calls of `tool` (by name, in the order they are asked)
+/// and the quotas calls of it by `principal` take from (by index).
+pub fn guards_of(
+    hooks: Option<&crate::hooks::HookSet>,
+    quotas: Option<&Quotas>,
+    tool: &str,
+    principal: &str,
+) -> (Vec<String>, Vec<usize>) {
+    let hooks = hooks.map_or_else(Vec::new, |h| {
+        h.for_tool(tool).map(|h| h.name.clone()).collect()
+    });
+    let quotas = quotas.map_or_else(Vec::new, |q| q.matching(tool, principal));
+    (hooks, quotas)
+}
+
 fn refill(b: &mut Bucket, rate: Rate, now: Instant) {
     let elapsed_ms = now.saturating_duration_since(b.at).as_secs_f64() * 1000.0;
     b.tokens = (b.tokens + elapsed_ms * rate.per_ms()).min(f64::from(rate.count));

@@ -440,13 +440,12 @@ fn explain(config: &toolwarden_core::Config, tool: &str, args: &CheckArgs) -> an
     };
     let e = toolwarden_core::rules::explain(config.rules.as_deref(), &facts, approval);
     // What decides past the rules: the hooks asked and the quotas taken from.
-    let hooks: Vec<String> = config.hooks.as_ref().map_or_else(Vec::new, |h| {
-        h.for_tool(tool).map(|h| h.name.clone()).collect()
-    });
-    let quotas: Vec<usize> = config
-        .quotas
-        .as_ref()
-        .map_or_else(Vec::new, |q| q.matching(tool, &principal.name));
+    let (hooks, quotas) = toolwarden_core::quotas::guards_of(
+        config.hooks.as_deref(),
+        config.quotas.as_deref(),
+        tool,
+        &principal.name,
+    );
     if args.json {
         let mut body = serde_json::to_value(&e)?;
         body["hooks"] = json!(hooks);

@@ -57,14 +57,8 @@ async fn events_of(url: &str, result: &Value) -> Vec<Value> {
         t["turn_id"].as_str().unwrap(),
         t["call_id"].as_str().unwrap(),
     );
-    let body: Value = http()
-        .get(format!("{url}/v1/audit?turn={turn}&call={call}"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let body: Value =
+        crate::util::get_json(&format!("{url}/v1/audit?turn={turn}&call={call}")).await;
     body["events"].as_array().cloned().unwrap_or_default()
 }
 
@@ -163,14 +157,8 @@ on_error = "allow"
     let (server, url) = start(&dir, &mark, &extra).await;
 
     // Explain names the hooks a call of the tool meets, over HTTP and in `check`.
-    let explained: Value = http()
-        .get(format!("{url}/v1/tools/test__echo/explain"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let explained: Value =
+        crate::util::get_json(&format!("{url}/v1/tools/test__echo/explain")).await;
     assert_eq!(explained["hooks"], json!(["review"]), "{explained}");
     let out = dir
         .command(&["check", "--offline", "--explain", "test__echo"])
@@ -277,14 +265,7 @@ on_error = "allow"
     assert_eq!(r["toolwarden"]["status"], "ok", "{r}");
 
     // Their latency and failures are metrics.
-    let metrics = http()
-        .get(format!("{url}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = crate::util::get_text(&format!("{url}/metrics")).await;
     assert!(
         metrics.contains("toolwarden_hook_duration_seconds_count{hook=\"review\"}"),
         "{metrics}"
@@ -340,14 +321,8 @@ async fn the_sixth_call_of_a_five_per_minute_quota_is_denied_with_when_to_retry(
     assert!((1..=12_000).contains(&retry), "{r}");
     assert!(text(&r).contains("Try again in"), "{r}");
     // Explain names the quota.
-    let explained: Value = http()
-        .get(format!("{url}/v1/tools/test__echo/explain"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let explained: Value =
+        crate::util::get_json(&format!("{url}/v1/tools/test__echo/explain")).await;
     assert_eq!(explained["quotas"], json!([0]), "{explained}");
     // Another tool is not counted.
     let r = call(&url, "test__sleep", json!({"ms": 1})).await;
@@ -361,14 +336,7 @@ async fn the_sixth_call_of_a_five_per_minute_quota_is_denied_with_when_to_retry(
         .unwrap_or_else(|| panic!("{events:?}"));
     assert_eq!(exceeded["quota"], 0, "{exceeded}");
     assert_eq!(exceeded["bucket"], "local", "{exceeded}");
-    let metrics = http()
-        .get(format!("{url}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = crate::util::get_text(&format!("{url}/metrics")).await;
     assert!(
         metrics.contains("toolwarden_quota_tokens{quota=\"0\"}"),
         "{metrics}"
@@ -525,14 +493,7 @@ async fn a_hooks_question_names_the_hook_and_its_reason() {
     });
     let until = tokio::time::Instant::now() + Duration::from_secs(20);
     let question = loop {
-        let pending: Value = http()
-            .get(format!("{url}/v1/interactions"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let pending: Value = crate::util::get_json(&format!("{url}/v1/interactions")).await;
         if let Some(q) = pending["interactions"].get(0) {
             break q.clone();
         }

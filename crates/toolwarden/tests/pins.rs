@@ -61,14 +61,7 @@ async fn echo(url: &str) -> Value {
 
 /// `test__echo` as `/v1/tools` lists it.
 async fn listed(url: &str) -> Value {
-    let body: Value = http()
-        .get(format!("{url}/v1/tools"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let body: Value = crate::util::get_json(&format!("{url}/v1/tools")).await;
     body["tools"]
         .as_array()
         .unwrap()
@@ -83,14 +76,8 @@ async fn listed(url: &str) -> Value {
 async fn events(url: &str, kind: &str, least: usize) -> Vec<Value> {
     let until = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let body: Value = http()
-            .get(format!("{url}/v1/audit?type={kind}&limit=1000"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let body: Value =
+            crate::util::get_json(&format!("{url}/v1/audit?type={kind}&limit=1000")).await;
         let events = body["events"].as_array().cloned().unwrap_or_default();
         assert!(body["events"].is_array(), "{body}");
         if events.len() >= least || tokio::time::Instant::now() > until {

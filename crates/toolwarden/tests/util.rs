@@ -390,6 +390,16 @@ pub async fn call_one(url: &str, token: Option<&str>, name: &str, input: Value) 
     body["results"][0].clone()
 }
 
+/// `GET url`'s JSON body (no token).
+pub async fn get_json(url: &str) -> Value {
+    http().get(url).send().await.unwrap().json().await.unwrap()
+}
+
+/// `GET url`'s text body (no token): `/metrics`.
+pub async fn get_text(url: &str) -> String {
+    http().get(url).send().await.unwrap().text().await.unwrap()
+}
+
 /// A result's `(status, decider, reason)`, empty where absent.
 pub fn outcome_of(result: &Value) -> (String, String, String) {
     let t = &result["toolwarden"];

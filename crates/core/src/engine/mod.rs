@@ -538,14 +538,12 @@ impl Engine {
     /// asked) and the quotas calls of it by `principal` take from (by index).
     pub fn guards_of(&self, tool: &str, principal: &str) -> (Vec<String>, Vec<usize>) {
         let guards = self.inner.registry.guards_cell().read().clone();
-        let hooks = guards.hooks.as_ref().map_or_else(Vec::new, |h| {
-            h.for_tool(tool).map(|h| h.name.clone()).collect()
-        });
-        let quotas = guards
-            .quotas
-            .as_ref()
-            .map_or_else(Vec::new, |q| q.matching(tool, principal));
-        (hooks, quotas)
+        crate::quotas::guards_of(
+            guards.hooks.as_deref(),
+            guards.quotas.as_deref(),
+            tool,
+            principal,
+        )
     }
 
     /// The `[[rules]]` in force (`None`: there are none).
