@@ -118,7 +118,8 @@ export function makeTempDir(prefix = "tw-browser-") {
  * test server is up. `env` adds variables (a token), `args` arguments of `serve` (`--headless`).
  * `dir`: run in this directory (from makeTempDir: it stays when serve stops, so a later serve
  * finds its audit trail); by default a temp dir of its own, removed when it stops. `stop()`
- * resolves with how the process exited ({code, signal}).
+ * resolves with how the process exited ({code, signal}); `kill(signal)` sends it a signal
+ * (SIGKILL by default) and resolves the same way once it exited.
  */
 export async function startServe({ extra = "", env = {}, args = [], dir: givenDir = null } = {}) {
   const dir = givenDir ?? tempDir("tw-browser-");
@@ -158,7 +159,13 @@ export async function startServe({ extra = "", env = {}, args = [], dir: givenDi
     what: `serve to listen; stderr:\n${stderr}`,
   });
   await waitFor(() => stderr.includes('server "test" is up'), { timeout: 30_000, what: "the test server to be up" });
-  return { url, dir, stop, stderr: () => stderr };
+  // `kill(signal)`: a death without shutdown (SIGKILL), for a survivor to notice; stop() still
+  // cleans up after it.
+  const kill = (signal = "SIGKILL") => {
+    child.kill(signal);
+    return exited;
+  };
+  return { url, dir, stop, kill, pid: child.pid, stderr: () => stderr };
 }
 
 /** Debian's Chromium, headless, with a fresh profile that is removed afterwards. */

@@ -20,19 +20,27 @@
 //! client's `Last-Event-ID` from an earlier run still names an event in the trail.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::time::Instant;
 use toolwarden_protocol::{
-    AuditPage, AuditQuery, CallsPage, CancelReason, Event, StoreDurability, TaskRecord, TurnId,
-    TurnRecord,
+    AuditPage, AuditQuery, CallsPage, CancelReason, Event, ReplicaRecord, StoreDurability,
+    TaskRecord, TurnId, TurnRecord,
 };
 
 use crate::backend::BoxFuture;
 use crate::cancel::Scope;
 use crate::events::{EventBus, EventSink};
 use crate::metrics::Metrics;
+
+/// How long a call's `tool_start` waits, by default, for a trail that cannot write before the
+/// call ends `error{store}` without running.
+pub const DEFAULT_STORE_WAIT: Duration = Duration::from_secs(5);
+
+/// How often a call waiting for a trail that cannot write looks again.
+const STORE_RECHECK: Duration = Duration::from_millis(50);
 
 /// The store cannot commit what it was given (its health says why).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -114,6 +122,12 @@ pub trait AuditStore: Send + Sync + 'static {
     /// The task of that id; `None` for one the trail does not know (or no longer keeps).
     fn task(&self, task_id: String) -> BoxFuture<Result<Option<TaskRecord>, StoreReadError>>;
 
+    /// The replicas sharing this trail, each with its lease (`GET /v1/replicas`); `None` for a
+    /// trail of one process (SQLite), which has no leases.
+    fn replicas(&self) -> BoxFuture<Result<Option<Vec<ReplicaRecord>>, StoreReadError>> {
+        Box::pin(async { Ok(None) })
+    }
+
     /// Commits everything enqueued so far and stops writing. Idempotent.
     fn close(&self) -> BoxFuture<()>;
 }
@@ -139,6 +153,8 @@ impl EventSink for Sink {
 /// The engine's handle on its store, with the store's metrics.
 pub(crate) struct StoreHook {
     pub(crate) store: Arc<dyn AuditStore>,
+    /// How long a call's `tool_start` may wait for a trail that cannot write.
+    wait: Duration,
     queue_full: Counter,
     queue_wait: Counter<f64, std::sync::atomic::AtomicU64>,
     queue_depth: Gauge,
@@ -149,11 +165,17 @@ pub(crate) struct StoreHook {
 
 /// Attaches `store` to a new engine's bus: `seq` continues after the store's, every event is
 /// appended, and the store's metrics are registered.
-pub(crate) fn attach(bus: &EventBus, metrics: &Metrics, store: Arc<dyn AuditStore>) -> StoreHook {
+pub(crate) fn attach(
+    bus: &EventBus,
+    metrics: &Metrics,
+    store: Arc<dyn AuditStore>,
+    wait: Duration,
+) -> StoreHook {
     bus.continue_after(store.last_seq());
     bus.add_sink(Arc::new(Sink(store.clone())));
     let hook = StoreHook {
         store,
+        wait,
         queue_full: Counter::default(),
         queue_wait: Counter::default(),
         queue_depth: Gauge::default(),
@@ -244,11 +266,35 @@ pub(crate) async fn tool_start_durable(
     if hook.store.durability() != StoreDurability::BeforeExecution || hook.store.is_durable(seq) {
         return Ok(());
     }
-    tokio::select! {
-        biased;
-        () = scope.cancelled() => Err(Unrecorded::Cancelled(scope.reason().unwrap_or(CancelReason::User))),
-        done = hook.store.durable(seq) => done.map_err(|e| Unrecorded::Failed(format!(
-            "{e}; the call was not started, so that nothing runs unrecorded"
-        ))),
+    // While the trail cannot write (the database restarts, the disk is full), the call waits
+    // for it — at most `wait` — and then ends without running: never unrecorded.
+    let give_up = Instant::now() + hook.wait;
+    loop {
+        let done = tokio::select! {
+            biased;
+            () = scope.cancelled() => return Err(Unrecorded::Cancelled(scope.reason().unwrap_or(CancelReason::User))),
+            done = hook.store.durable(seq) => done,
+        };
+        let Err(e) = done else {
+            return Ok(());
+        };
+        if Instant::now() >= give_up {
+            let waited = if hook.wait.is_zero() {
+                String::new()
+            } else {
+                format!(
+                    " (waited {} for it)",
+                    toolwarden_protocol::format_duration(hook.wait)
+                )
+            };
+            return Err(Unrecorded::Failed(format!(
+                "{e}{waited}; the call was not started, so that nothing runs unrecorded"
+            )));
+        }
+        tokio::select! {
+            biased;
+            () = scope.cancelled() => return Err(Unrecorded::Cancelled(scope.reason().unwrap_or(CancelReason::User))),
+            () = tokio::time::sleep(STORE_RECHECK.min(give_up.saturating_duration_since(Instant::now()))) => {}
+        }
     }
 }

@@ -182,6 +182,10 @@ pub fn outcome_text(tool: &str, status: &Status, detail: Option<&str>) -> String
                 "[ERROR] The server of tool \"{tool}\" was restarted while running it.{} It may have partly run.",
                 detail_sentence("")
             ),
+            ErrorReason::Store => format!(
+                "[ERROR] Tool \"{tool}\" was not started: its call could not be recorded in the audit trail.{} It did not run; try again once the trail is back.",
+                detail_sentence("")
+            ),
         },
     }
 }

@@ -10,6 +10,8 @@
 // - who the page is (`/v1/me`: its principal and scopes) each time a stream opens, so after a
 //   token is entered: the header names it, and Cancel buttons the server would refuse (other
 //   principals' work, without `abort`) are not offered, nor Accept without `admin`;
+// - the replicas sharing the audit trail (`/v1/replicas`) after `/v1/me`, then every 2 s while
+//   the trail is shared and the principal holds `read` (the panel hides otherwise);
 // - the audit history (audit.js) reads `/v1/audit/calls` when asked, and learns from the stream
 //   only which of the calls it shows as running have ended since.
 
@@ -163,6 +165,71 @@ function loadMe() {
   return meLoading;
 }
 
+// --- the replicas --------------------------------------------------------------------------
+
+/** How often the replicas are read again while their panel shows: heartbeats move. */
+const REPLICAS_EVERY_MS = 2000;
+let replicasTimer = null;
+let replicasLoading = null;
+/** A read came due while the tab was in the background: it is made when the tab shows again. */
+let replicasDue = false;
+
+/**
+ * Reads `GET /v1/replicas` (once at a time), and again every REPLICAS_EVERY_MS while the panel
+ * shows. A trail of one process (`"shared": false`), a principal without `read` (known from
+ * `/v1/me`, or a 403) and a server without the endpoint (404) hide the panel and stop the
+ * reading until the next stream opens.
+ */
+function loadReplicas() {
+  if (replicasLoading) return replicasLoading;
+  clearTimeout(replicasTimer);
+  replicasTimer = null;
+  replicasDue = false;
+  if (!model.mayReadReplicas()) {
+    model.hideReplicas();
+    requestFrame();
+    return Promise.resolve();
+  }
+  replicasLoading = api
+    .get("/v1/replicas")
+    .then(
+      (answer) => {
+        model.applyReplicas(answer);
+        return model.replicas.shown;
+      },
+      (e) => {
+        if (e instanceof ApiError && (e.status === 403 || e.status === 404)) {
+          model.hideReplicas();
+          return false;
+        }
+        // 503: the shared trail's database did not answer. Anything else (the connection is
+        // down): the panel keeps what it showed, says why, and reads again.
+        const shared = e instanceof ApiError && e.status === 503;
+        if (!shared && !model.replicas.shown) return false;
+        model.setReplicasError(`The replicas could not be read: ${e.message}`, { show: shared });
+        return true;
+      },
+    )
+    .then((again) => {
+      if (again) replicasTimer = setTimeout(replicasTick, REPLICAS_EVERY_MS);
+    })
+    .finally(() => {
+      replicasLoading = null;
+      requestFrame();
+    });
+  return replicasLoading;
+}
+
+function replicasTick() {
+  replicasTimer = null;
+  if (document.hidden) replicasDue = true;
+  else loadReplicas();
+}
+
+document.addEventListener("visibilitychange", () => {
+  if (!document.hidden && replicasDue) loadReplicas();
+});
+
 // --- the live view's principal filter -------------------------------------------------------
 
 const principalFilter = document.getElementById("principal-filter");
@@ -202,7 +269,8 @@ const stream = new EventStream({
     // last one stopped: the replay brings what happened meanwhile, outcomes included. A snapshot
     // of what runs now goes with each, because the replay cannot tell everything: a server that
     // restarted in between may number its events past the id the page resumes from.
-    loadMe();
+    // The replicas after /v1/me: a principal without `read` is not even asked for them.
+    loadMe().then(loadReplicas);
     resync();
     opened = true;
   },
@@ -377,7 +445,7 @@ const audit = new AuditHistory({
 // --- start ----------------------------------------------------------------------------------
 
 // For a person debugging the page from the browser's console (and for the browser tests).
-window.toolwardenDashboard = { model, view, stream, resync, audit };
+window.toolwardenDashboard = { model, view, stream, resync, audit, loadReplicas };
 
 stream.start();
 audit.mount();

@@ -350,3 +350,58 @@ export function diffLines(diff) {
     return { kind: first === "-" ? "del" : first === "+" ? "add" : "context", text: line };
   });
 }
+
+// --- replicas -------------------------------------------------------------------------------
+
+/**
+ * How long ago something happened, for a line read again every few seconds: "just now" under a
+ * second, then "4 s ago", "2 m 05 s ago", "1 h 02 m ago", "3 d ago".
+ */
+export function agoText(ms) {
+  if (!Number.isFinite(ms)) return "";
+  if (ms < 1000) return "just now";
+  const s = Math.floor(ms / 1000);
+  if (s < 60) return `${s} s ago`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m} m ${String(s % 60).padStart(2, "0")} s ago`;
+  const hours = Math.floor(m / 60);
+  if (hours < 48) return `${hours} h ${String(m % 60).padStart(2, "0")} m ago`;
+  return `${Math.floor(hours / 24)} d ago`;
+}
+
+/** A replica's lease, as `[store] lease` would write it: "1 s", "5 s", "1.5 s", "500 ms", "2 m". */
+export function leaseText(ms) {
+  const n = Number(ms);
+  if (!Number.isFinite(n) || n < 0) return "";
+  if (n < 1000) return `${Math.round(n)} ms`;
+  if (n < 60_000) return `${Number((n / 1000).toFixed(1))} s`;
+  if (n % 60_000 === 0) return `${n / 60_000} m`;
+  return formatElapsed(n);
+}
+
+/** What each state of a replica means (its badge's tooltip). */
+const REPLICA_STATES = {
+  live: "It renews its lease.",
+  late: "Its lease ran out: it is about to be declared dead, unless it renews in time.",
+  dead: "Declared dead: its lease ran out, and a surviving replica records the calls it left open as interrupted.",
+  stopped: "It stopped cleanly.",
+};
+
+/** The tooltip of a replica's state badge. */
+export function replicaStateTitle(state) {
+  return REPLICA_STATES[state] ?? `State ${state}.`;
+}
+
+/**
+ * What became of a dead replica, from `GET /v1/replicas`: "taken over by a, 2 calls
+ * interrupted" once its survivor recorded what it left open; "being taken over by a" while the
+ * survivor is at it (`interrupted` comes with the end); "not taken over yet" before a survivor
+ * claimed it. "" for a replica that is not dead.
+ */
+export function takeoverText(r) {
+  if (r?.state !== "dead") return "";
+  if (typeof r.taken_over_by !== "string" || r.taken_over_by === "") return "not taken over yet";
+  if (r.interrupted == null) return `being taken over by ${r.taken_over_by}`;
+  const n = Number(r.interrupted);
+  return `taken over by ${r.taken_over_by}, ${n} call${n === 1 ? "" : "s"} interrupted`;
+}

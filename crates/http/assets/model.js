@@ -101,6 +101,13 @@ export class Model {
     this.me = null;
     /** The principal whose work the live view shows (null: everyone's). */
     this.principalFilter = null;
+    /**
+     * The replicas sharing the server's audit trail, as `GET /v1/replicas` answered: `shown`
+     * only while it answers `"shared": true` to a principal with `read` (a single process, or a
+     * principal without `read`, sees no panel); `list` its records; `error` what went wrong
+     * with the last read (null: nothing).
+     */
+    this.replicas = { shown: false, list: [], error: null };
     /** Every principal whose work the page has seen (and its own). */
     this.principalsSeen = new Set();
     this.dirty = newDirty();
@@ -465,6 +472,36 @@ export class Model {
     return out.sort((a, b) => Number(b.changed.blocked) - Number(a.changed.blocked) || a.name.localeCompare(b.name));
   }
 
+  // --- replicas -----------------------------------------------------------------------------
+
+  /** Whether the page may read `GET /v1/replicas` (`read`); until it knows who it is, yes: the server decides. */
+  mayReadReplicas() {
+    return !this.me || hasScope(this.me, "read");
+  }
+
+  /** What `GET /v1/replicas` answered: the panel shows only for a shared trail. */
+  applyReplicas(answer) {
+    const shown = answer?.shared === true;
+    const list = shown && Array.isArray(answer.replicas) ? answer.replicas.filter((r) => r && typeof r.replica === "string") : [];
+    this.replicas = { shown, list, error: null };
+    this.dirty.replicas = true;
+  }
+
+  /** No panel: the server keeps no shared trail, or the page may not read it (403), or has no such endpoint (404). */
+  hideReplicas() {
+    this.replicas = { shown: false, list: [], error: null };
+    this.dirty.replicas = true;
+  }
+
+  /**
+   * The last read of the replicas failed: the list shown stays, under the error. `show`: the
+   * failure itself says the trail is shared (its database did not answer), so the panel shows.
+   */
+  setReplicasError(message, { show = false } = {}) {
+    this.replicas = { ...this.replicas, shown: this.replicas.shown || show, error: message };
+    this.dirty.replicas = true;
+  }
+
   /** Whether the page may accept a tool's changed definition (`admin`); until it knows who it is, yes: the server decides. */
   mayAccept() {
     return !this.me || hasScope(this.me, "admin");
@@ -624,6 +661,8 @@ function newDirty() {
     tools: false,
     /** A tool_changed or tool_accepted was added to pinLog. */
     pinLog: false,
+    /** `GET /v1/replicas` answered (or failed), or the panel is to hide. */
+    replicas: false,
   };
 }
 

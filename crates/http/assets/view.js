@@ -8,6 +8,7 @@
 // much as the hundred or so near the screen.
 
 import {
+  agoText,
   clockTime,
   dateTime,
   denialDetail,
@@ -18,13 +19,16 @@ import {
   formatCountdown,
   formatDuration,
   formatElapsed,
+  leaseText,
   outcomeTag,
   outcomeText,
   progressText,
   preciseTime,
+  replicaStateTitle,
   shortDigest,
   shortId,
   stateText,
+  takeoverText,
   whoText,
 } from "./format.js";
 import { hasScope, seesOthers } from "./model.js";
@@ -73,6 +77,8 @@ export class View {
     this.openDiffs = new Set(); // `${tool}\n${new_digest}` of the diffs shown
     this.toolsShown = ""; // what the table of all tools shows, to skip redrawing it unchanged
     this.toolsDrawn = false; // whether the tools were drawn once (later changes are announced)
+    this.replicaRows = new Map(); // replica id → row record
+    this.replicasDrawn = false; // whether the replicas were drawn once (later deaths are announced)
     this.ids = 0;
   }
 
@@ -131,6 +137,7 @@ export class View {
     if (d.servers) this.renderServers();
     if (d.tools || d.me) this.renderTools();
     if (d.pinLog) this.renderPinLog();
+    if (d.replicas) this.renderReplicas(now);
     if (d.summary) this.renderSummary();
     if (d.me) this.renderMe();
     if (d.principals || d.me || d.filter) this.renderPrincipalFilter();
@@ -914,6 +921,128 @@ export class View {
     );
     list.hidden = log.length === 0;
     this.$("pin-log-empty").hidden = log.length > 0;
+  }
+
+  // --- replicas -----------------------------------------------------------------------------
+
+  /**
+   * The replicas sharing the audit trail, one row each in the server's order (by id): the
+   * replica (the one answering marked), its state as a badge, how long ago it last renewed its
+   * lease, the lease, and for a dead one which survivor took it over and how many of its calls
+   * it recorded as interrupted. The whole panel hides unless the trail is shared.
+   */
+  renderReplicas(now) {
+    const section = this.$("replicas-section");
+    if (!section) return;
+    const { shown, list, error } = this.model.replicas;
+    // Nothing in it takes the focus: it can come and go without moving anyone's.
+    if (section.hidden === shown) section.hidden = !shown;
+    const errorEl = this.$("replicas-error");
+    const message = shown && error ? error : "";
+    setText(errorEl, message);
+    errorEl.hidden = !message;
+    if (!shown) {
+      this.$("replicas-body").replaceChildren();
+      this.replicaRows.clear();
+      this.replicasDrawn = false;
+      return;
+    }
+    const body = this.$("replicas-body");
+    const seen = new Set();
+    list.forEach((r, i) => {
+      seen.add(r.replica);
+      let rec = this.replicaRows.get(r.replica);
+      if (!rec) {
+        rec = this.makeReplicaRow(r);
+        this.replicaRows.set(r.replica, rec);
+      }
+      if (body.children[i] !== rec.tr) body.insertBefore(rec.tr, body.children[i] ?? null);
+      const before = rec.shown.state;
+      this.updateReplicaRow(rec, r, now);
+      // A replica that dies while the page is open is said; the dead ones there when it opened are not.
+      if (this.replicasDrawn && r.state === "dead" && before !== undefined && before !== "dead") {
+        this.announce?.(`Replica ${r.replica} is dead: ${takeoverText(r)}`);
+      }
+    });
+    for (const [id, rec] of this.replicaRows) {
+      if (seen.has(id)) continue;
+      rec.tr.remove();
+      this.replicaRows.delete(id);
+    }
+    this.replicasDrawn = true;
+    const dead = list.filter((r) => r.state === "dead").length;
+    const late = list.filter((r) => r.state === "late").length;
+    const counts = [dead ? `${dead} dead` : "", late ? `${late} late` : ""].filter(Boolean).join(", ");
+    setText(this.$("replicas-count"), counts ? `(${counts})` : "");
+  }
+
+  makeReplicaRow(r) {
+    const idEl = h("code", { class: "replica-id" });
+    const thisEl = h("span", { class: "chip replica-this", title: "The replica this page talks to", text: "this replica", hidden: true });
+    const nameEl = h("span", { class: "replica-name" });
+    const stateEl = h("span", { class: "chip replica-state" });
+    const takeoverEl = h("span", { class: "replica-takeover" });
+    const stoppedEl = h("span", { class: "replica-stopped-at" });
+    const heartbeatEl = h("time", { class: "replica-heartbeat" });
+    const leaseEl = h("td", { class: "num replica-lease" });
+    const head = h("th", { scope: "row" }, idEl, " ", thisEl, nameEl);
+    const tr = h(
+      "tr",
+      { "data-replica": r.replica },
+      head,
+      h("td", { class: "replica-state-cell" }, stateEl, takeoverEl, stoppedEl),
+      h("td", {}, heartbeatEl),
+      leaseEl,
+    );
+    return { tr, head, idEl, thisEl, nameEl, stateEl, takeoverEl, stoppedEl, heartbeatEl, leaseEl, shown: {} };
+  }
+
+  updateReplicaRow(rec, r, now) {
+    const shown = rec.shown;
+    const state = String(r.state ?? "?");
+    setText(rec.idEl, r.replica);
+    const isThis = r.this === true;
+    if (shown.this !== isThis) {
+      rec.thisEl.hidden = !isThis;
+      rec.tr.classList.toggle("replica-this-row", isThis);
+      shown.this = isThis;
+    }
+    // Its name among replicas on Redis, when it has one other than its id.
+    const name = typeof r.name === "string" && r.name !== r.replica ? r.name : "";
+    setText(rec.nameEl, name);
+    rec.nameEl.hidden = !name;
+    const started = Date.parse(r.started_at ?? "");
+    const headTitle = [
+      Number.isFinite(started) ? `started ${dateTime(started, now)}` : "",
+      r.generation != null ? `generation ${r.generation}` : "",
+    ]
+      .filter(Boolean)
+      .join(", ");
+    if (rec.head.title !== headTitle) rec.head.title = headTitle;
+    if (shown.state !== state) {
+      setText(rec.stateEl, state);
+      rec.stateEl.className = `chip replica-state replica-${state}`;
+      rec.stateEl.title = replicaStateTitle(state);
+      rec.tr.dataset.state = state;
+      shown.state = state;
+    }
+    const takeover = takeoverText(r);
+    setText(rec.takeoverEl, takeover);
+    rec.takeoverEl.hidden = !takeover;
+    const deadAt = Date.parse(r.dead_at ?? "");
+    const takeoverTitle = Number.isFinite(deadAt) ? `declared dead at ${preciseTime(deadAt)}` : "";
+    if (rec.takeoverEl.title !== takeoverTitle) rec.takeoverEl.title = takeoverTitle;
+    const stoppedAt = state === "stopped" ? Date.parse(r.stopped_at ?? "") : Number.NaN;
+    const stopped = Number.isFinite(stoppedAt) ? `at ${dateTime(stoppedAt, now)}` : "";
+    setText(rec.stoppedEl, stopped);
+    rec.stoppedEl.hidden = !stopped;
+    const heartbeat = Date.parse(r.heartbeat_at ?? "");
+    if (rec.heartbeatEl.getAttribute("datetime") !== (r.heartbeat_at ?? "")) {
+      rec.heartbeatEl.setAttribute("datetime", r.heartbeat_at ?? "");
+      rec.heartbeatEl.title = Number.isFinite(heartbeat) ? dateTime(heartbeat, now) + preciseTime(heartbeat).slice(8) : "";
+    }
+    setText(rec.heartbeatEl, Number.isFinite(heartbeat) ? agoText(Math.max(0, now - heartbeat)) : "—");
+    setText(rec.leaseEl, leaseText(r.lease_ms));
   }
 
   // --- header -------------------------------------------------------------------------------

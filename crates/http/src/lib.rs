@@ -188,6 +188,7 @@ pub fn router_with(engine: Engine, opts: HttpOptions, mcp: Option<Router>) -> Ro
         .route("/v1/interactions", get(interactions::list))
         .route("/v1/interactions/{id}", post(interactions::answer))
         .route("/v1/sessions/{id}/status", get(status::session))
+        .route("/v1/replicas", get(status::replicas))
         .route("/v1/tools", get(status::tools))
         .route("/v1/tools/{name}/explain", get(status::explain))
         .route("/v1/tools/{name}/accept", post(status::accept))

@@ -11,6 +11,7 @@ use toolwarden_core::StoreHealth;
 use toolwarden_core::shared::SharedHealth;
 use toolwarden_protocol::{Scope, ServerStateKind, SessionId, SessionKey};
 
+use crate::ErrorCode;
 use crate::app::App;
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -51,6 +52,28 @@ pub(crate) async fn resource_metadata(State(app): State<App>) -> Result<Json<Val
             "this server does not accept OAuth access tokens ([auth.oauth] is not configured)",
         )),
     }
+}
+
+/// `GET /v1/replicas`: the replicas sharing this one's PostgreSQL trail, each with its state
+/// (`live`, `late`, `dead`, `stopped`), last renewal of its lease, and — for a dead one — the
+/// survivor that recorded its open calls. A trail of one process (SQLite, or none) answers
+/// `"shared": false` and no replicas.
+pub(crate) async fn replicas(
+    State(app): State<App>,
+    caller: Caller,
+) -> Result<Json<Value>, ApiError> {
+    caller.needs(Scope::Read, "list the replicas")?;
+    let listed = match app.engine.store() {
+        Some(store) => store
+            .replicas()
+            .await
+            .map_err(|e| ApiError::new(ErrorCode::Unavailable, e.to_string()))?,
+        None => None,
+    };
+    Ok(Json(json!({
+        "shared": listed.is_some(),
+        "replicas": listed.unwrap_or_default(),
+    })))
 }
 
 /// `GET /v1/tools`: every tool with its effective policy, breaker, and its backend's state

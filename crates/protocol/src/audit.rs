@@ -237,6 +237,43 @@ pub struct TaskRecord {
     pub poll_interval_ms: u64,
 }
 
+/// A replica sharing a PostgreSQL trail, as `GET /v1/replicas` lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaRecord {
+    /// Its id in the trail (`TOOLWARDEN_REPLICA`).
+    pub replica: String,
+    /// Its name among replicas on Redis (the id and a random suffix), once it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// `live` (renewing its lease), `late` (its lease ran out; about to be declared dead),
+    /// `dead` (declared dead: a survivor recorded its open calls), or `stopped` (it stopped
+    /// cleanly).
+    pub state: String,
+    /// Whether it is the replica answering.
+    #[serde(default)]
+    pub this: bool,
+    /// When it started (or rejoined).
+    pub started_at: Timestamp,
+    /// Its last renewal of its lease.
+    pub heartbeat_at: Timestamp,
+    /// How long it may go without renewing, in milliseconds.
+    pub lease_ms: u64,
+    /// How many times it has started or rejoined under this id.
+    pub generation: u64,
+    /// When it was declared dead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_at: Option<Timestamp>,
+    /// The replica that recorded what it left open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub taken_over_by: Option<String>,
+    /// How many of its calls that replica recorded as `interrupted`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<u64>,
+    /// When it stopped cleanly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_at: Option<Timestamp>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

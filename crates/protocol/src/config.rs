@@ -284,6 +284,14 @@ pub struct StoreConfig {
     /// How long rows are kept (default `"30d"`; `0` = forever).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retain: Option<DurationValue>,
+    /// How long a call waits for a trail that cannot write (the database restarts, the disk is
+    /// full) before it ends `error{store}` without running (default `"5s"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<DurationValue>,
+    /// PostgreSQL: how long a replica may go without renewing its lease before the others
+    /// declare it dead and record its open calls as `interrupted` (default `"5s"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<DurationValue>,
 }
 
 /// `[otel]`: every turn, call and attempt exported as a span over OTLP/HTTP.

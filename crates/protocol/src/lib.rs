@@ -27,7 +27,7 @@ mod trace;
 
 pub use audit::{
     AUDIT_DEFAULT_LIMIT, AUDIT_MAX_LIMIT, AuditCall, AuditEvent, AuditPage, AuditQuery, CallsPage,
-    TaskRecord, TurnRecord, TurnRunState, parse_calls_cursor,
+    ReplicaRecord, TaskRecord, TurnRecord, TurnRunState, parse_calls_cursor,
 };
 pub use call::{CallResult, Content, ToolCall};
 pub use config::{

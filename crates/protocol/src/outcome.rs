@@ -105,6 +105,9 @@ pub enum ErrorReason {
     Crashed,
     /// The backend was restarted (because another call was stuck) while this call ran.
     ServerRestart,
+    /// The audit trail could not record the call's start (with `before_execution`) within
+    /// `store.wait`: the call was not started.
+    Store,
 }
 
 impl ErrorReason {
@@ -115,6 +118,7 @@ impl ErrorReason {
             ErrorReason::Transport => "transport",
             ErrorReason::Crashed => "crashed",
             ErrorReason::ServerRestart => "server_restart",
+            ErrorReason::Store => "store",
         }
     }
 }

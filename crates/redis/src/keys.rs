@@ -15,6 +15,11 @@ impl Keys {
         }
     }
 
+    /// The prefix every key and channel starts with.
+    pub(crate) fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
     /// Hash: tool → the epoch millisecond its open breaker half-opens.
     pub(crate) fn breakers(&self) -> String {
         format!("{}breakers", self.prefix)

@@ -25,6 +25,7 @@ mod keys;
 mod link;
 mod options;
 mod quota;
+mod release;
 mod session;
 mod shared;
 mod wire;

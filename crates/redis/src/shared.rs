@@ -83,6 +83,16 @@ impl RedisShared {
         &self.inner.replica
     }
 
+    /// Frees at once what the replica named `name` holds — half-open probes, cache locks,
+    /// places in sessions' lines and in quotas — once it has been declared dead; answers how
+    /// many were freed (`None`: Redis did not answer, and they free themselves at their TTLs).
+    pub async fn release_replica(&self, name: &str) -> Option<u64> {
+        if !self.inner.usable("release_replica") {
+            return None;
+        }
+        crate::release::release_replica(&self.inner, name).await
+    }
+
     fn enqueue(&self, write: Write) {
         if self.inner.up.load(Ordering::Acquire) {
             self.inner.post(write);

@@ -44,10 +44,12 @@ use toolwarden_protocol::{
 pub use error::OpenError;
 use error::sqlite_error;
 pub use options::{
-    DEFAULT_FILE, DEFAULT_MAX_PAYLOAD, DEFAULT_QUEUE_CAPACITY, DEFAULT_RETAIN, REPLICA_ENV,
-    StoreOptions, default_path, default_replica,
+    DEFAULT_FILE, DEFAULT_LEASE, DEFAULT_MAX_PAYLOAD, DEFAULT_QUEUE_CAPACITY, DEFAULT_RETAIN,
+    REPLICA_ENV, StoreOptions, default_path, default_replica,
 };
-pub use pg::{PG_SCHEMA_VERSION, PgReader, PgReads, PgStore, shown_url};
+pub use pg::{
+    Liveness, PG_SCHEMA_VERSION, PgReader, PgReads, PgStore, Survivor, Takeover, shown_url,
+};
 pub use read::RUNNING;
 pub use redact::{DEFAULT_MASK_KEYS, MASKED, Redactor};
 pub use schema::LATEST as SCHEMA_VERSION;
@@ -410,6 +412,8 @@ pub struct Opened {
     pub location: String,
     /// How many calls recovery recorded as `interrupted` when it opened.
     pub interrupted: usize,
+    /// A PostgreSQL trail's lease of this replica.
+    pub liveness: Option<Arc<Liveness>>,
 }
 
 impl std::fmt::Debug for Opened {
@@ -427,6 +431,7 @@ pub fn open(options: StoreOptions) -> Result<Opened, OpenError> {
         Ok(Opened {
             location: format!("{} (replica {:?})", store.url(), store.replica()),
             interrupted: store.interrupted(),
+            liveness: Some(store.liveness().clone()),
             store: Arc::new(store),
         })
     } else {
@@ -434,6 +439,7 @@ pub fn open(options: StoreOptions) -> Result<Opened, OpenError> {
         Ok(Opened {
             location: store.path().display().to_string(),
             interrupted: store.interrupted(),
+            liveness: None,
             store: Arc::new(store),
         })
     }

@@ -14,6 +14,8 @@ pub const DEFAULT_MAX_PAYLOAD: usize = 64 * 1024;
 pub const DEFAULT_RETAIN: Duration = Duration::from_secs(30 * 24 * 3600);
 /// The default number of queued events past which new calls wait.
 pub const DEFAULT_QUEUE_CAPACITY: usize = 8192;
+/// The default lease of a replica sharing a PostgreSQL trail: one silent this long is dead.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(5);
 /// The file name in the platform data dir.
 pub const DEFAULT_FILE: &str = "toolwarden.db";
 
@@ -36,6 +38,9 @@ pub struct StoreOptions {
     pub retain: Option<Duration>,
     /// Queued events past which new calls wait.
     pub queue_capacity: usize,
+    /// PostgreSQL: how long this replica may go without renewing its lease before the others
+    /// declare it dead and record its open calls.
+    pub lease: Duration,
     /// SQLite: how long committed events may wait in the pending file before they are moved
     /// into the database (sooner when many are waiting or a read asks for them).
     pub apply_after: Duration,
@@ -54,6 +59,7 @@ impl StoreOptions {
             retain: Some(DEFAULT_RETAIN),
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
             apply_after: crate::pending::APPLY_AFTER,
+            lease: DEFAULT_LEASE,
         }
     }
 }

@@ -61,7 +61,7 @@ pub(crate) fn recover(
             calls,
         });
     }
-    let (events, interrupted) = close_turns(&mut seq, now, open);
+    let (events, interrupted) = close_turns(&mut seq, now, open, &Interruption::Restart);
     if events.is_empty() {
         return Ok(0);
     }
@@ -82,6 +82,34 @@ pub(crate) struct OpenTurn {
     pub(crate) calls: Vec<OpenCall>,
 }
 
+/// Who stopped while the calls ran, as the `interrupted` outcome's detail says.
+pub(crate) enum Interruption<'a> {
+    /// This process (or an earlier one of this replica): recorded when it started again.
+    Restart,
+    /// Another replica, declared dead when its lease ran out: recorded by this one.
+    Dead {
+        /// The dead replica's id.
+        replica: &'a str,
+        /// This replica's id.
+        by: &'a str,
+    },
+}
+
+impl Interruption<'_> {
+    fn detail(&self, ran: bool) -> String {
+        match (self, ran) {
+            (Interruption::Restart, true) => "toolwarden stopped (it crashed or was killed) while the call ran; this was recorded when it started again".to_owned(),
+            (Interruption::Restart, false) => "toolwarden stopped (it crashed or was killed) before the call's backend was invoked; it did not run".to_owned(),
+            (Interruption::Dead { replica, by }, true) => format!(
+                "replica {replica:?} stopped renewing its lease (it died, was killed, or lost the database) while the call ran; replica {by:?} recorded this"
+            ),
+            (Interruption::Dead { replica, by }, false) => format!(
+                "replica {replica:?} stopped renewing its lease (it died, was killed, or lost the database) before the call's backend was invoked, so it did not run; replica {by:?} recorded this"
+            ),
+        }
+    }
+}
+
 /// The events that end `turns`: an `interrupted` `tool_result` for each call without an outcome
 /// and a `turn_end` for each turn, numbered after `seq` (which ends at the last). Also answers
 /// how many calls were interrupted.
@@ -89,6 +117,7 @@ pub(crate) fn close_turns(
     seq: &mut u64,
     now: Timestamp,
     turns: Vec<OpenTurn>,
+    why: &Interruption<'_>,
 ) -> (Vec<Event>, usize) {
     let mut events = Vec::new();
     let mut interrupted = 0;
@@ -104,7 +133,7 @@ pub(crate) fn close_turns(
                     interrupted += 1;
                     *seq += 1;
                     let turn = (&principal, &turn_id, session_id.clone());
-                    let (event, result) = interrupted_call(*seq, now, turn, &call);
+                    let (event, result) = interrupted_call(*seq, now, turn, &call, why);
                     events.push(event);
                     serde_json::to_value(&*result).unwrap_or(Value::Null)
                 }
@@ -221,14 +250,11 @@ fn interrupted_call(
     now: Timestamp,
     (principal, turn_id, session_id): (&Arc<str>, &TurnId, Option<SessionId>),
     call: &OpenCall,
+    why: &Interruption<'_>,
 ) -> (Event, Arc<CallResult>) {
     let tool: Arc<str> = call.tool.as_deref().unwrap_or("").into();
     let status = Status::Interrupted;
-    let detail = if call.ran {
-        "toolwarden stopped (it crashed or was killed) while the call ran; this was recorded when it started again"
-    } else {
-        "toolwarden stopped (it crashed or was killed) before the call's backend was invoked; it did not run"
-    };
+    let detail = why.detail(call.ran);
     let duration_ms = call
         .started_at
         .map_or(0, |s| (now.unix_millis() - s).max(0) as u64);
@@ -236,7 +262,7 @@ fn interrupted_call(
         content: vec![Content::text(toolwarden_core::outcome_text(
             &tool,
             &status,
-            Some(detail),
+            Some(&detail),
         ))],
         outcome: Outcome {
             status,
@@ -246,7 +272,7 @@ fn interrupted_call(
             tool: tool.clone(),
             duration_ms,
             provenance: None,
-            detail: Some(detail.to_owned()),
+            detail: Some(detail),
             repeat_count: None,
         },
         structured_content: None,

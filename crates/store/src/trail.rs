@@ -8,7 +8,8 @@ use std::sync::Arc;
 use toolwarden_core::backend::BoxFuture;
 use toolwarden_core::{AuditStore, StoreCommits, StoreHealth, StoreReadError, StoreUnavailable};
 use toolwarden_protocol::{
-    AuditPage, AuditQuery, CallsPage, Event, StoreDurability, TaskRecord, TurnId, TurnRecord,
+    AuditPage, AuditQuery, CallsPage, Event, ReplicaRecord, StoreDurability, TaskRecord, TurnId,
+    TurnRecord,
 };
 
 use crate::writer;
@@ -23,6 +24,10 @@ pub trait Reads: std::fmt::Debug + Send + Sync + 'static {
     fn turn(&self, turn_id: TurnId) -> BoxFuture<Result<Option<TurnRecord>, StoreReadError>>;
     /// A task's record.
     fn task(&self, task_id: String) -> BoxFuture<Result<Option<TaskRecord>, StoreReadError>>;
+    /// The replicas sharing the trail (`None`: a trail of one process).
+    fn replicas(&self) -> BoxFuture<Result<Option<Vec<ReplicaRecord>>, StoreReadError>> {
+        Box::pin(async { Ok(None) })
+    }
 }
 
 /// An open audit trail: its writer thread and its database's reads.
@@ -113,6 +118,10 @@ impl<R: Reads> AuditStore for Trail<R> {
 
     fn task(&self, task_id: String) -> BoxFuture<Result<Option<TaskRecord>, StoreReadError>> {
         self.reads.task(task_id)
+    }
+
+    fn replicas(&self) -> BoxFuture<Result<Option<Vec<ReplicaRecord>>, StoreReadError>> {
+        self.reads.replicas()
     }
 
     fn close(&self) -> BoxFuture<()> {

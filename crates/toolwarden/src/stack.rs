@@ -144,6 +144,9 @@ pub(crate) fn store_options(
         let retain = retain.duration();
         options.retain = (!retain.is_zero()).then_some(retain);
     }
+    if let Some(lease) = store.lease {
+        options.lease = lease.duration();
+    }
     Ok(Some(options))
 }
 
@@ -175,6 +178,38 @@ pub(crate) fn describe_store(stack: &Stack) -> String {
         n => format!("; {n} calls an earlier run left running were recorded as interrupted"),
     };
     format!("audit trail: {} ({durability}){recovered}", store.location)
+}
+
+/// How this replica takes a dead one over (the trail's survivor found it): it records the
+/// events that end the dead replica's open calls as its own — so they reach the trail, every
+/// replica's `/v1/events` and the dashboards — and frees at once what the dead one held in Redis.
+fn survivor(engine: &Engine, redis: Option<RedisShared>) -> toolwarden_store::Survivor {
+    let engine = engine.clone();
+    let runtime = tokio::runtime::Handle::try_current().ok();
+    let taken = prometheus_client::metrics::counter::Counter::<u64>::default();
+    engine.metrics().register(
+        "replica_takeovers",
+        "Dead replicas (their lease ran out) whose open calls this replica recorded as interrupted",
+        taken.clone(),
+    );
+    Box::new(move |takeover: toolwarden_store::Takeover| {
+        taken.inc();
+        let bus = engine.events();
+        let mut last = 0;
+        for event in takeover.events {
+            last = bus.emit(&event.scope, event.kind);
+        }
+        if let (Some(redis), Some(name), Some(runtime)) = (&redis, takeover.name, &runtime) {
+            let redis = redis.clone();
+            runtime.spawn(async move {
+                match redis.release_replica(&name).await {
+                    Some(freed) => tracing::info!(replica = %name, freed, "freed what a dead replica held in Redis"),
+                    None => tracing::warn!(replica = %name, "could not free what a dead replica held in Redis: it frees itself at its TTLs"),
+                }
+            });
+        }
+        last
+    })
 }
 
 /// An engine, its `exec` tool and its MCP servers.
@@ -217,6 +252,9 @@ impl Stack {
             .interaction_ceiling(config.interaction_ceiling());
         if let Some(store) = &store {
             builder = builder.store(store.store.clone());
+            if let Some(wait) = config.file.store.wait {
+                builder = builder.store_wait(wait.duration());
+            }
         }
         if config.hooks.is_some() {
             let transport = crate::hooks::Transport::new(secret_vars(&config))
@@ -253,6 +291,12 @@ impl Stack {
         let _ = built.set(engine.clone());
         if let Some(shared) = &shared {
             shared.attach(engine.clone())?;
+        }
+        if let Some(liveness) = store.as_ref().and_then(|s| s.liveness.as_ref()) {
+            if let Some(shared) = &shared {
+                liveness.set_name(shared.replica());
+            }
+            liveness.survive_with(survivor(&engine, shared.clone()));
         }
         let traces = traces.map(|(sink, handle)| {
             sink.register_metrics(engine.metrics());

@@ -462,7 +462,7 @@ async fn a_trail_that_cannot_be_written_runs_nothing_and_healthz_says_degraded()
     let dir = Dir::new();
     dir.create(
         "toolwarden.toml",
-        &format!("[exec]\nenabled = true\n{STORE}"),
+        &format!("[exec]\nenabled = true\n{STORE}wait = \"300ms\"\n"),
     );
     let (mut server, url) = serve(&dir, &[]).await;
     let (status, health) = get(&format!("{url}/healthz")).await;
@@ -493,12 +493,11 @@ async fn a_trail_that_cannot_be_written_runs_nothing_and_healthz_says_degraded()
     .await;
     let result = &answer["results"][0];
     assert_eq!(result["toolwarden"]["status"], "error", "{answer}");
-    assert_eq!(result["toolwarden"]["reason"], "transport");
+    // It waited `store.wait` for the trail, then ended without running.
+    assert_eq!(result["toolwarden"]["reason"], "store");
+    let text = result["content"][0]["text"].as_str().unwrap();
     assert!(
-        result["content"][0]["text"]
-            .as_str()
-            .unwrap()
-            .contains("audit trail cannot be written"),
+        text.contains("audit trail cannot be written") && text.contains("waited 300ms"),
         "{answer}"
     );
     assert!(!marker_file.exists(), "the command ran unrecorded");

@@ -21,6 +21,7 @@ mod mcp;
 mod otel;
 mod pins;
 mod readme;
+mod replicas;
 mod rules;
 mod scale_out;
 mod scale_out_sessions;

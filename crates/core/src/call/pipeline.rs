@@ -591,7 +591,13 @@ async fn pipeline(
             None,
         ),
         Final::Cancelled(reason) => fin.fail(Status::Cancelled { reason }, None),
-        Final::Unrecorded(message) | Final::Unavailable(message) => fin.fail(
+        Final::Unrecorded(message) => fin.fail(
+            Status::Error {
+                reason: ErrorReason::Store,
+            },
+            Some(message),
+        ),
+        Final::Unavailable(message) => fin.fail(
             Status::Error {
                 reason: ErrorReason::Transport,
             },

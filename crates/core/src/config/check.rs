@@ -545,6 +545,34 @@ impl<'a> Checker<'a> {
         if let Some(v) = file.store.retain {
             self.duration(&path(&["store", "retain"]), v);
         }
+        if let Some(v) = file.store.wait {
+            let at = path(&["store", "wait"]);
+            self.duration(&at, v);
+            if v.0 > 3_600_000 {
+                self.fail(
+                    ConfigErrorKind::InvalidValue,
+                    &at,
+                    "wait must be at most 1h: a call waiting for the audit trail holds its turn that long; write e.g. \"5s\" (0 ends such calls at once)".to_owned(),
+                );
+            }
+        }
+        if let Some(v) = file.store.lease {
+            let at = path(&["store", "lease"]);
+            self.duration(&at, v);
+            if v.0 < 500 || v.0 > 3_600_000 {
+                self.fail(
+                    ConfigErrorKind::InvalidValue,
+                    &at,
+                    "lease must be between 500ms and 1h: a replica renews it three times per lease, and is declared dead once it has gone a whole lease without renewing; write e.g. \"5s\"".to_owned(),
+                );
+            } else if file.store.url.is_none() {
+                self.fail(
+                    ConfigErrorKind::InvalidValue,
+                    &at,
+                    "lease applies to a PostgreSQL trail shared by replicas ([store] url); an SQLite trail has one process, which recovers its own calls when it starts again".to_owned(),
+                );
+            }
+        }
         if let Some(url) = &file.store.url {
             let at = path(&["store", "url"]);
             if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {

@@ -62,6 +62,7 @@ pub struct EngineBuilder {
     cache_entries: usize,
     blocking_threads: usize,
     store: Option<Arc<dyn AuditStore>>,
+    store_wait: std::time::Duration,
     shared: Option<Arc<dyn SharedState>>,
     metrics: Option<Arc<Metrics>>,
     trace_sink: Option<Arc<dyn EventSink>>,
@@ -71,6 +72,7 @@ pub struct EngineBuilder {
 impl Default for EngineBuilder {
     fn default() -> Self {
         Self {
+            store_wait: store::DEFAULT_STORE_WAIT,
             policies: Arc::new(Config::builtin()),
             event_capacity: crate::events::DEFAULT_CAPACITY,
             jitter_seed: None,
@@ -136,6 +138,14 @@ impl EngineBuilder {
         self
     }
 
+    /// How long a call whose `tool_start` cannot be committed (`before_execution`, the trail
+    /// unwritable) waits for the trail before it ends `error{store}` without running (default
+    /// [`store::DEFAULT_STORE_WAIT`]; zero: at once).
+    pub fn store_wait(mut self, wait: std::time::Duration) -> Self {
+        self.store_wait = wait;
+        self
+    }
+
     /// State shared with other replicas (docs/SCALE-OUT.md); without it, everything is local.
     pub fn shared(mut self, shared: Arc<dyn SharedState>) -> Self {
         self.shared = Some(shared);
@@ -173,7 +183,9 @@ impl EngineBuilder {
             Interactions::new(bus.clone(), metrics.clone(), self.interaction_ceiling);
         interactions.set_headless(self.headless);
         // `seq` continues after the trail's, and every event is appended to it.
-        let store = self.store.map(|s| store::attach(&bus, &metrics, s));
+        let store = self
+            .store
+            .map(|s| store::attach(&bus, &metrics, s, self.store_wait));
         let export_spans = self.trace_sink.is_some();
         if let Some(sink) = self.trace_sink {
             bus.add_sink(sink);

@@ -55,6 +55,19 @@ pub fn shown_url(url: &str) -> String {
     }
 }
 
+/// A PostgreSQL error with its causes: the client's own text for a server's error is only
+/// "db error", the server's message is its cause.
+pub(crate) fn describe(e: &postgres::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
+
 /// How to connect, and as which replica.
 #[derive(Clone)]
 pub(crate) struct Connector {
@@ -100,8 +113,8 @@ impl Connector {
 
     /// A connection for the writer, holding this replica's lock.
     pub(crate) fn connect_writer(&self) -> Result<Client, String> {
-        let mut client = self.connect().map_err(|e| e.to_string())?;
-        if self.lock_replica(&mut client).map_err(|e| e.to_string())? {
+        let mut client = self.connect().map_err(|e| describe(&e))?;
+        if self.lock_replica(&mut client).map_err(|e| describe(&e))? {
             Ok(client)
         } else {
             Err(format!(
@@ -116,6 +129,10 @@ impl Connector {
             url: self.shown.clone(),
             detail: e.to_string(),
         }
+    }
+
+    pub(crate) fn pg_error(&self, e: &postgres::Error) -> OpenError {
+        self.error(describe(e))
     }
 
     pub(crate) fn schema_error(&self, e: schema::SchemaError) -> OpenError {

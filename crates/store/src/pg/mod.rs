@@ -18,6 +18,7 @@
 //! dropping connections happen on threads of their own.
 
 mod connect;
+mod liveness;
 mod read;
 mod recover;
 mod schema;
@@ -31,7 +32,7 @@ use postgres::Client;
 use toolwarden_core::StoreReadError;
 use toolwarden_core::backend::BoxFuture;
 use toolwarden_protocol::{
-    AuditPage, AuditQuery, CallsPage, TaskRecord, Timestamp, TurnId, TurnRecord,
+    AuditPage, AuditQuery, CallsPage, ReplicaRecord, TaskRecord, Timestamp, TurnId, TurnRecord,
 };
 
 use crate::OpenError;
@@ -41,9 +42,10 @@ use crate::trail::{Reads, Trail};
 use crate::writer::{self, TrailBackend as _};
 
 pub use connect::shown_url;
+pub use liveness::{Liveness, Survivor, Takeover};
 pub use schema::LATEST as PG_SCHEMA_VERSION;
 
-use connect::{Connector, off_runtime};
+use connect::{Connector, describe, off_runtime};
 
 /// How often, and how far apart, opening tries to take this replica's lock.
 const LOCK_TRIES: u32 = 20;
@@ -65,11 +67,11 @@ impl Readers {
         let kept = popped.is_some();
         let mut client = match popped {
             Some(client) if !client.is_closed() => client,
-            _ => self.connector.connect().map_err(|e| e.to_string())?,
+            _ => self.connector.connect().map_err(|e| describe(&e))?,
         };
         let mut out = f(&mut client);
         if out.is_err() && client.is_closed() && kept {
-            client = self.connector.connect().map_err(|e| e.to_string())?;
+            client = self.connector.connect().map_err(|e| describe(&e))?;
             out = f(&mut client);
         }
         if !client.is_closed() {
@@ -98,6 +100,7 @@ pub type PgStore = Trail<PgReads>;
 pub struct PgReads {
     connector: Connector,
     readers: Readers,
+    liveness: Arc<Liveness>,
 }
 
 impl std::fmt::Debug for PgReads {
@@ -120,16 +123,16 @@ impl Trail<PgReads> {
     fn open_here(options: &StoreOptions) -> Result<PgStore, OpenError> {
         let url = options.url.as_deref().unwrap_or_default();
         let connector = Connector::parse(url, &options.replica)?;
-        let mut client = connector.connect().map_err(|e| connector.error(e))?;
+        let mut client = connector.connect().map_err(|e| connector.pg_error(&e))?;
         schema::migrate(&mut client).map_err(|e| connector.schema_error(e))?;
-        let mut writer_client = connector.connect().map_err(|e| connector.error(e))?;
+        let mut writer_client = connector.connect().map_err(|e| connector.pg_error(&e))?;
         // A process of this replica that has just stopped frees the lock when the server has
         // seen its connection close: give that a moment.
         let mut locked = false;
         for _ in 0..LOCK_TRIES {
             locked = connector
                 .lock_replica(&mut writer_client)
-                .map_err(|e| connector.error(e))?;
+                .map_err(|e| connector.pg_error(&e))?;
             if locked {
                 break;
             }
@@ -145,8 +148,13 @@ impl Trail<PgReads> {
                 replica: connector.replica.clone(),
             });
         }
-        let mut writer = write::PgWriter::new(connector.clone(), writer_client)
-            .map_err(|e| connector.error(e))?;
+        let fence =
+            liveness::Fence::register(&mut writer_client, &connector.replica, options.lease)
+                .map_err(|e| {
+                    connector.error(format!("cannot register this replica's lease: {e}"))
+                })?;
+        let mut writer = write::PgWriter::new(connector.clone(), fence.clone(), writer_client)
+            .map_err(|e| connector.pg_error(&e))?;
         let redactor = Redactor::new(&options.mask_keys, options.max_payload);
         let now = Timestamp::now();
         let (interrupted, last_seq) =
@@ -158,6 +166,8 @@ impl Trail<PgReads> {
             .map_err(|e| connector.error(format!("pruning failed: {e}")))?;
         let shared = writer::start(Box::new(writer), None, None, redactor, options, last_seq)
             .map_err(|e| connector.error(format!("cannot start its writer thread: {e}")))?;
+        let liveness = liveness::Liveness::start(connector.clone(), fence, shared.clone())
+            .map_err(|e| connector.error(format!("cannot start its lease's threads: {e}")))?;
         Ok(Trail {
             durability: options.durability,
             last_seq,
@@ -169,8 +179,14 @@ impl Trail<PgReads> {
                     idle: Arc::new(Mutex::new(vec![client])),
                 },
                 connector,
+                liveness: Arc::new(liveness),
             },
         })
+    }
+
+    /// This replica's lease: give it a survivor (and its name) to take dead replicas over.
+    pub fn liveness(&self) -> &Arc<Liveness> {
+        &self.reads.liveness
     }
 
     /// The database's URL, without its password.
@@ -224,6 +240,11 @@ impl Reads for PgReads {
     fn task(&self, task_id: String) -> BoxFuture<Result<Option<TaskRecord>, StoreReadError>> {
         self.read(move |client, _| tasks::read(client, &task_id))
     }
+
+    fn replicas(&self) -> BoxFuture<Result<Option<Vec<ReplicaRecord>>, StoreReadError>> {
+        let read = self.read(liveness::list);
+        Box::pin(async move { read.await.map(Some) })
+    }
 }
 
 /// The PostgreSQL trail read-only, for `toolwarden audit`: every replica's rows.
@@ -245,7 +266,7 @@ impl PgReader {
     pub fn open(url: &str) -> Result<PgReader, OpenError> {
         let connector = Connector::parse(url, "")?;
         off_runtime(|| {
-            let mut client = connector.connect().map_err(|e| connector.error(e))?;
+            let mut client = connector.connect().map_err(|e| connector.pg_error(&e))?;
             match schema::check(&mut client).map_err(|e| connector.schema_error(e))? {
                 0 => Err(OpenError::PostgresMissing {
                     url: connector.shown.clone(),

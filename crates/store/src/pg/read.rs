@@ -11,6 +11,9 @@ use toolwarden_protocol::{
 };
 
 use crate::read::RUNNING;
+use crate::recover::{OpenCall, OpenTurn, listed_calls, merge_calls, stored_result};
+
+use super::connect::describe;
 
 type Param = Box<dyn ToSql + Sync + Send>;
 
@@ -276,4 +279,58 @@ pub(crate) fn last_pos(client: &mut impl GenericClient) -> Result<u64, String> {
         .query_one("SELECT coalesce(max(pos), 0) FROM toolwarden_events", &[])
         .map(|r| r.get::<_, i64>(0) as u64)
         .map_err(|e| e.to_string())
+}
+
+/// The turns `replica` started and did not end, each with its calls (those with an outcome
+/// carry it, for the turn's `turn_end`).
+pub(crate) fn open_turns(
+    client: &mut impl GenericClient,
+    replica: &str,
+) -> Result<Vec<OpenTurn>, String> {
+    let err = |e: postgres::Error| describe(&e);
+    let turns = client
+        .query(
+            "SELECT t.turn_id, t.session_id, e.body, t.principal FROM toolwarden_turns t \
+             LEFT JOIN toolwarden_events e ON e.replica = t.replica AND e.seq = t.start_seq \
+             WHERE t.replica = $1 AND t.ended_at IS NULL ORDER BY t.id",
+            &[&replica],
+        )
+        .map_err(err)?;
+    let of_turn = client
+        .prepare(
+            "SELECT c.call_id, c.tool, c.status, c.started_at, c.attempts, c.ran, \
+             (SELECT body FROM toolwarden_events e WHERE e.turn_id = c.turn_id \
+              AND e.call_id = c.call_id AND e.type = 'tool_result' ORDER BY e.pos LIMIT 1) \
+             FROM toolwarden_calls c WHERE c.turn_id = $1 ORDER BY c.id",
+        )
+        .map_err(err)?;
+    let mut open = Vec::with_capacity(turns.len());
+    for turn in turns {
+        let turn_id: String = turn.get(0);
+        let start: Option<String> = turn.get(2);
+        let rows = client
+            .query(&of_turn, &[&turn_id])
+            .map_err(err)?
+            .into_iter()
+            .map(|r| {
+                let status: Option<String> = r.get(2);
+                let body: Option<String> = r.get(6);
+                OpenCall {
+                    call_id: r.get(0),
+                    tool: r.get(1),
+                    result: status.and(body).and_then(|b| stored_result(&b)),
+                    started_at: r.get(3),
+                    attempts: r.get::<_, Option<i64>>(4).map(|a| a as u32),
+                    ran: r.get(5),
+                }
+            })
+            .collect();
+        open.push(OpenTurn {
+            turn_id,
+            principal: turn.get(3),
+            session_id: turn.get(1),
+            calls: merge_calls(listed_calls(start.as_deref()), rows),
+        });
+    }
+    Ok(open)
 }

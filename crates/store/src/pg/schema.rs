@@ -242,6 +242,25 @@ const MIGRATIONS: &[&str] = &[
     END
     $fn$;
     ",
+    // 5: the replicas sharing the trail, each with its lease (liveness.rs): renewed while it
+    // lives; one that lets it run out is declared dead, and a survivor records its open calls.
+    "
+    CREATE TABLE toolwarden_replicas (
+        replica TEXT PRIMARY KEY,
+        name TEXT,
+        generation BIGINT NOT NULL,
+        started_at BIGINT NOT NULL,
+        heartbeat_at BIGINT NOT NULL,
+        lease_ms BIGINT NOT NULL,
+        writer_pid INTEGER,
+        writer_since TIMESTAMPTZ,
+        dead_at BIGINT,
+        taken_over_by TEXT,
+        taken_over_at BIGINT,
+        interrupted BIGINT,
+        stopped_at BIGINT
+    );
+    ",
 ];
 
 /// Why the schema cannot be used.

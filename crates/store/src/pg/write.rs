@@ -10,12 +10,14 @@
 //! visible: a reader paging by `pos` never misses an event committed later with a smaller one.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use postgres::{Client, Statement};
 use toolwarden_protocol::{EventKind, TaskRecord, Timestamp};
 
-use super::connect::Connector;
+use super::connect::{Connector, describe};
+use super::liveness::Fence;
 use crate::apply::Prepared;
 use crate::writer::TrailBackend;
 
@@ -53,18 +55,26 @@ impl Statements {
     }
 }
 
-/// The PostgreSQL writer: a connection, made again after it is lost.
+/// The PostgreSQL writer: a connection, made again after it is lost — under this replica's
+/// current lease (liveness.rs), so a replica declared dead writes nothing until it rejoins.
 pub(crate) struct PgWriter {
     connector: Connector,
+    fence: Arc<Fence>,
     conn: Option<(Client, Statements)>,
 }
 
 impl PgWriter {
-    /// A writer over `client` (already connected, holding this replica's lock).
-    pub(crate) fn new(connector: Connector, mut client: Client) -> Result<Self, postgres::Error> {
+    /// A writer over `client` (already connected, holding this replica's lock, registered as
+    /// its writer by `fence`).
+    pub(crate) fn new(
+        connector: Connector,
+        fence: Arc<Fence>,
+        mut client: Client,
+    ) -> Result<Self, postgres::Error> {
         let statements = Statements::prepare(&mut client)?;
         Ok(PgWriter {
             connector,
+            fence,
             conn: Some((client, statements)),
         })
     }
@@ -74,7 +84,8 @@ impl PgWriter {
             Some((client, statements)) if !client.is_closed() => (client, statements),
             _ => {
                 let mut client = self.connector.connect_writer()?;
-                let statements = Statements::prepare(&mut client).map_err(|e| e.to_string())?;
+                self.fence.claim_writer(&mut client)?;
+                let statements = Statements::prepare(&mut client).map_err(|e| describe(&e))?;
                 tracing::info!("reconnected to the PostgreSQL audit trail");
                 (client, statements)
             }
@@ -86,22 +97,23 @@ impl PgWriter {
 impl TrailBackend for PgWriter {
     fn write(&mut self, items: &[Prepared<'_>]) -> Result<(), String> {
         let replica = self.connector.replica.clone();
+        let fence = self.fence.clone();
         let (client, statements) = self.conn()?;
-        let result = write_batch(client, statements, &replica, items);
+        let result = write_batch(client, statements, &replica, fence.keep(items));
         if result.is_err() && client.is_closed() {
             self.conn = None;
         }
-        result.map_err(|e| e.to_string())
+        result.map_err(|e| describe(&e))
     }
 
     fn prune(&mut self, retain: Duration, now: Timestamp) -> Result<(), String> {
         let (client, _) = self.conn()?;
-        super::tasks::prune(client, now.unix_millis()).map_err(|e| e.to_string())?;
+        super::tasks::prune(client, now.unix_millis()).map_err(|e| describe(&e))?;
         if retain.is_zero() {
             return Ok(());
         }
         let cutoff = now.unix_millis() - retain.as_millis().min(i64::MAX as u128) as i64;
-        prune(client, cutoff).map_err(|e| e.to_string())
+        prune(client, cutoff).map_err(|e| describe(&e))
     }
 
     fn put_task(&mut self, task: &TaskRecord) -> Result<(), String> {
@@ -111,15 +123,19 @@ impl TrailBackend for PgWriter {
         if result.is_err() && client.is_closed() {
             self.conn = None;
         }
-        result.map_err(|e| e.to_string())
+        result.map_err(|e| describe(&e))
     }
 
     fn close(&mut self) {
+        if let Some((client, _)) = self.conn.as_mut().filter(|(c, _)| !c.is_closed()) {
+            self.fence.stopped(client);
+        }
         self.conn = None;
     }
 }
 
-/// Deletes events older than `cutoff` and calls and turns that ended before it, in chunks.
+/// Deletes events older than `cutoff` and calls and turns that ended before it, in chunks, and
+/// the rows of replicas gone before it.
 pub(crate) fn prune(client: &mut Client, cutoff: i64) -> Result<(), postgres::Error> {
     for sql in [
         "DELETE FROM toolwarden_events WHERE pos IN \
@@ -131,6 +147,11 @@ pub(crate) fn prune(client: &mut Client, cutoff: i64) -> Result<(), postgres::Er
     ] {
         while client.execute(sql, &[&cutoff, &PRUNE_CHUNK])? as i64 >= PRUNE_CHUNK {}
     }
+    // Replicas that stopped, or died and were taken over, before it.
+    client.execute(
+        "DELETE FROM toolwarden_replicas WHERE coalesce(stopped_at, taken_over_at) < $1",
+        &[&cutoff],
+    )?;
     Ok(())
 }
 
@@ -255,8 +276,11 @@ fn write_batch(
     client: &mut Client,
     statements: &Statements,
     replica: &str,
-    items: &[Prepared<'_>],
+    items: Vec<&Prepared<'_>>,
 ) -> Result<(), postgres::Error> {
+    if items.is_empty() {
+        return Ok(());
+    }
     let mut cols = Columns::default();
     for item in items {
         cols.add(item);
