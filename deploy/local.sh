@@ -14,6 +14,8 @@
 #   PORTS           the three replicas' ports, default "7421 7422 7423"
 #   REDIS_PREFIX    the replicas' key prefix, default "toolwarden-local:"
 #   RUN_DIR         their configs, logs and pids, default ${TMPDIR:-/tmp}/toolwarden-local
+#   EXTRA_CONFIG    a TOML file appended to every replica's configuration (more servers, tools'
+#                   policies), default none
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -76,6 +78,10 @@ up() {
         -e "s|^url = \"redis://.*\"|url = \"$(esc "$REDIS_URL")\"|" \
         -e "s|^prefix = .*|prefix = \"$(esc "$REDIS_PREFIX")\"|" \
         "$here/toolwarden.toml" >"$dir/toolwarden.toml"
+    if [ -n "${EXTRA_CONFIG:-}" ]; then
+      [ -f "$EXTRA_CONFIG" ] || die "EXTRA_CONFIG names no file: $EXTRA_CONFIG"
+      { echo; cat "$EXTRA_CONFIG"; } >>"$dir/toolwarden.toml"
+    fi
     TOOLWARDEN_REPLICA=replica-$i nohup "$bin" serve --config "$dir/toolwarden.toml" \
       >"$dir/serve.log" 2>&1 </dev/null &
     echo $! >"$dir/pid"

@@ -17,7 +17,8 @@
 #   mcp (the official Python MCP SDK) and pytest, for tests/e2e
 # The system (Debian's package, as root, only when missing):
 #   chromium                                 /usr/bin/chromium, the browser of tests/browser
-#   postgresql                               only when no PostgreSQL answers at the test URL
+#   postgresql                               when no PostgreSQL answers at the test URL, or its
+#                                            server programs (initdb, pg_ctl) are missing
 # A PostgreSQL server for the store's tests: $TOOLWARDEN_TEST_POSTGRES_URL, by default
 # postgres://postgres@127.0.0.1:5432/test. When none answers there, a throwaway server is made
 # in .test-deps/postgres on a free port and started (and reused by later runs). The URL the
@@ -129,6 +130,17 @@ if ! pg_answers "$pg_url"; then
   pg_answers "$pg_url" || fail "PostgreSQL does not answer at $pg_url"
 fi
 echo "$pg_url" >.test-deps/postgres-url
+# The chaos test (crates/toolwarden/tests/chaos.rs) restarts a PostgreSQL of its own: it needs
+# the server's programs (initdb, pg_ctl) even when the test URL answers elsewhere.
+if [ -z "$(pg_bin || true)" ]; then
+  [ "$(id -u)" -eq 0 ] ||
+    fail "PostgreSQL's server programs (initdb, pg_ctl) are missing: install Debian's postgresql as root (apt-get install postgresql)"
+  echo "setup-test-deps: installing Debian's postgresql (the chaos test runs a server of its own)" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq || fail "apt-get update failed (needed to install postgresql)"
+  apt-get install -y -qq postgresql >/dev/null || fail "apt-get install postgresql failed"
+  [ -n "$(pg_bin || true)" ] || fail "apt-get installed postgresql, but no /usr/lib/postgresql/*/bin/initdb"
+fi
 pg_version=$(psql "$pg_url" -Atqc 'show server_version')
 echo "setup-test-deps: PostgreSQL $pg_version at $pg_url (export TOOLWARDEN_TEST_POSTGRES_URL=$pg_url)"
 

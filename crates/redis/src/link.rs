@@ -542,6 +542,8 @@ async fn forward_events(inner: Arc<Inner>, engine: Engine) {
             continue;
         };
         if !inner.up.load(Ordering::Acquire) {
+            // Lost to the others, as every write behind a call is while Redis is away: counted.
+            inner.metrics.fallback("event");
             continue;
         }
         let msg = EventMsg {

@@ -11,6 +11,7 @@ mod audit;
 mod auth;
 mod availability;
 mod call;
+mod chaos;
 mod check;
 mod config;
 mod deploy;
