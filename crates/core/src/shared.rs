@@ -158,31 +158,41 @@ pub struct QuotaAnswer {
     pub left: Vec<Option<f64>>,
 }
 
-/// A client's answers to a task's questions (`tasks/update`), for the replica whose task it is.
+/// A request about a task for the replica whose task it is: a client's answers to its questions
+/// (`tasks/update`), or its live state (`tasks/get`).
 #[derive(Clone, Debug, PartialEq)]
-pub struct TaskUpdate {
+pub struct TaskRequest {
     /// The task.
     pub task_id: String,
     /// Whose it must be: another principal's task is answered as unknown.
     pub principal: String,
-    /// The answers, keyed by question, as the client sent them.
-    pub responses: serde_json::Value,
+    /// What is asked.
+    pub ask: TaskAsk,
 }
 
-/// What became of a [`TaskUpdate`].
+/// What a [`TaskRequest`] asks.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TaskAsk {
+    /// Take these answers, keyed by question, as the client sent them.
+    Update(serde_json::Value),
+    /// Say the task's state, as `tasks/get` answers it.
+    Get,
+}
+
+/// What became of a [`TaskRequest`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum TaskUpdateAnswer {
-    /// The task's call got its answers.
-    Done,
+pub enum TaskAnswer {
+    /// Done: the task's call got its answers (`None`), or here is its state (`Some`).
+    Done(Option<serde_json::Value>),
     /// No replica (reached) holds the task, or it is not the principal's.
     NotFound,
-    /// The replica that holds it refused them; the text says why.
+    /// The replica that holds it refused the request; the text says why.
     Refused(String),
 }
 
-/// How a front door answers a [`TaskUpdate`] for a task it holds (registered with
+/// How a front door answers a [`TaskRequest`] for a task it holds (registered with
 /// [`crate::Engine::set_task_answerer`]).
-pub type TaskAnswerer = dyn Fn(&TaskUpdate) -> TaskUpdateAnswer + Send + Sync;
+pub type TaskAnswerer = dyn Fn(&TaskRequest) -> TaskAnswer + Send + Sync;
 
 /// State shared with the other replicas. Implemented by `toolwarden-redis`.
 pub trait SharedState: Send + Sync + 'static {
@@ -266,11 +276,11 @@ pub trait SharedState: Send + Sync + 'static {
     /// now (queued): a call still running keeps its place past its first lease.
     fn quota_renew(&self, buckets: Vec<String>, member: String, lease: Duration);
 
-    /// Hands a task's answers to the replica that holds the task, and says what became of them
-    /// (`NotFound` when none answers in time).
-    fn task_update_elsewhere(&self, update: TaskUpdate) -> BoxFuture<TaskUpdateAnswer> {
-        let _ = update;
-        Box::pin(std::future::ready(TaskUpdateAnswer::NotFound))
+    /// Hands a request about a task to the replica that holds the task, and says what became
+    /// of it (`NotFound` when none answers in time).
+    fn task_elsewhere(&self, request: TaskRequest) -> BoxFuture<TaskAnswer> {
+        let _ = request;
+        Box::pin(std::future::ready(TaskAnswer::NotFound))
     }
 }
 

@@ -11,15 +11,14 @@ use redis::aio::ConnectionManager;
 use redis::{PushInfo, Value};
 use tokio::sync::mpsc;
 use toolwarden_core::shared::{
-    AbortAnswer, AbortRequest, BreakerChange, CacheClaim, RemoteEvent, TaskUpdate, TaskUpdateAnswer,
+    AbortAnswer, AbortRequest, BreakerChange, CacheClaim, RemoteEvent, TaskAnswer, TaskAsk,
+    TaskRequest,
 };
 use toolwarden_core::{Engine, Received};
 use toolwarden_protocol::{BreakerStateKind, SessionKey, Timestamp};
 
 use crate::conn::{Inner, RELEASE, Write};
-use crate::wire::{
-    AbortMsg, BreakerMsg, EventMsg, ReplyMsg, TaskUpdateMsg, TurnsAsk, own_events_start,
-};
+use crate::wire::{AbortMsg, BreakerMsg, EventMsg, ReplyMsg, TaskMsg, TurnsAsk, own_events_start};
 
 /// At most this many writes go in one pipeline.
 const BATCH: usize = 512;
@@ -394,8 +393,8 @@ async fn inbox(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<PushInfo>, eng
                 answer_turns(&inner, &engine, m);
             }
         } else if channel == updates {
-            if let Ok(m) = serde_json::from_slice::<TaskUpdateMsg>(payload) {
-                carry_out_update(&inner, &engine, m);
+            if let Ok(m) = serde_json::from_slice::<TaskMsg>(payload) {
+                carry_out_task(&inner, &engine, m);
             }
         } else if channel == aborts {
             if let Ok(m) = serde_json::from_slice::<AbortMsg>(payload) {
@@ -438,21 +437,26 @@ fn answered_own(inner: &Arc<Inner>, replica: &str, req: u64) -> bool {
     true
 }
 
-/// A task's answers from a replica that does not hold the task: handed to the task here if this
-/// one holds it, and answered either way (the asker counts the answers).
-fn carry_out_update(inner: &Arc<Inner>, engine: &Engine, m: TaskUpdateMsg) {
+/// A request about a task from a replica that does not hold it — its answers, or its state —
+/// carried out here if this one holds it, and answered either way (the asker counts the
+/// answers).
+fn carry_out_task(inner: &Arc<Inner>, engine: &Engine, m: TaskMsg) {
     if answered_own(inner, &m.replica, m.req) {
         return;
     }
-    let answer = engine.answer_task_here(&TaskUpdate {
+    let answer = engine.answer_task_here(&TaskRequest {
         task_id: m.task_id,
         principal: m.principal,
-        responses: m.responses,
+        ask: if m.get {
+            TaskAsk::Get
+        } else {
+            TaskAsk::Update(m.responses)
+        },
     });
-    let (found, refused) = match answer {
-        TaskUpdateAnswer::Done => (true, None),
-        TaskUpdateAnswer::Refused(why) => (true, Some(why)),
-        TaskUpdateAnswer::NotFound => (false, None),
+    let (found, refused, task) = match answer {
+        TaskAnswer::Done(task) => (true, None, task),
+        TaskAnswer::Refused(why) => (true, Some(why), None),
+        TaskAnswer::NotFound => (false, None, None),
     };
     reply(
         inner,
@@ -461,6 +465,7 @@ fn carry_out_update(inner: &Arc<Inner>, engine: &Engine, m: TaskUpdateMsg) {
             req: m.req,
             found,
             refused,
+            task,
             ..ReplyMsg::default()
         },
     );

@@ -17,7 +17,8 @@ use toolwarden_core::BoxFuture;
 use toolwarden_core::metrics::SharedMetrics;
 use toolwarden_core::shared::{
     AbortAnswer, AbortRequest, BreakerChange, CacheClaim, GateAnswer, GatePlace, LoopRun,
-    QuotaAnswer, QuotaTake, ReplicaTurns, SharedHealth, SharedState, TaskUpdate, TaskUpdateAnswer,
+    QuotaAnswer, QuotaTake, ReplicaTurns, SharedHealth, SharedState, TaskAnswer, TaskAsk,
+    TaskRequest,
 };
 use toolwarden_protocol::SessionKey;
 
@@ -26,7 +27,7 @@ use crate::keys::Keys;
 use crate::link;
 use crate::options::Options;
 use crate::session;
-use crate::wire::{AbortMsg, ReplyMsg, TaskUpdateMsg};
+use crate::wire::{AbortMsg, ReplyMsg, TaskMsg};
 
 /// State shared with other replicas through Redis. Cheap to clone.
 #[derive(Clone)]
@@ -289,19 +290,24 @@ impl SharedState for RedisShared {
         })
     }
 
-    fn task_update_elsewhere(&self, update: TaskUpdate) -> BoxFuture<TaskUpdateAnswer> {
+    fn task_elsewhere(&self, request: TaskRequest) -> BoxFuture<TaskAnswer> {
         let inner = self.inner.clone();
         Box::pin(async move {
             if !inner.usable("task_update") {
-                return TaskUpdateAnswer::NotFound;
+                return TaskAnswer::NotFound;
             }
             let awaiting = inner.awaiting();
-            let msg = TaskUpdateMsg {
+            let (responses, get) = match request.ask {
+                TaskAsk::Update(responses) => (responses, false),
+                TaskAsk::Get => (serde_json::Value::Null, true),
+            };
+            let msg = TaskMsg {
                 replica: inner.replica.to_string(),
                 req: awaiting.req,
-                task_id: update.task_id,
-                principal: update.principal,
-                responses: update.responses,
+                task_id: request.task_id,
+                principal: request.principal,
+                responses,
+                get,
             };
             let payload = serde_json::to_string(&msg).unwrap_or_default();
             let channel = inner.keys.task_update_channel();
@@ -312,10 +318,10 @@ impl SharedState for RedisShared {
                 channel,
                 payload,
                 awaiting,
-                TaskUpdateAnswer::NotFound,
+                TaskAnswer::NotFound,
                 |reply| match reply.refused {
-                    Some(why) => Some(TaskUpdateAnswer::Refused(why)),
-                    None => reply.found.then_some(TaskUpdateAnswer::Done),
+                    Some(why) => Some(TaskAnswer::Refused(why)),
+                    None => reply.found.then_some(TaskAnswer::Done(reply.task)),
                 },
             )
             .await

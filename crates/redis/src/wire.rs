@@ -27,15 +27,19 @@ pub(crate) struct AbortMsg {
     pub(crate) only_of: Option<String>,
 }
 
-/// `replica` hands a task's answers to whichever replica holds the task; `req` pairs the
-/// answers with it.
+/// `replica` hands a task's answers (`tasks/update`) to whichever replica holds the task, or
+/// (`get`) asks it the task's state; `req` pairs the replies with it.
 #[derive(Debug, Serialize, Deserialize)]
-pub(crate) struct TaskUpdateMsg {
+pub(crate) struct TaskMsg {
     pub(crate) replica: String,
     pub(crate) req: u64,
     pub(crate) task_id: String,
     pub(crate) principal: String,
+    #[serde(default)]
     pub(crate) responses: serde_json::Value,
+    /// Asks the task's state instead.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) get: bool,
 }
 
 /// `replica` asks every replica for its running turns; `req` pairs the answers with it.
@@ -62,6 +66,9 @@ pub(crate) struct ReplyMsg {
     /// It holds the task, but refused the answers: why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) refused: Option<String>,
+    /// It holds the task: its state, as `tasks/get` answers it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) task: Option<serde_json::Value>,
 }
 
 /// An event of `replica`. `replica` comes first in its JSON: a replica knows its own events

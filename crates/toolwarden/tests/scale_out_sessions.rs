@@ -576,8 +576,9 @@ async fn a_tool_change_accepted_on_one_replica_frees_its_calls_on_another() {
     stop_replica(b).await;
 }
 
-/// A task's question answered through a replica that does not hold the task: the answers reach
-/// the one that does, through Redis, and the task completes there.
+/// A task's question read and answered through a replica that does not hold the task: its
+/// `tasks/get` asks the one that does for the question, the answers reach it, through Redis,
+/// and the task completes there.
 #[tokio::test]
 async fn tasks_update_sent_to_another_replica_answers_the_tasks_question() {
     let (redis, prefix) = (crate::scale_out::redis_url(), prefix("task-update"));
@@ -605,9 +606,10 @@ async fn tasks_update_sent_to_another_replica_answers_the_tasks_question() {
     .await;
     assert_eq!(created["result"]["resultType"], "task", "{created}");
     let task = created["result"]["taskId"].as_str().unwrap().to_owned();
+    // Its live state — the question it asks — read through B, which asks A for it.
     let until = Instant::now() + Duration::from_secs(10);
     let key = loop {
-        let got = mcp(&a.url, 2, "tasks/get", json!({"taskId": task})).await;
+        let got = mcp(&b.url, 2, "tasks/get", json!({"taskId": task})).await;
         if got["result"]["status"] == "input_required" {
             break got["result"]["inputRequests"]
                 .as_object()

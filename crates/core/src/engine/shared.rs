@@ -9,8 +9,8 @@ use toolwarden_protocol::{CallId, CancelReason, SessionKey, TurnId};
 use std::sync::Arc;
 
 use crate::shared::{
-    AbortAnswer, AbortRequest, BreakerChange, RemoteEvent, ReplicaTurns, SharedHealth, TaskUpdate,
-    TaskUpdateAnswer,
+    AbortAnswer, AbortRequest, BreakerChange, RemoteEvent, ReplicaTurns, SharedHealth, TaskAnswer,
+    TaskRequest,
 };
 use crate::turn::{AbortError, NotFound};
 
@@ -31,25 +31,26 @@ impl Engine {
         }
     }
 
-    /// Registers how the front door that holds tasks answers their `tasks/update` — asked here
-    /// by [`Engine::answer_task_here`] for other replicas.
+    /// Registers how the front door that holds tasks answers requests about them
+    /// (`tasks/update`, `tasks/get`) — asked here by [`Engine::answer_task_here`] for other
+    /// replicas.
     pub fn set_task_answerer(&self, answerer: Arc<crate::shared::TaskAnswerer>) {
         *self.inner.task_answerer.write() = Some(answerer);
     }
 
     /// Answers a task this replica holds (`NotFound` when it holds none of that id and
     /// principal, or nothing holds tasks here).
-    pub fn answer_task_here(&self, update: &TaskUpdate) -> TaskUpdateAnswer {
+    pub fn answer_task_here(&self, request: &TaskRequest) -> TaskAnswer {
         let answerer = self.inner.task_answerer.read().clone();
-        answerer.map_or(TaskUpdateAnswer::NotFound, |answer| answer(update))
+        answerer.map_or(TaskAnswer::NotFound, |answer| answer(request))
     }
 
-    /// Hands a task's answers to the replica that holds it, through the shared state (without
-    /// one, `NotFound`).
-    pub async fn answer_task_elsewhere(&self, update: TaskUpdate) -> TaskUpdateAnswer {
+    /// Hands a request about a task to the replica that holds it, through the shared state
+    /// (without one, `NotFound`).
+    pub async fn answer_task_elsewhere(&self, request: TaskRequest) -> TaskAnswer {
         match &self.inner.turns.env.shared {
-            Some(shared) => shared.task_update_elsewhere(update).await,
-            None => TaskUpdateAnswer::NotFound,
+            Some(shared) => shared.task_elsewhere(request).await,
+            None => TaskAnswer::NotFound,
         }
     }
 

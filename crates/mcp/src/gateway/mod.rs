@@ -120,13 +120,13 @@ impl Gateway {
     /// for a client come here) and an elicitation interactor to the engine.
     pub fn new(engine: Engine, servers: Vec<Arc<McpServer>>, opts: GatewayOptions) -> Arc<Gateway> {
         let state = GatewayState::new(engine, servers, opts);
-        // Other replicas hand this one the answers to the tasks it holds.
+        // Other replicas hand this one the answers to the tasks it holds, and ask their state.
         let weak = Arc::downgrade(&state);
         state
             .engine
-            .set_task_answerer(Arc::new(move |update| match weak.upgrade() {
-                Some(gw) => tasks::answer_here(&gw, update),
-                None => toolwarden_core::shared::TaskUpdateAnswer::NotFound,
+            .set_task_answerer(Arc::new(move |request| match weak.upgrade() {
+                Some(gw) => tasks::answer_here(&gw, request),
+                None => toolwarden_core::shared::TaskAnswer::NotFound,
             }));
         let upstream: Weak<dyn Upstream> = Arc::downgrade(&state) as Weak<dyn Upstream>;
         for server in &state.servers {

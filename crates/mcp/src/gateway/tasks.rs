@@ -23,7 +23,7 @@ use rmcp::model::{
 };
 use serde_json::{Value, json};
 use tokio::time::Instant;
-use toolwarden_core::shared::{TaskUpdate, TaskUpdateAnswer};
+use toolwarden_core::shared::{TaskAnswer, TaskAsk, TaskRequest};
 use toolwarden_protocol::{
     CallId, CallResult, CancelReason, SessionKey, TaskMode, TaskRecord, Timestamp, TurnRunState,
 };
@@ -158,7 +158,11 @@ pub(crate) async fn get(
     }
     let detailed = match turn {
         Some(turn) if turn.state == TurnRunState::Running => {
-            // Another process runs it (replicas sharing a trail).
+            // Another replica runs it (replicas sharing a trail): its live state comes from
+            // there — a question it asks, its last progress — else the trail's `working`.
+            if let Some(live) = live_elsewhere(gw, who, task_id).await {
+                return Ok(live);
+            }
             DetailedTask::new(
                 base(&record, TaskStatus::Working, turn.started_at),
                 TaskPayload::Working,
@@ -198,16 +202,18 @@ pub(crate) async fn update(
     let Some(task) = live_of(gw, who, task_id)? else {
         stored(gw, who, task_id).await?;
         // Another replica may hold it: the answers go there through the shared state.
-        let update = TaskUpdate {
+        let request = TaskRequest {
             task_id: task_id.to_owned(),
             principal: who.to_owned(),
-            responses: serde_json::to_value(&responses)
-                .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?,
+            ask: TaskAsk::Update(
+                serde_json::to_value(&responses)
+                    .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?,
+            ),
         };
-        return match gw.engine.answer_task_elsewhere(update).await {
-            TaskUpdateAnswer::Done => Ok(()),
-            TaskUpdateAnswer::Refused(why) => Err(ErrorData::invalid_params(why, None)),
-            TaskUpdateAnswer::NotFound => Err(ErrorData::invalid_params(
+        return match gw.engine.answer_task_elsewhere(request).await {
+            TaskAnswer::Done(_) => Ok(()),
+            TaskAnswer::Refused(why) => Err(ErrorData::invalid_params(why, None)),
+            TaskAnswer::NotFound => Err(ErrorData::invalid_params(
                 format!(
                     "task {task_id} is held by no toolwarden that can be reached (its replica \
                      is gone, or a restart ended it): tasks/get says how it ended"
@@ -233,19 +239,45 @@ fn answer_live(
     Ok(())
 }
 
-/// Another replica's `tasks/update` for a task this one may hold.
-pub(super) fn answer_here(gw: &GatewayState, update: &TaskUpdate) -> TaskUpdateAnswer {
-    let task = match live_of(gw, &update.principal, &update.task_id) {
+/// Another replica's request about a task this one may hold: its `tasks/update`, or its
+/// `tasks/get` (answered with the task's live state).
+pub(super) fn answer_here(gw: &GatewayState, request: &TaskRequest) -> TaskAnswer {
+    let task = match live_of(gw, &request.principal, &request.task_id) {
         Ok(Some(task)) => task,
-        _ => return TaskUpdateAnswer::NotFound,
+        _ => return TaskAnswer::NotFound,
     };
-    let responses = match serde_json::from_value(update.responses.clone()) {
+    let responses = match &request.ask {
+        TaskAsk::Get => {
+            return match serde_json::to_value(live(&task)) {
+                Ok(state) => TaskAnswer::Done(Some(state)),
+                Err(e) => TaskAnswer::Refused(format!("its state: {e}")),
+            };
+        }
+        TaskAsk::Update(responses) => responses,
+    };
+    let responses = match serde_json::from_value(responses.clone()) {
         Ok(responses) => responses,
-        Err(e) => return TaskUpdateAnswer::Refused(format!("answers: {e}")),
+        Err(e) => return TaskAnswer::Refused(format!("answers: {e}")),
     };
-    match answer_live(&task, &update.task_id, responses) {
-        Ok(()) => TaskUpdateAnswer::Done,
-        Err(why) => TaskUpdateAnswer::Refused(why),
+    match answer_live(&task, &request.task_id, responses) {
+        Ok(()) => TaskAnswer::Done(None),
+        Err(why) => TaskAnswer::Refused(why),
+    }
+}
+
+/// The live state of a task another replica holds, asked through the shared state; `None` when
+/// no replica answers for it (it is gone: the trail says the rest).
+async fn live_elsewhere(gw: &GatewayState, who: &str, task_id: &str) -> Option<GetTaskResult> {
+    let request = TaskRequest {
+        task_id: task_id.to_owned(),
+        principal: who.to_owned(),
+        ask: TaskAsk::Get,
+    };
+    match gw.engine.answer_task_elsewhere(request).await {
+        TaskAnswer::Done(Some(state)) => serde_json::from_value(state)
+            .map_err(|e| tracing::warn!(task = task_id, error = %e, "another replica's answer to tasks/get could not be read"))
+            .ok(),
+        _ => None,
     }
 }
 
