@@ -16,6 +16,8 @@ pub const DEFAULT_RETAIN: Duration = Duration::from_secs(30 * 24 * 3600);
 pub const DEFAULT_QUEUE_CAPACITY: usize = 8192;
 /// The default lease of a replica sharing a PostgreSQL trail: one silent this long is dead.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(5);
+/// …or the oldest has waited this long (by default: `StoreOptions::apply_after`).
+pub(crate) const APPLY_AFTER: Duration = Duration::from_millis(25);
 /// The file name in the platform data dir.
 pub const DEFAULT_FILE: &str = "toolwarden.db";
 
@@ -58,7 +60,7 @@ impl StoreOptions {
             mask_keys: DEFAULT_MASK_KEYS.iter().map(|k| (*k).to_owned()).collect(),
             retain: Some(DEFAULT_RETAIN),
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
-            apply_after: crate::pending::APPLY_AFTER,
+            apply_after: APPLY_AFTER,
             lease: DEFAULT_LEASE,
         }
     }

@@ -212,6 +212,12 @@ fn pointer_mut<'a>(value: &'a mut Value, path: &[&str]) -> Option<&'a mut Value>
     path.iter().try_fold(value, |v, key| v.get_mut(*key))
 }
 
+/// One event, serialized and redacted, ready to write.
+pub(crate) struct Prepared<'a> {
+    pub(crate) event: &'a Event,
+    pub(crate) body: String,
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;

@@ -14,6 +14,12 @@ use toolwarden_protocol::{
 
 use crate::writer;
 
+/// The status filter that selects calls without an outcome yet.
+pub const RUNNING: &str = "running";
+
+/// How long past its ttl a task whose turn is not in the trail is kept.
+pub(crate) const ORPHAN_GRACE_MS: i64 = 24 * 3600 * 1000;
+
 /// A database's reads of the trail, run off the caller's thread.
 pub trait Reads: std::fmt::Debug + Send + Sync + 'static {
     /// A page of events.

@@ -35,8 +35,8 @@ use postgres::{Client, GenericClient};
 use toolwarden_protocol::{Event, EventKind, ReplicaRecord, Timestamp};
 
 use super::connect::{Connector, describe};
-use crate::apply::Prepared;
 use crate::recover::{Interruption, close_turns};
+use crate::redact::Prepared;
 use crate::writer;
 
 /// The database's clock, in epoch milliseconds.

@@ -10,8 +10,8 @@ use toolwarden_protocol::{
     TurnRunState,
 };
 
-use crate::read::RUNNING;
 use crate::recover::{OpenCall, OpenTurn, listed_calls, merge_calls, stored_result};
+use crate::trail::RUNNING;
 
 use super::connect::describe;
 

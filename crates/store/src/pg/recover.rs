@@ -8,8 +8,8 @@ use postgres::Client;
 use toolwarden_protocol::Timestamp;
 
 use super::write::PgWriter;
-use crate::apply::Prepared;
 use crate::recover::{Interruption, close_turns};
+use crate::redact::Prepared;
 use crate::redact::Redactor;
 use crate::writer::TrailBackend as _;
 

@@ -60,14 +60,14 @@ pub(crate) fn read(client: &mut Client, task_id: &str) -> Result<Option<TaskReco
 
 /// Deletes the tasks whose turn ended `ttl_ms` or more before `now`.
 pub(crate) fn prune(client: &mut Client, now: i64) -> Result<(), postgres::Error> {
-    // As on SQLite (`crate::tasks::prune`): expired tasks, and those whose turn is not in the
+    // As on SQLite (`sqlite::tasks::prune`): expired tasks, and those whose turn is not in the
     // trail a day after they would have expired.
     client.execute(
         "DELETE FROM toolwarden_tasks t WHERE EXISTS (SELECT 1 FROM toolwarden_turns u \
             WHERE u.turn_id = t.turn_id AND u.ended_at IS NOT NULL AND u.ended_at + t.ttl_ms <= $1) \
          OR (NOT EXISTS (SELECT 1 FROM toolwarden_turns u WHERE u.turn_id = t.turn_id) \
             AND t.created_at + t.ttl_ms + $2 <= $1)",
-        &[&now, &crate::tasks::ORPHAN_GRACE_MS],
+        &[&now, &crate::trail::ORPHAN_GRACE_MS],
     )?;
     Ok(())
 }

@@ -18,7 +18,7 @@ use toolwarden_protocol::{EventKind, TaskRecord, Timestamp};
 
 use super::connect::{Connector, describe};
 use super::liveness::Fence;
-use crate::apply::Prepared;
+use crate::redact::Prepared;
 use crate::writer::TrailBackend;
 
 /// Rows deleted per statement when pruning.

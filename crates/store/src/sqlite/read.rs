@@ -2,6 +2,7 @@
 //! connection, shared by the store's readers and by `toolwarden audit`, which opens the database
 //! read-only.
 
+use crate::trail::RUNNING;
 use rusqlite::types::Value as Sql;
 use rusqlite::{Connection, OptionalExtension as _, params, params_from_iter};
 use serde_json::value::RawValue;
@@ -9,9 +10,6 @@ use toolwarden_protocol::{
     AuditCall, AuditEvent, AuditPage, AuditQuery, CallsPage, Timestamp, TurnId, TurnRecord,
     TurnRunState,
 };
-
-/// The status filter that selects calls without an outcome yet.
-pub const RUNNING: &str = "running";
 
 fn event(seq: i64, kind: String, body: String) -> rusqlite::Result<AuditEvent> {
     let body = RawValue::from_string(body).map_err(|e| {

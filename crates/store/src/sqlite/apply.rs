@@ -26,12 +26,6 @@ impl Rows {
     }
 }
 
-/// One event, serialized and redacted, ready to write.
-pub(crate) struct Prepared<'a> {
-    pub(crate) event: &'a Event,
-    pub(crate) body: String,
-}
-
 /// What writing one event into `events`, `turns` and `calls` needs to know about it: read from a
 /// live event ([`Fact::of`]) or from a record of the pending file (`pending.rs`), borrowing from
 /// either.

@@ -58,10 +58,7 @@ pub(crate) fn prune(conn: &Connection, now: Timestamp) -> rusqlite::Result<()> {
          LEFT JOIN turns u ON u.turn_id = t.turn_id \
          WHERE (u.ended_at IS NOT NULL AND u.ended_at + t.ttl_ms <= ?1) \
             OR (u.turn_id IS NULL AND t.created_at + t.ttl_ms + ?2 <= ?1))",
-        [now.unix_millis(), ORPHAN_GRACE_MS],
+        [now.unix_millis(), crate::trail::ORPHAN_GRACE_MS],
     )?;
     Ok(())
 }
-
-/// How long past its ttl a task whose turn is not in the trail is kept.
-pub(crate) const ORPHAN_GRACE_MS: i64 = 24 * 3600 * 1000;

@@ -5,8 +5,8 @@
 //! then on it survives the process dying (the operating system has it), which is what a call with
 //! `before_execution` waits for. The records are moved into the database later, many batches in
 //! one transaction (every [`APPLY_EVENTS`] events, [`APPLY_BYTES`] bytes or `apply_after` —
-//! [`APPLY_AFTER`] unless the options say otherwise — whichever comes first, at once when a read
-//! asks for them, and when the store closes). To move them the writer seals the active file
+//! [`crate::options::APPLY_AFTER`] unless the options say otherwise — whichever comes first, at
+//! once when a read asks for them, and when the store closes). To move them the writer seals the active file
 //! ([`PendingLog::seal`]): commits go on into the other one meanwhile, and the sealed file, once
 //! its records are in the database, is emptied and waits for its next turn. A transaction that
 //! carries thousands of events rewrites each B-tree's last pages once instead of once per small
@@ -31,7 +31,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::apply::{Change, Fact};
+use super::apply::{Change, Fact};
+use crate::redact::Prepared;
 
 /// The first bytes of a pending file (the format's version is its last digit).
 pub(crate) const MAGIC: &[u8; 8] = b"TWPEND1\n";
@@ -39,8 +40,6 @@ pub(crate) const MAGIC: &[u8; 8] = b"TWPEND1\n";
 pub(crate) const APPLY_EVENTS: usize = 2048;
 /// …or their records take this many bytes…
 pub(crate) const APPLY_BYTES: usize = 8 << 20;
-/// …or the oldest has waited this long (by default: `StoreOptions::apply_after`).
-pub(crate) const APPLY_AFTER: Duration = Duration::from_millis(25);
 
 const HEADER: usize = 4 + 8;
 const NONE: u32 = u32::MAX;
@@ -171,7 +170,16 @@ impl PendingFile {
 
     /// Commits the events: their records are appended to the file in one write. On an error
     /// nothing of them counts (a retry writes them again over whatever part got through).
-    pub(crate) fn append<'a>(
+    pub(crate) fn append(&mut self, items: &[Prepared<'_>]) -> std::io::Result<()> {
+        self.append_facts(
+            items
+                .iter()
+                .map(|item| (Fact::of(item.event), item.body.as_str())),
+        )
+    }
+
+    /// Appends records of events (each its fact and stored body) in one write.
+    fn append_facts<'a>(
         &mut self,
         items: impl Iterator<Item = (Fact<'a>, &'a str)>,
     ) -> std::io::Result<()> {
@@ -591,10 +599,10 @@ mod tests {
             Some("bob"),
         ];
         pending
-            .append([(fact(5, Change::ToolStart, &strings), "{\"x\":1}")].into_iter())
+            .append_facts([(fact(5, Change::ToolStart, &strings), "{\"x\":1}")].into_iter())
             .unwrap();
         pending
-            .append([(fact(6, Change::None, &strings), "{}")].into_iter())
+            .append_facts([(fact(6, Change::None, &strings), "{}")].into_iter())
             .unwrap();
         let on_disk = std::fs::read(&path).unwrap();
         let seqs: Vec<u64> = Records::new(&on_disk).map(|(f, _)| f.seq).collect();
@@ -606,7 +614,7 @@ mod tests {
         assert!(pending.unapplied().is_none());
         assert_eq!(std::fs::read(&path).unwrap(), b"");
         pending
-            .append([(fact(7, Change::None, &strings), "{}")].into_iter())
+            .append_facts([(fact(7, Change::None, &strings), "{}")].into_iter())
             .unwrap();
         let on_disk = std::fs::read(&path).unwrap();
         assert_eq!(
