@@ -18,7 +18,7 @@ use toolwarden_protocol::{Breaker as BreakerPolicy, BreakerStateKind};
 
 /// How a call's end counts for its breaker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Verdict {
+pub(crate) enum BreakerVerdict {
     Success,
     Failure,
     /// Neither: cancelled, denied, a tool error that does not count.
@@ -122,34 +122,36 @@ impl CircuitBreaker {
         &self,
         policy: &BreakerPolicy,
         admission: Admission,
-        verdict: Verdict,
+        verdict: BreakerVerdict,
         now: Instant,
     ) -> Option<BreakerStateKind> {
         // A call admitted closed that did not fail changes nothing, whatever the state now.
-        if policy.failures == 0 || (admission == Admission::Pass && verdict != Verdict::Failure) {
+        if policy.failures == 0
+            || (admission == Admission::Pass && verdict != BreakerVerdict::Failure)
+        {
             return None;
         }
         let mut state = self.state.lock();
         let change = match (&mut *state, admission) {
             (State::HalfOpen { .. }, Admission::Probe) => match verdict {
-                Verdict::Success => {
+                BreakerVerdict::Success => {
                     *state = State::Closed {
                         failures: VecDeque::new(),
                     };
                     Some(BreakerStateKind::Closed)
                 }
-                Verdict::Failure => {
+                BreakerVerdict::Failure => {
                     *state = State::Open {
                         until: now + policy.open_for,
                     };
                     Some(BreakerStateKind::Open)
                 }
-                Verdict::Neutral => {
+                BreakerVerdict::Neutral => {
                     *state = State::HalfOpen { probe_out: false };
                     None
                 }
             },
-            (State::Closed { failures }, Admission::Pass) if verdict == Verdict::Failure => {
+            (State::Closed { failures }, Admission::Pass) if verdict == BreakerVerdict::Failure => {
                 while failures
                     .front()
                     .is_some_and(|t| now.duration_since(*t) >= policy.window)
@@ -233,12 +235,15 @@ mod tests {
         let b = CircuitBreaker::default();
         let p = policy();
         let t0 = Instant::now();
-        assert_eq!(b.record(&p, Admission::Pass, Verdict::Failure, t0), None);
+        assert_eq!(
+            b.record(&p, Admission::Pass, BreakerVerdict::Failure, t0),
+            None
+        );
         assert_eq!(
             b.record(
                 &p,
                 Admission::Pass,
-                Verdict::Failure,
+                BreakerVerdict::Failure,
                 t0 + Duration::from_secs(1)
             ),
             None
@@ -247,7 +252,7 @@ mod tests {
             b.record(
                 &p,
                 Admission::Pass,
-                Verdict::Failure,
+                BreakerVerdict::Failure,
                 t0 + Duration::from_secs(2)
             ),
             Some(BreakerStateKind::Open)
@@ -266,18 +271,18 @@ mod tests {
         let b = CircuitBreaker::default();
         let p = policy();
         let t0 = Instant::now();
-        b.record(&p, Admission::Pass, Verdict::Failure, t0);
+        b.record(&p, Admission::Pass, BreakerVerdict::Failure, t0);
         b.record(
             &p,
             Admission::Pass,
-            Verdict::Failure,
+            BreakerVerdict::Failure,
             t0 + Duration::from_secs(30),
         );
         assert_eq!(
             b.record(
                 &p,
                 Admission::Pass,
-                Verdict::Failure,
+                BreakerVerdict::Failure,
                 t0 + Duration::from_secs(61)
             ),
             None
@@ -294,8 +299,14 @@ mod tests {
         let p = policy();
         let t0 = Instant::now();
         for _ in 0..10 {
-            assert_eq!(b.record(&p, Admission::Pass, Verdict::Neutral, t0), None);
-            assert_eq!(b.record(&p, Admission::Pass, Verdict::Success, t0), None);
+            assert_eq!(
+                b.record(&p, Admission::Pass, BreakerVerdict::Neutral, t0),
+                None
+            );
+            assert_eq!(
+                b.record(&p, Admission::Pass, BreakerVerdict::Success, t0),
+                None
+            );
         }
         assert_eq!(b.state(t0).0, BreakerStateKind::Closed);
     }
@@ -306,7 +317,7 @@ mod tests {
         let p = policy();
         let t0 = Instant::now();
         for _ in 0..3 {
-            b.record(&p, Admission::Pass, Verdict::Failure, t0);
+            b.record(&p, Admission::Pass, BreakerVerdict::Failure, t0);
         }
         let later = t0 + Duration::from_secs(30);
         assert_eq!(
@@ -318,13 +329,13 @@ mod tests {
         }
         // A probe that is cancelled hands its slot back.
         assert_eq!(
-            b.record(&p, Admission::Probe, Verdict::Neutral, later),
+            b.record(&p, Admission::Probe, BreakerVerdict::Neutral, later),
             None
         );
         assert_eq!(b.admit(&p, later).0, Admission::Probe);
         // Its failure opens the breaker again for a full `open_for`.
         assert_eq!(
-            b.record(&p, Admission::Probe, Verdict::Failure, later),
+            b.record(&p, Admission::Probe, BreakerVerdict::Failure, later),
             Some(BreakerStateKind::Open)
         );
         assert!(matches!(
@@ -340,7 +351,7 @@ mod tests {
             b.record(
                 &p,
                 Admission::Probe,
-                Verdict::Success,
+                BreakerVerdict::Success,
                 later + Duration::from_secs(31)
             ),
             Some(BreakerStateKind::Closed)
@@ -357,9 +368,12 @@ mod tests {
         let p = policy();
         let t0 = Instant::now();
         for _ in 0..3 {
-            b.record(&p, Admission::Pass, Verdict::Failure, t0);
+            b.record(&p, Admission::Pass, BreakerVerdict::Failure, t0);
         }
-        assert_eq!(b.record(&p, Admission::Pass, Verdict::Success, t0), None);
+        assert_eq!(
+            b.record(&p, Admission::Pass, BreakerVerdict::Success, t0),
+            None
+        );
         assert_eq!(b.state(t0).0, BreakerStateKind::Open);
     }
 
@@ -372,7 +386,7 @@ mod tests {
         };
         let t0 = Instant::now();
         for _ in 0..100 {
-            b.record(&p, Admission::Pass, Verdict::Failure, t0);
+            b.record(&p, Admission::Pass, BreakerVerdict::Failure, t0);
         }
         assert_eq!(b.admit(&p, t0).0, Admission::Pass);
     }
@@ -409,7 +423,7 @@ mod tests {
             b.record(
                 &p,
                 Admission::Probe,
-                Verdict::Failure,
+                BreakerVerdict::Failure,
                 t0 + Duration::from_secs(12)
             ),
             None
@@ -455,18 +469,18 @@ mod tests {
                             let all_rejected = admitted.iter().all(|a| matches!(a, Admission::Rejected { .. }));
                             prop_assert!(all_rejected, "an open breaker admitted a call");
                         }
-                        let verdict = match verdict { 0 => Verdict::Success, 1 => Verdict::Failure, _ => Verdict::Neutral };
+                        let verdict = match verdict { 0 => BreakerVerdict::Success, 1 => BreakerVerdict::Failure, _ => BreakerVerdict::Neutral };
                         for a in admitted {
                             if matches!(a, Admission::Rejected { .. }) {
                                 continue;
                             }
                             match b.record(&p, a, verdict, now) {
                                 Some(BreakerStateKind::Open) => {
-                                    prop_assert_eq!(verdict, Verdict::Failure);
+                                    prop_assert_eq!(verdict, BreakerVerdict::Failure);
                                     opened_at = Some(now);
                                 }
                                 Some(BreakerStateKind::Closed) => {
-                                    prop_assert_eq!(verdict, Verdict::Success);
+                                    prop_assert_eq!(verdict, BreakerVerdict::Success);
                                     opened_at = None;
                                 }
                                 _ => {}

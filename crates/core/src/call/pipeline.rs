@@ -12,7 +12,7 @@ use toolwarden_protocol::{
 };
 
 use crate::availability::{PendingTool, Resolved};
-use crate::breaker::{Admission, Verdict};
+use crate::breaker::{Admission, BreakerVerdict};
 use crate::cache::CachedResult;
 use crate::canonical;
 use crate::config::apply_hints;
@@ -71,7 +71,7 @@ impl Drop for ProbeGuard<'_> {
             self.runtime.breaker.record(
                 self.policy,
                 self.admission,
-                Verdict::Neutral,
+                BreakerVerdict::Neutral,
                 Instant::now(),
             );
         }
@@ -426,9 +426,12 @@ async fn pipeline(
         if Box::pin(shared.probe_lease(&entry.name, ttl)).await {
             leased = Some(shared);
         } else {
-            runtime
-                .breaker
-                .record(&policy.breaker, admission, Verdict::Neutral, Instant::now());
+            runtime.breaker.record(
+                &policy.breaker,
+                admission,
+                BreakerVerdict::Neutral,
+                Instant::now(),
+            );
             admission = Admission::Rejected {
                 retry_after: PROBE_ELSEWHERE_RETRY.min(policy.breaker.open_for),
             };
@@ -519,14 +522,16 @@ async fn pipeline(
     let ended_at = Instant::now();
     fin.ended = Some(ended_at);
     let verdict = match &last {
-        Final::Ok(_) | Final::Rejected(_) => Verdict::Success,
-        Final::ToolError(_) if policy.breaker_counts_tool_errors => Verdict::Failure,
-        Final::ToolError(_) => Verdict::Success,
-        Final::Failed(ErrorReason::ServerRestart, _) => Verdict::Neutral,
-        Final::Failed(..) | Final::Timeout(..) => Verdict::Failure,
+        Final::Ok(_) | Final::Rejected(_) => BreakerVerdict::Success,
+        Final::ToolError(_) if policy.breaker_counts_tool_errors => BreakerVerdict::Failure,
+        Final::ToolError(_) => BreakerVerdict::Success,
+        Final::Failed(ErrorReason::ServerRestart, _) => BreakerVerdict::Neutral,
+        Final::Failed(..) | Final::Timeout(..) => BreakerVerdict::Failure,
         // A store that cannot write never trips a tool's breaker, nor does a server that cannot
         // start (its calls say why; an open breaker would hide it).
-        Final::Cancelled(_) | Final::Unrecorded(_) | Final::Unavailable(_) => Verdict::Neutral,
+        Final::Cancelled(_) | Final::Unrecorded(_) | Final::Unavailable(_) => {
+            BreakerVerdict::Neutral
+        }
     };
     probe.armed = false;
     if let Some(state) = runtime

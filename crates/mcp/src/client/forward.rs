@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use toolwarden_protocol::ServerStateKind;
 
 use super::listen;
-use super::session::Era;
+use super::session::ServerEra;
 use super::shared::Shared;
 
 /// Sends `request` on the live connection (waiting while the server is starting) and returns
@@ -66,7 +66,7 @@ pub(super) async fn request(
     // A 2026-07-28 server has no `resources/subscribe`: subscriptions ride the connection's
     // `subscriptions/listen` stream, reopened with the new set; a subscription is answered once
     // the server acknowledged it there.
-    if conn.era == Era::Stateless {
+    if conn.era == ServerEra::Stateless {
         match (&request, subscribing) {
             (ClientRequest::SubscribeRequest(_), Some(uri)) => {
                 let offers = shared

@@ -115,7 +115,7 @@ pub(crate) enum ConnEnd {
 
 /// Which era of MCP a connection speaks, as its lifecycle settled it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Era {
+pub(crate) enum ServerEra {
     /// `initialize` and a session (revisions 2024-11-05 to 2025-11-25).
     Handshake,
     /// `server/discover` and a self-contained `_meta` on every request (2026-07-28 on).
@@ -128,7 +128,7 @@ pub(crate) struct Conn {
     pub(crate) peer: Peer<RoleClient>,
     pub(crate) router: Arc<Router>,
     pub(crate) stdio: bool,
-    pub(crate) era: Era,
+    pub(crate) era: ServerEra,
     /// A stdio connection of a session-based revision sends its `tools/call` requests past
     /// rmcp (see `frame`).
     pub(crate) direct: Option<Direct>,
@@ -165,7 +165,7 @@ impl Conn {
     /// Whether a request is cancelled by closing its response stream (Streamable HTTP from
     /// 2026-07-28 on), after which nothing more can arrive for it.
     pub(crate) fn cancel_closes_stream(&self) -> bool {
-        !self.stdio && self.era == Era::Stateless
+        !self.stdio && self.era == ServerEra::Stateless
     }
 
     /// Cancels request `id` the way the connection's era and transport want it:
@@ -229,7 +229,7 @@ pub(crate) fn describe_exit(status: ExitStatus) -> String {
 }
 
 /// A connected session, owned by the server's supervisor.
-pub(crate) struct Session {
+pub(crate) struct ServerSession {
     pub(crate) conn: Arc<Conn>,
     /// Cancelling it stops rmcp's service loop (which closes the server's stdin).
     pub(crate) ct: CancellationToken,
@@ -359,7 +359,7 @@ pub(crate) async fn connect(
     opts: &McpOptions,
     link: Arc<Link>,
     child_slot: &mut Option<Child>,
-) -> Result<(Session, Vec<Tool>), StartError> {
+) -> Result<(ServerSession, Vec<Tool>), StartError> {
     let max_message_bytes = opts.max_message_bytes;
     let router = Router::new(server.clone());
     let handler = Handler {
@@ -446,8 +446,8 @@ pub(crate) async fn connect(
         }
     };
     let era = match service.peer().peer_info() {
-        Some(info) if !info.protocol_version.has_initialize() => Era::Stateless,
-        _ => Era::Handshake,
+        Some(info) if !info.protocol_version.has_initialize() => ServerEra::Stateless,
+        _ => ServerEra::Handshake,
     };
     let tools = service
         .peer()
@@ -461,10 +461,10 @@ pub(crate) async fn connect(
         stdio: endpoint.is_stdio(),
         era,
         // A 2026-07-28 request carries rmcp's per-request `_meta` envelope: through rmcp.
-        direct: direct.filter(|_| era == Era::Handshake),
+        direct: direct.filter(|_| era == ServerEra::Handshake),
         end: watch::Sender::new(None),
     });
-    Ok((Session { conn, ct, service }, tools))
+    Ok((ServerSession { conn, ct, service }, tools))
 }
 
 /// Logs a server's stderr line by line (each line capped) and keeps the last few lines.

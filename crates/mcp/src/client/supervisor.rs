@@ -22,7 +22,7 @@ use rmcp::model::ProtocolVersion;
 
 use super::listen;
 use super::session::{
-    self, Child, ConnEnd, Era, Lifecycle, Protocol, Session, StartError, describe_exit,
+    self, Child, ConnEnd, Lifecycle, Protocol, ServerEra, ServerSession, StartError, describe_exit,
 };
 use super::shared::{RestartRequest, Shared};
 
@@ -98,7 +98,7 @@ pub(crate) async fn supervise(
                 let conn = session.conn.clone();
                 let info = conn.peer.peer_info();
                 let reached = match (conn.era, &info) {
-                    (Era::Handshake, Some(i)) => i.protocol_version.to_string(),
+                    (ServerEra::Handshake, Some(i)) => i.protocol_version.to_string(),
                     _ => ProtocolVersion::V_2026_07_28.to_string(),
                 };
                 shared.host.server_protocol(&shared.name, &reached);
@@ -110,7 +110,7 @@ pub(crate) async fn supervise(
                 let listens = info
                     .as_ref()
                     .is_some_and(|i| listen::worth_listening(&i.capabilities));
-                if conn.era == Era::Stateless && listens {
+                if conn.era == ServerEra::Stateless && listens {
                     // Its changes come on a `subscriptions/listen` stream (`listen`).
                     shared
                         .tasks
@@ -174,7 +174,7 @@ async fn start(
     endpoint: &session::Endpoint,
     generation: u64,
     child: &mut Option<Child>,
-) -> Result<(Session, Vec<rmcp::model::Tool>), StartError> {
+) -> Result<(ServerSession, Vec<rmcp::model::Tool>), StartError> {
     let connect = async {
         let lifecycle = match &shared.protocol {
             Protocol::Auto => {
@@ -218,7 +218,7 @@ async fn connect(
     generation: u64,
     lifecycle: &Lifecycle,
     child: &mut Option<Child>,
-) -> Result<(Session, Vec<rmcp::model::Tool>), StartError> {
+) -> Result<(ServerSession, Vec<rmcp::model::Tool>), StartError> {
     session::connect(
         endpoint,
         &shared.name,
@@ -293,11 +293,11 @@ async fn stop_child(child: Option<Child>, grace: bool) {
 /// tears it down. Returns why it ended.
 async fn watch_session(
     shared: &Arc<Shared>,
-    session: Session,
+    session: ServerSession,
     mut child: Option<Child>,
     restart_rx: &mut mpsc::UnboundedReceiver<RestartRequest>,
 ) -> ConnEnd {
-    let Session { conn, ct, service } = session;
+    let ServerSession { conn, ct, service } = session;
     let mut waiting = pin!(service.waiting());
     // Whether rmcp's service loop already finished (its future must not be polled again).
     let mut loop_done = false;

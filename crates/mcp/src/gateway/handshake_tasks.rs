@@ -37,7 +37,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::call::{self, CallContext, Door};
 use super::channel::{ClientChannel, Sent};
-use super::parked::{Event, Flow, Runner};
+use super::parked::{Flow, FlowEvent, Runner};
 use super::respond::{self, BoxBody, FastPath, Out};
 use super::session::ClientSession;
 use super::state::GatewayState;
@@ -233,7 +233,7 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 /// client, under the token its request gave); its requests (an approval, a server's sampling or
 /// elicitation) go to the client through its session, as any request outside a call does.
 struct TaskChannel {
-    events: mpsc::UnboundedSender<Event>,
+    events: mpsc::UnboundedSender<FlowEvent>,
     peer: Option<Peer<RoleServer>>,
     /// The client gave a progress token: it hears the progress too.
     relay: bool,
@@ -244,7 +244,7 @@ impl ClientChannel for TaskChannel {
         &self,
         param: ProgressNotificationParam,
     ) -> BoxFuture<'_, Result<(), String>> {
-        let _ = self.events.send(Event::Progress(param.clone()));
+        let _ = self.events.send(FlowEvent::Progress(param.clone()));
         match (&self.peer, self.relay) {
             (Some(peer), true) => Box::pin(async move {
                 Peer::<RoleServer>::notify_progress(peer, param)
@@ -319,7 +319,7 @@ async fn call(
     let (gw2, session2) = (gw.clone(), session.clone());
     let runner = Runner::spawned(gw.tasks.spawn(async move {
         let result = call::call_tool(&gw2, &session2, params, context).await;
-        let _ = events.send(Event::Done(result));
+        let _ = events.send(FlowEvent::Done(result));
     }));
     let flow = Flow {
         events: rx,
@@ -337,7 +337,7 @@ async fn call(
             let mut flow = *flow;
             loop {
                 match flow.events.recv().await {
-                    Some(Event::Done(result)) => return result.map(|r| (plain(&r), None)),
+                    Some(FlowEvent::Done(result)) => return result.map(|r| (plain(&r), None)),
                     Some(_) => {}
                     None => {
                         return Err(ErrorData::internal_error(

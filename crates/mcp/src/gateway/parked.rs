@@ -39,7 +39,7 @@ pub(crate) const KEEP_PARKED: Duration = Duration::from_secs(3600);
 pub(crate) type Answer = oneshot::Sender<Result<ClientResult, ErrorData>>;
 
 /// What a call tells the request driving it.
-pub(crate) enum Event {
+pub(crate) enum FlowEvent {
     Progress(ProgressNotificationParam),
     Ask {
         key: String,
@@ -53,12 +53,12 @@ pub(crate) enum Event {
 /// The way back to a stateless client: what the call sends becomes events for whichever of
 /// the client's requests drives it now.
 pub(crate) struct RoundChannel {
-    events: mpsc::UnboundedSender<Event>,
+    events: mpsc::UnboundedSender<FlowEvent>,
     next: AtomicU64,
 }
 
 impl RoundChannel {
-    pub(crate) fn new(events: mpsc::UnboundedSender<Event>) -> Self {
+    pub(crate) fn new(events: mpsc::UnboundedSender<FlowEvent>) -> Self {
         Self {
             events,
             next: AtomicU64::new(1),
@@ -73,7 +73,7 @@ impl ClientChannel for RoundChannel {
     ) -> BoxFuture<'_, Result<(), String>> {
         let sent = self
             .events
-            .send(Event::Progress(param))
+            .send(FlowEvent::Progress(param))
             .map_err(|_| "the call's client is gone".to_owned());
         Box::pin(std::future::ready(sent))
     }
@@ -102,7 +102,7 @@ impl ClientChannel for RoundChannel {
         let (tx, rx) = oneshot::channel();
         let sent = self
             .events
-            .send(Event::Ask {
+            .send(FlowEvent::Ask {
                 key: key.clone(),
                 request,
                 answer: tx,
@@ -124,7 +124,7 @@ impl ClientChannel for RoundChannel {
 
     fn withdraw(&self, param: CancelledNotificationParam) {
         if let Some(id) = param.request_id {
-            let _ = self.events.send(Event::Withdraw(id.to_string()));
+            let _ = self.events.send(FlowEvent::Withdraw(id.to_string()));
         }
     }
 }
@@ -142,7 +142,7 @@ pub(crate) struct TaskPlan {
 
 /// A call of a stateless client between two of its requests (or being driven by one).
 pub(crate) struct Flow {
-    pub(crate) events: mpsc::UnboundedReceiver<Event>,
+    pub(crate) events: mpsc::UnboundedReceiver<FlowEvent>,
     /// The questions the client has not answered yet, in the order asked.
     pub(crate) asked: BTreeMap<String, (InputRequest, Answer)>,
     /// Cancels the call (its handler's `ct`).

@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::call::{self, CallContext, Door};
 use super::channel::ClientChannel;
-use super::parked::{Answer, Event, Flow, RoundChannel, Runner, read_answer};
+use super::parked::{Answer, Flow, FlowEvent, RoundChannel, Runner, read_answer};
 use super::session::ClientSession;
 use super::state::GatewayState;
 use super::tasks;
@@ -183,7 +183,7 @@ pub(crate) async fn first_round(
                 }
                 if !asked.is_empty() {
                     // Its questions go to the client; the call goes on on a task of its own
-                    // and ends with its `Event::Done`, as a call started by `start` does.
+                    // and ends with its `FlowEvent::Done`, as a call started by `start` does.
                     let flow = Flow {
                         events: rx,
                         asked,
@@ -216,13 +216,13 @@ type CallResult = Result<rmcp::model::CallToolResult, ErrorData>;
 /// `events`, for whichever request drives it then.
 fn runner(
     call: impl Future<Output = CallResult> + Send + 'static,
-    events: mpsc::UnboundedSender<Event>,
+    events: mpsc::UnboundedSender<FlowEvent>,
     gw: &GatewayState,
 ) -> Runner {
     Runner::inline(
         Box::pin(async move {
             let result = call.await;
-            let _ = events.send(Event::Done(result));
+            let _ = events.send(FlowEvent::Done(result));
         }),
         &gw.tasks,
     )
@@ -232,13 +232,13 @@ fn runner(
 /// request's token, a question is kept until the call is parked, a withdrawn one forgotten;
 /// `Some` is the request's answer (the call's end).
 async fn follow(
-    event: Event,
+    event: FlowEvent,
     asked: &mut BTreeMap<String, (InputRequest, Answer)>,
     token: &Option<ProgressToken>,
     progress: &dyn ClientChannel,
 ) -> Option<Result<CallToolResponse, ErrorData>> {
     match event {
-        Event::Progress(mut param) => {
+        FlowEvent::Progress(mut param) => {
             if let Some(token) = token {
                 param.progress_token = token.clone();
                 if let Err(e) = progress.notify_progress(param).await {
@@ -246,17 +246,17 @@ async fn follow(
                 }
             }
         }
-        Event::Ask {
+        FlowEvent::Ask {
             key,
             request,
             answer,
         } => {
             asked.insert(key, (request, answer));
         }
-        Event::Withdraw(key) => {
+        FlowEvent::Withdraw(key) => {
             asked.remove(&key);
         }
-        Event::Done(result) => return Some(result.map(CallToolResponse::Complete)),
+        FlowEvent::Done(result) => return Some(result.map(CallToolResponse::Complete)),
     }
     None
 }
@@ -313,7 +313,7 @@ async fn drive(
                     }
                     () = until(task_at) => continue,
                     // A call not yet on a task of its own is driven here; its end is its
-                    // `Event::Done`, read next.
+                    // `FlowEvent::Done`, read next.
                     () = flow.runner.run() => continue,
                 }
             }

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toolwarden_protocol::{TaskRecord, Timestamp};
 
-use super::parked::{Answer, Event, KEEP_PARKED, read_answer};
+use super::parked::{Answer, FlowEvent, KEEP_PARKED, read_answer};
 
 /// The live tasks, by id.
 #[derive(Default)]
@@ -75,7 +75,7 @@ impl TaskBoard {
         &self,
         record: TaskRecord,
         asked: BTreeMap<String, (InputRequest, Answer)>,
-        events: mpsc::UnboundedReceiver<Event>,
+        events: mpsc::UnboundedReceiver<FlowEvent>,
         cancel: CancellationToken,
         tasks: &tokio_util::task::TaskTracker,
     ) -> Arc<LiveTask> {
@@ -202,20 +202,20 @@ impl LiveTask {
 }
 
 /// Follows a task's call: each event updates what `tasks/get` answers.
-async fn follow(task: Arc<LiveTask>, mut events: mpsc::UnboundedReceiver<Event>) {
+async fn follow(task: Arc<LiveTask>, mut events: mpsc::UnboundedReceiver<FlowEvent>) {
     loop {
         let event = events.recv().await;
         let mut state = task.state.lock();
         state.updated = Timestamp::now();
         match event {
-            Some(Event::Progress(param)) => {
+            Some(FlowEvent::Progress(param)) => {
                 state.progress = Some(Progress {
                     progress: param.progress,
                     total: param.total,
                     message: param.message,
                 });
             }
-            Some(Event::Ask {
+            Some(FlowEvent::Ask {
                 key,
                 request,
                 answer,
@@ -223,13 +223,13 @@ async fn follow(task: Arc<LiveTask>, mut events: mpsc::UnboundedReceiver<Event>)
                 state.asked.insert(key, (request, answer));
                 state.asking_since.get_or_insert_with(Instant::now);
             }
-            Some(Event::Withdraw(key)) => {
+            Some(FlowEvent::Withdraw(key)) => {
                 state.asked.remove(&key);
                 if state.asked.is_empty() {
                     state.asking_since = None;
                 }
             }
-            Some(Event::Done(result)) => {
+            Some(FlowEvent::Done(result)) => {
                 state.asked.clear();
                 state.asking_since = None;
                 state.result = Some((result, Instant::now()));
