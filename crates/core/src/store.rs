@@ -266,14 +266,28 @@ pub(crate) async fn tool_start_durable(
     if hook.store.durability() != StoreDurability::BeforeExecution || hook.store.is_durable(seq) {
         return Ok(());
     }
-    // While the trail cannot write (the database restarts, the disk is full), the call waits
-    // for it — at most `wait` — and then ends without running: never unrecorded.
+    // While the trail cannot write (the database restarts, the disk is full) or does not
+    // commit (a database that hangs), the call waits for it — at most `wait` — and then ends
+    // without running: never unrecorded. (With a `wait` of zero, a trail that reports it cannot
+    // write ends the call at once; a commit under way is waited for.)
     let give_up = Instant::now() + hook.wait;
+    let waited = || {
+        format!(
+            " (waited {} for it)",
+            toolwarden_protocol::format_duration(hook.wait)
+        )
+    };
     loop {
         let done = tokio::select! {
             biased;
             () = scope.cancelled() => return Err(Unrecorded::Cancelled(scope.reason().unwrap_or(CancelReason::User))),
             done = hook.store.durable(seq) => done,
+            () = tokio::time::sleep_until(give_up), if !hook.wait.is_zero() => {
+                return Err(Unrecorded::Failed(format!(
+                    "the audit trail did not commit the call's start{}; the call was not started, so that nothing runs unrecorded",
+                    waited()
+                )));
+            }
         };
         let Err(e) = done else {
             return Ok(());
@@ -282,10 +296,7 @@ pub(crate) async fn tool_start_durable(
             let waited = if hook.wait.is_zero() {
                 String::new()
             } else {
-                format!(
-                    " (waited {} for it)",
-                    toolwarden_protocol::format_duration(hook.wait)
-                )
+                waited()
             };
             return Err(Unrecorded::Failed(format!(
                 "{e}{waited}; the call was not started, so that nothing runs unrecorded"

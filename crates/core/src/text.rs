@@ -184,7 +184,7 @@ pub fn outcome_text(tool: &str, status: &Status, detail: Option<&str>) -> String
             ),
             ErrorReason::Store => format!(
                 "[ERROR] Tool \"{tool}\" was not started: its call could not be recorded in the audit trail.{} It did not run; try again once the trail is back.",
-                detail_sentence("")
+                detail_sentence("Reason: ")
             ),
         },
     }

@@ -22,6 +22,8 @@ use toolwarden_core::{
 #[derive(Default)]
 struct FlakyTrail {
     down: AtomicBool,
+    /// Neither commits nor fails: a database that hangs.
+    hung: AtomicBool,
     appended: AtomicU64,
     committed: AtomicU64,
 }
@@ -53,6 +55,9 @@ impl AuditStore for FlakyTrail {
         self.committed.load(Ordering::SeqCst) >= seq
     }
     fn durable(&self, seq: u64) -> BoxFuture<Result<(), StoreUnavailable>> {
+        if self.hung.load(Ordering::SeqCst) {
+            return Box::pin(std::future::pending());
+        }
         let done = if self.is_durable(seq) {
             Ok(())
         } else {
@@ -138,7 +143,7 @@ async fn a_call_ends_error_store_without_running_once_the_wait_is_over() {
         json!({"status": "error", "reason": "store", "attempts": 0, "call_id": "c1",
                "tool": "echo", "duration_ms": 5000,
                "detail": "the audit trail cannot be written: disk full (waited 5s for it); the call was not started, so that nothing runs unrecorded"}),
-        "[ERROR] Tool \"echo\" was not started: its call could not be recorded in the audit trail. the audit trail cannot be written: disk full (waited 5s for it); the call was not started, so that nothing runs unrecorded. It did not run; try again once the trail is back.",
+        "[ERROR] Tool \"echo\" was not started: its call could not be recorded in the audit trail. Reason: the audit trail cannot be written: disk full (waited 5s for it); the call was not started, so that nothing runs unrecorded. It did not run; try again once the trail is back.",
     );
     assert_eq!(h.log.runs("echo"), 0, "it ran unrecorded");
     // A wait of zero ends the call at once.
@@ -148,4 +153,21 @@ async fn a_call_ends_error_store_without_running_once_the_wait_is_over() {
     assert_eq!(start.elapsed(), secs(0));
     assert_eq!(outcome(&r)["reason"], "store");
     assert_eq!(h.log.runs("echo"), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_whose_start_a_hung_trail_never_commits_ends_once_the_wait_is_over() {
+    let trail = Arc::new(FlakyTrail::default());
+    let mut h = harness(&trail, 3);
+    trail.set_down(true);
+    trail.hung.store(true, Ordering::SeqCst);
+    let start = Instant::now();
+    let r = h.call("c1", "echo", json!({"q": "hi"})).await;
+    assert_eq!(start.elapsed(), secs(3));
+    assert_eq!(outcome(&r)["reason"], "store");
+    assert_eq!(
+        outcome(&r)["detail"],
+        "the audit trail did not commit the call's start (waited 3s for it); the call was not started, so that nothing runs unrecorded"
+    );
+    assert_eq!(h.log.runs("echo"), 0, "it ran unrecorded");
 }

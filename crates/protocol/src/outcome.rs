@@ -468,7 +468,13 @@ mod tests {
         }
         use ErrorReason as E;
         check(
-            &[E::ToolError, E::Transport, E::Crashed, E::ServerRestart],
+            &[
+                E::ToolError,
+                E::Transport,
+                E::Crashed,
+                E::ServerRestart,
+                E::Store,
+            ],
             |v| v.as_str(),
         );
         use TimeoutKind as T;

@@ -31,7 +31,7 @@ const PRUNE_EVERY_MS: i64 = 3600 * 1000;
 const PUT_TASK_WAIT: Duration = Duration::from_secs(1);
 /// Waits between attempts to write after a failure: doubling up to the last.
 const RETRY_FIRST: Duration = Duration::from_millis(100);
-const RETRY_MAX: Duration = Duration::from_secs(5);
+const RETRY_MAX: Duration = Duration::from_secs(1);
 /// With a pending log: how long the writer thread lets events nobody waits for gather before it
 /// commits them (and looks whether the committed ones are due to be moved into the database)…
 const LINGER: Duration = Duration::from_millis(5);
@@ -459,7 +459,7 @@ impl Shared {
     }
 
     /// Runs `write` until it succeeds — after a failure the store is degraded and waits, 100 ms
-    /// doubling up to 5 s, between tries — or, once the store is closing, one more try has
+    /// doubling up to 1 s, between tries — or, once the store is closing, one more try has
     /// failed (then `false`).
     fn retrying(&self, mut write: impl FnMut() -> Result<(), String>) -> bool {
         let mut wait = RETRY_FIRST;

@@ -297,6 +297,20 @@ impl Stack {
                 liveness.set_name(shared.replica());
             }
             liveness.survive_with(survivor(&engine, shared.clone()));
+            // Back after being declared dead: the turns a survivor ended stop here (their
+            // outcome is its `interrupted`; whatever they would still do is not recorded).
+            let stopping = engine.clone();
+            liveness.on_rejoin(Box::new(move |turns: &[String]| {
+                for turn in turns {
+                    let turn = toolwarden_protocol::TurnId::from(turn.as_str());
+                    if stopping
+                        .abort_turn(&turn, toolwarden_protocol::CancelReason::Shutdown)
+                        .is_ok()
+                    {
+                        tracing::warn!(turn = %turn, "stopped a turn a survivor recorded as interrupted while this replica was declared dead");
+                    }
+                }
+            }));
         }
         let traces = traces.map(|(sink, handle)| {
             sink.register_metrics(engine.metrics());

@@ -243,6 +243,21 @@ impl Drop for Deployment {
     }
 }
 
+/// Kills the `exec` calls marked `mark` when dropped: their replica was killed, and nothing
+/// else would stop them — also when the test fails half-way.
+struct KillMarked(String);
+
+impl Drop for KillMarked {
+    fn drop(&mut self) {
+        for pid in pids_with(&self.0) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
 /// One call the load started: where, when, and what its client got.
 struct Sent {
     call_id: String,
@@ -341,6 +356,7 @@ async fn three_replicas_lose_one_and_live_through_redis_and_postgresql_restarts(
 
     // Long calls on the replica that will die: its survivor must end them.
     let mark = marker("chaos");
+    let _orphans = KillMarked(mark.clone());
     let victim = 2;
     let mut doomed = Vec::new();
     for k in 0..3 {
@@ -404,12 +420,7 @@ async fn three_replicas_lose_one_and_live_through_redis_and_postgresql_restarts(
     )
     .unwrap();
     let killed_at = start.elapsed();
-    for pid in pids_with(&mark) {
-        let _ = nix::sys::signal::killpg(
-            nix::unistd::Pid::from_raw(pid as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-    }
+    drop(KillMarked(mark.clone()));
     // Its open calls read `interrupted` within 10 s, recorded by a survivor.
     let list = doomed
         .iter()
@@ -417,9 +428,11 @@ async fn three_replicas_lose_one_and_live_through_redis_and_postgresql_restarts(
         .collect::<Vec<_>>()
         .join(",");
     let interrupted_after = loop {
-        let n = pg.query(&format!(
-            "SELECT count(*) FROM toolwarden_calls WHERE turn_id IN ({list}) AND status = 'interrupted'"
-        ));
+        let n = tokio::task::block_in_place(|| {
+            pg.query(&format!(
+                "SELECT count(*) FROM toolwarden_calls WHERE turn_id IN ({list}) AND status = 'interrupted'"
+            ))
+        });
         if n == ["3"] {
             break start.elapsed() - killed_at;
         }
@@ -534,6 +547,16 @@ async fn three_replicas_lose_one_and_live_through_redis_and_postgresql_restarts(
         "SELECT taken_over_by, interrupted FROM toolwarden_replicas WHERE replica = '{victim_name}' AND dead_at IS NOT NULL"
     ));
     assert_eq!(dead.len(), 1, "{dead:?}");
+    // The survivors were never declared dead (no PostgreSQL or Redis restart made them so).
+    let survivors = pg.query(
+        "SELECT replica || ' ' || generation || ' ' || (dead_at IS NULL) FROM toolwarden_replicas \
+         WHERE replica <> 'replica-3' ORDER BY replica",
+    );
+    assert_eq!(
+        survivors,
+        ["replica-1 1 true", "replica-2 1 true"],
+        "a live replica was declared dead"
+    );
     let summary = format!(
         "chaos: {} calls started in {:.1?} ({:.0}/s), {} answered ({} error{{store}}), {} to the killed replica unanswered; \
          replica killed at {killed_at:.1?}, its calls interrupted {interrupted_after:.1?} later ({}); \

@@ -72,6 +72,26 @@ async fn wait_running(url: &str, turn: &str) {
     }
 }
 
+/// Waits until the trail (read through `url`) holds `turn`'s `tool_start`: the call ran, and
+/// its replica's death leaves it open.
+async fn wait_started(url: &str, turn: &str) {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let page = get_json(&format!("{url}/v1/audit?turn={turn}&limit=500")).await;
+        let started = page["events"]
+            .as_array()
+            .is_some_and(|e| e.iter().any(|e| e["type"] == "tool_start"));
+        if started {
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "{turn}'s start never reached the trail: {page}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// The `tool_result` events of `turn` in the trail, as `url` reads it.
 async fn results_of(url: &str, turn: &str) -> Vec<Value> {
     let page = get_json(&format!("{url}/v1/audit?turn={turn}&limit=500")).await;
@@ -120,6 +140,7 @@ async fn a_replica_killed_for_good_has_its_calls_interrupted_by_a_survivor() {
     let mark = marker("killed-for-good");
     let turn = detached(&a.url, &format!("sleep 30; : {mark}")).await;
     wait_running(&a.url, &turn).await;
+    wait_started(&b.url, &turn).await;
     a.server.signal(Signal::SIGKILL);
     let killed = Instant::now();
     let _ = a.server.wait(Duration::from_secs(10)).await;
@@ -165,6 +186,7 @@ async fn a_replica_paused_past_its_lease_writes_no_second_outcome_and_rejoins() 
     // The call's process goes on while A is paused, and has ended when A resumes.
     let turn = detached(&a.url, &format!("sleep 1; echo done; : {mark}")).await;
     wait_running(&a.url, &turn).await;
+    wait_started(&b.url, &turn).await;
     a.server.signal(Signal::SIGSTOP);
     let outcome = wait_outcome(&b.url, &turn, LEASE * 10).await;
     assert_eq!(outcome["status"], "interrupted", "{outcome}");
@@ -195,10 +217,70 @@ async fn a_replica_paused_past_its_lease_writes_no_second_outcome_and_rejoins() 
         "{}",
         a.server.stderr()
     );
+    let row = replica_row(&b.url, "a").await;
+    assert!(
+        row["taken_over_by"].is_null() && row["interrupted"].is_null(),
+        "a rejoined replica's row is a live one: {row}"
+    );
     kill_marked(&mark);
     stop_replica(a).await;
-    // Stopped cleanly: listed so, and nobody takes it over.
+    // Stopped cleanly (having written all it held): still one outcome, listed as stopped, and
+    // nobody takes it over.
+    let results = results_of(&b.url, &turn).await;
+    assert_eq!(results.len(), 1, "{results:#?}");
     assert_eq!(replica_row(&b.url, "a").await["state"], "stopped");
+    stop_replica(b).await;
+}
+
+#[tokio::test]
+async fn a_replica_that_rejoined_is_taken_over_again_when_it_dies() {
+    let trail = toolwarden_testkit::pg::TestSchema::new();
+    let prefix = prefix("twice");
+    let mut a = on_trail(trail.url(), &prefix, "a", "").await;
+    let b = on_trail(trail.url(), &prefix, "b", "").await;
+    let mark = marker("twice");
+    // Paused past its lease, taken over, resumed: it rejoins.
+    a.server.signal(Signal::SIGSTOP);
+    let until = Instant::now() + LEASE * 10;
+    while replica_row(&b.url, "a").await["state"] != "dead" {
+        assert!(Instant::now() < until, "A was not declared dead");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    a.server.signal(Signal::SIGCONT);
+    let until = Instant::now() + Duration::from_secs(20);
+    while replica_row(&b.url, "a").await["state"] != "live" {
+        assert!(Instant::now() < until, "A never rejoined");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Dies for good with a call running: taken over again.
+    let turn = detached(&a.url, &format!("sleep 30; : {mark}")).await;
+    wait_running(&a.url, &turn).await;
+    // Its start is in the trail (A's writer reconnected after the pause first).
+    wait_started(&b.url, &turn).await;
+    a.server.signal(Signal::SIGKILL);
+    let _ = a.server.wait(Duration::from_secs(10)).await;
+    kill_marked(&mark);
+    let until = Instant::now() + LEASE * 10;
+    let outcome = loop {
+        if let Some(first) = results_of(&b.url, &turn).await.first() {
+            break first["outcome"].clone();
+        }
+        assert!(
+            Instant::now() < until,
+            "A's call was not taken over: {}\n--- B\n{}\n--- A\n{}",
+            replica_row(&b.url, "a").await,
+            b.server.stderr(),
+            a.server.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(outcome["status"], "interrupted", "{outcome}");
+    let row = replica_row(&b.url, "a").await;
+    assert_eq!(
+        (&row["state"], &row["taken_over_by"]),
+        (&json!("dead"), &json!("b")),
+        "{row}"
+    );
     stop_replica(b).await;
 }
 

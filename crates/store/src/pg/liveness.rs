@@ -2,26 +2,28 @@
 //! run out, a survivor records what it left open.
 //!
 //! - **The lease** is a row of `toolwarden_replicas`, renewed every third of `store.lease` by a
-//!   thread of its own on a connection of its own (so a busy writer never delays it). Times are
-//!   the database's clock, so replicas on machines whose clocks differ still agree.
+//!   thread of its own on a connection of its own (so a busy writer never delays it), from the
+//!   moment the replica registers. Times are the database's clock, so replicas on machines whose
+//!   clocks differ still agree.
 //! - **A dead replica** is one whose last renewal is older than its lease — and than a whole
-//!   lease since the looking replica's own renewals resumed, so that when the database (or one
-//!   replica's way to it) was away, every replica renews again before anyone is declared dead.
-//!   Every replica looks for them as often as it renews; the first to take the trail's takeover lock (a transaction's
-//!   advisory lock) and to move the dead replica's row to its next *generation* is its survivor.
-//!   It ends the dead replica's writer connection, if the database still has it (a paused
-//!   process's), reads the turns and calls that replica left open as a restart does
-//!   (`recover.rs`), and hands the events that end them — `interrupted` outcomes whose detail
-//!   names both replicas — to its own engine, which records them as its own events. Once they are
-//!   committed, the row says so. A survivor that dies on the way leaves the row declared dead and
+//!   lease since the looking replica's own renewals resumed without a gap, so that when the
+//!   database (or one replica's way to it) was away, every replica renews again before anyone is
+//!   declared dead. Every replica looks for them as often as it renews; the first to take the
+//!   trail's takeover lock (a transaction's advisory lock) and to move the dead replica's row to
+//!   its next *generation* is its survivor. It ends the connection that holds the dead replica's
+//!   lock — its writer's, if the database still has it (a paused process's) — and only then reads
+//!   the turns and calls that replica left open, as a restart does (`recover.rs`); it hands the
+//!   events that end them — `interrupted` outcomes whose detail names both replicas — to its own
+//!   engine, which records them as its own events. Once they are committed, the row says so. A
+//!   survivor that fails on the way tries again; one that dies leaves the row declared dead and
 //!   not taken over, and the next survivor does it (reading again what is still open).
 //! - **A replica declared dead that comes back** (it was paused, or lost the database for longer
 //!   than its lease) finds its generation moved on: its renewal and its writer's reconnection
-//!   both fail. It waits until its survivor has finished, rejoins under a new generation, and
-//!   drops every event of the turns the survivor ended — the outcome is the survivor's, and a
-//!   call never gets a second one. Its writer wrote nothing meanwhile: the survivor ended the
-//!   writer's connection before reading, and a writer connects again only under the current
-//!   generation.
+//!   both fail. It waits until its survivor has finished, rejoins under a new generation, has
+//!   its engine stop the turns the survivor ended, and drops every event of theirs — the outcome
+//!   is the survivor's, and a call never gets a second one. Its writer wrote nothing meanwhile:
+//!   the survivor ended the writer's connection before reading, and a writer connects again only
+//!   under the current generation.
 //! - **The lease costs no call anything**: no statement on the call's path reads or writes the
 //!   row; a batch written by a replica that is not fenced is written as before.
 
@@ -42,9 +44,10 @@ use crate::writer;
 /// The database's clock, in epoch milliseconds.
 const NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 
-/// How long a starting replica waits for a survivor still recording what it left open, in
-/// leases, before it recovers its calls itself.
-const TAKEOVER_WAIT_LEASES: u32 = 3;
+/// How long a starting replica waits for a live survivor still recording what it left open, in
+/// leases (at most [`TAKEOVER_WAIT_MAX`]), before it recovers its calls itself.
+const TAKEOVER_WAIT_LEASES: u32 = 10;
+const TAKEOVER_WAIT_MAX: Duration = Duration::from_secs(120);
 
 /// What a survivor found: a dead replica and the events that end what it left open.
 #[derive(Debug)]
@@ -60,6 +63,10 @@ pub struct Takeover {
     pub interrupted: usize,
 }
 
+/// Stops this replica's turns that a survivor ended (named by id), should it come back after
+/// being declared dead.
+pub(crate) type OnRejoin = Box<dyn Fn(&[String]) + Send + Sync>;
+
 /// Records a takeover's events through this replica's engine and releases what the dead replica
 /// held elsewhere (Redis); answers the `seq` of the last event recorded (0 if none).
 pub type Survivor = Box<dyn Fn(Takeover) -> u64 + Send + Sync>;
@@ -69,19 +76,25 @@ pub(crate) struct Fence {
     replica: String,
     lease: Duration,
     state: Mutex<FenceState>,
+    /// Serialises rejoining (the lease thread and the writer may both find they must), without
+    /// holding `state` — which the writer reads for every batch — across round trips.
+    rejoining: Mutex<()>,
+    /// Told the turns a survivor ended when this replica rejoins: the engine stops them.
+    on_rejoin: std::sync::OnceLock<OnRejoin>,
     stop: AtomicBool,
 }
 
 #[derive(Default)]
 struct FenceState {
     generation: i64,
-    /// Since when (the database's clock) this replica has renewed its lease without a failure:
-    /// it declares another dead only once that other has had a whole lease to renew meanwhile,
-    /// so that after the database (or this replica's way to it) was away, the replicas renew
-    /// before anyone is declared dead.
+    /// Since when (the database's clock) this replica has renewed its lease every round, and its
+    /// last renewal: it declares another dead only once that other has had a whole lease to
+    /// renew meanwhile, so that after the database (or this replica's way to it, or this
+    /// replica itself) was away, the replicas renew before anyone is declared dead.
     renewing_since: Option<i64>,
+    last_renewal: Option<i64>,
     /// Turns of this replica a survivor ended while it was declared dead: their events are
-    /// dropped (until the turn's own `turn_end`, the last of them).
+    /// dropped (until the turn's own `turn_end`, the last of them, is dropped in a commit).
     ended_elsewhere: HashSet<String>,
 }
 
@@ -89,10 +102,27 @@ fn lease_ms(lease: Duration) -> i64 {
     i64::try_from(lease.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// Bounds a transaction that locks a replica's row: a process paused (or cut off) inside it
+/// would otherwise hold the row until the server notices it is gone.
+fn bounded(tx: &mut postgres::Transaction<'_>, lease: Duration) -> Result<(), postgres::Error> {
+    tx.batch_execute(&format!(
+        "SET LOCAL lock_timeout = {ms}; SET LOCAL idle_in_transaction_session_timeout = {ms}",
+        ms = lease_ms(lease).max(1000)
+    ))
+}
+
+/// Whether replica `who`'s row says it is alive (renewing, neither dead nor stopped).
+const ALIVE: &str = "EXISTS (SELECT 1 FROM toolwarden_replicas s WHERE s.replica = {who} \
+    AND s.dead_at IS NULL AND s.stopped_at IS NULL AND s.heartbeat_at >= {now} - s.lease_ms)";
+
+fn alive(who: &str) -> String {
+    ALIVE.replace("{who}", who).replace("{now}", NOW_MS)
+}
+
 impl Fence {
     /// Registers `replica` (whose lock `client` holds, as the writer's connection) under a new
     /// generation. A survivor still recording what an earlier process of this replica left open
-    /// is waited for (at most a few leases).
+    /// is waited for while it is alive (at most ten leases).
     pub(crate) fn register(
         client: &mut Client,
         replica: &str,
@@ -102,15 +132,19 @@ impl Fence {
         let mut waited = Duration::ZERO;
         let generation = loop {
             let mut tx = client.transaction().map_err(err)?;
+            bounded(&mut tx, lease).map_err(err)?;
             let row = tx
                 .query_opt(
-                    "SELECT dead_at IS NOT NULL AND taken_over_at IS NULL \
-                     FROM toolwarden_replicas WHERE replica = $1 FOR UPDATE",
+                    &format!(
+                        "SELECT r.dead_at IS NOT NULL AND r.taken_over_at IS NULL \
+                         AND {} FROM toolwarden_replicas r WHERE r.replica = $1 FOR UPDATE",
+                        alive("r.taken_over_by")
+                    ),
                     &[&replica],
                 )
                 .map_err(err)?;
             let taking_over = row.is_some_and(|r| r.get::<_, bool>(0));
-            if taking_over && waited < lease * TAKEOVER_WAIT_LEASES {
+            if taking_over && waited < (lease * TAKEOVER_WAIT_LEASES).min(TAKEOVER_WAIT_MAX) {
                 drop(tx);
                 pause(Duration::from_millis(100));
                 waited += Duration::from_millis(100);
@@ -120,13 +154,10 @@ impl Fence {
                 .query_one(
                     &format!(
                         "INSERT INTO toolwarden_replicas AS r (replica, generation, started_at, \
-                         heartbeat_at, lease_ms, writer_pid, writer_since) \
-                         VALUES ($1, 1, {NOW_MS}, {NOW_MS}, $2, pg_backend_pid(), \
-                          (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid())) \
+                         heartbeat_at, lease_ms) VALUES ($1, 1, {NOW_MS}, {NOW_MS}, $2) \
                          ON CONFLICT (replica) DO UPDATE SET generation = r.generation + 1, \
                          name = NULL, started_at = excluded.started_at, \
                          heartbeat_at = excluded.heartbeat_at, lease_ms = excluded.lease_ms, \
-                         writer_pid = excluded.writer_pid, writer_since = excluded.writer_since, \
                          dead_at = NULL, taken_over_by = NULL, taken_over_at = NULL, \
                          interrupted = NULL, stopped_at = NULL \
                          RETURNING generation"
@@ -142,28 +173,30 @@ impl Fence {
             lease,
             state: Mutex::new(FenceState {
                 generation,
-                renewing_since: None,
-                ended_elsewhere: HashSet::new(),
+                ..FenceState::default()
             }),
+            rejoining: Mutex::new(()),
+            on_rejoin: std::sync::OnceLock::new(),
             stop: AtomicBool::new(false),
         }))
     }
 
-    /// Makes `client` (a new writer connection) this replica's writer: recorded, so that a
-    /// survivor can end it. Fails while the replica is declared dead and its survivor has not
-    /// finished; rejoins once it has.
+    /// Checks, on a new writer connection, that this replica still holds its lease; rejoins
+    /// once it was declared dead and its survivor has finished; fails while that survivor
+    /// works. (A survivor ends whichever connection holds this replica's lock — the writer's —
+    /// before it reads what the replica left open, so a writer that is not fenced here writes
+    /// nothing a survivor has read.)
     pub(crate) fn claim_writer(&self, client: &mut Client) -> Result<(), String> {
         let generation = self.state.lock().generation;
-        let n = client
-            .execute(
-                "UPDATE toolwarden_replicas SET writer_pid = pg_backend_pid(), writer_since = \
-                 (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()) \
+        let held = client
+            .query_opt(
+                "SELECT 1 FROM toolwarden_replicas \
                  WHERE replica = $1 AND generation = $2 AND dead_at IS NULL",
                 &[&self.replica, &generation],
             )
             .map_err(|e| describe(&e))?;
-        if n == 0 {
-            self.rejoin(client, true)?;
+        if held.is_none() {
+            self.rejoin(client)?;
         }
         Ok(())
     }
@@ -183,28 +216,37 @@ impl Fence {
                 &[&self.replica, &generation, &name],
             )
             .map_err(|e| describe(&e))?;
-        match renewed {
-            Some(row) => {
-                let mut state = self.state.lock();
-                state.renewing_since.get_or_insert(row.get(0));
-            }
-            None => self.rejoin(client, false)?,
+        let Some(row) = renewed else {
+            return self.rejoin(client);
+        };
+        let at: i64 = row.get(0);
+        let mut state = self.state.lock();
+        // A gap of more than half a lease since the last renewal (this process or the
+        // database was frozen, a connection took long to make) starts the streak again.
+        let gap = state.last_renewal.map_or(i64::MAX, |last| at - last);
+        if gap > lease_ms(self.lease) / 2 {
+            state.renewing_since = Some(at);
         }
+        state.last_renewal = Some(at);
         Ok(())
     }
 
     /// A renewal failed: the streak of renewals starts again.
     fn missed(&self) {
-        self.state.lock().renewing_since = None;
+        let mut state = self.state.lock();
+        state.renewing_since = None;
+        state.last_renewal = None;
     }
 
     /// Comes back after being declared dead: once the survivor has recorded what this replica
-    /// left open, takes a new generation and notes the turns it ended (their events are
-    /// dropped from then on).
-    fn rejoin(&self, client: &mut Client, writer: bool) -> Result<(), String> {
+    /// left open, takes a new generation, notes the turns the survivor ended (their events are
+    /// dropped from then on) and has the engine stop them.
+    fn rejoin(&self, client: &mut Client) -> Result<(), String> {
         let err = |e: postgres::Error| describe(&e);
-        let mut state = self.state.lock();
+        let _one = self.rejoining.lock();
+        let known = self.state.lock().generation;
         let mut tx = client.transaction().map_err(err)?;
+        bounded(&mut tx, self.lease).map_err(err)?;
         let row = tx
             .query_opt(
                 "SELECT generation, dead_at, taken_over_at, taken_over_by \
@@ -219,15 +261,15 @@ impl Fence {
             Option<i64>,
             Option<String>,
         ) = (row.get(0), row.get(1), row.get(2), row.get(3));
-        let Some(dead_at) = dead_at else {
-            if generation == state.generation {
+        if dead_at.is_none() {
+            if generation == known {
                 return Ok(());
             }
             return Err(format!(
                 "replica id {:?} was registered again by another toolwarden process",
                 self.replica
             ));
-        };
+        }
         if taken_over_at.is_none() {
             return Err(format!(
                 "this replica ({:?}) was declared dead when its lease ran out; waiting for replica {} to finish recording the calls it left open",
@@ -235,11 +277,12 @@ impl Fence {
                 by.as_deref().unwrap_or("?")
             ));
         }
+        // Its turns that another replica ended as `interrupted`.
         let ended: Vec<String> = tx
             .query(
-                "SELECT turn_id FROM toolwarden_turns WHERE outcome = 'interrupted' \
-                 AND end_replica IS DISTINCT FROM $1 AND ended_at >= $2",
-                &[&self.replica, &(dead_at - 60_000)],
+                "SELECT turn_id FROM toolwarden_turns WHERE replica = $1 \
+                 AND outcome = 'interrupted' AND end_replica IS DISTINCT FROM $1",
+                &[&self.replica],
             )
             .map_err(err)?
             .into_iter()
@@ -249,45 +292,66 @@ impl Fence {
             .query_one(
                 &format!(
                     "UPDATE toolwarden_replicas SET generation = generation + 1, dead_at = NULL, \
-                     heartbeat_at = {NOW_MS}, writer_pid = CASE WHEN $2 THEN pg_backend_pid() END, \
-                     writer_since = CASE WHEN $2 THEN (SELECT backend_start FROM pg_stat_activity \
-                      WHERE pid = pg_backend_pid()) END \
+                     taken_over_by = NULL, taken_over_at = NULL, interrupted = NULL, \
+                     started_at = {NOW_MS}, heartbeat_at = {NOW_MS} \
                      WHERE replica = $1 RETURNING generation"
                 ),
-                &[&self.replica, &writer],
+                &[&self.replica],
             )
             .map_err(err)?;
         tx.commit().map_err(err)?;
-        state.generation = row.get(0);
+        {
+            let mut state = self.state.lock();
+            state.generation = row.get(0);
+            state.renewing_since = None;
+            state.last_renewal = None;
+            state.ended_elsewhere.extend(ended.iter().cloned());
+        }
         tracing::warn!(
             replica = %self.replica,
             survivor = by.as_deref().unwrap_or("?"),
             turns = ended.len(),
-            "this replica was declared dead while it could not renew its lease (paused, or cut off from the database); it rejoins, and the events of the turns its survivor ended are dropped: their outcome is `interrupted`"
+            "this replica was declared dead while it could not renew its lease (paused, or cut off from the database); it rejoins, stops the turns its survivor ended and drops their events: their outcome is `interrupted`"
         );
-        state.ended_elsewhere.extend(ended);
+        if let Some(stop) = self.on_rejoin.get() {
+            stop(&ended);
+        }
         Ok(())
     }
 
     /// The items of a batch to write: all of them, unless a survivor ended some of their turns.
+    /// Changes nothing: a batch that fails is tried again, filtered the same way.
     pub(crate) fn keep<'b, 'a>(&self, items: &'b [Prepared<'a>]) -> Vec<&'b Prepared<'a>> {
-        let mut state = self.state.lock();
+        let state = self.state.lock();
         if state.ended_elsewhere.is_empty() {
             return items.iter().collect();
         }
-        let mut kept = Vec::with_capacity(items.len());
+        items
+            .iter()
+            .filter(|item| {
+                item.event
+                    .scope
+                    .turn_id
+                    .as_ref()
+                    .is_none_or(|t| !state.ended_elsewhere.contains(t.as_str()))
+            })
+            .collect()
+    }
+
+    /// A batch was committed: the turns a survivor ended whose own `turn_end` it dropped are
+    /// done with.
+    pub(crate) fn committed(&self, items: &[Prepared<'_>]) {
+        let mut state = self.state.lock();
+        if state.ended_elsewhere.is_empty() {
+            return;
+        }
         for item in items {
-            let turn = item.event.scope.turn_id.as_ref().map(|t| t.as_str());
-            match turn {
-                Some(turn) if state.ended_elsewhere.contains(turn) => {
-                    if matches!(item.event.kind, EventKind::TurnEnd { .. }) {
-                        state.ended_elsewhere.remove(turn);
-                    }
-                }
-                _ => kept.push(item),
+            if let (Some(turn), EventKind::TurnEnd { .. }) =
+                (&item.event.scope.turn_id, &item.event.kind)
+            {
+                state.ended_elsewhere.remove(turn.as_str());
             }
         }
-        kept
     }
 
     /// Says this replica stopped cleanly (after its last commit): nobody takes it over.
@@ -296,12 +360,12 @@ impl Fence {
         let generation = self.state.lock().generation;
         if let Err(e) = client.execute(
             &format!(
-                "UPDATE toolwarden_replicas SET stopped_at = {NOW_MS}, writer_pid = NULL \
+                "UPDATE toolwarden_replicas SET stopped_at = {NOW_MS} \
                  WHERE replica = $1 AND generation = $2"
             ),
             &[&self.replica, &generation],
         ) {
-            tracing::warn!(error = %e, "could not record in the trail that this replica stopped; the others will declare it dead when its lease runs out");
+            tracing::warn!(error = %describe(&e), "could not record in the trail that this replica stopped; the others will declare it dead when its lease runs out");
         }
     }
 }
@@ -315,8 +379,10 @@ fn pause(d: Duration) {
     std::thread::sleep(d);
 }
 
-/// The lease's threads: one renews it, one looks for dead replicas and takes them over.
+/// The lease's threads: one renews it (from the moment the replica registers), one looks for
+/// dead replicas and takes them over (once the writer runs).
 pub struct Liveness {
+    connector: Connector,
     fence: Arc<Fence>,
     name: Arc<Mutex<Option<String>>>,
     survivor: Arc<std::sync::OnceLock<Survivor>>,
@@ -331,14 +397,11 @@ impl std::fmt::Debug for Liveness {
 }
 
 impl Liveness {
-    /// Starts renewing `fence`'s lease, and looking for dead replicas (taken over once a
-    /// [`Survivor`] is given).
-    pub(crate) fn start(
-        connector: Connector,
-        fence: Arc<Fence>,
-        shared: Arc<writer::Shared>,
-    ) -> std::io::Result<Liveness> {
+    /// Starts renewing `fence`'s lease: right after registering, so that a replica whose start
+    /// takes long (recovery, pruning) is not declared dead meanwhile.
+    pub(crate) fn renewing(connector: Connector, fence: Arc<Fence>) -> std::io::Result<Liveness> {
         let liveness = Liveness {
+            connector,
             fence,
             name: Arc::default(),
             survivor: Arc::default(),
@@ -346,16 +409,25 @@ impl Liveness {
         let (fence, name, c) = (
             liveness.fence.clone(),
             liveness.name.clone(),
-            connector.clone(),
+            liveness.connector.clone(),
         );
         std::thread::Builder::new()
             .name("toolwarden-lease".into())
             .spawn(move || renew_loop(&c, &fence, &name))?;
-        let (fence, survivor) = (liveness.fence.clone(), liveness.survivor.clone());
+        Ok(liveness)
+    }
+
+    /// Starts looking for dead replicas (taken over once a [`Survivor`] is given).
+    pub(crate) fn start_takeovers(&self, shared: Arc<writer::Shared>) -> std::io::Result<()> {
+        let (fence, survivor, connector) = (
+            self.fence.clone(),
+            self.survivor.clone(),
+            self.connector.clone(),
+        );
         std::thread::Builder::new()
             .name("toolwarden-takeover".into())
             .spawn(move || takeover_loop(&connector, &fence, &survivor, &shared))?;
-        Ok(liveness)
+        Ok(())
     }
 
     /// This replica's name among replicas (Redis), written with its next renewal: a survivor
@@ -368,6 +440,12 @@ impl Liveness {
     /// replica over (the others do).
     pub fn survive_with(&self, survivor: Survivor) {
         let _ = self.survivor.set(survivor);
+    }
+
+    /// Who stops this replica's turns that a survivor ended, should this replica come back
+    /// after being declared dead (their calls' outcomes are the survivor's `interrupted`).
+    pub fn on_rejoin(&self, stop: Box<dyn Fn(&[String]) + Send + Sync>) {
+        let _ = self.fence.on_rejoin.set(stop);
     }
 
     /// The lease.
@@ -413,12 +491,13 @@ fn renew_loop(connector: &Connector, fence: &Fence, name: &Mutex<Option<String>>
                 tracing::info!("this replica renews its lease again");
             }
             Ok(()) => {}
-            Err(e) if !failing => {
+            Err(e) => {
                 fence.missed();
-                failing = true;
-                tracing::warn!(error = %e, "this replica cannot renew its lease in the trail");
+                if !failing {
+                    failing = true;
+                    tracing::warn!(error = %e, "this replica cannot renew its lease in the trail");
+                }
             }
-            Err(_) => fence.missed(),
         }
         pause(fence.lease / 3);
     }
@@ -434,12 +513,18 @@ fn takeover_loop(
         connector,
         client: None,
     };
+    // The last event handed to the engine by a takeover: none is begun (or begun again) before
+    // it is committed, so that what is read as still open never counts events on their way.
+    let mut handed = 0;
     while !fence.stop.load(Ordering::Acquire) {
         pause(fence.lease / 3);
         let Some(survivor) = survivor.get() else {
             continue;
         };
-        if let Err(e) = conn.run(|c| take_over_dead(c, fence, survivor, shared)) {
+        if !shared.is_durable(handed) {
+            continue;
+        }
+        if let Err(e) = conn.run(|c| take_over_dead(c, fence, survivor, shared, &mut handed)) {
             tracing::warn!(error = %e, "looking for replicas whose lease ran out failed");
         }
     }
@@ -452,13 +537,15 @@ struct Dead {
     generation: i64,
 }
 
-/// Takes over every replica whose lease ran out (or whose survivor died on the way), one at a
-/// time, while this one is alive and no other survivor is at it.
+/// Takes over every replica whose lease ran out (or whose survivor died on the way, or whose
+/// takeover this replica began and did not finish), one at a time, while this one is alive and
+/// no other survivor is at it.
 fn take_over_dead(
     client: &mut Client,
     fence: &Fence,
     survivor: &Survivor,
     shared: &writer::Shared,
+    handed: &mut u64,
 ) -> Result<(), String> {
     let err = |e: postgres::Error| describe(&e);
     let (generation, since) = {
@@ -478,10 +565,9 @@ fn take_over_dead(
                    AND m.heartbeat_at >= {NOW_MS} - m.lease_ms) \
                  AND ((r.dead_at IS NULL AND r.heartbeat_at < {NOW_MS} - r.lease_ms \
                    AND $3 <= {NOW_MS} - r.lease_ms) \
-                   OR (r.dead_at IS NOT NULL AND NOT EXISTS (SELECT 1 FROM toolwarden_replicas s \
-                     WHERE s.replica = r.taken_over_by AND s.dead_at IS NULL \
-                     AND s.stopped_at IS NULL AND s.heartbeat_at >= {NOW_MS} - s.lease_ms))) \
-                 ORDER BY r.replica"
+                   OR (r.dead_at IS NOT NULL AND (r.taken_over_by = $1 OR NOT {}))) \
+                 ORDER BY r.replica",
+                alive("r.taken_over_by")
             ),
             &[&fence.replica, &generation, &since],
         )
@@ -497,7 +583,7 @@ fn take_over_dead(
         if fence.stop.load(Ordering::Acquire) {
             break;
         }
-        take_over(client, fence, survivor, shared, dead)?;
+        take_over(client, fence, survivor, shared, dead, handed)?;
     }
     Ok(())
 }
@@ -508,9 +594,11 @@ fn take_over(
     survivor: &Survivor,
     shared: &writer::Shared,
     dead: Dead,
+    handed: &mut u64,
 ) -> Result<(), String> {
     let err = |e: postgres::Error| describe(&e);
     let mut tx = client.transaction().map_err(err)?;
+    bounded(&mut tx, fence.lease).map_err(err)?;
     let locked: bool = tx
         .query_one(
             "SELECT pg_try_advisory_xact_lock(hashtext('toolwarden.takeover:' || current_schema()))",
@@ -523,33 +611,25 @@ fn take_over(
     }
     // Still as found (not renewed, not taken by another survivor meanwhile): this one is its
     // survivor.
-    let Some(row) = tx
-        .query_opt(
-            "SELECT writer_pid, writer_since FROM toolwarden_replicas \
-             WHERE replica = $1 AND generation = $2 FOR UPDATE",
-            &[&dead.replica, &dead.generation],
+    let claimed = tx
+        .execute(
+            &format!(
+                "UPDATE toolwarden_replicas SET dead_at = coalesce(dead_at, {NOW_MS}), \
+                 generation = generation + 1, taken_over_by = $3 \
+                 WHERE replica = $1 AND generation = $2"
+            ),
+            &[&dead.replica, &dead.generation, &fence.replica],
         )
-        .map_err(err)?
-    else {
+        .map_err(err)?;
+    if claimed == 0 {
         return Ok(());
-    };
-    let (pid, since): (Option<i32>, Option<std::time::SystemTime>) = (row.get(0), row.get(1));
-    tx.execute(
-        &format!(
-            "UPDATE toolwarden_replicas SET dead_at = coalesce(dead_at, {NOW_MS}), \
-             generation = generation + 1, taken_over_by = $2, writer_pid = NULL, \
-             writer_since = NULL WHERE replica = $1"
-        ),
-        &[&dead.replica, &fence.replica],
-    )
-    .map_err(err)?;
+    }
     tx.commit().map_err(err)?;
     tracing::warn!(replica = %dead.replica, "a replica's lease ran out: it is declared dead, and this replica records the calls it left open");
-    // A paused process's writer could still commit: its connection ends here, before the
-    // open calls are read (its rows are then either committed or gone).
-    if let (Some(pid), Some(since)) = (pid, since) {
-        end_backend(client, pid, since)?;
-    }
+    // A paused process's writer could still commit: the connection holding its lock ends here,
+    // before the open calls are read (its rows are then either committed or gone). Should it
+    // not end, the takeover is tried again later (it is this replica's, unfinished).
+    end_writer(client, &dead.replica)?;
     let open = super::read::open_turns(client, &dead.replica)?;
     let mut seq = 0;
     let why = Interruption::Dead {
@@ -563,9 +643,10 @@ fn take_over(
         events,
         interrupted,
     });
+    *handed = (*handed).max(last);
     // Marked taken over only once its events are committed: a survivor that dies before leaves
     // it to the next, which reads again what is still open.
-    while last > 0 && !shared.is_durable(last) {
+    while !shared.is_durable(last) {
         if fence.stop.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -588,21 +669,29 @@ fn take_over(
     Ok(())
 }
 
-/// Ends the backend `pid` if it is still the connection that started at `since` (a pid can be
-/// reused), waiting until it has gone.
-fn end_backend(
-    client: &mut impl GenericClient,
-    pid: i32,
-    since: std::time::SystemTime,
-) -> Result<(), String> {
+/// The connections holding `replica`'s lock (its writer's), as `pg_locks` shows them.
+const LOCK_HOLDERS: &str = "SELECT l.pid FROM pg_locks l WHERE l.locktype = 'advisory' \
+    AND l.granted AND l.objsubid = 1 AND ((l.classid::bigint << 32) | l.objid::bigint) = \
+    hashtext('toolwarden.replica:' || current_schema() || ':' || $1)::bigint";
+
+/// Ends the connection that holds `replica`'s lock — its writer's — and waits until it has
+/// gone; an error while one still holds it.
+fn end_writer(client: &mut impl GenericClient, replica: &str) -> Result<(), String> {
+    let err = |e: postgres::Error| describe(&e);
     client
         .query(
-            "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity \
-             WHERE pid = $1 AND backend_start = $2",
-            &[&pid, &since],
+            &format!("SELECT pg_terminate_backend(pid, 5000) FROM ({LOCK_HOLDERS}) h"),
+            &[&replica],
         )
-        .map_err(|e| describe(&e))?;
-    Ok(())
+        .map_err(err)?;
+    let left = client.query(LOCK_HOLDERS, &[&replica]).map_err(err)?;
+    if left.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the connection of replica {replica:?}'s writer could not be ended (the database user needs the right to end its own role's connections): its calls are recorded later"
+        ))
+    }
 }
 
 /// Every replica of the trail, as `GET /v1/replicas` lists them.

@@ -153,7 +153,9 @@ impl Trail<PgReads> {
                 .map_err(|e| {
                     connector.error(format!("cannot register this replica's lease: {e}"))
                 })?;
-        let mut writer = write::PgWriter::new(connector.clone(), fence.clone(), writer_client)
+        let liveness = liveness::Liveness::renewing(connector.clone(), fence.clone())
+            .map_err(|e| connector.error(format!("cannot start its lease's thread: {e}")))?;
+        let mut writer = write::PgWriter::new(connector.clone(), fence, writer_client)
             .map_err(|e| connector.pg_error(&e))?;
         let redactor = Redactor::new(&options.mask_keys, options.max_payload);
         let now = Timestamp::now();
@@ -166,8 +168,9 @@ impl Trail<PgReads> {
             .map_err(|e| connector.error(format!("pruning failed: {e}")))?;
         let shared = writer::start(Box::new(writer), None, None, redactor, options, last_seq)
             .map_err(|e| connector.error(format!("cannot start its writer thread: {e}")))?;
-        let liveness = liveness::Liveness::start(connector.clone(), fence, shared.clone())
-            .map_err(|e| connector.error(format!("cannot start its lease's threads: {e}")))?;
+        liveness
+            .start_takeovers(shared.clone())
+            .map_err(|e| connector.error(format!("cannot start its takeover thread: {e}")))?;
         Ok(Trail {
             durability: options.durability,
             last_seq,

@@ -252,8 +252,6 @@ const MIGRATIONS: &[&str] = &[
         started_at BIGINT NOT NULL,
         heartbeat_at BIGINT NOT NULL,
         lease_ms BIGINT NOT NULL,
-        writer_pid INTEGER,
-        writer_since TIMESTAMPTZ,
         dead_at BIGINT,
         taken_over_by TEXT,
         taken_over_at BIGINT,

@@ -100,6 +100,9 @@ impl TrailBackend for PgWriter {
         let fence = self.fence.clone();
         let (client, statements) = self.conn()?;
         let result = write_batch(client, statements, &replica, fence.keep(items));
+        if result.is_ok() {
+            fence.committed(items);
+        }
         if result.is_err() && client.is_closed() {
             self.conn = None;
         }
