@@ -37,7 +37,8 @@ pub use options::{
     REPLICA_ENV, StoreOptions, default_path, default_replica,
 };
 pub use pg::{
-    Liveness, PG_SCHEMA_VERSION, PgReader, PgReads, PgStore, Survivor, Takeover, shown_url,
+    Liveness, OnRejoin, PG_SCHEMA_VERSION, PgReader, PgReads, PgStore, Survivor, Takeover,
+    shown_url,
 };
 pub use redact::{DEFAULT_MASK_KEYS, MASKED, Redactor};
 pub use sqlite::{AuditReader, SCHEMA_VERSION, SqliteReads, SqliteStore};

@@ -65,7 +65,7 @@ pub struct Takeover {
 
 /// Stops this replica's turns that a survivor ended (named by id), should it come back after
 /// being declared dead.
-pub(crate) type OnRejoin = Box<dyn Fn(&[String]) + Send + Sync>;
+pub type OnRejoin = Box<dyn Fn(&[String]) + Send + Sync>;
 
 /// Records a takeover's events through this replica's engine and releases what the dead replica
 /// held elsewhere (Redis); answers the `seq` of the last event recorded (0 if none).
@@ -444,7 +444,7 @@ impl Liveness {
 
     /// Who stops this replica's turns that a survivor ended, should this replica come back
     /// after being declared dead (their calls' outcomes are the survivor's `interrupted`).
-    pub fn on_rejoin(&self, stop: Box<dyn Fn(&[String]) + Send + Sync>) {
+    pub fn on_rejoin(&self, stop: OnRejoin) {
         let _ = self.fence.on_rejoin.set(stop);
     }
 

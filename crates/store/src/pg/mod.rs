@@ -42,7 +42,7 @@ use crate::trail::{Reads, Trail};
 use crate::writer::{self, TrailBackend as _};
 
 pub use connect::shown_url;
-pub use liveness::{Liveness, Survivor, Takeover};
+pub use liveness::{Liveness, OnRejoin, Survivor, Takeover};
 pub use schema::LATEST as PG_SCHEMA_VERSION;
 
 use connect::{Connector, describe, off_runtime};
