@@ -61,6 +61,9 @@ pub(crate) struct PgWriter {
     connector: Connector,
     fence: Arc<Fence>,
     conn: Option<(Client, Statements)>,
+    /// Whether the last batch was written: a replica that stops with events it could not write
+    /// is not marked stopped, so that a survivor records what it left open.
+    written: bool,
 }
 
 impl PgWriter {
@@ -76,6 +79,7 @@ impl PgWriter {
             connector,
             fence,
             conn: Some((client, statements)),
+            written: true,
         })
     }
 
@@ -98,6 +102,7 @@ impl TrailBackend for PgWriter {
     fn write(&mut self, items: &[Prepared<'_>]) -> Result<(), String> {
         let replica = self.connector.replica.clone();
         let fence = self.fence.clone();
+        self.written = false;
         let (client, statements) = self.conn()?;
         let result = write_batch(client, statements, &replica, fence.keep(items));
         if result.is_ok() {
@@ -106,6 +111,7 @@ impl TrailBackend for PgWriter {
         if result.is_err() && client.is_closed() {
             self.conn = None;
         }
+        self.written = result.is_ok();
         result.map_err(|e| describe(&e))
     }
 
@@ -130,7 +136,9 @@ impl TrailBackend for PgWriter {
     }
 
     fn close(&mut self) {
-        if let Some((client, _)) = self.conn.as_mut().filter(|(c, _)| !c.is_closed()) {
+        if let Some((client, _)) = self.conn.as_mut().filter(|(c, _)| !c.is_closed())
+            && self.written
+        {
             self.fence.stopped(client);
         }
         self.conn = None;
