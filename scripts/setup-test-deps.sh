@@ -83,6 +83,14 @@ chromium_version=$("$chromium" --version 2>/dev/null) || fail "$chromium does no
 mkdir -p .test-deps
 pg_url=${TOOLWARDEN_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}
 pg_answers() { command -v psql >/dev/null 2>&1 && psql "$1" -Atqc 'select 1' >/dev/null 2>&1; }
+# Installs Debian's postgresql (as root); $1 says what for.
+install_postgresql() {
+  echo "setup-test-deps: installing Debian's postgresql ($1)" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq || fail "apt-get update failed (needed to install postgresql)"
+  apt-get install -y -qq postgresql >/dev/null || fail "apt-get install postgresql failed"
+  [ -n "$(pg_bin || true)" ] || fail "apt-get installed postgresql, but no /usr/lib/postgresql/*/bin/initdb"
+}
 pg_bin() {
   local found
   found=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
@@ -99,12 +107,8 @@ if ! pg_answers "$pg_url"; then
     if [ -z "$bin" ]; then
       [ "$(id -u)" -eq 0 ] ||
         fail "no PostgreSQL answers at $pg_url and none is installed: install Debian's postgresql as root (apt-get install postgresql), or set TOOLWARDEN_TEST_POSTGRES_URL"
-      echo "setup-test-deps: installing Debian's postgresql for the store's tests" >&2
-      export DEBIAN_FRONTEND=noninteractive
-      apt-get update -qq || fail "apt-get update failed (needed to install postgresql)"
-      apt-get install -y -qq postgresql >/dev/null || fail "apt-get install postgresql failed"
-      bin=$(pg_bin || true)
-      [ -n "$bin" ] || fail "apt-get installed postgresql, but no /usr/lib/postgresql/*/bin/initdb"
+      install_postgresql "for the store's tests"
+      bin=$(pg_bin)
     fi
     data=$PWD/.test-deps/postgres
     # PostgreSQL refuses to run as root: as root, the server runs as Debian's postgres user.
@@ -135,11 +139,7 @@ echo "$pg_url" >.test-deps/postgres-url
 if [ -z "$(pg_bin || true)" ]; then
   [ "$(id -u)" -eq 0 ] ||
     fail "PostgreSQL's server programs (initdb, pg_ctl) are missing: install Debian's postgresql as root (apt-get install postgresql)"
-  echo "setup-test-deps: installing Debian's postgresql (the chaos test runs a server of its own)" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq || fail "apt-get update failed (needed to install postgresql)"
-  apt-get install -y -qq postgresql >/dev/null || fail "apt-get install postgresql failed"
-  [ -n "$(pg_bin || true)" ] || fail "apt-get installed postgresql, but no /usr/lib/postgresql/*/bin/initdb"
+  install_postgresql "the chaos test runs a server of its own"
 fi
 pg_version=$(psql "$pg_url" -Atqc 'show server_version')
 echo "setup-test-deps: PostgreSQL $pg_version at $pg_url (export TOOLWARDEN_TEST_POSTGRES_URL=$pg_url)"

@@ -34,6 +34,28 @@ fn glob_escape(s: &str) -> String {
     out
 }
 
+/// Removes the members of sorted set `key` that start with one of `prefixes` (and, with
+/// `expiry`, the same fields of that hash); answers how many.
+async fn remove_members(
+    inner: &Inner,
+    key: &str,
+    expiry: Option<String>,
+    prefixes: &[String],
+) -> Option<u64> {
+    let mut conn = inner.cmd.clone();
+    let script = redis::Script::new(REMOVE_MEMBERS);
+    let mut invocation = script.key(key);
+    if let Some(expiry) = expiry {
+        invocation.key(expiry);
+    }
+    for prefix in prefixes {
+        invocation.arg(prefix);
+    }
+    inner
+        .run("release_replica", invocation.invoke_async(&mut conn))
+        .await
+}
+
 /// Every key of `prefix` followed by `kind`, as `SCAN` finds them.
 async fn scan(inner: &Inner, kind: &str) -> Option<Vec<String>> {
     let pattern = format!("{}{kind}*", glob_escape(inner.keys.prefix()));
@@ -86,15 +108,7 @@ pub(crate) async fn release_replica(inner: &Inner, name: &str) -> Option<u64> {
         let Some(session) = key.strip_prefix(&gate) else {
             continue;
         };
-        let script = redis::Script::new(REMOVE_MEMBERS);
-        let mut invocation = script.key(&key);
-        invocation
-            .key(inner.keys.gate_expiry(session))
-            .arg(&places[0])
-            .arg(&places[1]);
-        let n: u64 = inner
-            .run("release_replica", invocation.invoke_async(&mut conn))
-            .await?;
+        let n = remove_members(inner, &key, Some(inner.keys.gate_expiry(session)), &places).await?;
         if n > 0 {
             freed += n;
             let _: Option<u64> = inner
@@ -108,18 +122,9 @@ pub(crate) async fn release_replica(inner: &Inner, name: &str) -> Option<u64> {
                 .await;
         }
     }
-    let running = format!("{name}:");
+    let running = [format!("{name}:")];
     for key in scan(inner, "quota-run:").await? {
-        let n: u64 = inner
-            .run(
-                "release_replica",
-                redis::Script::new(REMOVE_MEMBERS)
-                    .key(&key)
-                    .arg(&running)
-                    .invoke_async(&mut conn),
-            )
-            .await?;
-        freed += n;
+        freed += remove_members(inner, &key, None, &running).await?;
     }
     let _: Option<u64> = inner
         .run(

@@ -20,6 +20,20 @@ pub const RUNNING: &str = "running";
 /// How long past its ttl a task whose turn is not in the trail is kept.
 pub(crate) const ORPHAN_GRACE_MS: i64 = 24 * 3600 * 1000;
 
+/// Runs a blocking read `run` off the async runtime's threads (on its blocking pool), or right
+/// here when there is no runtime.
+pub(crate) async fn read_blocking<T: Send + 'static>(
+    run: impl FnOnce() -> Result<T, StoreReadError> + Send + 'static,
+) -> Result<T, StoreReadError> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => handle
+            .spawn_blocking(run)
+            .await
+            .map_err(|e| StoreReadError(e.to_string()))?,
+        Err(_) => run(),
+    }
+}
+
 /// A database's reads of the trail, run off the caller's thread.
 pub trait Reads: std::fmt::Debug + Send + Sync + 'static {
     /// A page of events.

@@ -8,7 +8,6 @@
 //! during PostgreSQL's restart completed, or ended `error{store}` without running.
 
 use std::collections::HashMap;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;
@@ -18,6 +17,7 @@ use serde_json::{Value, json};
 use std::sync::Mutex;
 use tokio::time::Instant;
 
+use crate::deploy::{free_port, text};
 use crate::scale_out::{Throwaway, prefix};
 use crate::util::{Dir, http, marker, pids_with, test_server, toml_str};
 
@@ -31,23 +31,6 @@ const RESTART_PG_AT: Duration = Duration::from_secs(26);
 const LOAD_FOR: Duration = Duration::from_secs(36);
 /// The longest a call may wait for the trail (`store.wait`, the default).
 const STORE_WAIT: Duration = Duration::from_secs(5);
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "exit {:?}\n--- stdout\n{}--- stderr\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 /// A throwaway PostgreSQL server (`initdb` into a temporary directory, `pg_ctl` to start and
 /// restart it), run as the `postgres` user when the tests run as root; stopped when dropped.

@@ -216,13 +216,7 @@ impl PgReads {
                     .run(|client| f(client, &replica))
                     .map_err(StoreReadError)
             };
-            match tokio::runtime::Handle::try_current() {
-                Ok(handle) => handle
-                    .spawn_blocking(run)
-                    .await
-                    .map_err(|e| StoreReadError(e.to_string()))?,
-                Err(_) => run(),
-            }
+            crate::trail::read_blocking(run).await
         })
     }
 }

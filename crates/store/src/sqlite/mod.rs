@@ -275,13 +275,7 @@ impl SqliteReads {
                 readers.lock().push(conn);
                 out
             };
-            match tokio::runtime::Handle::try_current() {
-                Ok(handle) => handle
-                    .spawn_blocking(run)
-                    .await
-                    .map_err(|e| StoreReadError(e.to_string()))?,
-                Err(_) => run(),
-            }
+            crate::trail::read_blocking(run).await
         })
     }
 }
