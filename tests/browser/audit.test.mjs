@@ -6,7 +6,16 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 
-import { cleanupAll, launchBrowser, screenshot, startServe, startTurn, waitFor } from "./harness.mjs";
+import {
+  cleanupAll,
+  launchBrowser,
+  screenshot,
+  startServe,
+  startTurn,
+  textOf,
+  waitFor,
+  waitText,
+} from "./harness.mjs";
 
 const CONFIG = `
 [store]
@@ -30,21 +39,6 @@ cache_ttl = "5m"
 `;
 
 const BULK = 130;
-
-async function textOf(page, selector) {
-  const el = page.locator(selector).first();
-  return (await el.count()) > 0 ? ((await el.textContent()) ?? "") : "";
-}
-
-async function waitText(page, selector, pattern, timeout = 15_000) {
-  return waitFor(
-    async () => {
-      const t = await textOf(page, selector);
-      return pattern.test(t) ? t : null;
-    },
-    { timeout, what: `${selector} to match ${pattern}` },
-  );
-}
 
 /** The rows of the history as [call id, status]. */
 async function rows(page) {

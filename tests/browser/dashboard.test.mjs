@@ -13,7 +13,9 @@ import {
   startRelay,
   startServe,
   startTurn,
+  textOf,
   waitFor,
+  waitText,
 } from "./harness.mjs";
 
 const CONFIG = `
@@ -27,21 +29,6 @@ cancel_grace = "1s"
 `;
 
 /** The text of the first element `selector` finds, or "" when there is none (yet). */
-async function textOf(page, selector) {
-  const el = page.locator(selector).first();
-  return (await el.count()) > 0 ? ((await el.textContent()) ?? "") : "";
-}
-
-async function waitText(page, selector, pattern, timeout = 15_000) {
-  return waitFor(
-    async () => {
-      const t = await textOf(page, selector);
-      return pattern.test(t) ? t : null;
-    },
-    { timeout, what: `${selector} to match ${pattern}` },
-  );
-}
-
 /** Seconds shown by a clock ("3.4 s", "12 s", "1 m 05 s"). */
 function seconds(text) {
   const m = text.match(/(?:(\d+) m )?([\d.]+) s/);

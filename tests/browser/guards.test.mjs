@@ -15,7 +15,17 @@ import { after, before, describe, test } from "node:test";
 import { callTimeline, eventLabel, eventPayloads } from "../../crates/http/assets/audit.js";
 import { hookDecisionText, quotaExceededText, retryText } from "../../crates/http/assets/format.js";
 import { callKey, Model } from "../../crates/http/assets/model.js";
-import { cleanupAll, launchBrowser, onCleanup, screenshot, startServe, startTurn, waitFor } from "./harness.mjs";
+import {
+  cleanupAll,
+  launchBrowser,
+  onCleanup,
+  screenshot,
+  startServe,
+  startTurn,
+  textOf,
+  waitFor,
+  waitText,
+} from "./harness.mjs";
 
 /** The hook: denies an echo of "deny…", rewrites an echo of "rewrite…", allows the rest. */
 const HOOK = `input=$(cat); case "$input" in *'"text":"deny'*) echo '{"decision":"deny","reason":"not on a Friday"}' ;; *'"text":"rewrite'*) echo '{"decision":"allow","args":{"text":"rewritten by the hook"}}' ;; *) echo '{"decision":"allow"}' ;; esac
@@ -43,21 +53,6 @@ rate = "1/min"
 
 // Markup in an argument: it must reach the page as text.
 const REWRITE_TEXT = "rewrite <b>me</b> & <img src=x>";
-
-async function textOf(page, selector) {
-  const el = page.locator(selector).first();
-  return (await el.count()) > 0 ? ((await el.textContent()) ?? "") : "";
-}
-
-async function waitText(page, selector, pattern, timeout = 15_000) {
-  return waitFor(
-    async () => {
-      const t = await textOf(page, selector);
-      return pattern.test(t) ? t : null;
-    },
-    { timeout, what: `${selector} to match ${pattern}` },
-  );
-}
 
 /** The rows of the history as [call id, status]. */
 async function rows(page) {

@@ -8,7 +8,7 @@
 // target/debug). A missing binary or browser fails the test; nothing is skipped.
 
 import { spawn } from "node:child_process";
-import { accessSync, constants, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { accessSync, constants, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -317,4 +317,35 @@ export async function startRelay(target) {
     });
   onCleanup(close);
   return { url, cut, resume, requests, close };
+}
+
+/** The text of the first element `selector` finds on `page` ("" when there is none). */
+export async function textOf(page, selector) {
+  const el = page.locator(selector).first();
+  return (await el.count()) > 0 ? ((await el.textContent()) ?? "") : "";
+}
+
+/** Waits until the text of `selector` matches `pattern`; answers that text. */
+export async function waitText(page, selector, pattern, timeout = 15_000) {
+  return waitFor(
+    async () => {
+      const t = await textOf(page, selector);
+      return pattern.test(t) ? t : null;
+    },
+    { timeout, what: `${selector} to match ${pattern}` },
+  );
+}
+
+/** Processes whose command line holds `mark` (the test servers of serves that should be gone). */
+export function pidsWith(mark) {
+  const found = [];
+  for (const pid of readdirSync("/proc")) {
+    if (!/^\d+$/.test(pid)) continue;
+    try {
+      if (readFileSync(`/proc/${pid}/cmdline`, "utf8").includes(mark)) found.push(Number(pid));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return found;
 }

@@ -11,7 +11,17 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 
-import { cleanupAll, getJson, launchBrowser, screenshot, startServe, startTurn, waitFor } from "./harness.mjs";
+import {
+  cleanupAll,
+  getJson,
+  launchBrowser,
+  screenshot,
+  startServe,
+  startTurn,
+  textOf,
+  waitFor,
+  waitText,
+} from "./harness.mjs";
 
 // Long and random-looking, as docs/AUTH.md asks (check warns about tokens under 32 bytes).
 const ALICE = "alice-7c1e2f9a4b6d8e0f1a2b3c4d5e6f7a8b9c0d";
@@ -42,21 +52,6 @@ scopes = ["call"]
 `;
 
 const as = (token) => ({ authorization: `Bearer ${token}` });
-
-async function textOf(page, selector) {
-  const el = page.locator(selector).first();
-  return (await el.count()) > 0 ? ((await el.textContent()) ?? "") : "";
-}
-
-async function waitText(page, selector, pattern, timeout = 15_000) {
-  return waitFor(
-    async () => {
-      const t = await textOf(page, selector);
-      return pattern.test(t) ? t : null;
-    },
-    { timeout, what: `${selector} to match ${pattern}` },
-  );
-}
 
 /** Opens the dashboard in a browser of its own and logs in with `token` through the token box. */
 async function logIn(url, token, name) {

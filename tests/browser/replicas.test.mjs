@@ -13,23 +13,26 @@
 
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { readdirSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 
 import { agoText, leaseText, replicaStateTitle, takeoverText } from "../../crates/http/assets/format.js";
 import { Model } from "../../crates/http/assets/model.js";
 import {
-  ROOT,
   cleanupAll,
   getJson,
   launchBrowser,
   onCleanup,
+  pidsWith,
+  ROOT,
   screenshot,
   startServe,
   startTurn,
   testServerBin,
+  textOf,
   waitFor,
+  waitText,
 } from "./harness.mjs";
 
 // Long and random-looking, as docs/AUTH.md asks.
@@ -94,34 +97,6 @@ scopes = ["call"]
 `;
 }
 
-/** Processes whose command line holds the marker (test servers of serves that should be gone). */
-function marked() {
-  const found = [];
-  for (const pid of readdirSync("/proc")) {
-    if (!/^\d+$/.test(pid)) continue;
-    try {
-      if (readFileSync(`/proc/${pid}/cmdline`, "utf8").includes(MARK)) found.push(Number(pid));
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return found;
-}
-
-async function textOf(page, selector) {
-  const el = page.locator(selector).first();
-  return (await el.count()) > 0 ? ((await el.textContent()) ?? "") : "";
-}
-
-async function waitText(page, selector, pattern, timeout = 15_000) {
-  return waitFor(
-    async () => {
-      const t = await textOf(page, selector);
-      return pattern.test(t) ? t : null;
-    },
-    { timeout, what: `${selector} to match ${pattern}` },
-  );
-}
 
 /** Counts the page's requests of `GET /v1/replicas`. */
 function countReplicaRequests(page) {
@@ -258,8 +233,8 @@ describe("the replicas panel with a PostgreSQL trail shared by two replicas", { 
     const problems = [...(ops?.problems ?? []), ...(caller?.problems ?? [])];
     const stderr = { a: a?.stderr() ?? "", b: b?.stderr() ?? "" };
     await cleanupAll();
-    await waitFor(() => marked().length === 0, { timeout: 10_000, what: "every test server to be gone" }).catch(() => {
-      assert.deepEqual(marked(), [], "no test server is left running");
+    await waitFor(() => pidsWith(MARK).length === 0, { timeout: 10_000, what: "every test server to be gone" }).catch(() => {
+      assert.deepEqual(pidsWith(MARK), [], "no test server is left running");
     });
     // The 401s before each token was entered are how the page learns it needs one.
     const unexpected = problems.filter((p) => !/status of 401/.test(p));
