@@ -8,7 +8,7 @@
 //! during PostgreSQL's restart completed, or ended `error{store}` without running.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use std::sync::Mutex;
 use tokio::time::Instant;
 
-use crate::deploy::{free_port, text};
+use crate::deploy::{Deployment, free_port, text};
 use crate::scale_out::{Throwaway, prefix};
 use crate::util::{Dir, http, marker, pids_with, test_server, toml_str};
 
@@ -173,56 +173,6 @@ impl Drop for Postgres {
             "pg_ctl",
             &["-D", &self.data(), "-m", "immediate", "-w", "stop"],
         );
-    }
-}
-
-/// Three replicas of `deploy/local.sh`, stopped (`down`) when dropped.
-struct Deployment {
-    run_dir: Dir,
-    ports: Vec<u16>,
-    envs: Vec<(String, String)>,
-}
-
-impl Deployment {
-    fn run(&self, step: &str) -> Output {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/local.sh");
-        let ports: Vec<String> = self.ports.iter().map(u16::to_string).collect();
-        Command::new("bash")
-            .arg(script)
-            .arg(step)
-            .env("TOOLWARDEN_BIN", env!("CARGO_BIN_EXE_toolwarden"))
-            .env("RUN_DIR", self.run_dir.path())
-            .env("PORTS", ports.join(" "))
-            .envs(self.envs.iter().map(|(k, v)| (k, v)))
-            .output()
-            .expect("bash runs deploy/local.sh")
-    }
-
-    fn url(&self, i: usize) -> String {
-        format!("http://127.0.0.1:{}", self.ports[i])
-    }
-
-    fn pid(&self, i: usize) -> i32 {
-        std::fs::read_to_string(self.run_dir.path().join(format!("replica-{}/pid", i + 1)))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap()
-    }
-
-    fn log(&self, i: usize) -> String {
-        std::fs::read_to_string(
-            self.run_dir
-                .path()
-                .join(format!("replica-{}/serve.log", i + 1)),
-        )
-        .unwrap_or_default()
-    }
-}
-
-impl Drop for Deployment {
-    fn drop(&mut self) {
-        self.run("down");
     }
 }
 

@@ -12,37 +12,54 @@ use toolwarden_testkit::pg::TestSchema;
 use crate::scale_out::{prefix, redis_url};
 use crate::util::Dir;
 
-struct Deployment {
-    script: PathBuf,
-    run_dir: Dir,
-    ports: String,
-    redis: String,
-    prefix: String,
-    store: TestSchema,
+/// Three replicas of `deploy/local.sh` on `ports`, their files in `run_dir`, with `envs` (the
+/// Redis and PostgreSQL to use, …); stopped (`down`) when dropped, also when a test fails
+/// half-way.
+pub(crate) struct Deployment {
+    pub(crate) run_dir: Dir,
+    pub(crate) ports: Vec<u16>,
+    pub(crate) envs: Vec<(String, String)>,
 }
 
 impl Deployment {
-    fn run(&self, step: &str) -> Output {
+    /// Runs `deploy/local.sh STEP`.
+    pub(crate) fn run(&self, step: &str) -> Output {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/local.sh");
+        let ports: Vec<String> = self.ports.iter().map(u16::to_string).collect();
         Command::new("bash")
-            .arg(&self.script)
+            .arg(script)
             .arg(step)
             .env("TOOLWARDEN_BIN", env!("CARGO_BIN_EXE_toolwarden"))
             .env("RUN_DIR", self.run_dir.path())
-            .env("PORTS", &self.ports)
-            .env("REDIS_URL", &self.redis)
-            .env("REDIS_PREFIX", &self.prefix)
-            .env("POSTGRES_URL", self.store.url())
+            .env("PORTS", ports.join(" "))
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .output()
             .expect("bash runs deploy/local.sh")
     }
 
-    fn log(&self, replica: u32) -> String {
-        std::fs::read_to_string(
-            self.run_dir
-                .path()
-                .join(format!("replica-{replica}/serve.log")),
-        )
-        .unwrap_or_default()
+    /// Replica `i`'s API (from 0).
+    pub(crate) fn url(&self, i: usize) -> String {
+        format!("http://127.0.0.1:{}", self.ports[i])
+    }
+
+    /// Replica `i`'s process.
+    pub(crate) fn pid(&self, i: usize) -> i32 {
+        std::fs::read_to_string(self.file(i, "pid"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    /// Replica `i`'s log.
+    pub(crate) fn log(&self, i: usize) -> String {
+        std::fs::read_to_string(self.file(i, "serve.log")).unwrap_or_default()
+    }
+
+    fn file(&self, i: usize, name: &str) -> PathBuf {
+        self.run_dir
+            .path()
+            .join(format!("replica-{}/{name}", i + 1))
     }
 }
 
@@ -71,21 +88,22 @@ pub(crate) fn text(out: &Output) -> String {
 
 #[test]
 fn the_local_deployment_runs_three_replicas_that_act_as_one() {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/local.sh");
+    let store = TestSchema::new();
     let d = Deployment {
-        script,
         run_dir: Dir::new(),
-        ports: format!("{} {} {}", free_port(), free_port(), free_port()),
-        redis: redis_url(),
-        prefix: prefix("deploy"),
-        store: TestSchema::new(),
+        ports: vec![free_port(), free_port(), free_port()],
+        envs: vec![
+            ("REDIS_URL".into(), redis_url()),
+            ("REDIS_PREFIX".into(), prefix("deploy")),
+            ("POSTGRES_URL".into(), store.url().to_owned()),
+        ],
     };
     let up = d.run("up");
     assert!(
         up.status.success(),
         "{}\n{}",
         text(&up),
-        (1..=3).map(|i| d.log(i)).collect::<String>()
+        (0..3).map(|i| d.log(i)).collect::<String>()
     );
     let check = d.run("check");
     assert!(check.status.success(), "{}", text(&check));
@@ -97,9 +115,7 @@ fn the_local_deployment_runs_three_replicas_that_act_as_one() {
     // replica 1's name.
     let down = d.run("down");
     assert!(down.status.success(), "{}", text(&down));
-    let rows = d
-        .store
-        .query("SELECT replica || ' ' || status FROM toolwarden_calls");
+    let rows = store.query("SELECT replica || ' ' || status FROM toolwarden_calls");
     assert_eq!(
         rows,
         vec![Some("replica-1 cancelled".to_owned())],
