@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use crate::deploy::{Deployment, free_port, text};
 use crate::scale_out::{Throwaway, prefix};
-use crate::util::{Dir, http, marker, pids_with, test_server, toml_str};
+use crate::util::{Dir, http, kill_marked, marker, test_server, toml_str};
 
 /// Calls started per second, over all replicas.
 const RATE: u64 = 200;
@@ -182,12 +182,7 @@ struct KillMarked(String);
 
 impl Drop for KillMarked {
     fn drop(&mut self) {
-        for pid in pids_with(&self.0) {
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
+        kill_marked(&self.0);
     }
 }
 
@@ -353,7 +348,7 @@ async fn three_replicas_lose_one_and_live_through_redis_and_postgresql_restarts(
     )
     .unwrap();
     let killed_at = start.elapsed();
-    drop(KillMarked(mark.clone()));
+    kill_marked(&mark);
     // Its open calls read `interrupted` within 10 s, recorded by a survivor.
     let list = doomed
         .iter()

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use crate::scale_out::{Replica, detached, exec, prefix, redis_url, stop_replica, wait_health};
-use crate::util::{Dir, get_json, marker, pids_with, toml_str};
+use crate::util::{Dir, get_json, kill_marked, marker, toml_str};
 
 /// The lease of these tests' replicas.
 const LEASE: Duration = Duration::from_secs(1);
@@ -44,15 +44,6 @@ async fn on_trail(trail: &str, prefix: &str, name: &str, extra: &str) -> Replica
     };
     wait_health(&replica, "ok").await;
     replica
-}
-
-/// Kills every process of the `exec` calls marked `mark` (their replica was killed: nothing
-/// else would).
-fn kill_marked(mark: &str) {
-    for pid in pids_with(mark) {
-        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid as i32), Signal::SIGKILL);
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), Signal::SIGKILL);
-    }
 }
 
 /// Waits until `url` (a replica's API) lists `turn` as running.

@@ -677,3 +677,13 @@ impl Sse {
         }
     }
 }
+
+/// Kills every process (and its group) whose command line holds `mark`: the `exec` calls of a
+/// replica that was killed, which nothing else would stop.
+pub fn kill_marked(mark: &str) {
+    for pid in pids_with(mark) {
+        let pid = nix::unistd::Pid::from_raw(pid as i32);
+        let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+    }
+}
