@@ -41,6 +41,8 @@ mod client;
 mod gateway;
 
 pub use client::{DEFAULT_STARTUP_TIMEOUT, McpOptions, McpServer, ReadyError};
+#[cfg(feature = "parse-count")]
+pub use gateway::reads;
 pub use gateway::{
     DEFAULT_REQUEST_TIMEOUT, ELICITATION_INTERACTOR, Gateway, GatewayConnection, GatewayError,
     GatewayHttpService, GatewayOptions, HttpSessions, STATUS_TOOL,

@@ -46,6 +46,31 @@ pub(crate) struct CallContext {
     pub(crate) ct: CancellationToken,
     /// How the request reached its session.
     pub(crate) door: Door,
+    /// A stateless client that declared the tasks extension: its call may become a task
+    /// (`super::rounds`).
+    pub(crate) tasks: bool,
+}
+
+impl CallContext {
+    /// The context of a `tools/call` that came as request `id` with `meta`, answered through
+    /// `channel`, by a client that reached its session through `door`: every door, era and task
+    /// mode makes its call's context here. Its cancel (`ct`) is its own until the door gives it
+    /// another; no tasks declared until it says so.
+    pub(crate) fn new(
+        id: RequestId,
+        meta: RequestMetaObject,
+        channel: Arc<dyn ClientChannel>,
+        door: Door,
+    ) -> Self {
+        Self {
+            id,
+            meta,
+            channel,
+            ct: CancellationToken::new(),
+            door,
+            tasks: false,
+        }
+    }
 }
 
 /// How a request reached the session it runs in, which says why its client stopped waiting

@@ -4,7 +4,7 @@
 //! server's sampling or elicitation request) and, when the gateway stops waiting for the answer,
 //! its withdrawal — must travel the way the client is reading: over rmcp, through the peer of the
 //! request's handler (over Streamable HTTP that is the request's own response stream); on the
-//! gateway's own HTTP path (`fast`), on the call's response. Each way is one [`ClientChannel`];
+//! gateway's own HTTP answer (`dispatch`), on the call's response. Each way is one [`ClientChannel`];
 //! asking and withdrawing is written once, in [`ask`], for all of them. A new way to reach a
 //! client is one more implementation.
 

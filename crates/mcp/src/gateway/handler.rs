@@ -27,7 +27,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use toolwarden_protocol::SessionId;
 
-use super::call::Door;
+use super::call::{CallContext, Door};
 use super::handshake_tasks::{self, DeclaresTasks};
 use super::http_sessions::HttpSessionTag;
 use super::options::{TOOLS_TTL, versions};
@@ -276,28 +276,18 @@ impl ServerHandler for GatewayConnection {
             door,
             stateless,
         } = self.session_of(&context);
+        let tasks = stateless && super::tasks::declared(&context.meta);
         let mut meta = context.meta;
         if let Some(parts) = context.extensions.get::<http::request::Parts>() {
             super::call::trace_from_header(&parts.headers, &mut meta);
         }
+        let mut call = CallContext::new(context.id, meta, Arc::new(context.peer), door);
+        call.ct = context.ct;
+        call.tasks = tasks;
         if stateless {
-            let driver = super::rounds::Driver {
-                id: context.id,
-                meta,
-                progress: Arc::new(context.peer),
-                ct: context.ct,
-                door,
-            };
-            return super::rounds::call_tool(&self.gateway, &session, request, driver).await;
+            return super::rounds::call_tool(&self.gateway, &session, request, call).await;
         }
-        let context = super::call::CallContext {
-            id: context.id,
-            meta,
-            channel: Arc::new(context.peer),
-            ct: context.ct,
-            door,
-        };
-        super::call::call_tool(&self.gateway, &session, request, context)
+        super::call::call_tool(&self.gateway, &session, request, call)
             .await
             .map(CallToolResponse::Complete)
     }

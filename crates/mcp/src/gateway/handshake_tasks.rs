@@ -8,7 +8,7 @@
 //! refuses a handshake client's `tasks/*`. So all of it is seen in the raw request, before
 //! rmcp: over Streamable HTTP, `super::http` marks an `initialize` that declares the capability
 //! (the handler then marks its session, and the answer gets `capabilities.tasks` added on its
-//! way out), and `super::fast` hands a marked session's task requests here; on stdio,
+//! way out), and `super::dispatch` hands a marked session's task requests here; on stdio,
 //! `super::stdio_frames` does the same on the connection's lines.
 //!
 //! A task here is the same task as a stateless client's: the call runs on a task of its own
@@ -37,8 +37,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::call::{self, CallContext, Door};
 use super::channel::{ClientChannel, Sent};
+use super::incoming::{Incoming, Params};
 use super::parked::{Flow, FlowEvent, Runner};
-use super::respond::{self, BoxBody, FastPath, Out};
+use super::respond::{self, Answering, BoxBody, Out};
 use super::session::ClientSession;
 use super::state::GatewayState;
 use super::tasks;
@@ -66,22 +67,37 @@ pub(crate) struct DeclaresTasks;
 
 /// Whether `body` is an `initialize` of 2025-11-25 whose client declares `capabilities.tasks`.
 pub(crate) fn declares_tasks(body: &[u8]) -> bool {
-    // Most bodies are not an `initialize` with tasks: told apart without parsing them.
-    let has = |needle: &[u8]| body.windows(needle.len()).any(|w| w == needle);
+    // Most bodies are not an `initialize` with tasks: told apart without reading them.
+    let has = |needle: &[u8]| memchr::memmem::find(body, needle).is_some();
     if !has(b"\"initialize\"") || !has(b"\"tasks\"") {
         return false;
     }
-    let Ok(message) = serde_json::from_slice::<Value>(body) else {
+    /// What of an `initialize`'s parameters tells whether it declares tasks.
+    #[derive(serde::Deserialize)]
+    struct Initialize<'a> {
+        #[serde(rename = "protocolVersion", borrow)]
+        version: std::borrow::Cow<'a, str>,
+        capabilities: Capabilities,
+    }
+    #[derive(serde::Deserialize)]
+    struct Capabilities {
+        #[serde(default)]
+        tasks: Option<Value>,
+    }
+    let Some(message) = Incoming::parse(body) else {
         return false;
     };
-    message.get("method").and_then(Value::as_str) == Some("initialize")
-        && message
-            .pointer("/params/protocolVersion")
-            .and_then(Value::as_str)
-            == Some(REVISION)
-        && message
-            .pointer("/params/capabilities/tasks")
-            .is_some_and(Value::is_object)
+    let (Some("initialize"), Params::Raw(params)) = (message.method, &message.params) else {
+        return false;
+    };
+    serde_json::from_str::<Initialize<'_>>(params.get()).is_ok_and(|init| {
+        init.version == REVISION
+            && init
+                .capabilities
+                .tasks
+                .as_ref()
+                .is_some_and(Value::is_object)
+    })
 }
 
 /// What the gateway says it serves, in `capabilities.tasks` of its `initialize` answer.
@@ -302,20 +318,16 @@ async fn call(
         meta.set_progress_token(ProgressToken(NumberOrString::String(TASK_TOKEN.into())));
     }
     let (events, rx) = mpsc::unbounded_channel();
-    let cancel = CancellationToken::new();
-    let context = CallContext {
-        id,
-        meta,
-        channel: Arc::new(TaskChannel {
-            events: events.clone(),
-            peer: session.peer(),
-            relay,
-        }),
-        ct: cancel.clone(),
-        // The call is known by its turn, as a stateless one is; its handle firing (the client
-        // left before it learned the task's id) is a client disconnect, or the shutdown.
-        door: Door::Task(Box::new(Door::Stream(shutdown)), plan.turn_id.clone()),
-    };
+    let channel = Arc::new(TaskChannel {
+        events: events.clone(),
+        peer: session.peer(),
+        relay,
+    });
+    // The call is known by its turn, as a stateless one is; its handle firing (the client left
+    // before it learned the task's id) is a client disconnect, or the shutdown.
+    let door = Door::Task(Box::new(Door::Stream(shutdown)), plan.turn_id.clone());
+    let context = CallContext::new(id, meta, channel, door);
+    let cancel = context.ct.clone();
     let (gw2, session2) = (gw.clone(), session.clone());
     let runner = Runner::spawned(gw.tasks.spawn(async move {
         let result = call::call_tool(&gw2, &session2, params, context).await;
@@ -502,18 +514,13 @@ fn answer(id: &RequestId, result: Result<Value, ErrorData>) -> Bytes {
 pub(crate) async fn serve_method(
     gw: &Arc<GatewayState>,
     session: Arc<ClientSession>,
-    fast: &FastPath,
+    answering: &Answering,
     method: &str,
     id: RequestId,
-    params: Option<&serde_json::value::RawValue>,
+    params: Result<Value, ErrorData>,
 ) -> Response<BoxBody> {
-    let params: Result<Value, ErrorData> = match params {
-        None => Ok(Value::Object(Map::new())),
-        Some(raw) => serde_json::from_str(raw.get())
-            .map_err(|e| ErrorData::invalid_params(format!("malformed params: {e}"), None)),
-    };
     let (out, rx) = mpsc::unbounded_channel();
-    let (gw2, method, keep_alive) = (gw.clone(), method.to_owned(), fast.keep_alive);
+    let (gw2, method, keep_alive) = (gw.clone(), method.to_owned(), answering.keep_alive);
     let work = async move {
         let work = async {
             match params {
@@ -534,7 +541,7 @@ pub(crate) async fn serve_method(
         };
         let _ = out.send(Out::Answer(answer(&id, result)));
     };
-    respond::respond(gw, Box::pin(work), rx, fast).await
+    respond::respond(gw, Box::pin(work), rx, answering).await
 }
 
 /// `tools/list` for a session that declared tasks: the gateway's tools, each saying whether
@@ -566,51 +573,42 @@ fn tools_list(gw: &GatewayState, session: &ClientSession) -> Value {
 pub(crate) fn answer_raw(
     gw: &Arc<GatewayState>,
     session: &Arc<ClientSession>,
-    message: &Value,
+    mut message: Incoming<'_>,
     shutdown: &CancellationToken,
 ) -> Option<BoxFuture<'static, Bytes>> {
-    let method = message.get("method")?.as_str()?;
-    let id: RequestId = serde_json::from_value(message.get("id")?.clone()).ok()?;
-    if message.get("result").is_some() || message.get("error").is_some() {
+    if !message.is_request() {
         return None;
     }
-    let params = message
-        .get("params")
-        .cloned()
-        .unwrap_or_else(|| Value::Object(Map::new()));
+    let id = message.id.clone()?;
     let (gw, session) = (gw.clone(), session.clone());
-    match method {
+    match message.method? {
         "tools/list" => Some(Box::pin(async move {
             answer(&id, Ok(tools_list(&gw, &session)))
         })),
-        "tools/call" if params.get("task").is_some() => {
-            let call: Result<CallToolRequestParams, _> = serde_json::from_value(json!({
-                "name": params.get("name").cloned().unwrap_or(Value::Null),
-                "arguments": params.get("arguments").cloned().unwrap_or(Value::Null),
-            }));
-            let meta: RequestMetaObject = params
-                .get("_meta")
-                .and_then(|m| serde_json::from_value(m.clone()).ok())
-                .unwrap_or_default();
-            let shutdown = shutdown.clone();
+        "tools/call" => {
+            let params = message.call_params()?;
+            params.task.as_ref()?;
+            let mut call = CallToolRequestParams::new(params.name);
+            call.arguments = params.arguments;
+            let (meta, shutdown) = (params.meta.rest, shutdown.clone());
             Some(Box::pin(async move {
-                let call = match call {
-                    Ok(call) => call,
-                    Err(e) => {
-                        let bad = ErrorData::invalid_params(format!("malformed params: {e}"), None);
-                        return answer(&id, Err(bad));
-                    }
-                };
                 let result = self::call(&gw, &session, call, id.clone(), meta, shutdown).await;
                 answer(&id, result.map(|(value, _)| value))
             }))
         }
         method if METHODS.contains(&method) => {
             let method = method.to_owned();
+            let params = message.params_value();
             Some(Box::pin(async move {
-                let result = tokio::select! {
-                    result = dispatch(&gw, &session, &method, &params) => result,
-                    () = session.ended() => Err(ErrorData::internal_error("the session ended", None)),
+                let result = match params {
+                    Ok(params) => tokio::select! {
+                        result = dispatch(&gw, &session, &method, &params) => result,
+                        () = session.ended() => Err(ErrorData::internal_error("the session ended", None)),
+                    },
+                    Err(e) => Err(ErrorData::invalid_params(
+                        format!("malformed params: {e}"),
+                        None,
+                    )),
                 };
                 answer(&id, result)
             }))
@@ -640,13 +638,13 @@ pub(crate) fn serve_list(
 pub(crate) async fn serve_call(
     gw: &Arc<GatewayState>,
     session: Arc<ClientSession>,
-    fast: &FastPath,
+    answering: &Answering,
     params: CallToolRequestParams,
     id: RequestId,
     meta: RequestMetaObject,
 ) -> Response<BoxBody> {
     let (out, rx) = mpsc::unbounded_channel();
-    let (gw2, shutdown) = (gw.clone(), fast.shutdown.clone());
+    let (gw2, shutdown) = (gw.clone(), answering.shutdown.clone());
     let work = async move {
         let result = call(&gw2, &session, params, id.clone(), meta, shutdown).await;
         if out.is_closed() {
@@ -660,7 +658,7 @@ pub(crate) async fn serve_call(
         }
         let _ = out.send(Out::Answer(answer(&id, result.map(|(value, _)| value))));
     };
-    respond::respond(gw, Box::pin(work), rx, fast).await
+    respond::respond(gw, Box::pin(work), rx, answering).await
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
-//! Streamable HTTP at `/mcp`: the tower service the binary mounts. A plain `tools/call` goes
-//! to the gateway's own path (`fast` in a handshake session, `fast_stateless` from a stateless
-//! 2026-07-28 client); everything else to rmcp's `StreamableHttpService`, whose sessions the
+//! Streamable HTTP at `/mcp`: the tower service the binary mounts. Every POST's body is read
+//! within the limit and dispatched once (`dispatch`): what the gateway answers itself (a
+//! `tools/call` of either era, the answers to its own requests, the 2025-11-25 task requests)
+//! it answers; everything else goes to rmcp's `StreamableHttpService`, whose sessions the
 //! gateway watches (`http_sessions`).
 
 use std::pin::Pin;
@@ -11,13 +12,13 @@ use bytes::Bytes;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
-use super::fast;
-use super::fast_stateless;
+use super::dispatch::{Routed, dispatch};
 use super::handler::GatewayConnection;
 use super::handshake_tasks;
 use super::http_sessions::{self, HttpSessions};
+use super::incoming::handed_to_rmcp;
 use super::options::JSON_WINDOW;
-use super::respond::{BoxBody, FastPath};
+use super::respond::{Answering, BoxBody};
 use super::state::GatewayState;
 use toolwarden_hosts::AllowedHosts;
 
@@ -25,8 +26,8 @@ type RmcpService = StreamableHttpService<GatewayConnection, HttpSessions>;
 
 /// The gateway's Streamable HTTP service: mount it at `/mcp`.
 ///
-/// A plain `tools/call` is served by the gateway itself (`super::fast`); everything else by
-/// rmcp's service. rmcp's service clones itself, configuration included, for every
+/// What the gateway answers itself is dispatched to it (`super::dispatch`); everything else
+/// goes to rmcp's service. rmcp's service clones itself, configuration included, for every
 /// request (and axum clones it once more); shared behind an `Arc`, a request costs a
 /// reference count instead.
 #[derive(Clone)]
@@ -37,7 +38,7 @@ struct ServiceInner {
     inner: RmcpService,
     gateway: Arc<GatewayState>,
     sessions: Arc<HttpSessions>,
-    fast: FastPath,
+    answering: Answering,
 }
 
 impl std::fmt::Debug for GatewayHttpService {
@@ -109,38 +110,26 @@ where
                         return Ok(response);
                     }
                 };
-            if fast::candidate(&parts.headers)
-                && let Some(response) = fast::serve(
-                    &this.gateway,
-                    &this.sessions,
-                    &this.fast,
-                    &parts.headers,
-                    &body,
-                )
-                .await
+            let declares_tasks = match dispatch(
+                &this.gateway,
+                &this.sessions,
+                &this.answering,
+                &principal,
+                &parts.headers,
+                &body,
+            )
+            .await
             {
-                return Ok(response);
-            }
-            if fast_stateless::candidate(&parts.headers)
-                && let Some(response) = fast_stateless::serve(
-                    &this.gateway,
-                    &this.fast,
-                    &principal,
-                    &parts.headers,
-                    &body,
-                )
-                .await
-            {
-                return Ok(response);
-            }
+                Routed::Answered(response) => return Ok(response),
+                Routed::Rmcp { declares_tasks } => declares_tasks,
+            };
             // An `initialize` declaring the 2025-11-25 tasks capability, which rmcp drops: the
             // handler learns it from this mark, and the answer gets the gateway's own.
             let mut parts = parts;
-            let declares_tasks = !parts.headers.contains_key("mcp-session-id")
-                && handshake_tasks::declares_tasks(&body);
             if declares_tasks {
                 parts.extensions.insert(handshake_tasks::DeclaresTasks);
             }
+            handed_to_rmcp(1);
             let req = http::Request::from_parts(parts, http_body_util::Full::new(body));
             let response = this.inner.handle(req).await;
             if declares_tasks && response.status() == http::StatusCode::OK {
@@ -153,41 +142,35 @@ where
 
 /// 404 with a JSON-RPC error: the session named is not the requester's.
 fn not_yours() -> http::Response<BoxBody> {
-    let body = serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": null,
-        "error": {
-            "code": -32600,
-            "message": "Session not found: this Mcp-Session-Id is not one of yours (a session belongs to the principal whose token made it)",
-        },
-    });
-    let mut response = http::Response::new(BoxBody::new(http_body_util::Full::new(Bytes::from(
-        body.to_string(),
-    ))));
-    *response.status_mut() = http::StatusCode::NOT_FOUND;
-    response.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
-    );
-    response
+    jsonrpc_error(
+        http::StatusCode::NOT_FOUND,
+        "Session not found: this Mcp-Session-Id is not one of yours (a session belongs to the \
+         principal whose token made it)"
+            .to_owned(),
+    )
 }
 
 /// 413 with a JSON-RPC error (the request's id is unknown: its body was not read).
 fn too_large(limit: usize) -> http::Response<BoxBody> {
+    jsonrpc_error(
+        http::StatusCode::PAYLOAD_TOO_LARGE,
+        format!(
+            "the request body is larger than this server's limit of {limit} bytes (http.max_body)"
+        ),
+    )
+}
+
+/// An HTTP error with a JSON-RPC error (`-32600`, `id: null`) as its body.
+fn jsonrpc_error(status: http::StatusCode, message: String) -> http::Response<BoxBody> {
     let body = serde_json::json!({
         "jsonrpc": "2.0",
         "id": null,
-        "error": {
-            "code": -32600,
-            "message": format!(
-                "the request body is larger than this server's limit of {limit} bytes (http.max_body)"
-            ),
-        },
+        "error": {"code": -32600, "message": message},
     });
     let mut response = http::Response::new(BoxBody::new(http_body_util::Full::new(Bytes::from(
         body.to_string(),
     ))));
-    *response.status_mut() = http::StatusCode::PAYLOAD_TOO_LARGE;
+    *response.status_mut() = status;
     response.headers_mut().insert(
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("application/json"),
@@ -217,7 +200,7 @@ pub(crate) fn service(
         let shutdown = shutdown.clone();
         move || Ok(GatewayConnection::new(gateway.clone(), shutdown.clone()))
     };
-    let fast = FastPath {
+    let answering = Answering {
         hosts: AllowedHosts::new(false, &hosts),
         json_window: JSON_WINDOW,
         keep_alive: gateway.opts.sse_keep_alive,
@@ -227,6 +210,6 @@ pub(crate) fn service(
         inner: StreamableHttpService::new(factory, sessions.clone(), config),
         gateway: gateway.clone(),
         sessions,
-        fast,
+        answering,
     }))
 }

@@ -20,8 +20,10 @@
 //! approvals through elicitation, and every decision the spec leaves open.
 //!
 //! This file is the public handle and its wiring. Below it, one way down: the transports
-//! (`stdio`, `http` over `fast` and `http_sessions`, answering through `respond`) feed rmcp's handler (`handler`), which
-//! dispatches to one module per MCP feature (`call`, `prompts`, `resources`, `completion`,
+//! (`stdio` over `stdio_frames`, `http` over `dispatch` and `http_sessions`) read each message
+//! once (`incoming`): what the gateway answers itself goes to its handler (a call to `call`,
+//! through `rounds` for a stateless client, answering over HTTP through `respond`), the rest to
+//! rmcp's handler (`handler`), which dispatches to one module per MCP feature (`call`, `prompts`, `resources`, `completion`,
 //! `passthrough`; `elicit` and `upstream` for what goes to a client); all of them share
 //! `state` (the registry of clients, the tool view, `route_table`), which reads none of them.
 //! At the bottom: a client session (`session`), the ways back to a client (`channel`), and
@@ -31,13 +33,13 @@ mod call;
 mod channel;
 mod completion;
 mod convert;
+mod dispatch;
 mod elicit;
-mod fast;
-mod fast_stateless;
 mod handler;
 mod handshake_tasks;
 mod http;
 mod http_sessions;
+mod incoming;
 mod listen;
 mod listeners;
 mod options;
@@ -71,6 +73,8 @@ use crate::client::link::Upstream;
 pub use handler::GatewayConnection;
 pub use http::GatewayHttpService;
 pub use http_sessions::HttpSessions;
+#[cfg(feature = "parse-count")]
+pub use incoming::reads;
 pub use options::{DEFAULT_REQUEST_TIMEOUT, ELICITATION_INTERACTOR, GatewayOptions, STATUS_TOOL};
 pub use stdio::GatewayError;
 

@@ -83,8 +83,8 @@ pub(crate) const TOOLS_TTL: Duration = Duration::from_secs(10);
 /// request before it counts as a disconnect.
 pub(crate) const STREAM_CLOSE_SETTLE: Duration = Duration::from_millis(200);
 
-/// How long the fast path waits for a call's answer before its response starts as an event
-/// stream anyway (see `super::fast`).
+/// How long the gateway's own answer waits for a call's answer before its response starts as an event
+/// stream anyway (see `super::respond`).
 pub(crate) const JSON_WINDOW: Duration = Duration::from_secs(1);
 
 /// The default deadline of a forwarded request: 30 s.

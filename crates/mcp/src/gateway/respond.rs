@@ -1,8 +1,8 @@
-//! The HTTP response of a request the gateway answers itself (a `tools/call` on the fast path,
-//! a 2025-11-25 task request): JSON when the answer comes first and quickly, else an event
+//! The HTTP response of a request the gateway answers itself (a `tools/call`, a 2025-11-25
+//! task request): JSON when the answer comes first and quickly, else an event
 //! stream of everything the work sends, its answer last.
 //!
-//! Below `fast`, `fast_stateless` and `handshake_tasks`, which all answer this way.
+//! Below `dispatch` and `handshake_tasks`, which both answer this way.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,8 +29,8 @@ pub(crate) enum Out {
     KeepAlive,
 }
 
-/// The fast path's view of the gateway's HTTP service.
-pub(crate) struct FastPath {
+/// What the gateway's own answers over HTTP need of its service.
+pub(crate) struct Answering {
     /// `Host` names (or `name:port`) rmcp is configured to accept.
     pub(crate) hosts: toolwarden_hosts::AllowedHosts,
     /// How long an answer is waited for before the response starts as an event stream.
@@ -53,13 +53,13 @@ pub(crate) async fn respond(
     gw: &Arc<GatewayState>,
     call: std::pin::Pin<Box<dyn Future<Output = ()> + Send>>,
     mut rx: mpsc::UnboundedReceiver<Out>,
-    fast: &FastPath,
+    answering: &Answering,
 ) -> Response<BoxBody> {
     let mut call = Detach {
         call: Some(call),
         tasks: gw.tasks.clone(),
     };
-    let window = tokio::time::sleep(fast.json_window);
+    let window = tokio::time::sleep(answering.json_window);
     tokio::pin!(window);
     let first = loop {
         // The call's task sends its answer (or ends the channel) before it ends: once it has

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use rmcp::ErrorData;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, InputRequest, InputRequiredResult, NumberOrString,
-    ProgressToken, RequestId, RequestMetaObject,
+    ProgressToken,
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -38,23 +38,13 @@ use super::session::ClientSession;
 use super::state::GatewayState;
 use super::tasks;
 
-/// The request of a stateless client driving its call now.
-pub(crate) struct Driver {
-    pub(crate) id: RequestId,
-    pub(crate) meta: RequestMetaObject,
-    /// Where the call's progress goes (the request's own response).
-    pub(crate) progress: Arc<dyn ClientChannel>,
-    pub(crate) ct: CancellationToken,
-    pub(crate) door: Door,
-}
-
 /// One `tools/call` of a stateless client: a new call, or (with `requestState`) the next
 /// round of a parked one, with the client's `inputResponses`.
 pub(crate) async fn call_tool(
     gw: &Arc<GatewayState>,
     session: &Arc<ClientSession>,
     mut params: CallToolRequestParams,
-    mut driver: Driver,
+    mut driver: CallContext,
 ) -> Result<CallToolResponse, ErrorData> {
     check_input_responses(&params)?;
     let token = driver.meta.get_progress_token();
@@ -101,7 +91,7 @@ fn start(
     gw: &Arc<GatewayState>,
     session: &Arc<ClientSession>,
     params: CallToolRequestParams,
-    driver: &mut Driver,
+    driver: &mut CallContext,
 ) -> Flow {
     let (events, rx) = mpsc::unbounded_channel();
     let cancel = CancellationToken::new();
@@ -112,7 +102,7 @@ fn start(
     let task = tasks::plan(
         gw,
         &params.name,
-        tasks::declared(&meta),
+        driver.tasks,
         &session.key(),
         driver.id.to_string(),
     );
@@ -123,13 +113,13 @@ fn start(
             meta.set_progress_token(ProgressToken(NumberOrString::String(TASK_TOKEN.into())));
         }
     }
-    let context = CallContext {
-        id: driver.id.clone(),
+    let mut context = CallContext::new(
+        driver.id.clone(),
         meta,
-        channel: Arc::new(RoundChannel::new(events.clone())),
-        ct: cancel.clone(),
+        Arc::new(RoundChannel::new(events.clone())),
         door,
-    };
+    );
+    context.ct = cancel.clone();
     let (gw2, session) = (gw.clone(), session.clone());
     let runner = runner(
         async move { call::call_tool(&gw2, &session, params, context).await },
@@ -145,7 +135,7 @@ fn start(
     }
 }
 
-/// A new call of the gateway's own HTTP path (`super::fast_stateless`), which cannot become a
+/// A new call of the gateway's own HTTP path (`super::dispatch`), which cannot become a
 /// task (its client declared no tasks) and has no `inputResponses` or `requestState`: the first
 /// round of [`call_tool`], without its hand-over. The call takes the request's `ct` as its own
 /// cancel — that `ct` fires only while the request waits for its answer, so the client closing
@@ -157,16 +147,16 @@ pub(crate) async fn first_round(
     gw: &Arc<GatewayState>,
     session: &Arc<ClientSession>,
     params: CallToolRequestParams,
-    driver: Driver,
+    driver: CallContext,
 ) -> Result<CallToolResponse, ErrorData> {
     let token = driver.meta.get_progress_token();
     let (events, mut rx) = mpsc::unbounded_channel();
+    let progress = driver.channel.clone();
+    let ct = driver.ct.clone();
+    // The request's own context, its channel the call's rounds'.
     let context = CallContext {
-        id: driver.id,
-        meta: driver.meta,
         channel: Arc::new(RoundChannel::new(events.clone())),
-        ct: driver.ct.clone(),
-        door: driver.door,
+        ..driver
     };
     let (gw2, session) = (gw.clone(), session.clone());
     let mut call: Pin<Box<dyn Future<Output = CallResult> + Send>> =
@@ -187,7 +177,7 @@ pub(crate) async fn first_round(
                     let flow = Flow {
                         events: rx,
                         asked,
-                        cancel: driver.ct,
+                        cancel: ct,
                         runner: runner(call, events, gw),
                         task: None,
                     };
@@ -204,7 +194,7 @@ pub(crate) async fn first_round(
                 }
             }
         };
-        if let Some(answer) = follow(event, &mut asked, &token, &*driver.progress).await {
+        if let Some(answer) = follow(event, &mut asked, &token, &*progress).await {
             return answer;
         }
     }
@@ -271,7 +261,7 @@ const TASK_TOKEN: &str = "toolwarden-task";
 async fn drive(
     gw: &Arc<GatewayState>,
     mut flow: Flow,
-    driver: Driver,
+    driver: CallContext,
     token: Option<ProgressToken>,
 ) -> Result<CallToolResponse, ErrorData> {
     // Made once: a call's request is polled again on every step of the call.
@@ -324,7 +314,7 @@ async fn drive(
                 None,
             ));
         };
-        if let Some(answer) = follow(event, &mut flow.asked, &token, &*driver.progress).await {
+        if let Some(answer) = follow(event, &mut flow.asked, &token, &*driver.channel).await {
             return answer;
         }
     }

@@ -27,6 +27,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, PollSender};
 
 use super::handshake_tasks;
+use super::incoming::{Incoming, handed_to_rmcp, may_be_task_request};
 use super::session::ClientSession;
 use super::state::GatewayState;
 
@@ -113,14 +114,14 @@ impl<R> Lines<R> {
 
     /// Takes the line if the gateway answers it itself (on a task of its own).
     fn divert(&self, line: &[u8]) -> bool {
-        if !contains(line, b"task") && !contains(line, b"tools/list") {
+        if !may_be_task_request(line) {
             return false;
         }
-        let Ok(message) = serde_json::from_slice::<Value>(line) else {
+        let Some(message) = Incoming::parse(line) else {
             return false;
         };
         let Some(answer) =
-            handshake_tasks::answer_raw(&self.gw, &self.session, &message, &self.shutdown)
+            handshake_tasks::answer_raw(&self.gw, &self.session, message, &self.shutdown)
         else {
             return false;
         };
@@ -147,15 +148,12 @@ impl<R> Lines<R> {
                 whole
             };
             if !self.divert(&whole) {
+                handed_to_rmcp(1);
                 self.ready.extend_from_slice(&whole);
             }
         }
         self.chunk.extend_from_slice(rest);
     }
-}
-
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 impl<R: AsyncRead + Unpin> AsyncRead for Lines<R> {
@@ -167,7 +165,14 @@ impl<R: AsyncRead + Unpin> AsyncRead for Lines<R> {
         let this = &mut *self;
         loop {
             match &mut this.mode {
-                ReadMode::Pass => return Pin::new(&mut this.inner).poll_read(cx, buf),
+                ReadMode::Pass => {
+                    let before = buf.filled().len();
+                    let read = Pin::new(&mut this.inner).poll_read(cx, buf);
+                    if cfg!(feature = "parse-count") {
+                        handed_to_rmcp(memchr::memchr_iter(b'\n', &buf.filled()[before..]).count());
+                    }
+                    return read;
+                }
                 ReadMode::First(seen) => {
                     // Straight through, the first line's bytes copied as they pass.
                     let before = buf.filled().len();
@@ -180,6 +185,9 @@ impl<R: AsyncRead + Unpin> AsyncRead for Lines<R> {
                             // the answer to its `initialize`.
                             let mut line = std::mem::take(seen);
                             line.extend_from_slice(&new[..end]);
+                            if cfg!(feature = "parse-count") {
+                                handed_to_rmcp(memchr::memchr_iter(b'\n', new).count());
+                            }
                             this.first_line(&line);
                         }
                         None if new.is_empty() || seen.len() + new.len() > FIRST_LINE_MAX => {
@@ -203,6 +211,7 @@ impl<R: AsyncRead + Unpin> AsyncRead for Lines<R> {
                     if this.eof {
                         // A last line without its end goes to rmcp as it is; then the end.
                         if !this.chunk.is_empty() {
+                            handed_to_rmcp(1);
                             this.ready = std::mem::take(&mut this.chunk);
                             continue;
                         }

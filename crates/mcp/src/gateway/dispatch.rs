@@ -1,0 +1,617 @@
+//! One dispatch for every POST at `/mcp`: the message is read once (`super::incoming`), and
+//! sent to the handler of its method — the gateway's own for what it answers itself, rmcp's
+//! `StreamableHttpService` for everything else.
+//!
+//! The gateway answers itself:
+//!
+//! - a `tools/call` of a handshake session (`Mcp-Session-Id`), with `params.task` too when the
+//!   session declared the 2025-11-25 tasks (`super::handshake_tasks`);
+//! - a stateless (2026-07-28) `tools/call`: `Mcp-Protocol-Version: 2026-07-28`, `Mcp-Method:
+//!   tools/call` and `Mcp-Name` equal to the tool, each once; its `_meta` carries the envelope
+//!   (and no other key of the protocol's own); a tool whose schema maps no argument to a header.
+//!   A new call, or the next round of one that asked something (`inputResponses`,
+//!   `requestState`), through `super::rounds`;
+//! - a client's answer to a request the gateway sent on a call's response;
+//! - `tools/list` and the `tasks/*` requests of a session that declared the 2025-11-25 tasks.
+//!
+//! A call runs on the request's own task, with the same code as under rmcp
+//! (`super::call::call_tool`), and its answer goes back as one `application/json` body when
+//! nothing else has to go first (`super::respond`). Whatever has to reach the client during the
+//! call (progress under its token, an approval question, a server's sampling or elicitation
+//! request) turns the response into an event stream and rides it; the client's answers to
+//! those requests come back as POSTs, which are caught here. Closing the response stops the
+//! call as a client disconnect.
+//!
+//! rmcp serves anything else, reading it itself: another method, a batch, an unknown member,
+//! another key of the protocol's own in `_meta`, an `Origin`, a `Host` that is not plainly
+//! allowed, a session rmcp would refuse. Only a message whose bytes say it may be the gateway's
+//! (`super::incoming::may_be_ours`) is read here first; `initialize` is read here only when it
+//! names the 2025-11-25 tasks, whose capability rmcp drops.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use http::header::{ACCEPT, CONTENT_TYPE, HOST, ORIGIN};
+use http::{HeaderMap, HeaderName, Response, StatusCode};
+use rmcp::ErrorData;
+use rmcp::model::{
+    CallToolRequestParams, CancelledNotificationParam, ClientResult, JsonRpcError, JsonRpcRequest,
+    JsonRpcResponse, JsonRpcVersion2_0, ProgressNotificationParam, ProtocolVersion, RequestId,
+    ServerRequest, ServerResult,
+};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use toolwarden_hosts::AllowedHosts;
+use toolwarden_protocol::{CancelReason, Principal};
+
+use super::call::{self, CallContext, Door, trace_from_header};
+use super::channel::{ClientChannel, Sent};
+use super::handler::{identity_session, named_session};
+use super::handshake_tasks;
+use super::http_sessions::HttpSessions;
+use super::incoming::{CallParams, Incoming, may_be_ours};
+use super::options::{ANSWER_ID_PREFIX, versions};
+use super::respond::{Answering, BoxBody, Out, respond};
+use super::rounds;
+use super::session::ClientSession;
+use super::state::GatewayState;
+
+/// The headers of a session, of its protocol version, and the standard headers of a
+/// stateless request (names made once, not parsed at every lookup).
+pub(crate) const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
+pub(crate) const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
+const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
+
+/// The `Mcp-*` headers of a plain handshake request, and of a plain stateless call.
+const HANDSHAKE_HEADERS: &[&str] = &["mcp-session-id", "mcp-protocol-version"];
+const STATELESS_HEADERS: &[&str] = &["mcp-protocol-version", "mcp-method", "mcp-name"];
+
+/// Where a POST goes.
+pub(crate) enum Routed {
+    /// The gateway answered it.
+    Answered(Response<BoxBody>),
+    /// rmcp serves it; `declares_tasks`: it is an `initialize` that declares the 2025-11-25
+    /// tasks capability, which rmcp drops (the handler learns it from a mark on the request).
+    Rmcp { declares_tasks: bool },
+}
+
+const RMCP: Routed = Routed::Rmcp {
+    declares_tasks: false,
+};
+
+/// Reads the POST's body once and sends it where its method is served.
+pub(crate) async fn dispatch(
+    gw: &Arc<GatewayState>,
+    sessions: &HttpSessions,
+    answering: &Answering,
+    principal: &Principal,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Routed {
+    if let Some(session_id) = headers.get(MCP_SESSION_ID) {
+        let Some((session_id, session)) = handshake_session(gw, answering, headers, session_id)
+        else {
+            return RMCP;
+        };
+        if !may_be_ours(body, session.handshake_tasks()) {
+            return RMCP;
+        }
+        let Some(message) = Incoming::parse(body) else {
+            return RMCP;
+        };
+        return match handshake(
+            gw, sessions, answering, session_id, session, headers, message,
+        )
+        .await
+        {
+            Some(response) => Routed::Answered(response),
+            None => RMCP,
+        };
+    }
+    if headers
+        .get(MCP_METHOD)
+        .is_some_and(|m| m.as_bytes() == b"tools/call")
+    {
+        return match stateless(gw, answering, principal, headers, body).await {
+            Some(response) => Routed::Answered(response),
+            None => RMCP,
+        };
+    }
+    Routed::Rmcp {
+        declares_tasks: handshake_tasks::declares_tasks(body),
+    }
+}
+
+/// The session a request with plain headers names, if the gateway may answer it itself.
+fn handshake_session<'h>(
+    gw: &GatewayState,
+    answering: &Answering,
+    headers: &'h HeaderMap,
+    id: &'h http::HeaderValue,
+) -> Option<(&'h str, Arc<ClientSession>)> {
+    if !plain_headers(headers, &answering.hosts, HANDSHAKE_HEADERS) {
+        return None;
+    }
+    let id = id.to_str().ok()?;
+    let session = gw.http_session(id)?;
+    (!session.is_ended()).then_some((id, session))
+}
+
+/// A message of a handshake session: a call, an answer to one of the gateway's requests, or
+/// (a session that declared tasks) a task request or `tools/list`. `None`: rmcp's.
+async fn handshake(
+    gw: &Arc<GatewayState>,
+    sessions: &HttpSessions,
+    answering: &Answering,
+    session_id: &str,
+    session: Arc<ClientSession>,
+    headers: &HeaderMap,
+    mut message: Incoming<'_>,
+) -> Option<Response<BoxBody>> {
+    let id = message.id.clone()?;
+    let touch = |session: &ClientSession| {
+        sessions.touch(&session_id.into());
+        session.touch();
+    };
+    match message.method {
+        None => {
+            // The client's answer to one of the gateway's own requests (others go to rmcp).
+            let answer = answer_of(&message, &id)?;
+            touch(&session);
+            let key = id.to_string();
+            if !session.answer(&key, answer) {
+                tracing::debug!(session = %session.id, request = %key,
+                    "an answer to a request nobody waits for any more");
+            }
+            Some(accepted())
+        }
+        Some("tools/call") => {
+            let params = message.call_params()?;
+            // Another era's members: rmcp's (it drops `task` unless the session declared tasks,
+            // and the call is held as always).
+            if params.meta.envelope.is_some()
+                || params.input_responses.is_some()
+                || params.request_state.is_some()
+                || (params.task.is_some() && !session.handshake_tasks())
+            {
+                return None;
+            }
+            touch(&session);
+            let task = params.task.is_some();
+            let mut meta = params.meta.rest;
+            trace_from_header(headers, &mut meta);
+            let mut call = CallToolRequestParams::new(params.name);
+            call.arguments = params.arguments;
+            if task {
+                return Some(
+                    handshake_tasks::serve_call(gw, session, answering, call, id, meta).await,
+                );
+            }
+            let (out, rx) = mpsc::unbounded_channel();
+            let channel = Arc::new(CallResponse {
+                session: session.clone(),
+                out: out.clone(),
+            });
+            let context = CallContext::new(id.clone(), meta, channel, Door::Connection);
+            let (gw2, session2) = (gw.clone(), session.clone());
+            let result = async move {
+                let result = call::call_tool(&gw2, &session2, call, context).await?;
+                let mut result = ServerResult::CallToolResult(result);
+                result.strip_result_type_for_legacy_peer();
+                Ok(result)
+            };
+            let key = id.to_string();
+            let closed = move || {
+                tracing::debug!(session = %session.id, request = %key,
+                    "the client closed a call's response before its answer");
+                session.stop_request(&key, CancelReason::ClientDisconnect);
+            };
+            let run = run(result, id, out, answering.keep_alive, closed);
+            Some(respond(gw, Box::pin(run), rx, answering).await)
+        }
+        Some("tools/list") if session.handshake_tasks() && message.is_request() => {
+            touch(&session);
+            Some(handshake_tasks::serve_list(gw, &session, &id))
+        }
+        Some(method)
+            if session.handshake_tasks()
+                && handshake_tasks::METHODS.contains(&method)
+                && message.is_request() =>
+        {
+            touch(&session);
+            let params = message
+                .params_value()
+                .map_err(|e| ErrorData::invalid_params(format!("malformed params: {e}"), None));
+            Some(handshake_tasks::serve_method(gw, session, answering, method, id, params).await)
+        }
+        Some(_) => None,
+    }
+}
+
+/// The client's answer to one of the gateway's own requests; `None` for any other message.
+fn answer_of(message: &Incoming<'_>, id: &RequestId) -> Option<Result<ClientResult, ErrorData>> {
+    let RequestId::String(key) = id else {
+        return None;
+    };
+    if !key.starts_with(ANSWER_ID_PREFIX)
+        || !matches!(message.params, super::incoming::Params::Absent)
+    {
+        return None;
+    }
+    match (message.result, message.error) {
+        (Some(result), None) => Some(serde_json::from_str::<ClientResult>(result.get()).map_err(
+            |e| {
+                ErrorData::internal_error(format!("the client's answer is not a result: {e}"), None)
+            },
+        )),
+        (None, Some(error)) => Some(Err(serde_json::from_str::<ErrorData>(error.get())
+            .unwrap_or_else(|e| {
+                ErrorData::internal_error(format!("the client's error is malformed: {e}"), None)
+            }))),
+        _ => None,
+    }
+}
+
+/// A stateless `tools/call` (its `Mcp-Method` says so). `None`: rmcp's.
+async fn stateless(
+    gw: &Arc<GatewayState>,
+    answering: &Answering,
+    principal: &Principal,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Option<Response<BoxBody>> {
+    if !plain_headers(headers, &answering.hosts, STATELESS_HEADERS) {
+        return None;
+    }
+    // `plain_headers` saw a protocol version the gateway speaks, but not that it is 2026-07-28,
+    // nor that each header comes once.
+    if single(headers, &MCP_PROTOCOL_VERSION)? != ProtocolVersion::V_2026_07_28.as_str().as_bytes()
+        || single(headers, &MCP_METHOD).is_none()
+    {
+        return None;
+    }
+    let name_header = single(headers, &MCP_NAME)?;
+    let mut message = Incoming::parse(body)?;
+    let CallParams {
+        name,
+        arguments,
+        meta,
+        task,
+        input_responses,
+        request_state,
+    } = message.call_params()?;
+    let envelope = meta.envelope?;
+    if name.as_bytes() != name_header || task.is_some() || gw.maps_headers(&name) {
+        return None;
+    }
+    let id = message.id?;
+    let mut meta = meta.rest;
+    let session_id = match named_session(&meta) {
+        Some(name) => toolwarden_protocol::SessionId::new(name),
+        None => identity_session(headers, envelope.client_name.as_deref()),
+    };
+    let session = gw.stateless_session(principal, session_id, &answering.shutdown);
+    let tasks = envelope.capabilities.supports_tasks();
+    session.declare(envelope.capabilities);
+    session.touch();
+    trace_from_header(headers, &mut meta);
+    let first = input_responses.is_none() && request_state.is_none() && !tasks;
+    let mut call = CallToolRequestParams::new(name);
+    call.arguments = arguments;
+    call.input_responses = input_responses;
+    call.request_state = request_state;
+    let (out, rx) = mpsc::unbounded_channel();
+    let ct = CancellationToken::new();
+    let mut context = CallContext::new(
+        id.clone(),
+        meta,
+        Arc::new(Progress(out.clone())),
+        Door::Stream(answering.shutdown.clone()),
+    );
+    context.ct = ct.clone();
+    context.tasks = tasks;
+    let gw2 = gw.clone();
+    let result = async move {
+        // The token fires below only while the answer is awaited: a new call that cannot
+        // become a task is driven right here (`rounds::first_round`).
+        let response = if first {
+            rounds::first_round(&gw2, &session, call, context).await
+        } else {
+            rounds::call_tool(&gw2, &session, call, context).await
+        };
+        response.map(ServerResult::from)
+    };
+    // The revision's cancel: the client closed the request's response.
+    let run = run(result, id, out, answering.keep_alive, move || ct.cancel());
+    Some(respond(gw, Box::pin(run), rx, answering).await)
+}
+
+/// The call's task: runs it, does `closed` when the client closes the response before the
+/// answer, keeps the response alive meanwhile, and sends the answer last.
+async fn run(
+    result: impl Future<Output = Result<ServerResult, ErrorData>>,
+    id: RequestId,
+    out: mpsc::UnboundedSender<Out>,
+    keep_alive: Duration,
+    closed: impl FnOnce(),
+) {
+    tokio::pin!(result);
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + keep_alive, keep_alive);
+    let mut closed = Some(closed);
+    let result = loop {
+        tokio::select! {
+            biased;
+            result = &mut result => break result,
+            () = out.closed(), if closed.is_some() => {
+                if let Some(closed) = closed.take() {
+                    closed();
+                }
+            }
+            _ = ticks.tick(), if closed.is_some() => {
+                let _ = out.send(Out::KeepAlive);
+            }
+        }
+    };
+    let answer = match result {
+        Ok(result) => serde_json::to_vec(&JsonRpcResponse {
+            jsonrpc: JsonRpcVersion2_0,
+            id,
+            result,
+        }),
+        Err(error) => serde_json::to_vec(&JsonRpcError::new(Some(id), error)),
+    };
+    match answer {
+        Ok(answer) => {
+            let _ = out.send(Out::Answer(answer.into()));
+        }
+        Err(e) => tracing::error!(error = %e, "cannot serialize a call's answer"),
+    }
+}
+
+/// The response of a handshake call the gateway serves itself, as the call's handler sees it:
+/// what is sent goes on it, before the answer; the client's answers to requests come back as
+/// POSTs the gateway catches ([`dispatch`]).
+struct CallResponse {
+    session: Arc<ClientSession>,
+    out: mpsc::UnboundedSender<Out>,
+}
+
+/// Sends one JSON-RPC message on a call's response.
+fn send_json(
+    out: &mpsc::UnboundedSender<Out>,
+    message: &impl serde::Serialize,
+) -> Result<(), String> {
+    let bytes = serde_json::to_vec(message).map_err(|e| e.to_string())?;
+    out.send(Out::Message(bytes.into()))
+        .map_err(|_| "the client closed the call's response".to_owned())
+}
+
+/// A progress notification, as it goes on a call's response.
+fn progress_message(param: ProgressNotificationParam) -> serde_json::Value {
+    serde_json::json!({
+        "jsonrpc": "2.0",
+        "method": "notifications/progress",
+        "params": param,
+    })
+}
+
+impl ClientChannel for CallResponse {
+    fn notify_progress(
+        &self,
+        param: ProgressNotificationParam,
+    ) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(std::future::ready(send_json(
+            &self.out,
+            &progress_message(param),
+        )))
+    }
+
+    fn send_request(&self, request: ServerRequest) -> BoxFuture<'_, Result<Sent, ErrorData>> {
+        let (id, answer) = self.session.expect_answer();
+        let id = RequestId::String(id.into());
+        if let Err(e) = send_json(&self.out, &JsonRpcRequest::new(id.clone(), request)) {
+            self.session.forget_answer(&id.to_string());
+            return Box::pin(std::future::ready(Err(ErrorData::internal_error(
+                format!("the MCP client is gone: {e}"),
+                None,
+            ))));
+        }
+        let answer = async {
+            answer.await.unwrap_or_else(|_| {
+                Err(ErrorData::internal_error(
+                    "the MCP client connection closed",
+                    None,
+                ))
+            })
+        };
+        Box::pin(std::future::ready(Ok(Sent {
+            id,
+            answer: Box::pin(answer),
+        })))
+    }
+
+    fn withdraw(&self, param: CancelledNotificationParam) {
+        if let Some(id) = &param.request_id {
+            self.session.forget_answer(&id.to_string());
+        }
+        let _ = send_json(
+            &self.out,
+            &serde_json::json!({
+                "jsonrpc": "2.0",
+                "method": "notifications/cancelled",
+                "params": param,
+            }),
+        );
+    }
+}
+
+/// A stateless call's response, as `super::rounds` sees it: progress goes on it. Nothing else
+/// may reach a stateless client but the answer; a question is asked through `input_required`
+/// (`super::rounds` never sends one here).
+struct Progress(mpsc::UnboundedSender<Out>);
+
+impl ClientChannel for Progress {
+    fn notify_progress(
+        &self,
+        param: ProgressNotificationParam,
+    ) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(std::future::ready(send_json(
+            &self.0,
+            &progress_message(param),
+        )))
+    }
+
+    fn send_request(&self, _request: ServerRequest) -> BoxFuture<'_, Result<Sent, ErrorData>> {
+        Box::pin(std::future::ready(Err(ErrorData::internal_error(
+            "a stateless client is asked through input_required, never by a request",
+            None,
+        ))))
+    }
+
+    fn withdraw(&self, _param: CancelledNotificationParam) {}
+}
+
+/// Headers rmcp would accept without a second look: an allowed `Host`, no `Origin`, both
+/// media types accepted — JSON first: a client that lists `text/event-stream` first prefers
+/// an event stream, and rmcp answers it with one (a priming event and resumable ids); the
+/// order of the list decides, quality values are not weighed —, a JSON
+/// body, a protocol version the gateway speaks (or none), and no `Mcp-*` header but those in
+/// `mcp` (lowercase).
+pub(crate) fn plain_headers(headers: &HeaderMap, hosts: &AllowedHosts, mcp: &[&str]) -> bool {
+    if headers.contains_key(ORIGIN)
+        || !headers
+            .get(HOST)
+            .is_some_and(|host| hosts.allows_value(host.as_bytes()))
+    {
+        return false;
+    }
+    let (mut json, mut sse) = (false, false);
+    for value in headers.get_all(ACCEPT) {
+        let Ok(value) = value.to_str() else {
+            return false;
+        };
+        for media in value.split(',') {
+            let essence = media.split(';').next().unwrap_or("").trim();
+            if essence.eq_ignore_ascii_case("text/event-stream") {
+                if !json {
+                    return false;
+                }
+                sse = true;
+            }
+            json |= essence.eq_ignore_ascii_case("application/json");
+        }
+    }
+    let json_body = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .eq_ignore_ascii_case("application/json")
+        });
+    if !(json && sse && json_body) {
+        return false;
+    }
+    if let Some(version) = headers.get(MCP_PROTOCOL_VERSION) {
+        let known = versions()
+            .iter()
+            .any(|v| v.as_str().as_bytes() == version.as_bytes());
+        if !known {
+            return false;
+        }
+    }
+    headers.keys().all(|name| {
+        let name = name.as_str();
+        !name.starts_with("mcp-") || mcp.contains(&name)
+    })
+}
+
+/// The one value of a header, if it has exactly one.
+fn single<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Option<&'h [u8]> {
+    let mut values = headers.get_all(name).iter();
+    match (values.next(), values.next()) {
+        (Some(value), None) => Some(value.as_bytes()),
+        _ => None,
+    }
+}
+
+fn accepted() -> Response<BoxBody> {
+    let mut response = Response::new(BoxBody::new(http_body_util::Empty::new()));
+    *response.status_mut() = StatusCode::ACCEPTED;
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, http::HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    fn plain() -> Vec<(&'static str, &'static str)> {
+        vec![
+            ("host", "127.0.0.1:8080"),
+            ("accept", "application/json, text/event-stream"),
+            ("content-type", "application/json"),
+            ("mcp-session-id", "s1"),
+        ]
+    }
+
+    #[test]
+    fn only_plain_headers_are_answered_by_the_gateway() {
+        let hosts = AllowedHosts::new(false, ["localhost", "127.0.0.1", "::1"]);
+        assert!(plain_headers(&headers(&plain()), &hosts, HANDSHAKE_HEADERS));
+        let with = |extra: (&'static str, &'static str)| {
+            let mut h = plain();
+            h.push(extra);
+            plain_headers(&headers(&h), &hosts, HANDSHAKE_HEADERS)
+        };
+        assert!(with(("mcp-protocol-version", "2025-06-18")));
+        assert!(!with(("mcp-protocol-version", "1999-01-01")));
+        assert!(!with(("origin", "http://localhost:3000")));
+        assert!(!with(("mcp-method", "tools/call")));
+        let mut h = plain();
+        h[0] = ("host", "evil.example:8080");
+        assert!(!plain_headers(&headers(&h), &hosts, HANDSHAKE_HEADERS));
+        h[0] = ("host", "[::1]:8080");
+        assert!(plain_headers(&headers(&h), &hosts, HANDSHAKE_HEADERS));
+        let mut h = plain();
+        h[1] = ("accept", "application/json");
+        assert!(!plain_headers(&headers(&h), &hosts, HANDSHAKE_HEADERS));
+        // An event stream preferred: rmcp's path, which always streams.
+        h[1] = ("accept", "text/event-stream, application/json");
+        assert!(!plain_headers(&headers(&h), &hosts, HANDSHAKE_HEADERS));
+        let mut h = plain();
+        h[2] = ("content-type", "text/plain");
+        assert!(!plain_headers(&headers(&h), &hosts, HANDSHAKE_HEADERS));
+        // A stateless call's standard headers.
+        let stateless = headers(&[
+            ("host", "127.0.0.1:8080"),
+            ("accept", "application/json, text/event-stream"),
+            ("content-type", "application/json"),
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "echo"),
+        ]);
+        assert!(plain_headers(&stateless, &hosts, STATELESS_HEADERS));
+        assert!(!plain_headers(&stateless, &hosts, HANDSHAKE_HEADERS));
+    }
+
+    #[test]
+    fn a_header_counts_only_once() {
+        let h = headers(&[("mcp-name", "a"), ("mcp-name", "b"), ("mcp-method", "m")]);
+        assert_eq!(single(&h, &MCP_NAME), None);
+        assert_eq!(single(&h, &MCP_METHOD), Some(&b"m"[..]));
+        assert_eq!(single(&h, &MCP_PROTOCOL_VERSION), None);
+    }
+}
