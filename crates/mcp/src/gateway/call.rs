@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use toolwarden_core::{CallProgress, Engine, TurnRequest};
 use toolwarden_protocol::{
-    CallId, CancelReason, Principal, ProgressInfo, Scope, ToolCall, TraceParent, TurnId,
+    CallId, CallResult, CancelReason, Principal, ProgressInfo, Scope, ToolCall, TraceParent, TurnId,
 };
 
 use super::channel::ClientChannel;
@@ -166,6 +166,22 @@ pub(crate) fn needs_call(session: &ClientSession, to: &str) -> Result<(), ErrorD
 /// The JSON-RPC error code of a request its principal lacks a scope for.
 pub(crate) const FORBIDDEN: rmcp::model::ErrorCode = rmcp::model::ErrorCode(-32003);
 
+/// A `tools/call`'s result, as the engine gave it (or the gateway's own status).
+pub(crate) enum Answer {
+    Governed(Arc<CallResult>),
+    Status(CallToolResult),
+}
+
+impl Answer {
+    /// As MCP's `CallToolResult`.
+    pub(crate) fn into_result(self) -> CallToolResult {
+        match self {
+            Answer::Governed(result) => convert::call_result(&result),
+            Answer::Status(result) => result,
+        }
+    }
+}
+
 /// Runs one `tools/call` to its result.
 pub(crate) async fn call_tool(
     gw: &Arc<GatewayState>,
@@ -173,11 +189,24 @@ pub(crate) async fn call_tool(
     params: CallToolRequestParams,
     ctx: CallContext,
 ) -> Result<CallToolResult, ErrorData> {
+    answer_call(gw, session, params, ctx)
+        .await
+        .map(Answer::into_result)
+}
+
+/// Runs one `tools/call` to its result, as the engine gives it: for a door that writes the
+/// answer itself (`super::dispatch`), straight from it.
+pub(crate) async fn answer_call(
+    gw: &Arc<GatewayState>,
+    session: &Arc<ClientSession>,
+    params: CallToolRequestParams,
+    ctx: CallContext,
+) -> Result<Answer, ErrorData> {
     if !session.principal.may(Scope::Call) {
         return Err(forbidden(&session.principal, Scope::Call, "call tools"));
     }
     if params.name == STATUS_TOOL {
-        return Ok(status::result(&gw.engine, &session.key()));
+        return Ok(Answer::Status(status::result(&gw.engine, &session.key())));
     }
     if session.is_ended() {
         return Err(ErrorData::internal_error("the MCP session has ended", None));
@@ -289,7 +318,7 @@ pub(crate) async fn call_tool(
     let result = output.results.first().cloned();
     drop(outbound);
     match result {
-        Some(result) => Ok(convert::call_result(&result)),
+        Some(result) => Ok(Answer::Governed(result)),
         None => Err(ErrorData::internal_error(
             "the engine returned no result for the call",
             None,

@@ -107,15 +107,7 @@ fn status_tool() -> Tool {
 /// `isError`, with the outcome in `_meta["toolwarden/outcome"]`. A content block that rmcp's
 /// model cannot hold is sent as a text block holding its JSON.
 pub(crate) fn call_result(result: &CallResult) -> CallToolResult {
-    let content = result
-        .content
-        .iter()
-        .map(|c| match c {
-            Content::Text(text) => ContentBlock::text(text.clone()),
-            Content::Other(value) => serde_json::from_value::<ContentBlock>(value.clone())
-                .unwrap_or_else(|_| ContentBlock::text(value.to_string())),
-        })
-        .collect();
+    let content = result.content.iter().map(block).collect();
     let mut r = CallToolResult::success(content);
     r.structured_content = result.structured_content.clone();
     r.is_error = Some(result.is_error);
@@ -126,6 +118,61 @@ pub(crate) fn call_result(result: &CallResult) -> CallToolResult {
     );
     r.meta = Some(meta);
     r
+}
+
+/// One content block as MCP's (`ContentBlock`): a text block as it is; any other through
+/// `ContentBlock`, and as text when it is not one.
+fn block(content: &Content) -> ContentBlock {
+    match content {
+        Content::Text(text) => ContentBlock::text(text.clone()),
+        Content::Other(value) => serde_json::from_value::<ContentBlock>(value.clone())
+            .unwrap_or_else(|_| ContentBlock::text(value.to_string())),
+    }
+}
+
+/// A governed call's result as a handshake client reads it, written straight from the engine's
+/// result: the JSON [`call_result`] makes (without `resultType`), without making it first — the
+/// content is not copied and the outcome not turned into a JSON tree on the way.
+pub(crate) struct ResultJson<'a>(pub(crate) &'a CallResult);
+
+impl serde::Serialize for ResultJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        /// The content blocks: text as it is (`{"type":"text","text":...}`, as `ContentBlock`
+        /// writes it), any other as [`block`] makes it.
+        struct Blocks<'a>(&'a [Content]);
+        impl serde::Serialize for Blocks<'_> {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                use serde::ser::SerializeSeq as _;
+                let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+                for content in self.0 {
+                    match content {
+                        Content::Text(_) => seq.serialize_element(content)?,
+                        Content::Other(_) => seq.serialize_element(&block(content))?,
+                    }
+                }
+                seq.end()
+            }
+        }
+        /// `_meta`: the outcome.
+        struct Meta<'a>(&'a toolwarden_protocol::Outcome);
+        impl serde::Serialize for Meta<'_> {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let mut map = serializer.serialize_map(Some(1))?;
+                map.serialize_entry(OUTCOME_META, self.0)?;
+                map.end()
+            }
+        }
+        let result = self.0;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("content", &Blocks(&result.content))?;
+        if let Some(structured) = &result.structured_content {
+            map.serialize_entry("structuredContent", structured)?;
+        }
+        map.serialize_entry("isError", &result.is_error)?;
+        map.serialize_entry("_meta", &Meta(&result.outcome))?;
+        map.end()
+    }
 }
 
 /// The `initialize` answer: tools always; prompts, resources, completions and logging as the
@@ -232,6 +279,48 @@ fn schema_maps_headers(schema: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_result_written_straight_reads_as_the_one_made_first() {
+        use toolwarden_protocol::{CancelReason, Outcome, Status};
+        let outcome = |status: Status, detail: Option<&str>| Outcome {
+            status,
+            attempts: 1,
+            call_id: "7".into(),
+            turn_id: "t_1".into(),
+            tool: "s__echo".into(),
+            duration_ms: 12,
+            provenance: None,
+            detail: detail.map(str::to_owned),
+            repeat_count: Some(2),
+        };
+        let ok = CallResult {
+            outcome: outcome(Status::Ok, None),
+            content: vec![
+                Content::text("hi \"there\"\n"),
+                Content::Other(json!({"type": "image", "data": "AA==", "mimeType": "image/png"})),
+                Content::Other(json!({"not": "a block"})),
+            ],
+            structured_content: Some(json!({"n": 1, "nested": [null, "x"]})),
+            is_error: false,
+        };
+        let failed = CallResult {
+            outcome: outcome(
+                Status::Cancelled {
+                    reason: CancelReason::User,
+                },
+                Some("stopped"),
+            ),
+            content: vec![Content::text("[CANCELLED] stopped")],
+            structured_content: None,
+            is_error: true,
+        };
+        for result in [ok, failed] {
+            let mut made = serde_json::to_value(call_result(&result)).unwrap();
+            made.as_object_mut().unwrap().remove("resultType");
+            assert_eq!(serde_json::to_value(ResultJson(&result)).unwrap(), made);
+        }
+    }
 
     #[test]
     fn header_mapped_arguments_are_found_anywhere_in_a_schema() {

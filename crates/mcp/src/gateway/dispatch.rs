@@ -38,16 +38,16 @@ use http::{HeaderMap, HeaderName, Response, StatusCode};
 use rmcp::ErrorData;
 use rmcp::model::{
     CallToolRequestParams, CancelledNotificationParam, ClientResult, JsonRpcError, JsonRpcRequest,
-    JsonRpcResponse, JsonRpcVersion2_0, ProgressNotificationParam, ProtocolVersion, RequestId,
-    ServerRequest, ServerResult,
+    ProgressNotificationParam, ProtocolVersion, RequestId, ServerRequest, ServerResult,
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use toolwarden_hosts::AllowedHosts;
 use toolwarden_protocol::{CancelReason, Principal};
 
-use super::call::{self, CallContext, Door, trace_from_header};
+use super::call::{self, Answer, CallContext, Door, trace_from_header};
 use super::channel::{ClientChannel, Sent};
+use super::convert::ResultJson;
 use super::handler::{identity_session, named_session};
 use super::handshake_tasks;
 use super::http_sessions::HttpSessions;
@@ -198,10 +198,17 @@ async fn handshake(
             let context = CallContext::new(id.clone(), meta, channel, Door::Connection);
             let (gw2, session2) = (gw.clone(), session.clone());
             let result = async move {
-                let result = call::call_tool(&gw2, &session2, call, context).await?;
-                let mut result = ServerResult::CallToolResult(result);
-                result.strip_result_type_for_legacy_peer();
-                Ok(result)
+                Ok(
+                    match call::answer_call(&gw2, &session2, call, context).await? {
+                        // Written straight from the engine's result (`convert::ResultJson`).
+                        Answer::Governed(result) => Reply::Governed(result),
+                        Answer::Status(result) => {
+                            let mut result = ServerResult::CallToolResult(result);
+                            result.strip_result_type_for_legacy_peer();
+                            Reply::Made(Box::new(result))
+                        }
+                    },
+                )
             };
             let key = id.to_string();
             let closed = move || {
@@ -322,17 +329,41 @@ async fn stateless(
         } else {
             rounds::call_tool(&gw2, &session, call, context).await
         };
-        response.map(ServerResult::from)
+        response.map(|response| Reply::Made(Box::new(ServerResult::from(response))))
     };
     // The revision's cancel: the client closed the request's response.
     let run = run(result, id, out, answering.keep_alive, move || ct.cancel());
     Some(respond(gw, Box::pin(run), rx, answering).await)
 }
 
+/// A call's result, as its answer carries it.
+enum Reply {
+    /// A governed call's, written straight from the engine's result.
+    Governed(Arc<toolwarden_protocol::CallResult>),
+    Made(Box<ServerResult>),
+}
+
+impl serde::Serialize for Reply {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Reply::Governed(result) => ResultJson(result).serialize(serializer),
+            Reply::Made(result) => result.serialize(serializer),
+        }
+    }
+}
+
+/// The JSON-RPC answer to request `id`.
+#[derive(serde::Serialize)]
+struct Answered<'a> {
+    jsonrpc: &'static str,
+    id: &'a RequestId,
+    result: &'a Reply,
+}
+
 /// The call's task: runs it, does `closed` when the client closes the response before the
 /// answer, keeps the response alive meanwhile, and sends the answer last.
 async fn run(
-    result: impl Future<Output = Result<ServerResult, ErrorData>>,
+    result: impl Future<Output = Result<Reply, ErrorData>>,
     id: RequestId,
     out: mpsc::UnboundedSender<Out>,
     keep_alive: Duration,
@@ -356,10 +387,10 @@ async fn run(
         }
     };
     let answer = match result {
-        Ok(result) => serde_json::to_vec(&JsonRpcResponse {
-            jsonrpc: JsonRpcVersion2_0,
-            id,
-            result,
+        Ok(result) => serde_json::to_vec(&Answered {
+            jsonrpc: "2.0",
+            id: &id,
+            result: &result,
         }),
         Err(error) => serde_json::to_vec(&JsonRpcError::new(Some(id), error)),
     };
