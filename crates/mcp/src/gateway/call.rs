@@ -167,17 +167,17 @@ pub(crate) fn needs_call(session: &ClientSession, to: &str) -> Result<(), ErrorD
 pub(crate) const FORBIDDEN: rmcp::model::ErrorCode = rmcp::model::ErrorCode(-32003);
 
 /// A `tools/call`'s result, as the engine gave it (or the gateway's own status).
-pub(crate) enum Answer {
+pub(crate) enum CallEnd {
     Governed(Arc<CallResult>),
     Status(CallToolResult),
 }
 
-impl Answer {
+impl CallEnd {
     /// As MCP's `CallToolResult`.
     pub(crate) fn into_result(self) -> CallToolResult {
         match self {
-            Answer::Governed(result) => convert::call_result(&result),
-            Answer::Status(result) => result,
+            CallEnd::Governed(result) => convert::call_result(&result),
+            CallEnd::Status(result) => result,
         }
     }
 }
@@ -191,7 +191,7 @@ pub(crate) async fn call_tool(
 ) -> Result<CallToolResult, ErrorData> {
     answer_call(gw, session, params, ctx)
         .await
-        .map(Answer::into_result)
+        .map(CallEnd::into_result)
 }
 
 /// Runs one `tools/call` to its result, as the engine gives it: for a door that writes the
@@ -201,12 +201,12 @@ pub(crate) async fn answer_call(
     session: &Arc<ClientSession>,
     params: CallToolRequestParams,
     ctx: CallContext,
-) -> Result<Answer, ErrorData> {
+) -> Result<CallEnd, ErrorData> {
     if !session.principal.may(Scope::Call) {
         return Err(forbidden(&session.principal, Scope::Call, "call tools"));
     }
     if params.name == STATUS_TOOL {
-        return Ok(Answer::Status(status::result(&gw.engine, &session.key())));
+        return Ok(CallEnd::Status(status::result(&gw.engine, &session.key())));
     }
     if session.is_ended() {
         return Err(ErrorData::internal_error("the MCP session has ended", None));
@@ -318,7 +318,7 @@ pub(crate) async fn answer_call(
     let result = output.results.first().cloned();
     drop(outbound);
     match result {
-        Some(result) => Ok(Answer::Governed(result)),
+        Some(result) => Ok(CallEnd::Governed(result)),
         None => Err(ErrorData::internal_error(
             "the engine returned no result for the call",
             None,

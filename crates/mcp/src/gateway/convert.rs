@@ -130,10 +130,14 @@ fn block(content: &Content) -> ContentBlock {
     }
 }
 
-/// A governed call's result as a handshake client reads it, written straight from the engine's
-/// result: the JSON [`call_result`] makes (without `resultType`), without making it first — the
-/// content is not copied and the outcome not turned into a JSON tree on the way.
-pub(crate) struct ResultJson<'a>(pub(crate) &'a CallResult);
+/// A governed call's result, written straight from the engine's result: the JSON
+/// [`call_result`] makes, without making it first — the content is not copied and the outcome
+/// not turned into a JSON tree on the way. `resultType` (`"complete"`) only for a stateless
+/// client (`complete`); a handshake client's revision has none.
+pub(crate) struct ResultJson<'a> {
+    pub(crate) result: &'a CallResult,
+    pub(crate) complete: bool,
+}
 
 impl serde::Serialize for ResultJson<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -163,8 +167,11 @@ impl serde::Serialize for ResultJson<'_> {
                 map.end()
             }
         }
-        let result = self.0;
+        let result = self.result;
         let mut map = serializer.serialize_map(None)?;
+        if self.complete {
+            map.serialize_entry("resultType", "complete")?;
+        }
         map.serialize_entry("content", &Blocks(&result.content))?;
         if let Some(structured) = &result.structured_content {
             map.serialize_entry("structuredContent", structured)?;
@@ -316,9 +323,23 @@ mod tests {
             is_error: true,
         };
         for result in [ok, failed] {
-            let mut made = serde_json::to_value(call_result(&result)).unwrap();
+            // A stateless client's, with its `resultType`.
+            let made = rmcp::model::ServerResult::from(rmcp::model::CallToolResponse::Complete(
+                call_result(&result),
+            ));
+            let mut made = serde_json::to_value(made).unwrap();
+            let complete = ResultJson {
+                result: &result,
+                complete: true,
+            };
+            assert_eq!(serde_json::to_value(&complete).unwrap(), made);
+            // A handshake client's, without.
             made.as_object_mut().unwrap().remove("resultType");
-            assert_eq!(serde_json::to_value(ResultJson(&result)).unwrap(), made);
+            let handshake = ResultJson {
+                result: &result,
+                complete: false,
+            };
+            assert_eq!(serde_json::to_value(&handshake).unwrap(), made);
         }
     }
 

@@ -37,15 +37,16 @@ use http::header::{ACCEPT, CONTENT_TYPE, HOST, ORIGIN};
 use http::{HeaderMap, HeaderName, Response, StatusCode};
 use rmcp::ErrorData;
 use rmcp::model::{
-    CallToolRequestParams, CancelledNotificationParam, ClientResult, JsonRpcError, JsonRpcRequest,
-    ProgressNotificationParam, ProtocolVersion, RequestId, ServerRequest, ServerResult,
+    CallToolRequestParams, CallToolResponse, CancelledNotificationParam, ClientResult,
+    JsonRpcError, JsonRpcRequest, ProgressNotificationParam, ProtocolVersion, RequestId,
+    ServerRequest, ServerResult,
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use toolwarden_hosts::AllowedHosts;
 use toolwarden_protocol::{CancelReason, Principal};
 
-use super::call::{self, Answer, CallContext, Door, trace_from_header};
+use super::call::{self, CallContext, CallEnd, Door, trace_from_header};
 use super::channel::{ClientChannel, Sent};
 use super::convert::ResultJson;
 use super::handler::{identity_session, named_session};
@@ -54,7 +55,7 @@ use super::http_sessions::HttpSessions;
 use super::incoming::{CallParams, Incoming, may_be_ours};
 use super::options::{ANSWER_ID_PREFIX, versions};
 use super::respond::{Answering, BoxBody, Out, respond};
-use super::rounds;
+use super::rounds::{self, Round};
 use super::session::ClientSession;
 use super::state::GatewayState;
 
@@ -201,8 +202,8 @@ async fn handshake(
                 Ok(
                     match call::answer_call(&gw2, &session2, call, context).await? {
                         // Written straight from the engine's result (`convert::ResultJson`).
-                        Answer::Governed(result) => Reply::Governed(result),
-                        Answer::Status(result) => {
+                        CallEnd::Governed(result) => Reply::Governed(result, false),
+                        CallEnd::Status(result) => {
                             let mut result = ServerResult::CallToolResult(result);
                             result.strip_result_type_for_legacy_peer();
                             Reply::Made(Box::new(result))
@@ -324,12 +325,20 @@ async fn stateless(
     let result = async move {
         // The token fires below only while the answer is awaited: a new call that cannot
         // become a task is driven right here (`rounds::first_round`).
-        let response = if first {
-            rounds::first_round(&gw2, &session, call, context).await
-        } else {
-            rounds::call_tool(&gw2, &session, call, context).await
-        };
-        response.map(|response| Reply::Made(Box::new(ServerResult::from(response))))
+        let made = |response| Reply::Made(Box::new(ServerResult::from(response)));
+        if !first {
+            return rounds::call_tool(&gw2, &session, call, context)
+                .await
+                .map(made);
+        }
+        Ok(
+            match rounds::first_round(&gw2, &session, call, context).await? {
+                // Written straight from the engine's result (`convert::ResultJson`).
+                Round::Ended(CallEnd::Governed(result)) => Reply::Governed(result, true),
+                Round::Ended(CallEnd::Status(result)) => made(CallToolResponse::Complete(result)),
+                Round::Answered(response) => made(response),
+            },
+        )
     };
     // The revision's cancel: the client closed the request's response.
     let run = run(result, id, out, answering.keep_alive, move || ct.cancel());
@@ -338,15 +347,20 @@ async fn stateless(
 
 /// A call's result, as its answer carries it.
 enum Reply {
-    /// A governed call's, written straight from the engine's result.
-    Governed(Arc<toolwarden_protocol::CallResult>),
+    /// A governed call's, written straight from the engine's result; with `resultType` for a
+    /// stateless client.
+    Governed(Arc<toolwarden_protocol::CallResult>, bool),
     Made(Box<ServerResult>),
 }
 
 impl serde::Serialize for Reply {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
-            Reply::Governed(result) => ResultJson(result).serialize(serializer),
+            Reply::Governed(result, complete) => ResultJson {
+                result,
+                complete: *complete,
+            }
+            .serialize(serializer),
             Reply::Made(result) => result.serialize(serializer),
         }
     }

@@ -31,7 +31,7 @@ use rmcp::model::{
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::call::{self, CallContext, Door};
+use super::call::{self, CallContext, CallEnd, Door};
 use super::channel::ClientChannel;
 use super::parked::{Answer, Flow, FlowEvent, RoundChannel, Runner, read_answer};
 use super::session::ClientSession;
@@ -148,7 +148,7 @@ pub(crate) async fn first_round(
     session: &Arc<ClientSession>,
     params: CallToolRequestParams,
     driver: CallContext,
-) -> Result<CallToolResponse, ErrorData> {
+) -> Result<Round, ErrorData> {
     let token = driver.meta.get_progress_token();
     let (events, mut rx) = mpsc::unbounded_channel();
     let progress = driver.channel.clone();
@@ -159,17 +159,17 @@ pub(crate) async fn first_round(
         ..driver
     };
     let (gw2, session) = (gw.clone(), session.clone());
-    let mut call: Pin<Box<dyn Future<Output = CallResult> + Send>> =
-        Box::pin(async move { call::call_tool(&gw2, &session, params, context).await });
+    let mut call: Pin<Box<dyn Future<Output = Result<CallEnd, ErrorData>> + Send>> =
+        Box::pin(async move { call::answer_call(&gw2, &session, params, context).await });
     let mut asked = BTreeMap::new();
-    let mut ended: Option<CallResult> = None;
+    let mut ended: Option<Result<CallEnd, ErrorData>> = None;
     loop {
         let event = match rx.try_recv() {
             Ok(event) => event,
             Err(_) => {
                 // The call's end comes after what it sent before it (its last progress).
                 if let Some(result) = ended.take() {
-                    return result.map(CallToolResponse::Complete);
+                    return result.map(Round::Ended);
                 }
                 if !asked.is_empty() {
                     // Its questions go to the client; the call goes on on a task of its own
@@ -178,10 +178,14 @@ pub(crate) async fn first_round(
                         events: rx,
                         asked,
                         cancel: ct,
-                        runner: runner(call, events, gw),
+                        runner: runner(
+                            async move { call.await.map(CallEnd::into_result) },
+                            events,
+                            gw,
+                        ),
                         task: None,
                     };
-                    return Ok(park(gw, flow));
+                    return Ok(Round::Answered(park(gw, flow)));
                 }
                 tokio::select! {
                     biased;
@@ -195,9 +199,16 @@ pub(crate) async fn first_round(
             }
         };
         if let Some(answer) = follow(event, &mut asked, &token, &*progress).await {
-            return answer;
+            return answer.map(Round::Answered);
         }
     }
+}
+
+/// How the first round of a call ended: with the call's own end (its result as the engine gave
+/// it, for the door to write straight), or answered otherwise (`input_required`).
+pub(crate) enum Round {
+    Ended(CallEnd),
+    Answered(CallToolResponse),
 }
 
 type CallResult = Result<rmcp::model::CallToolResult, ErrorData>;
