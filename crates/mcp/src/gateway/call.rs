@@ -131,7 +131,8 @@ pub(crate) fn trace_from_header(headers: &http::HeaderMap, meta: &mut RequestMet
     if meta.0.get_traceparent().is_some() {
         return;
     }
-    let mut values = headers.get_all("traceparent").iter();
+    const TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
+    let mut values = headers.get_all(TRACEPARENT).iter();
     // Two `traceparent` headers are no valid context.
     if let (Some(value), None) = (values.next(), values.next())
         && let Ok(value) = value.to_str()

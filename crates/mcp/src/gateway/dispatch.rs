@@ -211,8 +211,9 @@ async fn handshake(
                     },
                 )
             };
-            let key = id.to_string();
+            let request = id.clone();
             let closed = move || {
+                let key = request.to_string();
                 tracing::debug!(session = %session.id, request = %key,
                     "the client closed a call's response before its answer");
                 session.stop_request(&key, CancelReason::ClientDisconnect);

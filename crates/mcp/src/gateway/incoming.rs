@@ -146,9 +146,15 @@ impl<'a> Incoming<'a> {
 /// start with [`ANSWER_ID_PREFIX`]). `tasks` adds the 2025-11-25 task requests and
 /// `tools/list`, for a session that declared tasks.
 pub(crate) fn may_be_ours(bytes: &[u8], tasks: bool) -> bool {
+    use memchr::memmem::Finder;
+    use std::sync::LazyLock;
+    // Searchers made once: making one costs more than a search of a small body.
+    static CALL: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"tools/call"));
+    static ANSWER: LazyLock<Finder<'static>> =
+        LazyLock::new(|| Finder::new(ANSWER_ID_PREFIX.as_bytes()));
     let has = |needle: &[u8]| memchr::memmem::find(bytes, needle).is_some();
-    has(b"tools/call")
-        || has(ANSWER_ID_PREFIX.as_bytes())
+    CALL.find(bytes).is_some()
+        || ANSWER.find(bytes).is_some()
         || (tasks && (has(b"tasks/") || has(b"tools/list")))
 }
 
