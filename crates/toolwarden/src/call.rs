@@ -25,7 +25,7 @@ use crate::client::{Api, segment};
 use crate::exit::{Exit, usage};
 use crate::progress::Progress;
 use crate::prompt;
-use crate::signals::{Signals, Stop};
+use crate::signals::{Signals, StopSignal};
 use crate::stack::{self, Stack};
 
 /// The call's id within its one-call turn.
@@ -74,10 +74,10 @@ pub(crate) async fn run(config_path: Option<&Path>, args: CallArgs) -> anyhow::R
     })
 }
 
-fn exit_of_signal(stop: Stop) -> Exit {
+fn exit_of_signal(stop: StopSignal) -> Exit {
     match stop {
-        Stop::Interrupt => Exit::Interrupted,
-        Stop::Terminate => Exit::Terminated,
+        StopSignal::Interrupt => Exit::Interrupted,
+        StopSignal::Terminate => Exit::Terminated,
     }
 }
 
@@ -166,7 +166,7 @@ async fn local(
     args: &CallArgs,
     interactive: bool,
     signals: &mut Signals,
-) -> anyhow::Result<(Option<Arc<CallResult>>, Option<Stop>)> {
+) -> anyhow::Result<(Option<Arc<CallResult>>, Option<StopSignal>)> {
     let principal = stack::cli_principal(&config, args.principal.as_deref())?;
     if !principal.may(Scope::Call) {
         usage!(
@@ -234,8 +234,8 @@ async fn local(
         out = &mut finish => (Some(out), None),
         stop = signals.recv() => {
             let reason = match stop {
-                Stop::Interrupt => CancelReason::User,
-                Stop::Terminate => CancelReason::Shutdown,
+                StopSignal::Interrupt => CancelReason::User,
+                StopSignal::Terminate => CancelReason::Shutdown,
             };
             let _ = stack.engine.abort_turn(&turn_id, reason);
             let out = tokio::select! {
@@ -287,7 +287,7 @@ async fn remote(
     args: &CallArgs,
     interactive: bool,
     signals: &mut Signals,
-) -> anyhow::Result<(Option<Arc<CallResult>>, Option<Stop>)> {
+) -> anyhow::Result<(Option<Arc<CallResult>>, Option<StopSignal>)> {
     let mut block =
         json!({"type": "tool_use", "id": call.id, "name": call.name, "input": call.input});
     if let Some(ms) = call.timeout_ms {
@@ -318,7 +318,7 @@ async fn remote(
     let mut stream = SseEvents::new(resp);
     let mut turn_id: Option<TurnId> = None;
     let mut result: Option<Arc<CallResult>> = None;
-    let mut stop: Option<Stop> = None;
+    let mut stop: Option<StopSignal> = None;
     // The question being asked at the terminal, closed when the server says it is settled.
     let mut asking: Option<(String, CancellationToken)> = None;
     let deadline = tokio::time::sleep(Duration::MAX);

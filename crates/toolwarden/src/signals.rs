@@ -4,26 +4,26 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 
 /// A termination signal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Stop {
+pub(crate) enum StopSignal {
     /// SIGINT (Ctrl-C).
     Interrupt,
     /// SIGTERM.
     Terminate,
 }
 
-impl Stop {
+impl StopSignal {
     /// The conventional exit code of a process that died of this signal (128 + its number).
     pub(crate) fn exit_code(self) -> i32 {
         match self {
-            Stop::Interrupt => 130,
-            Stop::Terminate => 143,
+            StopSignal::Interrupt => 130,
+            StopSignal::Terminate => 143,
         }
     }
 
     pub(crate) fn name(self) -> &'static str {
         match self {
-            Stop::Interrupt => "SIGINT",
-            Stop::Terminate => "SIGTERM",
+            StopSignal::Interrupt => "SIGINT",
+            StopSignal::Terminate => "SIGTERM",
         }
     }
 }
@@ -44,10 +44,10 @@ impl Signals {
     }
 
     /// The next signal.
-    pub(crate) async fn recv(&mut self) -> Stop {
+    pub(crate) async fn recv(&mut self) -> StopSignal {
         tokio::select! {
-            _ = self.interrupt.recv() => Stop::Interrupt,
-            _ = self.terminate.recv() => Stop::Terminate,
+            _ = self.interrupt.recv() => StopSignal::Interrupt,
+            _ = self.terminate.recv() => StopSignal::Terminate,
         }
     }
 }

@@ -186,7 +186,7 @@ fn replay_file(
         moved += 1;
     }
     tx.commit().map_err(|e| sqlite_error(path, e))?;
-    if let Some(pending::Stop::Damaged { at, why }) = records.stop() {
+    if let Some(pending::EarlyEnd::Damaged { at, why }) = records.stop() {
         let kept = pending::damaged_path(pending_path);
         std::fs::rename(pending_path, &kept).map_err(|e| OpenError::Corrupt {
             path: path.to_owned(),

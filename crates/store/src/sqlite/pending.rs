@@ -289,7 +289,7 @@ pub(crate) fn encode(out: &mut Vec<u8>, fact: &Fact<'_>, body: &str) {
 
 /// Why the records stop before the end of the bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Stop {
+pub(crate) enum EarlyEnd {
     /// The last record is cut short: the process died while writing it (it was never reported
     /// committed).
     Torn { at: usize },
@@ -301,7 +301,7 @@ pub(crate) enum Stop {
 pub(crate) struct Records<'a> {
     bytes: &'a [u8],
     at: usize,
-    stop: Option<Stop>,
+    stop: Option<EarlyEnd>,
 }
 
 impl<'a> Records<'a> {
@@ -315,9 +315,9 @@ impl<'a> Records<'a> {
             return records;
         }
         if bytes.len() < MAGIC.len() {
-            records.stop = Some(Stop::Torn { at: 0 });
+            records.stop = Some(EarlyEnd::Torn { at: 0 });
         } else if bytes[..MAGIC.len()] != MAGIC[..] {
-            records.stop = Some(Stop::Damaged {
+            records.stop = Some(EarlyEnd::Damaged {
                 at: 0,
                 why: "it does not start like a toolwarden pending file",
             });
@@ -327,7 +327,7 @@ impl<'a> Records<'a> {
     }
 
     /// Why the records ended before the last byte, once they have been read to their end.
-    pub(crate) fn stop(&self) -> Option<&Stop> {
+    pub(crate) fn stop(&self) -> Option<&EarlyEnd> {
         self.stop.as_ref()
     }
 }
@@ -342,23 +342,23 @@ impl<'a> Iterator for Records<'a> {
         let rest = &self.bytes[self.at..];
         let at = self.at;
         if rest.len() < HEADER {
-            self.stop = Some(Stop::Torn { at });
+            self.stop = Some(EarlyEnd::Torn { at });
             return None;
         }
         let len = u32::from_le_bytes(rest[..4].try_into().unwrap_or_default()) as usize;
         let check = u64::from_le_bytes(rest[4..HEADER].try_into().unwrap_or_default());
         let end = HEADER.saturating_add(len);
         if rest.len() < end {
-            self.stop = Some(Stop::Torn { at });
+            self.stop = Some(EarlyEnd::Torn { at });
             return None;
         }
         let payload = &rest[HEADER..end];
         if xxhash_rust::xxh3::xxh3_64(payload) != check {
             // A bad last record is a write cut short; before the end, damage.
             self.stop = Some(if end == rest.len() {
-                Stop::Torn { at }
+                EarlyEnd::Torn { at }
             } else {
-                Stop::Damaged {
+                EarlyEnd::Damaged {
                     at,
                     why: "a record's checksum does not match",
                 }
@@ -371,7 +371,7 @@ impl<'a> Iterator for Records<'a> {
                 Some(record)
             }
             None => {
-                self.stop = Some(Stop::Damaged {
+                self.stop = Some(EarlyEnd::Damaged {
                     at,
                     why: "a record does not read back",
                 });
@@ -549,7 +549,7 @@ mod tests {
             for cut in [last_start + 1, last_start + HEADER + 3, bytes.len() - 1] {
                 let mut records = Records::new(&bytes[..cut]);
                 prop_assert_eq!(records.by_ref().count(), written.len() - 1);
-                prop_assert_eq!(records.stop(), Some(&Stop::Torn { at: last_start }));
+                prop_assert_eq!(records.stop(), Some(&EarlyEnd::Torn { at: last_start }));
             }
         }
     }
@@ -568,7 +568,7 @@ mod tests {
         assert_eq!(records.by_ref().count(), 1);
         assert_eq!(
             records.stop(),
-            Some(&Stop::Damaged {
+            Some(&EarlyEnd::Damaged {
                 at: second,
                 why: "a record's checksum does not match"
             })
@@ -579,7 +579,7 @@ mod tests {
         assert_eq!(records.stop(), None);
         assert!(matches!(
             Records::new(b"SQLite format 3\0....").stop(),
-            Some(Stop::Damaged { at: 0, .. })
+            Some(EarlyEnd::Damaged { at: 0, .. })
         ));
     }
 
