@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep_until};
 use toolwarden_protocol::{Policy, ServerStateKind, format_duration};
 
-use crate::cancel::Scope;
+use crate::cancel::CancelScope;
 use crate::registry::{Registry, ToolEntry};
 use crate::servers::{AwaitedServer, Servers};
 use crate::text::cannot_start;
@@ -48,7 +48,7 @@ impl PendingTool {
     /// hint, `0` = none), from `arrived`.
     pub(crate) async fn resolve(
         &self,
-        scope: &Scope,
+        scope: &CancelScope,
         arrived: Instant,
         hint: Option<Duration>,
     ) -> Resolved {

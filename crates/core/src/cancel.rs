@@ -1,6 +1,6 @@
 //! The cancellation tree: process → session → turn → call (→ attempt, in the backend's signals).
 //!
-//! Every node is a [`Scope`]: a flag, the reason it was cancelled with, and — made only when
+//! Every node is a [`CancelScope`]: a flag, the reason it was cancelled with, and — made only when
 //! something first waits on the scope — a `CancellationToken` under its parent's. Most calls end
 //! without anything ever waiting on their turn's scope (an in-process tool answers at once), so a
 //! one-call turn costs one allocation here instead of three and never locks its parent. Aborting
@@ -30,25 +30,25 @@ pub(crate) enum ScopeKind {
 }
 
 #[derive(Debug)]
-struct ScopeInner {
-    /// Made on the first wait (see [`Scope::token`]).
+struct CancelScopeInner {
+    /// Made on the first wait (see [`CancelScope::token`]).
     token: OnceLock<CancellationToken>,
     /// Set when this scope itself is cancelled: `is_cancelled` reads these flags up the tree
     /// (a few atomic loads) instead of the token's mutex.
     cancelled: AtomicBool,
     reason: OnceLock<CancelReason>,
     kind: ScopeKind,
-    parent: Option<Scope>,
+    parent: Option<CancelScope>,
 }
 
 /// One node of the cancellation tree. Cheap to clone.
 #[derive(Clone, Debug)]
-pub(crate) struct Scope(Arc<ScopeInner>);
+pub(crate) struct CancelScope(Arc<CancelScopeInner>);
 
-impl Scope {
+impl CancelScope {
     /// The root of a process.
     pub(crate) fn root() -> Self {
-        Self(Arc::new(ScopeInner {
+        Self(Arc::new(CancelScopeInner {
             token: OnceLock::new(),
             cancelled: AtomicBool::new(false),
             reason: OnceLock::new(),
@@ -59,7 +59,7 @@ impl Scope {
 
     /// A child that is cancelled whenever this scope is.
     pub(crate) fn child(&self, kind: ScopeKind) -> Self {
-        Self(Arc::new(ScopeInner {
+        Self(Arc::new(CancelScopeInner {
             token: OnceLock::new(),
             cancelled: AtomicBool::new(false),
             reason: OnceLock::new(),
@@ -83,7 +83,7 @@ impl Scope {
     }
 
     /// Whether this scope or one above it was cancelled. Every cancel goes through
-    /// [`Scope::cancel`], so the flags say what the tokens say.
+    /// [`CancelScope::cancel`], so the flags say what the tokens say.
     pub(crate) fn is_cancelled(&self) -> bool {
         let mut node = Some(self);
         while let Some(scope) = node {
@@ -147,7 +147,7 @@ mod tests {
 
     #[test]
     fn reasons_come_from_the_nearest_cancelled_scope() {
-        let root = Scope::root();
+        let root = CancelScope::root();
         let session = root.child(ScopeKind::Session);
         let turn = session.child(ScopeKind::Turn);
         let call = turn.child(ScopeKind::Call);
@@ -164,7 +164,7 @@ mod tests {
 
     #[test]
     fn a_parent_turns_abort_reads_as_parent_below_it() {
-        let root = Scope::root();
+        let root = CancelScope::root();
         let parent_turn = root.child(ScopeKind::Session).child(ScopeKind::Turn);
         let child_turn = parent_turn.child(ScopeKind::Turn);
         let child_call = child_turn.child(ScopeKind::Call);
@@ -177,7 +177,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_wait_begun_after_the_cancel_ends_at_once() {
-        let root = Scope::root();
+        let root = CancelScope::root();
         let turn = root.child(ScopeKind::Session).child(ScopeKind::Turn);
         let call = turn.child(ScopeKind::Call);
         turn.cancel(CancelReason::User);
@@ -189,7 +189,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_cancel_reaches_waits_begun_before_it_and_racing_it() {
         for _ in 0..200 {
-            let root = Scope::root();
+            let root = CancelScope::root();
             let session = root.child(ScopeKind::Session);
             let turn = session.child(ScopeKind::Turn);
             let waiter = turn.child(ScopeKind::Call);
@@ -209,7 +209,7 @@ mod tests {
 
     #[test]
     fn shutdown_reaches_every_call() {
-        let root = Scope::root();
+        let root = CancelScope::root();
         let call = root
             .child(ScopeKind::Session)
             .child(ScopeKind::Turn)
@@ -241,7 +241,7 @@ mod loom_tests {
     #[test]
     fn a_token_made_while_its_scope_is_cancelled_ends_up_cancelled() {
         loom::model(|| {
-            let scope = Scope::root();
+            let scope = CancelScope::root();
             let (canceller, waiter) = (scope.clone(), scope.clone());
             let token = race(
                 move || {
@@ -259,7 +259,7 @@ mod loom_tests {
     #[test]
     fn a_child_token_made_while_an_ancestor_is_cancelled_ends_up_cancelled() {
         loom::model(|| {
-            let turn = Scope::root().child(ScopeKind::Turn);
+            let turn = CancelScope::root().child(ScopeKind::Turn);
             let call = turn.child(ScopeKind::Call);
             let (canceller, waiter) = (turn.clone(), call.clone());
             let token = race(

@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 use toolwarden_protocol::{Outcome, RecentCall, SessionKey, Status, Timestamp};
 
-use crate::cancel::Scope;
+use crate::cancel::CancelScope;
 use crate::gate::Gate;
 use crate::loop_detect::LoopDetector;
 
@@ -26,7 +26,7 @@ pub(crate) struct History {
 pub(crate) struct Session {
     /// Whose session, and its id.
     pub(crate) key: SessionKey,
-    pub(crate) scope: Scope,
+    pub(crate) scope: CancelScope,
     pub(crate) gate: Arc<Gate>,
     pub(crate) loops: LoopDetector,
     pub(crate) history: Mutex<History>,
@@ -37,7 +37,7 @@ pub(crate) struct Session {
 }
 
 impl Session {
-    pub(crate) fn new(key: SessionKey, scope: Scope) -> Self {
+    pub(crate) fn new(key: SessionKey, scope: CancelScope) -> Self {
         Self {
             key,
             scope,

@@ -31,7 +31,7 @@ use toolwarden_protocol::{
 };
 
 use crate::backend::BoxFuture;
-use crate::cancel::Scope;
+use crate::cancel::CancelScope;
 use crate::events::{EventBus, EventSink};
 use crate::metrics::Metrics;
 
@@ -257,7 +257,7 @@ pub(crate) enum Unrecorded {
 /// `async` (or no store), returns at once.
 pub(crate) async fn tool_start_durable(
     hook: Option<&StoreHook>,
-    scope: &Scope,
+    scope: &CancelScope,
     seq: u64,
 ) -> Result<(), Unrecorded> {
     let Some(hook) = hook else {

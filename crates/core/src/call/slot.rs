@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use toolwarden_protocol::{CallId, CallResult, CallState, ProgressInfo, TurnId};
 
 use crate::backend::ProgressRelay;
-use crate::cancel::Scope;
+use crate::cancel::CancelScope;
 use crate::session::Session;
 use crate::trace::TurnContext;
 
@@ -35,7 +35,7 @@ pub(crate) struct CallSlot {
     pub(crate) index: usize,
     pub(crate) call_id: CallId,
     pub(crate) tool: Arc<str>,
-    pub(crate) scope: Scope,
+    pub(crate) scope: CancelScope,
     pub(crate) view: Mutex<SlotView>,
     /// The call's result, once it has one, and when it ended.
     pub(crate) result: Mutex<Option<(Arc<CallResult>, Instant)>>,
@@ -43,7 +43,7 @@ pub(crate) struct CallSlot {
 
 impl CallSlot {
     /// A queued call's slot.
-    pub(crate) fn new(index: usize, call_id: CallId, tool: Arc<str>, scope: Scope) -> Self {
+    pub(crate) fn new(index: usize, call_id: CallId, tool: Arc<str>, scope: CancelScope) -> Self {
         Self {
             index,
             call_id,

@@ -10,7 +10,7 @@ use tokio::time::{Instant, sleep};
 use toolwarden_protocol::{CancelReason, EventKind, StopHow};
 
 use crate::backend::{AttemptEnd, BoxFuture, StopSignals};
-use crate::cancel::Scope;
+use crate::cancel::CancelScope;
 use crate::events::{EventBus, EventScope};
 
 use super::env::CallEnv;
@@ -27,7 +27,7 @@ pub(super) struct RunningAttempt<'a> {
     grace: Duration,
     env: &'a CallEnv,
     scope: &'a Arc<EventScope>,
-    call_scope: &'a Scope,
+    call_scope: &'a CancelScope,
 }
 
 impl<'a> RunningAttempt<'a> {
@@ -37,7 +37,7 @@ impl<'a> RunningAttempt<'a> {
         grace: Duration,
         env: &'a CallEnv,
         scope: &'a Arc<EventScope>,
-        call_scope: &'a Scope,
+        call_scope: &'a CancelScope,
     ) -> Self {
         Self {
             fut: Some(fut),

@@ -11,7 +11,7 @@ use toolwarden_protocol::{CancelReason, Event, Status, StopHow, ToolCall, ToolSp
 
 use crate::backend::{Attempt, AttemptEnd, Backend, BoxFuture, ToolOutput};
 use crate::cache::Cache;
-use crate::cancel::{Scope, ScopeKind};
+use crate::cancel::{CancelScope, ScopeKind};
 use crate::config::Config;
 use crate::events::EventBus;
 use crate::interaction::Interactions;
@@ -46,7 +46,7 @@ struct Kit {
     env: CallEnv,
     turn: CallTurn,
     registry: Registry,
-    scope: Scope,
+    scope: CancelScope,
     events: crate::events::Matching,
 }
 
@@ -70,7 +70,7 @@ fn kit() -> Kit {
         pins: Default::default(),
     };
     let registry = Registry::new(Arc::new(Config::builtin()), metrics);
-    let root = Scope::root();
+    let root = CancelScope::root();
     let session = Arc::new(Session::new(
         toolwarden_protocol::SessionKey::local("s1"),
         root.child(ScopeKind::Session),

@@ -13,7 +13,7 @@ use toolwarden_protocol::{
 };
 
 use crate::call::CallEnv;
-use crate::cancel::{Scope, ScopeKind};
+use crate::cancel::{CancelScope, ScopeKind};
 use crate::maps::FastMap;
 use crate::metrics::Metrics;
 use crate::session::Session;
@@ -46,7 +46,7 @@ pub(crate) struct TurnRuntime {
     pub(crate) env: CallEnv,
     pub(crate) metrics: Arc<Metrics>,
     /// The root of the cancellation tree (shutdown cancels it).
-    pub(crate) root: Scope,
+    pub(crate) root: CancelScope,
     sessions: Mutex<FastMap<SessionKey, Arc<Session>>>,
     turns: Mutex<FastMap<TurnId, Arc<TurnState>>>,
 }
@@ -56,7 +56,7 @@ impl TurnRuntime {
         Self {
             env,
             metrics,
-            root: Scope::root(),
+            root: CancelScope::root(),
             sessions: Mutex::new(FastMap::default()),
             turns: Mutex::new(FastMap::default()),
         }

@@ -10,7 +10,7 @@ use toolwarden_protocol::{
 };
 
 use crate::call::{CallSlot, CallTurn};
-use crate::cancel::Scope;
+use crate::cancel::CancelScope;
 use crate::events::{EventBus, EventScope};
 
 use super::request::ResultRenderer;
@@ -20,7 +20,7 @@ pub(crate) struct TurnState {
     /// What its calls see of it: id, session, start, progress and completion streams.
     pub(crate) base: CallTurn,
     pub(crate) parent: Option<TurnId>,
-    pub(crate) scope: Scope,
+    pub(crate) scope: CancelScope,
     pub(crate) started_at: Timestamp,
     /// The session and turn, as the turn's own events name them.
     pub(crate) scope_ids: Arc<EventScope>,
