@@ -135,14 +135,14 @@ impl Connector {
         self.error(describe(e))
     }
 
-    pub(crate) fn schema_error(&self, e: schema::SchemaError) -> OpenError {
+    pub(crate) fn schema_error(&self, e: schema::PgSchemaError) -> OpenError {
         match e {
-            schema::SchemaError::Newer(found) => OpenError::PostgresNewer {
+            schema::PgSchemaError::Newer(found) => OpenError::PostgresNewer {
                 url: self.shown.clone(),
                 found,
                 supported: schema::LATEST,
             },
-            schema::SchemaError::Postgres(e) => self.error(e),
+            schema::PgSchemaError::Postgres(e) => self.error(e),
         }
     }
 }

@@ -263,21 +263,21 @@ const MIGRATIONS: &[&str] = &[
 
 /// Why the schema cannot be used.
 #[derive(Debug)]
-pub(crate) enum SchemaError {
+pub(crate) enum PgSchemaError {
     /// Written by a newer toolwarden.
     Newer(u32),
     /// PostgreSQL failed.
     Postgres(postgres::Error),
 }
 
-impl From<postgres::Error> for SchemaError {
+impl From<postgres::Error> for PgSchemaError {
     fn from(e: postgres::Error) -> Self {
-        SchemaError::Postgres(e)
+        PgSchemaError::Postgres(e)
     }
 }
 
 /// The schema's version (0: no trail here yet). Writes nothing.
-pub(crate) fn check(client: &mut Client) -> Result<u32, SchemaError> {
+pub(crate) fn check(client: &mut Client) -> Result<u32, PgSchemaError> {
     let exists: bool = client
         .query_one("SELECT to_regclass('toolwarden_schema') IS NOT NULL", &[])?
         .get(0);
@@ -289,13 +289,13 @@ pub(crate) fn check(client: &mut Client) -> Result<u32, SchemaError> {
         .and_then(|r| r.get(0));
     let version = version.unwrap_or(0).max(0) as u32;
     if version > LATEST {
-        return Err(SchemaError::Newer(version));
+        return Err(PgSchemaError::Newer(version));
     }
     Ok(version)
 }
 
 /// Runs the migrations up to [`LATEST`], one replica at a time; refuses a newer schema.
-pub(crate) fn migrate(client: &mut Client) -> Result<(), SchemaError> {
+pub(crate) fn migrate(client: &mut Client) -> Result<(), PgSchemaError> {
     if check(client)? == LATEST {
         return Ok(());
     }
@@ -310,7 +310,7 @@ pub(crate) fn migrate(client: &mut Client) -> Result<(), SchemaError> {
         .get(0);
     let version = version.unwrap_or(0).max(0) as u32;
     if version > LATEST {
-        return Err(SchemaError::Newer(version));
+        return Err(PgSchemaError::Newer(version));
     }
     for (n, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
         tx.batch_execute(sql)?;

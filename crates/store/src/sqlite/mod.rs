@@ -29,17 +29,17 @@ use crate::trail::{Reads, Trail};
 
 pub use schema::LATEST as SCHEMA_VERSION;
 
-fn schema_error(path: &Path, e: schema::SchemaError) -> OpenError {
+fn schema_error(path: &Path, e: schema::SqliteSchemaError) -> OpenError {
     match e {
-        schema::SchemaError::Newer(found) => OpenError::Newer {
+        schema::SqliteSchemaError::Newer(found) => OpenError::Newer {
             path: path.to_owned(),
             found,
             supported: schema::LATEST,
         },
-        schema::SchemaError::Foreign => OpenError::Foreign {
+        schema::SqliteSchemaError::Foreign => OpenError::Foreign {
             path: path.to_owned(),
         },
-        schema::SchemaError::Sqlite(e) => sqlite_error(path, e),
+        schema::SqliteSchemaError::Sqlite(e) => sqlite_error(path, e),
     }
 }
 

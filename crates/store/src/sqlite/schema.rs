@@ -90,7 +90,7 @@ const MIGRATIONS: &[&str] = &[
 
 /// Why the schema cannot be used.
 #[derive(Debug)]
-pub(crate) enum SchemaError {
+pub(crate) enum SqliteSchemaError {
     /// Written by a newer toolwarden.
     Newer(u32),
     /// Tables of something else, not a toolwarden audit trail.
@@ -99,17 +99,17 @@ pub(crate) enum SchemaError {
     Sqlite(rusqlite::Error),
 }
 
-impl From<rusqlite::Error> for SchemaError {
+impl From<rusqlite::Error> for SqliteSchemaError {
     fn from(e: rusqlite::Error) -> Self {
-        SchemaError::Sqlite(e)
+        SqliteSchemaError::Sqlite(e)
     }
 }
 
 /// The schema's version; refuses a newer one and a database of something else. Writes nothing.
-pub(crate) fn check(conn: &Connection) -> Result<u32, SchemaError> {
+pub(crate) fn check(conn: &Connection) -> Result<u32, SqliteSchemaError> {
     let version: u32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if version > LATEST {
-        return Err(SchemaError::Newer(version));
+        return Err(SqliteSchemaError::Newer(version));
     }
     if version == 0 {
         let tables: u32 = conn.query_row(
@@ -118,7 +118,7 @@ pub(crate) fn check(conn: &Connection) -> Result<u32, SchemaError> {
             |r| r.get(0),
         )?;
         if tables > 0 {
-            return Err(SchemaError::Foreign);
+            return Err(SqliteSchemaError::Foreign);
         }
     }
     Ok(version)
