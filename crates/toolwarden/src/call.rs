@@ -177,7 +177,7 @@ async fn local(
     // Answering at the terminal is answering as this principal: without `approve`, approvals
     // fail fast as they do headless.
     let interactive = interactive && principal.may(Scope::Approve);
-    let mut stack = Stack::build(config, !interactive, stack::Record::Yes)?;
+    let mut stack = Stack::build(config, !interactive, stack::RecordCalls::Yes)?;
     let needed = needed_servers(&stack, &call.name);
     let (Needed::Named(names) | Needed::All(names)) = &needed;
     stack

@@ -51,7 +51,7 @@ pub(crate) async fn run(config_path: Option<&Path>, args: CheckArgs) -> anyhow::
         warnings.push(w);
     }
     // Headless: a check runs no call, and must never wait for a person.
-    let mut stack = Stack::build(config, true, stack::Record::No)?;
+    let mut stack = Stack::build(config, true, stack::RecordCalls::No)?;
     let mut ready = Vec::new();
     if !args.offline {
         stack.start_servers(|_| true).await;

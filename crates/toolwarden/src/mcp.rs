@@ -26,7 +26,7 @@ pub(crate) async fn run(config_path: Option<&Path>, args: McpArgs) -> anyhow::Re
     let mut signals = Signals::new().context("cannot install signal handlers")?;
     let config = stack::load_config(config_path)?;
     let principal = stack::cli_principal(&config, args.principal.as_deref())?;
-    let mut stack = Stack::build(config, false, stack::Record::Yes)?;
+    let mut stack = Stack::build(config, false, stack::RecordCalls::Yes)?;
     let reporter = stack::report_servers(&stack.engine);
     stack.start_servers(|_| true).await;
     // MCP clients list tools once, right after they connect: wait for the servers (each at most

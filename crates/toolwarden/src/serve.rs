@@ -68,7 +68,7 @@ pub(crate) async fn run(config_path: Option<&Path>, args: ServeArgs) -> anyhow::
         }
         None => None,
     };
-    let mut stack = Stack::build(config, args.headless, stack::Record::Yes)?;
+    let mut stack = Stack::build(config, args.headless, stack::RecordCalls::Yes)?;
     let mut opts = HttpOptions::from_config(&stack.config.file.http, token);
     opts.headless = args.headless;
     opts.tokens = tokens;

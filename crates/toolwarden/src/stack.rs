@@ -226,7 +226,7 @@ pub(crate) struct Stack {
 
 /// Whether a command records its calls in the audit trail.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Record {
+pub(crate) enum RecordCalls {
     /// Opens the trail (unless `[store] enabled = false`).
     Yes,
     /// Runs no call that needs recording (`check`).
@@ -236,14 +236,18 @@ pub(crate) enum Record {
 impl Stack {
     /// Builds the engine from `config` (policies, headless, interaction ceiling), opens the audit
     /// trail when `record` says so, and registers `exec` when `[exec] enabled`. Starts no server.
-    pub(crate) fn build(config: Config, headless: bool, record: Record) -> anyhow::Result<Stack> {
+    pub(crate) fn build(
+        config: Config,
+        headless: bool,
+        record: RecordCalls,
+    ) -> anyhow::Result<Stack> {
         let base_dir = base_dir(&config)?;
         let store = match record {
-            Record::Yes => match store_options(&config, &base_dir)? {
+            RecordCalls::Yes => match store_options(&config, &base_dir)? {
                 Some(options) => Some(open_store(&config, options)?),
                 None => None,
             },
-            Record::No => None,
+            RecordCalls::No => None,
         };
         let config = Arc::new(config);
         let mut builder = Engine::builder()
@@ -263,7 +267,7 @@ impl Stack {
         }
         let metrics = Arc::new(toolwarden_core::Metrics::new());
         let shared = match (&config.file.redis, record) {
-            (Some(redis), Record::Yes) => Some(connect_redis(&config, redis, &metrics)?),
+            (Some(redis), RecordCalls::Yes) => Some(connect_redis(&config, redis, &metrics)?),
             _ => None,
         };
         if let Some(shared) = &shared {
@@ -274,7 +278,7 @@ impl Stack {
             .otel
             .as_ref()
             .and_then(|o| o.endpoint.clone())
-            .filter(|_| record == Record::Yes);
+            .filter(|_| record == RecordCalls::Yes);
         // The exporter names attempt spans from the engine's registry, which exists only once
         // the engine that gets the exporter's sink is built.
         let built: Arc<std::sync::OnceLock<Engine>> = Arc::default();
