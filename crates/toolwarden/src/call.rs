@@ -23,7 +23,7 @@ use toolwarden_protocol::{
 use crate::cli::CallArgs;
 use crate::client::{Api, segment};
 use crate::exit::{Exit, usage};
-use crate::progress::Progress;
+use crate::progress::ProgressLine;
 use crate::prompt;
 use crate::signals::{Signals, StopSignal};
 use crate::stack::{self, Stack};
@@ -204,7 +204,7 @@ async fn local(
         anyhow::bail!("{}", failed.join("; "));
     }
 
-    let progress = Progress::start(&call.name);
+    let progress = ProgressLine::start(&call.name);
     if interactive {
         prompt::attach(stack.engine.interactions(), &progress);
     }
@@ -261,7 +261,7 @@ async fn local(
 }
 
 /// Feeds the progress line from the engine's view of the running turn.
-async fn watch_local(engine: Engine, turn_id: TurnId, progress: Progress) {
+async fn watch_local(engine: Engine, turn_id: TurnId, progress: ProgressLine) {
     let mut tick = tokio::time::interval(POLL);
     loop {
         tick.tick().await;
@@ -314,7 +314,7 @@ async fn remote(
         anyhow::bail!("{}", api.refusal(status, &body));
     }
 
-    let progress = Progress::start(&call.name);
+    let progress = ProgressLine::start(&call.name);
     let mut stream = SseEvents::new(resp);
     let mut turn_id: Option<TurnId> = None;
     let mut result: Option<Arc<CallResult>> = None;
@@ -429,7 +429,7 @@ fn where_to_answer(
 fn spawn_remote_prompt(
     api: &Api,
     interaction: toolwarden_protocol::Interaction,
-    progress: Progress,
+    progress: ProgressLine,
     gone: CancellationToken,
 ) {
     let path = format!("/v1/interactions/{}", segment(interaction.id.as_str()));

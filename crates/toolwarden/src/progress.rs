@@ -18,7 +18,7 @@ pub(crate) const PLAIN_EVERY: Duration = Duration::from_secs(5);
 const MESSAGE_MAX: usize = 120;
 
 #[derive(Default)]
-struct State {
+struct LineState {
     /// `running`, `awaiting_approval`, ...
     phase: Option<String>,
     progress: Option<ProgressInfo>,
@@ -31,17 +31,17 @@ struct State {
 
 /// The progress line of one call. Cheap to clone.
 #[derive(Clone)]
-pub(crate) struct Progress {
+pub(crate) struct ProgressLine {
     tool: Arc<str>,
     started: Instant,
     tty: bool,
-    state: Arc<Mutex<State>>,
+    state: Arc<Mutex<LineState>>,
 }
 
-impl Progress {
+impl ProgressLine {
     /// Starts drawing (on its own task) for a call of `tool`.
-    pub(crate) fn start(tool: &str) -> Progress {
-        let progress = Progress {
+    pub(crate) fn start(tool: &str) -> ProgressLine {
+        let progress = ProgressLine {
             tool: tool.into(),
             started: Instant::now(),
             tty: std::io::stderr().is_terminal(),
@@ -118,7 +118,7 @@ impl Progress {
     }
 
     /// `exec: running, 12.3s: compiling foo (3/10)`.
-    fn line(&self, state: &State) -> String {
+    fn line(&self, state: &LineState) -> String {
         let elapsed = self.started.elapsed();
         let mut line = format!(
             "{}: {}, {}",
@@ -146,7 +146,7 @@ impl Progress {
     }
 }
 
-fn clear(state: &mut State, tty: bool) {
+fn clear(state: &mut LineState, tty: bool) {
     if tty && state.drawn {
         let mut err = std::io::stderr().lock();
         let _ = write!(err, "\r\x1b[2K");

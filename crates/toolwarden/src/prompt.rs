@@ -10,7 +10,7 @@ use tokio::sync::{Mutex, mpsc};
 use toolwarden_core::{AnswerSender, Interactions, Interactor};
 use toolwarden_protocol::{Interaction, InteractionAnswer, InteractionKind, Timestamp};
 
-use crate::progress::Progress;
+use crate::progress::ProgressLine;
 
 /// The name answers from the terminal are recorded under (`interaction_answered.by`).
 pub(crate) const INTERACTOR: &str = "terminal";
@@ -58,7 +58,7 @@ fn stdin_lines() -> &'static Mutex<mpsc::UnboundedReceiver<Option<String>>> {
 /// timed out, its call cancelled: `still_pending` turned false) or its deadline passed.
 pub(crate) async fn ask(
     interaction: &Interaction,
-    progress: &Progress,
+    progress: &ProgressLine,
     still_pending: impl Fn() -> bool,
 ) -> Option<InteractionAnswer> {
     let mut lines = stdin_lines().lock().await;
@@ -144,7 +144,7 @@ fn countdown(interaction: &Interaction) -> String {
 /// The terminal as an [`Interactor`] of a local engine: approvals and confirms (not secrets,
 /// which would need input without echo).
 pub(crate) struct TerminalInteractor {
-    pub(crate) progress: Progress,
+    pub(crate) progress: ProgressLine,
     pub(crate) interactions: Interactions,
 }
 
@@ -176,7 +176,7 @@ impl Interactor for TerminalInteractor {
 }
 
 /// Attaches the terminal to `interactions`.
-pub(crate) fn attach(interactions: &Interactions, progress: &Progress) {
+pub(crate) fn attach(interactions: &Interactions, progress: &ProgressLine) {
     interactions.attach(Arc::new(TerminalInteractor {
         progress: progress.clone(),
         interactions: interactions.clone(),
