@@ -93,7 +93,7 @@ impl Backend for ExecBackend {
             if attempt.stop.is_cancelled() {
                 return AttemptEnd::Stopped(StopHow::Cooperative);
             }
-            let prepared = run::Prepared {
+            let prepared = run::PreparedCommand {
                 command: parsed.command,
                 cwd,
                 env: parsed.env,

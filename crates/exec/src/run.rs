@@ -36,7 +36,7 @@ const PROGRESS_CHARS: usize = 200;
 
 /// A command ready to run.
 #[derive(Debug)]
-pub(crate) struct Prepared {
+pub(crate) struct PreparedCommand {
     pub(crate) command: String,
     pub(crate) cwd: PathBuf,
     pub(crate) env: Vec<(String, String)>,
@@ -57,7 +57,7 @@ enum Phase {
 /// Runs `prepared` to its end or until stopped.
 pub(crate) async fn run(
     settings: &ExecSettings,
-    prepared: Prepared,
+    prepared: PreparedCommand,
     stop: StopSignals,
     heartbeat: Heartbeat,
 ) -> AttemptEnd {

@@ -213,7 +213,7 @@ fn pointer_mut<'a>(value: &'a mut Value, path: &[&str]) -> Option<&'a mut Value>
 }
 
 /// One event, serialized and redacted, ready to write.
-pub(crate) struct Prepared<'a> {
+pub(crate) struct RedactedEvent<'a> {
     pub(crate) event: &'a Event,
     pub(crate) body: String,
 }

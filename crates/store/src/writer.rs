@@ -22,7 +22,7 @@ use toolwarden_protocol::{Event, TaskRecord, Timestamp};
 use crate::sqlite::pending::{PendingLog, Unapplied};
 
 use crate::options::StoreOptions;
-use crate::redact::{Prepared, Redactor};
+use crate::redact::{RedactedEvent, Redactor};
 
 /// How often old rows are pruned.
 const PRUNE_EVERY_MS: i64 = 3600 * 1000;
@@ -160,7 +160,7 @@ pub(crate) fn start(
 pub(crate) trait TrailBackend: Send {
     /// Commits `items` (a store without a pending log). On an error nothing of them is
     /// committed (the backend forgets what it cached about rows the transaction made).
-    fn write(&mut self, items: &[Prepared<'_>]) -> Result<(), String>;
+    fn write(&mut self, items: &[RedactedEvent<'_>]) -> Result<(), String>;
     /// Events committed but not readable yet (SQLite: in the pending files); `None` when every
     /// committed event can be read (PostgreSQL commits into the tables themselves).
     fn unapplied(&self) -> Option<Unapplied> {
@@ -181,10 +181,10 @@ pub(crate) trait TrailBackend: Send {
 }
 
 /// Masks and truncates each event's body for the trail.
-fn prepare<'a>(redactor: &Redactor, batch: &'a [Arc<Event>]) -> Vec<Prepared<'a>> {
+fn prepare<'a>(redactor: &Redactor, batch: &'a [Arc<Event>]) -> Vec<RedactedEvent<'a>> {
     batch
         .iter()
-        .map(|event| Prepared {
+        .map(|event| RedactedEvent {
             event,
             body: redactor.body(event),
         })

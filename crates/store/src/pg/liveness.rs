@@ -38,7 +38,7 @@ use toolwarden_protocol::{Event, EventKind, ReplicaRecord, Timestamp};
 
 use super::connect::{Connector, describe};
 use crate::recover::{Interruption, close_turns};
-use crate::redact::Prepared;
+use crate::redact::RedactedEvent;
 use crate::writer;
 
 /// The database's clock, in epoch milliseconds.
@@ -321,7 +321,10 @@ impl Fence {
 
     /// The items of a batch to write: all of them, unless a survivor ended some of their turns.
     /// Changes nothing: a batch that fails is tried again, filtered the same way.
-    pub(crate) fn keep<'b, 'a>(&self, items: &'b [Prepared<'a>]) -> Vec<&'b Prepared<'a>> {
+    pub(crate) fn keep<'b, 'a>(
+        &self,
+        items: &'b [RedactedEvent<'a>],
+    ) -> Vec<&'b RedactedEvent<'a>> {
         let state = self.state.lock();
         if state.ended_elsewhere.is_empty() {
             return items.iter().collect();
@@ -340,7 +343,7 @@ impl Fence {
 
     /// A batch was committed: the turns a survivor ended whose own `turn_end` it dropped are
     /// done with.
-    pub(crate) fn committed(&self, items: &[Prepared<'_>]) {
+    pub(crate) fn committed(&self, items: &[RedactedEvent<'_>]) {
         let mut state = self.state.lock();
         if state.ended_elsewhere.is_empty() {
             return;

@@ -9,7 +9,7 @@ use toolwarden_protocol::Timestamp;
 
 use super::write::PgWriter;
 use crate::recover::{Interruption, close_turns};
-use crate::redact::Prepared;
+use crate::redact::RedactedEvent;
 use crate::redact::Redactor;
 use crate::writer::TrailBackend as _;
 
@@ -26,9 +26,9 @@ pub(crate) fn recover(
     let open = super::read::open_turns(client, replica)?;
     let (events, interrupted) = close_turns(&mut seq, now, open, &Interruption::Restart);
     if !events.is_empty() {
-        let items: Vec<Prepared<'_>> = events
+        let items: Vec<RedactedEvent<'_>> = events
             .iter()
-            .map(|event| Prepared {
+            .map(|event| RedactedEvent {
                 event,
                 body: redactor.body(event),
             })

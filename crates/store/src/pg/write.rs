@@ -18,7 +18,7 @@ use toolwarden_protocol::{EventKind, TaskRecord, Timestamp};
 
 use super::connect::{Connector, describe};
 use super::liveness::Fence;
-use crate::redact::Prepared;
+use crate::redact::RedactedEvent;
 use crate::writer::TrailBackend;
 
 /// Rows deleted per statement when pruning.
@@ -99,7 +99,7 @@ impl PgWriter {
 }
 
 impl TrailBackend for PgWriter {
-    fn write(&mut self, items: &[Prepared<'_>]) -> Result<(), String> {
+    fn write(&mut self, items: &[RedactedEvent<'_>]) -> Result<(), String> {
         let replica = self.connector.replica.clone();
         let fence = self.fence.clone();
         self.written = false;
@@ -204,7 +204,7 @@ struct Columns {
 }
 
 impl Columns {
-    fn add(&mut self, item: &Prepared<'_>) {
+    fn add(&mut self, item: &RedactedEvent<'_>) {
         let event = item.event;
         let ts = event.ts.unix_millis();
         let seq = event.seq as i64;
@@ -287,7 +287,7 @@ fn write_batch(
     client: &mut Client,
     statements: &Statements,
     replica: &str,
-    items: Vec<&Prepared<'_>>,
+    items: Vec<&RedactedEvent<'_>>,
 ) -> Result<(), postgres::Error> {
     if items.is_empty() {
         return Ok(());

@@ -32,7 +32,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::apply::{Change, Fact};
-use crate::redact::Prepared;
+use crate::redact::RedactedEvent;
 
 /// The first bytes of a pending file (the format's version is its last digit).
 pub(crate) const MAGIC: &[u8; 8] = b"TWPEND1\n";
@@ -170,7 +170,7 @@ impl PendingFile {
 
     /// Commits the events: their records are appended to the file in one write. On an error
     /// nothing of them counts (a retry writes them again over whatever part got through).
-    pub(crate) fn append(&mut self, items: &[Prepared<'_>]) -> std::io::Result<()> {
+    pub(crate) fn append(&mut self, items: &[RedactedEvent<'_>]) -> std::io::Result<()> {
         self.append_facts(
             items
                 .iter()

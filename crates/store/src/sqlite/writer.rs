@@ -10,7 +10,7 @@ use toolwarden_protocol::{TaskRecord, Timestamp};
 
 use super::apply::{Rows, apply};
 use super::pending::{PendingFile, PendingLog, Unapplied};
-use crate::redact::Prepared;
+use crate::redact::RedactedEvent;
 use crate::writer::TrailBackend;
 
 /// Rows deleted per transaction when pruning (so that commits of new events are not held up).
@@ -65,7 +65,7 @@ impl SqliteWriter {
 }
 
 impl TrailBackend for SqliteWriter {
-    fn write(&mut self, _items: &[Prepared<'_>]) -> Result<(), String> {
+    fn write(&mut self, _items: &[RedactedEvent<'_>]) -> Result<(), String> {
         Err("this store commits to its pending files, not through the writer".to_owned())
     }
 
