@@ -21,7 +21,7 @@ use crate::capture::{Capture, Stream};
 use crate::settings::ExecSettings;
 
 /// A command that ran to its end.
-pub(crate) struct Finished {
+pub(crate) struct FinishedCommand {
     pub(crate) status: ExitStatus,
     pub(crate) capture: Capture,
     pub(crate) duration: Duration,
@@ -33,7 +33,7 @@ pub(crate) struct Finished {
     pub(crate) output_limit: u64,
 }
 
-impl Finished {
+impl FinishedCommand {
     pub(crate) fn into_output(self) -> ToolOutput {
         let exit_code = self.status.code();
         let signal = self.status.signal();
@@ -132,11 +132,11 @@ mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
 
-    fn finished(raw_status: i32, out: &[u8], err: &[u8], limit: u64) -> Finished {
+    fn finished(raw_status: i32, out: &[u8], err: &[u8], limit: u64) -> FinishedCommand {
         let mut capture = Capture::new(limit);
         capture.push(Stream::Stdout, out);
         capture.push(Stream::Stderr, err);
-        Finished {
+        FinishedCommand {
             status: ExitStatus::from_raw(raw_status),
             capture,
             duration: Duration::from_millis(12),

@@ -19,7 +19,7 @@ use toolwarden_process::{GroupChild, group_alive, group_members, signal_group};
 use toolwarden_protocol::{ProgressInfo, StopHow};
 
 use crate::capture::{Capture, Stream};
-use crate::report::{Finished, spawn_failed};
+use crate::report::{FinishedCommand, spawn_failed};
 use crate::settings::ExecSettings;
 
 /// Bytes read from a pipe at a time.
@@ -193,7 +193,7 @@ pub(crate) async fn run(
             "exec: the command ended without an exit status",
         )));
     };
-    AttemptEnd::Done(Ok(Finished {
+    AttemptEnd::Done(Ok(FinishedCommand {
         status,
         capture,
         duration: started.elapsed(),

@@ -18,7 +18,7 @@ use crate::call::{CallJob, run_call};
 use crate::store;
 use crate::text::outcome_text;
 
-use super::request::Finished;
+use super::request::FinishedTurn;
 use super::runtime::TurnRuntime;
 use super::state::TurnState;
 
@@ -28,7 +28,7 @@ pub(crate) async fn drive_turn(
     rt: Arc<TurnRuntime>,
     turn: Arc<TurnState>,
     jobs: Vec<CallJob>,
-) -> Finished {
+) -> FinishedTurn {
     let guard = TurnGuard {
         rt: rt.clone(),
         turn: turn.clone(),
@@ -75,7 +75,7 @@ impl Drop for TurnGuard {
 }
 
 /// Ends a turn exactly once: unregisters it, emits `turn_end` with one result per call in order.
-fn finalize(rt: &TurnRuntime, turn: &TurnState) -> Finished {
+fn finalize(rt: &TurnRuntime, turn: &TurnState) -> FinishedTurn {
     if turn.finalized.swap(true, Ordering::AcqRel) {
         return (Vec::new(), None);
     }

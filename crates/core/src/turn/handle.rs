@@ -8,7 +8,7 @@ use toolwarden_protocol::{CallResult, CancelReason, SessionId, TurnId};
 
 use crate::call::Completion;
 
-use super::request::{Finished, TurnOutput};
+use super::request::{FinishedTurn, TurnOutput};
 use super::runtime::TurnRuntime;
 
 /// A turn running on its own task.
@@ -16,7 +16,7 @@ pub struct TurnHandle {
     turn_id: TurnId,
     session_id: SessionId,
     completions: mpsc::UnboundedReceiver<Completion>,
-    done: Option<oneshot::Receiver<Finished>>,
+    done: Option<oneshot::Receiver<FinishedTurn>>,
     abort_on_drop: Option<Weak<TurnRuntime>>,
 }
 
@@ -33,7 +33,7 @@ impl TurnHandle {
         turn_id: TurnId,
         session_id: SessionId,
         completions: mpsc::UnboundedReceiver<Completion>,
-        done: oneshot::Receiver<Finished>,
+        done: oneshot::Receiver<FinishedTurn>,
         rt: Weak<TurnRuntime>,
     ) -> Self {
         Self {

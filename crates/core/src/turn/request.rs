@@ -91,4 +91,4 @@ pub struct TurnOutput {
 }
 
 /// How a turn ended: its results, and their rendering when it has a renderer.
-pub(crate) type Finished = (Vec<Arc<CallResult>>, Option<Arc<Vec<Value>>>);
+pub(crate) type FinishedTurn = (Vec<Arc<CallResult>>, Option<Arc<Vec<Value>>>);
