@@ -175,7 +175,7 @@ type AsyncFn = Arc<dyn Fn(Value, ToolContext) -> BoxFuture<AttemptEnd> + Send + 
 type BlockingFn = Arc<dyn Fn(Value, ToolContext) -> Result<ToolOutput, ToolError> + Send + Sync>;
 
 #[derive(Clone)]
-pub(crate) enum Handler {
+pub(crate) enum ToolFn {
     Async(AsyncFn),
     Blocking(BlockingFn),
 }
@@ -184,7 +184,7 @@ pub(crate) enum Handler {
 pub struct InProcessTool {
     spec: ToolSpec,
     layer: PolicyConfig,
-    handler: Handler,
+    handler: ToolFn,
 }
 
 impl std::fmt::Debug for InProcessTool {
@@ -225,7 +225,7 @@ impl InProcessTool {
         Self {
             spec: ToolSpec::new(name, description, input_schema),
             layer: PolicyConfig::default(),
-            handler: Handler::Async(handler),
+            handler: ToolFn::Async(handler),
         }
     }
 
@@ -245,7 +245,7 @@ impl InProcessTool {
         Self {
             spec: ToolSpec::new(name, description, input_schema),
             layer: PolicyConfig::default(),
-            handler: Handler::Blocking(handler),
+            handler: ToolFn::Blocking(handler),
         }
     }
 
@@ -341,14 +341,14 @@ impl InProcessTool {
         self
     }
 
-    pub(crate) fn into_parts(self) -> (ToolSpec, PolicyConfig, Handler) {
+    pub(crate) fn into_parts(self) -> (ToolSpec, PolicyConfig, ToolFn) {
         (self.spec, self.layer, self.handler)
     }
 }
 
 /// The backend of every in-process tool.
 pub(crate) struct InProcessBackend {
-    handlers: RwLock<HashMap<String, Handler>>,
+    handlers: RwLock<HashMap<String, ToolFn>>,
     pool: Arc<Semaphore>,
     abandoned: Arc<AtomicU64>,
     metrics: Arc<Metrics>,
@@ -364,7 +364,7 @@ impl InProcessBackend {
         }
     }
 
-    pub(crate) fn insert(&self, name: &str, handler: Handler) {
+    pub(crate) fn insert(&self, name: &str, handler: ToolFn) {
         self.handlers.write().insert(name.to_owned(), handler);
     }
 }
@@ -388,8 +388,8 @@ impl Backend for InProcessBackend {
 
     fn start(&self, attempt: Attempt) -> BoxFuture<AttemptEnd> {
         let f = match self.handlers.read().get(&*attempt.tool).cloned() {
-            Some(Handler::Async(f)) => return start_async(&f, attempt),
-            Some(Handler::Blocking(f)) => f,
+            Some(ToolFn::Async(f)) => return start_async(&f, attempt),
+            Some(ToolFn::Blocking(f)) => f,
             None => {
                 let end = AttemptEnd::Done(Err(AttemptError::Rejected(format!(
                     "no in-process tool named {:?}",

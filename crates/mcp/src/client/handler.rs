@@ -29,7 +29,7 @@ use super::router::Router;
 
 /// rmcp's client handler for one connection.
 #[derive(Clone)]
-pub(crate) struct Handler {
+pub(crate) struct ConnectionHandler {
     pub(crate) router: Arc<Router>,
     /// Where the server's requests and notifications for its client go (the gateway).
     pub(crate) link: Arc<Link>,
@@ -39,7 +39,7 @@ pub(crate) struct Handler {
     pub(crate) offer: ProtocolVersion,
 }
 
-impl Handler {
+impl ConnectionHandler {
     /// Forwards a server-initiated request to the attached upstream, until the server cancels
     /// it (`ctx.ct`).
     async fn forward(
@@ -70,7 +70,7 @@ impl Handler {
     }
 }
 
-impl ClientHandler for Handler {
+impl ClientHandler for ConnectionHandler {
     async fn on_progress(
         &self,
         params: ProgressNotificationParam,

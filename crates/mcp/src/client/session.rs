@@ -31,7 +31,7 @@ use toolwarden_process::GroupChild;
 use toolwarden_protocol::ServerConfig;
 
 use super::frame::{self, Direct, Hooks};
-use super::handler::Handler;
+use super::handler::ConnectionHandler;
 use super::in_order::InOrder;
 use super::link::Link;
 use super::options::McpOptions;
@@ -233,7 +233,7 @@ pub(crate) struct ServerSession {
     pub(crate) conn: Arc<Conn>,
     /// Cancelling it stops rmcp's service loop (which closes the server's stdin).
     pub(crate) ct: CancellationToken,
-    pub(crate) service: RunningService<RoleClient, Handler>,
+    pub(crate) service: RunningService<RoleClient, ConnectionHandler>,
 }
 
 /// Which revision a server is spoken to in: its `protocol` key (see `docs/MCP-BACKEND.md`,
@@ -362,7 +362,7 @@ pub(crate) async fn connect(
 ) -> Result<(ServerSession, Vec<Tool>), StartError> {
     let max_message_bytes = opts.max_message_bytes;
     let router = Router::new(server.clone());
-    let handler = Handler {
+    let handler = ConnectionHandler {
         router: router.clone(),
         link,
         forward: opts.forward_client_features,
