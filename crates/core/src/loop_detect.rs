@@ -12,7 +12,7 @@ use crate::maps::CallDigest;
 
 /// The current run of one session: a call and the result it kept giving.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Run {
+struct SessionRun {
     call: CallDigest,
     result: [u8; 32],
     /// How many calls in a row gave that result.
@@ -21,7 +21,7 @@ struct Run {
 
 /// What a call that reached its tool came back with, for the detector.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Answer {
+pub(crate) enum LoopAnswer {
     /// A result from the tool (or its cache): the digest of its content.
     Result([u8; 32]),
     /// No result the model could compare (a timeout, a cancel mid-way): the run ends.
@@ -31,7 +31,7 @@ pub(crate) enum Answer {
 /// One session's memory of its latest run.
 #[derive(Default)]
 pub(crate) struct LoopDetector {
-    run: Mutex<Option<Run>>,
+    run: Mutex<Option<SessionRun>>,
 }
 
 impl LoopDetector {
@@ -52,13 +52,13 @@ impl LoopDetector {
         &self,
         policy: &LoopPolicy,
         call: &CallDigest,
-        answer: Answer,
+        answer: LoopAnswer,
     ) -> Option<u32> {
         if policy.warn_after == 0 && policy.block_after == 0 {
             return None;
         }
         let mut run = self.run.lock();
-        let Answer::Result(result) = answer else {
+        let LoopAnswer::Result(result) = answer else {
             *run = None;
             return None;
         };
@@ -66,7 +66,7 @@ impl LoopDetector {
             Some(r) if r.call == *call && r.result == result => r.count.saturating_add(1),
             _ => 1,
         };
-        *run = Some(Run {
+        *run = Some(SessionRun {
             call: *call,
             result,
             count,
@@ -96,11 +96,11 @@ mod tests {
 
     const CALL: CallDigest = CallDigest([1; 32]);
     const OTHER_CALL: CallDigest = CallDigest([2; 32]);
-    const SAME: Answer = Answer::Result([7; 32]);
+    const SAME: LoopAnswer = LoopAnswer::Result([7; 32]);
 
     /// Runs `steps` (call, answer) through a detector with the default policy; for each, whether
     /// it was blocked (`Err(n)`) or its warning count (`Ok(Some(n))`).
-    fn check(steps: &[(CallDigest, Answer)]) -> Vec<Result<Option<u32>, u32>> {
+    fn check(steps: &[(CallDigest, LoopAnswer)]) -> Vec<Result<Option<u32>, u32>> {
         let d = LoopDetector::default();
         let p = LoopPolicy::default();
         steps
@@ -122,8 +122,9 @@ mod tests {
 
     #[test]
     fn a_changing_result_is_no_loop() {
-        let polls: Vec<(CallDigest, Answer)> =
-            (0..10u8).map(|i| (CALL, Answer::Result([i; 32]))).collect();
+        let polls: Vec<(CallDigest, LoopAnswer)> = (0..10u8)
+            .map(|i| (CALL, LoopAnswer::Result([i; 32])))
+            .collect();
         assert_eq!(check(&polls), vec![Ok(None); 10]);
     }
 
@@ -135,7 +136,7 @@ mod tests {
             (OTHER_CALL, SAME),
             (CALL, SAME),
             (CALL, SAME),
-            (CALL, Answer::Other),
+            (CALL, LoopAnswer::Other),
             (CALL, SAME),
             (CALL, SAME),
             (CALL, SAME),

@@ -14,7 +14,7 @@ use crate::backend::ToolOutput;
 use crate::cache::CachedResult;
 use crate::canonical::{self, ValueRef};
 use crate::events::EventScope;
-use crate::loop_detect::Answer;
+use crate::loop_detect::LoopAnswer;
 use crate::maps::CallDigest;
 use crate::registry::ToolRuntime;
 use crate::shared::{LOOP_RUN_TTL, SharedState};
@@ -179,14 +179,14 @@ impl<'a> Finisher<'a> {
             return;
         };
         let answer = match (status, output, provenance) {
-            (Status::Ok, _, Some(p)) => Answer::Result(p.digest.0),
+            (Status::Ok, _, Some(p)) => LoopAnswer::Result(p.digest.0),
             (
                 Status::Error {
                     reason: ErrorReason::ToolError,
                 },
                 Some(out),
                 _,
-            ) => Answer::Result(result_digest(out)),
+            ) => LoopAnswer::Result(result_digest(out)),
             (
                 Status::Error {
                     reason: ErrorReason::ToolError,
@@ -197,7 +197,7 @@ impl<'a> Finisher<'a> {
             | (Status::Timeout { .. } | Status::Cancelled { .. }, _, _)
                 if self.invoked =>
             {
-                Answer::Other
+                LoopAnswer::Other
             }
             _ => return,
         };
@@ -210,7 +210,7 @@ impl<'a> Finisher<'a> {
     /// outcome is recorded — so the session's next call sees it, on whichever replica it lands.
     /// This replica's run follows too (it decides while the shared state cannot be reached).
     /// `None`: an answer that leaves the run as it was.
-    pub(super) async fn count_shared(&mut self, answer: Option<Answer>) {
+    pub(super) async fn count_shared(&mut self, answer: Option<LoopAnswer>) {
         let Some(shared) = self.shared_loop.take() else {
             return;
         };
@@ -223,8 +223,8 @@ impl<'a> Finisher<'a> {
         let session = &self.turn.session;
         let local = session.loops.record(&policy, &call, answer);
         let result = match answer {
-            Answer::Result(digest) => Some(digest),
-            Answer::Other => None,
+            LoopAnswer::Result(digest) => Some(digest),
+            LoopAnswer::Other => None,
         };
         let count = match shared
             .loop_record(&session.key, &call.0, result, LOOP_RUN_TTL)
@@ -244,7 +244,7 @@ impl<'a> Finisher<'a> {
             && let Some(original) = &hit.result.outcome.provenance
         {
             let digest = original.digest.0;
-            Box::pin(self.count_shared(Some(Answer::Result(digest)))).await;
+            Box::pin(self.count_shared(Some(LoopAnswer::Result(digest)))).await;
         }
         self.cache_hit(hit);
     }

@@ -17,7 +17,7 @@ use crate::cache::CachedResult;
 use crate::canonical;
 use crate::config::apply_hints;
 use crate::gate::Ticket;
-use crate::loop_detect::Answer;
+use crate::loop_detect::LoopAnswer;
 use crate::maps::CallDigest;
 use crate::registry::{ToolEntry, ToolRuntime};
 use crate::shared::{SharedState, lease_ttl};
@@ -508,10 +508,10 @@ async fn pipeline(
     if fin.shared_loop.is_some() {
         let answer = match &last {
             Final::Ok(output) | Final::ToolError(output) => {
-                Some(Answer::Result(result_digest(output)))
+                Some(LoopAnswer::Result(result_digest(output)))
             }
             Final::Rejected(_) | Final::Timeout(..) | Final::Cancelled(_) if fin.invoked => {
-                Some(Answer::Other)
+                Some(LoopAnswer::Other)
             }
             _ => None,
         };
