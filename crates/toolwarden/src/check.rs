@@ -11,7 +11,7 @@ use toolwarden_protocol::ServerStateKind;
 use toolwarden_protocol::{DEFAULT_PRINCIPAL, LOCAL_PRINCIPAL, Scopes};
 
 use crate::cli::CheckArgs;
-use crate::client::{Backend, snake, tool_table};
+use crate::client::{BackendColumns, snake, tool_table};
 use crate::exit::Exit;
 use crate::signals::Signals;
 use crate::stack::{self, Stack};
@@ -203,14 +203,14 @@ pub(crate) async fn run(config_path: Option<&Path>, args: CheckArgs) -> anyhow::
         }
         println!();
         // The check's own findings: the engine's record of a state may lag a moment behind.
-        let backend_states: Vec<Backend> = tools
+        let backend_states: Vec<BackendColumns> = tools
             .iter()
             .map(|t| match servers.iter().find(|s| s.name == t.backend) {
-                Some(s) => Backend {
+                Some(s) => BackendColumns {
                     state: Some(snake(&s.state)),
                     protocol: s.protocol.clone(),
                 },
-                None => Backend {
+                None => BackendColumns {
                     state: Some("up".to_owned()),
                     protocol: None,
                 },

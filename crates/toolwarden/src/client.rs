@@ -151,11 +151,11 @@ pub(crate) async fn tools(config: Option<&Path>, args: ClientArgs) -> anyhow::Re
     }
     let list = body.get("tools").cloned().unwrap_or_default();
     let text = |t: &Value, key: &str| t.get(key).and_then(Value::as_str).map(str::to_owned);
-    let states: Vec<Backend> = list
+    let states: Vec<BackendColumns> = list
         .as_array()
         .map(|a| {
             a.iter()
-                .map(|t| Backend {
+                .map(|t| BackendColumns {
                     state: text(t, "backend_state"),
                     protocol: text(t, "backend_protocol"),
                 })
@@ -171,13 +171,13 @@ pub(crate) async fn tools(config: Option<&Path>, args: ClientArgs) -> anyhow::Re
 /// What the tool table shows of a tool's backend: its state, and the MCP revision it was
 /// reached in (MCP servers only).
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Backend {
+pub(crate) struct BackendColumns {
     pub(crate) state: Option<String>,
     pub(crate) protocol: Option<String>,
 }
 
 /// Tools with their effective policy, one per line.
-pub(crate) fn tool_table(tools: &[ToolInfo], states: &[Backend]) -> String {
+pub(crate) fn tool_table(tools: &[ToolInfo], states: &[BackendColumns]) -> String {
     let mut table = Table::new(&[
         "TOOL",
         "BACKEND",
