@@ -36,8 +36,8 @@ use super::convert::{arguments, service_error, tool_output};
 use super::frame::DirectAnswer;
 use super::input;
 use super::router::Registration;
+use super::server_core::{RestartRequest, ServerCore};
 use super::session::{Conn, ConnEnd};
-use super::shared::{RestartRequest, Shared};
 use super::task;
 
 /// How long an attempt whose request failed with a closed transport waits to learn why the
@@ -86,7 +86,7 @@ fn add_trace_context(params: &mut CallToolRequestParams, meta: &AttemptMeta) {
 }
 
 /// Runs one attempt to its end.
-pub(super) async fn run(shared: Arc<Shared>, attempt: Attempt) -> AttemptEnd {
+pub(super) async fn run(shared: Arc<ServerCore>, attempt: Attempt) -> AttemptEnd {
     let Attempt {
         tool,
         input,
@@ -233,7 +233,7 @@ pub(super) async fn run(shared: Arc<Shared>, attempt: Attempt) -> AttemptEnd {
 
 /// An attempt answered with a task (see `task`).
 struct TaskAttempt<'a> {
-    shared: &'a Arc<Shared>,
+    shared: &'a Arc<ServerCore>,
     conn: &'a Arc<Conn>,
     meta: &'a AttemptMeta,
     tool: &'a Arc<str>,
@@ -291,7 +291,7 @@ const WATCH_ABANDONED_TASK: Duration = Duration::from_secs(3600);
 
 /// Keeps a stuck task counted as abandoned until it reaches a final status, the server forgets
 /// it, the connection ends, or [`WATCH_ABANDONED_TASK`] has passed.
-fn abandon_task(shared: Arc<Shared>, conn: Arc<Conn>, id: String) {
+fn abandon_task(shared: Arc<ServerCore>, conn: Arc<Conn>, id: String) {
     shared.add_abandoned(1);
     let watcher = shared.clone();
     shared.tasks.spawn(async move {
@@ -353,7 +353,7 @@ async fn send(
 /// The outcome of an answer that arrived before any stop.
 async fn answered(
     conn: &Conn,
-    shared: &Shared,
+    shared: &ServerCore,
     answer: Answer,
 ) -> Result<toolwarden_core::ToolOutput, AttemptError> {
     match answer {
@@ -365,7 +365,7 @@ async fn answered(
 
 /// A request that failed without an answer: a closed connection is classified by why it
 /// ended; anything else by the error itself.
-async fn request_failed(conn: &Conn, shared: &Shared, e: &ServiceError) -> AttemptError {
+async fn request_failed(conn: &Conn, shared: &ServerCore, e: &ServiceError) -> AttemptError {
     if !conn.stdio
         && matches!(
             e,
@@ -388,7 +388,7 @@ async fn request_failed(conn: &Conn, shared: &Shared, e: &ServiceError) -> Attem
     }
 }
 
-async fn closed_error(conn: &Conn, shared: &Shared) -> AttemptError {
+async fn closed_error(conn: &Conn, shared: &ServerCore) -> AttemptError {
     if !conn.stdio {
         conn.router.suspect.notify_one();
     }
@@ -405,7 +405,7 @@ async fn closed_error(conn: &Conn, shared: &Shared) -> AttemptError {
     }
 }
 
-fn end_error(shared: &Shared, end: ConnEnd) -> AttemptError {
+fn end_error(shared: &ServerCore, end: ConnEnd) -> AttemptError {
     match end {
         ConnEnd::Crashed(detail) => {
             AttemptError::Crashed(format!("MCP server {:?}: {detail}", shared.name))
@@ -447,14 +447,20 @@ async fn stopped_by_end(conn: &Conn) -> AttemptEnd {
     })
 }
 
-fn report_late(shared: &Shared, meta: &AttemptMeta, tool: &str, is_error: bool, since: Instant) {
+fn report_late(
+    shared: &ServerCore,
+    meta: &AttemptMeta,
+    tool: &str,
+    is_error: bool,
+    since: Instant,
+) {
     shared
         .host
         .late_result(meta, tool, is_error, since.elapsed());
 }
 
 /// Asks the supervisor to kill and restart the server; returns once the old group is dead.
-async fn restart(shared: &Shared, conn: &Conn, reason: String) {
+async fn restart(shared: &ServerCore, conn: &Conn, reason: String) {
     let (done, killed) = oneshot::channel();
     let request = RestartRequest {
         generation: conn.generation,
@@ -470,7 +476,7 @@ async fn restart(shared: &Shared, conn: &Conn, reason: String) {
 /// Stops waiting for a stuck request but keeps it counted until its late answer arrives or its
 /// connection ends.
 fn abandon(
-    shared: Arc<Shared>,
+    shared: Arc<ServerCore>,
     conn: Arc<Conn>,
     reg: Registration,
     rx: Receiver,

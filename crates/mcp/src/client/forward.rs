@@ -24,8 +24,8 @@ use tokio_util::sync::CancellationToken;
 use toolwarden_protocol::ServerStateKind;
 
 use super::listen;
+use super::server_core::ServerCore;
 use super::session::ServerEra;
-use super::shared::Shared;
 
 /// Sends `request` on the live connection (waiting while the server is starting) and returns
 /// its answer. A JSON-RPC error from the server comes back unchanged. When `cancel` fires
@@ -35,7 +35,7 @@ use super::shared::Shared;
 /// a server that never answers (or a transport that loses the answer) ends the request with
 /// [`TIMED_OUT`] and the server gets `notifications/cancelled` — never silence.
 pub(super) async fn request(
-    shared: &Shared,
+    shared: &ServerCore,
     mut request: ClientRequest,
     meta: RequestMetaObject,
     cancel: &CancellationToken,
@@ -161,7 +161,7 @@ fn timed_out(server: &str, method: &str, within: Duration) -> ErrorData {
 }
 
 /// Sends a notification if the server is up; drops it otherwise.
-pub(super) async fn notify(shared: &Shared, notification: ClientNotification) {
+pub(super) async fn notify(shared: &ServerCore, notification: ClientNotification) {
     let conn = {
         let snap = shared.state.borrow();
         match (snap.kind, &snap.conn) {

@@ -20,8 +20,8 @@ use std::time::Duration;
 use rmcp::ServiceError;
 use rmcp::model::{ErrorCode, GetMeta as _, ServerCapabilities, ServerNotification};
 
+use super::server_core::ServerCore;
 use super::session::Conn;
-use super::shared::Shared;
 
 /// The `_meta` key a stream's notifications carry its id in.
 const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
@@ -50,7 +50,7 @@ pub(crate) fn worth_listening(capabilities: &ServerCapabilities) -> bool {
 
 /// Keeps `conn`'s stream open until the connection ends; gives up on a server that does not
 /// know the method, and waits longer after each failure in a row.
-pub(crate) async fn run(shared: Arc<Shared>, conn: Arc<Conn>) {
+pub(crate) async fn run(shared: Arc<ServerCore>, conn: Arc<Conn>) {
     let mut retry = RETRY;
     loop {
         let changed = shared.wanted.changed.notified();
@@ -118,7 +118,7 @@ pub(crate) async fn run(shared: Arc<Shared>, conn: Arc<Conn>) {
 
 /// What arrived on the stream, as a session's notification would have: the tool list is read
 /// again; the rest goes to the gateway's clients.
-fn deliver(shared: &Shared, conn: &Conn, mut notification: ServerNotification) {
+fn deliver(shared: &ServerCore, conn: &Conn, mut notification: ServerNotification) {
     notification.get_meta_mut().remove(SUBSCRIPTION_ID);
     match notification {
         ServerNotification::ToolListChangedNotification(_) => {

@@ -15,8 +15,8 @@ pub(crate) mod link;
 mod listen;
 mod options;
 mod router;
+mod server_core;
 mod session;
-mod shared;
 mod supervisor;
 mod task;
 
@@ -39,13 +39,13 @@ pub(crate) use forward::Deadline;
 pub use options::{DEFAULT_STARTUP_TIMEOUT, McpOptions, ReadyError};
 
 use link::Upstream;
+use server_core::{ServerCore, StateView, Wanted};
 use session::{Endpoint, Protocol};
-use shared::{Shared, Snapshot, Wanted};
 
 /// One configured MCP server. Implements [`Backend`]: attempts name tools without the
 /// `SERVER__` prefix.
 pub struct McpServer {
-    shared: Arc<Shared>,
+    shared: Arc<ServerCore>,
 }
 
 impl McpServer {
@@ -83,7 +83,7 @@ impl McpServer {
         }
         let (restart_tx, restart_rx) = mpsc::unbounded_channel();
         let server = Arc::new_cyclic(|me| McpServer {
-            shared: Arc::new(Shared {
+            shared: Arc::new(ServerCore {
                 name: name.into(),
                 host,
                 opts,
@@ -91,7 +91,7 @@ impl McpServer {
                 protocol: protocol.unwrap_or(Protocol::Auto),
                 startup_timeout,
                 me: me.clone() as Weak<dyn Backend>,
-                state: watch::Sender::new(Snapshot {
+                state: watch::Sender::new(StateView {
                     kind: ServerStateKind::Starting,
                     detail: None,
                     conn: None,

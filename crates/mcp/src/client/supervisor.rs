@@ -21,14 +21,14 @@ use toolwarden_protocol::ServerStateKind;
 use rmcp::model::ProtocolVersion;
 
 use super::listen;
+use super::server_core::{RestartRequest, ServerCore};
 use super::session::{
     self, Child, ConnEnd, Lifecycle, Protocol, ServerEra, ServerSession, StartError, describe_exit,
 };
-use super::shared::{RestartRequest, Shared};
 
 /// Runs until the server is shut down.
 pub(crate) async fn supervise(
-    shared: Arc<Shared>,
+    shared: Arc<ServerCore>,
     mut restart_rx: mpsc::UnboundedReceiver<RestartRequest>,
 ) {
     let endpoint = match &shared.endpoint {
@@ -150,11 +150,11 @@ pub(crate) async fn supervise(
     finish(&shared);
 }
 
-fn finish(shared: &Shared) {
+fn finish(shared: &ServerCore) {
     shared.finished.send_replace(true);
 }
 
-fn backoff(shared: &Shared, failures: u32) -> Duration {
+fn backoff(shared: &ServerCore, failures: u32) -> Duration {
     let factor = 2u32.saturating_pow(failures.min(16));
     shared
         .opts
@@ -170,7 +170,7 @@ fn backoff(shared: &Shared, failures: u32) -> Duration {
 /// A server that refuses it, or goes away, gets `server/discover` (2026-07-28) on a new
 /// connection, in the same attempt: a server of 2026-07-28 alone.
 async fn start(
-    shared: &Shared,
+    shared: &ServerCore,
     endpoint: &session::Endpoint,
     generation: u64,
     child: &mut Option<Child>,
@@ -213,7 +213,7 @@ async fn start(
 }
 
 async fn connect(
-    shared: &Shared,
+    shared: &ServerCore,
     endpoint: &session::Endpoint,
     generation: u64,
     lifecycle: &Lifecycle,
@@ -292,7 +292,7 @@ async fn stop_child(child: Option<Child>, grace: bool) {
 /// Watches a live session until it ends, serving tool-list refreshes and restart requests, then
 /// tears it down. Returns why it ended.
 async fn watch_session(
-    shared: &Arc<Shared>,
+    shared: &Arc<ServerCore>,
     session: ServerSession,
     mut child: Option<Child>,
     restart_rx: &mut mpsc::UnboundedReceiver<RestartRequest>,
@@ -422,7 +422,7 @@ async fn ping(peer: rmcp::service::Peer<rmcp::service::RoleClient>) -> Result<()
 }
 
 /// Re-reads the tool list after `notifications/tools/list_changed`.
-async fn refresh_tools(shared: Arc<Shared>, conn: Arc<session::Conn>) {
+async fn refresh_tools(shared: Arc<ServerCore>, conn: Arc<session::Conn>) {
     let limit = shared.startup_timeout.unwrap_or(Duration::from_secs(60));
     match tokio::time::timeout(limit, conn.peer.list_all_tools()).await {
         Ok(Ok(tools)) if conn.end().is_none() => {

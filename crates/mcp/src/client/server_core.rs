@@ -1,6 +1,7 @@
-//! What an [`McpServer`](super::McpServer), its supervisor task and its calls share: the
-//! server's state as watchers see it, its live connection, and the reports to the host. It sits
-//! below all three so that each can read it without reaching back into the others.
+//! What an [`McpServer`](super::McpServer), its supervisor task and its calls share of one
+//! server ([`ServerCore`]): the server's state as watchers see it ([`StateView`]), its live
+//! connection, and the reports to the host. It sits below all three so that each can read it
+//! without reaching back into the others.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Weak};
@@ -22,7 +23,7 @@ use super::session::{Conn, Endpoint, Protocol};
 
 /// What the server's state watchers see.
 #[derive(Clone)]
-pub(super) struct Snapshot {
+pub(super) struct StateView {
     pub(super) kind: ServerStateKind,
     pub(super) detail: Option<String>,
     /// The live connection while `Up`.
@@ -43,7 +44,7 @@ pub(super) struct RestartRequest {
 }
 
 /// State shared by an [`McpServer`](super::McpServer), its supervisor task and its calls.
-pub(super) struct Shared {
+pub(super) struct ServerCore {
     pub(super) name: Arc<str>,
     pub(super) host: Arc<dyn BackendHost>,
     pub(super) opts: McpOptions,
@@ -53,7 +54,7 @@ pub(super) struct Shared {
     pub(super) startup_timeout: Option<Duration>,
     /// The server itself, as the backend the host is given with its tools.
     pub(super) me: Weak<dyn Backend>,
-    pub(super) state: watch::Sender<Snapshot>,
+    pub(super) state: watch::Sender<StateView>,
     pub(super) shutdown: CancellationToken,
     pub(super) restart_tx: mpsc::UnboundedSender<RestartRequest>,
     pub(super) abandoned: Mutex<u64>,
@@ -70,7 +71,7 @@ pub(super) struct Shared {
     pub(super) wanted: Wanted,
 }
 
-impl Shared {
+impl ServerCore {
     pub(super) fn set_state(
         &self,
         kind: ServerStateKind,
