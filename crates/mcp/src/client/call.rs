@@ -32,10 +32,10 @@ use tokio::time::Instant;
 use toolwarden_core::{Attempt, AttemptEnd, AttemptError, AttemptMeta};
 use toolwarden_protocol::{OnStuck, StopHow};
 
+use super::call_table::Registration;
 use super::convert::{arguments, service_error, tool_output};
 use super::frame::DirectAnswer;
 use super::input;
-use super::router::Registration;
 use super::server_core::{RestartRequest, ServerCore};
 use super::session::{Conn, ConnEnd};
 use super::task;
@@ -318,7 +318,7 @@ fn abandon_task(shared: Arc<ServerCore>, conn: Arc<Conn>, id: String) {
 
 /// Queues `request` and registers it so that no progress can overtake the registration: past
 /// rmcp, registered before it is queued; through rmcp (which picks the progress token as it
-/// queues it), under the send lock (see `router`).
+/// queues it), under the send lock (see `call_table`).
 async fn send(
     conn: &Conn,
     mut request: ClientRequest,
@@ -327,22 +327,22 @@ async fn send(
     if let Some(direct) = &conn.direct {
         let (id, token) = direct.next_id();
         request.get_meta_mut().set_progress_token(token.clone());
-        let reg = conn.router.register(id.clone(), token, heartbeat.clone());
+        let reg = conn.calls.register(id.clone(), token, heartbeat.clone());
         return match direct.send(id, request).await {
             Ok(answer) => Ok((reg, Receiver::Direct(answer))),
             Err(e) => {
-                tracing::debug!(server = %conn.router.server, error = %e,
+                tracing::debug!(server = %conn.calls.server, error = %e,
                     "sending a call to the server failed");
                 Err(ServiceError::TransportClosed)
             }
         };
     }
-    let _queued = conn.router.send_lock.lock().await;
+    let _queued = conn.calls.send_lock.lock().await;
     let handle = conn
         .peer
         .send_request_with_option(request, PeerRequestOptions::no_options())
         .await?;
-    let reg = conn.router.register(
+    let reg = conn.calls.register(
         handle.id.clone(),
         handle.progress_token.clone(),
         heartbeat.clone(),
@@ -373,7 +373,7 @@ async fn request_failed(conn: &Conn, shared: &ServerCore, e: &ServiceError) -> A
         )
     {
         // An HTTP server has no process to watch: have the supervisor check it is alive.
-        conn.router.suspect.notify_one();
+        conn.calls.suspect.notify_one();
     }
     match e {
         ServiceError::TransportClosed => closed_error(conn, shared).await,
@@ -390,7 +390,7 @@ async fn request_failed(conn: &Conn, shared: &ServerCore, e: &ServiceError) -> A
 
 async fn closed_error(conn: &Conn, shared: &ServerCore) -> AttemptError {
     if !conn.stdio {
-        conn.router.suspect.notify_one();
+        conn.calls.suspect.notify_one();
     }
     match tokio::time::timeout(END_REASON_WAIT, conn.ended()).await {
         Ok(end) => end_error(shared, end),

@@ -1,5 +1,5 @@
 //! rmcp's client handler for one connection: what the server sends that is not an answer. Its
-//! progress goes to the call table (`router`), a changed tool list to the supervisor, and its
+//! progress goes to the call table (`call_table`), a changed tool list to the supervisor, and its
 //! own requests and notifications for its client across the `link` to the gateway.
 
 #![allow(
@@ -24,13 +24,13 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, RequestContext, RoleClient};
 use rmcp::{ClientHandler, ErrorData};
 
+use super::call_table::CallTable;
 use super::link::{Link, no_client, retype, server_request_method};
-use super::router::Router;
 
 /// rmcp's client handler for one connection.
 #[derive(Clone)]
 pub(crate) struct ConnectionHandler {
-    pub(crate) router: Arc<Router>,
+    pub(crate) calls: Arc<CallTable>,
     /// Where the server's requests and notifications for its client go (the gateway).
     pub(crate) link: Arc<Link>,
     /// Declare sampling, elicitation and roots, so they can be forwarded (`McpOptions`).
@@ -56,15 +56,15 @@ impl ConnectionHandler {
         let mut meta = context.meta;
         meta.remove("progressToken");
         *request.get_meta_mut() = meta;
-        let server = self.router.server.clone();
+        let server = self.calls.server.clone();
         tracing::debug!(server = %server, %method, "forwarding a server's request to a client");
         upstream.request(server, request, context.ct).await
     }
 
     fn notify(&self, notification: ServerNotification) {
         match self.link.get() {
-            Some(upstream) => upstream.notify(self.router.server.clone(), notification),
-            None => tracing::trace!(server = %self.router.server,
+            Some(upstream) => upstream.notify(self.calls.server.clone(), notification),
+            None => tracing::trace!(server = %self.calls.server,
                 "no client attached: a server notification was dropped"),
         }
     }
@@ -76,13 +76,13 @@ impl ClientHandler for ConnectionHandler {
         params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        self.router.progress(params).await;
+        self.calls.progress(params).await;
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         // The supervisor re-reads the list; the engine's tool set changes; the gateway tells
         // its clients from there.
-        self.router.tools_changed.notify_one();
+        self.calls.tools_changed.notify_one();
     }
 
     async fn create_message(

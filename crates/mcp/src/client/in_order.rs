@@ -9,7 +9,7 @@
 //! flight to that call's heartbeat as it reads it, before it reads the next message: everything
 //! the server sent before its answer has reached the call when rmcp sees the answer. A report
 //! whose token is not in the call table yet (its call is being registered right now) goes on to
-//! rmcp and the handler, which waits for the registration (`router`).
+//! rmcp and the handler, which waits for the registration (`call_table`).
 //!
 //! On a stdio connection the frame guard already does this as it reads each line (`frame`):
 //! there an answer may go to its call past rmcp, so the report cannot wait for rmcp to read it.
@@ -20,17 +20,17 @@ use rmcp::model::{JsonRpcMessage, ServerJsonRpcMessage, ServerNotification};
 use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 
-use super::router::Router;
+use super::call_table::CallTable;
 
 /// `T`, with the connection's progress delivered as it is read.
 pub(crate) struct InOrder<T> {
     inner: T,
-    router: Arc<Router>,
+    calls: Arc<CallTable>,
 }
 
 impl<T> InOrder<T> {
-    pub(crate) fn new(inner: T, router: Arc<Router>) -> Self {
-        Self { inner, router }
+    pub(crate) fn new(inner: T, calls: Arc<CallTable>) -> Self {
+        Self { inner, calls }
     }
 }
 
@@ -63,7 +63,7 @@ impl<T> InOrder<T> {
     fn deliver(&self, message: ServerJsonRpcMessage) -> Option<ServerJsonRpcMessage> {
         if let JsonRpcMessage::Notification(n) = &message
             && let ServerNotification::ProgressNotification(p) = &n.notification
-            && self.router.progress_now(&p.params)
+            && self.calls.progress_now(&p.params)
         {
             return None;
         }
@@ -103,18 +103,18 @@ mod tests {
     /// What the handler would get: the messages `deliver` gives back.
     #[test]
     fn a_registered_calls_progress_reaches_its_heartbeat_before_the_answer_is_passed_on() {
-        let router = Router::new("test".into());
+        let calls = CallTable::new("test".into());
         let seen: Arc<Mutex<Vec<f64>>> = Arc::default();
         let relay = {
             let seen = seen.clone();
             Arc::new(move |info: &ProgressInfo| seen.lock().unwrap().push(info.progress.unwrap()))
         };
-        let reg = router.register(
+        let reg = calls.register(
             RequestId::Number(7),
             ProgressToken(NumberOrString::Number(70)),
             Heartbeat::new(Some(relay)),
         );
-        let wrapper = InOrder::new((), router.clone());
+        let wrapper = InOrder::new((), calls.clone());
 
         for step in 1..=5 {
             assert!(wrapper.deliver(progress(70, step as f64)).is_none());

@@ -122,7 +122,7 @@ fn deliver(shared: &ServerCore, conn: &Conn, mut notification: ServerNotificatio
     notification.get_meta_mut().remove(SUBSCRIPTION_ID);
     match notification {
         ServerNotification::ToolListChangedNotification(_) => {
-            conn.router.tools_changed.notify_one();
+            conn.calls.tools_changed.notify_one();
         }
         other => match shared.link.get() {
             Some(upstream) => upstream.notify(shared.name.clone(), other),

@@ -5,6 +5,7 @@
 //! server, and `frame` guards a stdio server's output.
 
 mod call;
+mod call_table;
 mod convert;
 mod forward;
 mod frame;
@@ -14,7 +15,6 @@ mod input;
 pub(crate) mod link;
 mod listen;
 mod options;
-mod router;
 mod server_core;
 mod session;
 mod supervisor;

@@ -30,12 +30,12 @@ use tokio_util::sync::CancellationToken;
 use toolwarden_process::GroupChild;
 use toolwarden_protocol::ServerConfig;
 
+use super::call_table::CallTable;
 use super::frame::{self, Direct, Hooks};
 use super::handler::ConnectionHandler;
 use super::in_order::InOrder;
 use super::link::Link;
 use super::options::McpOptions;
-use super::router::Router;
 
 /// How to reach a server, from its config.
 #[derive(Clone, Debug)]
@@ -126,7 +126,7 @@ pub(crate) enum ServerEra {
 pub(crate) struct Conn {
     pub(crate) generation: u64,
     pub(crate) peer: Peer<RoleClient>,
-    pub(crate) router: Arc<Router>,
+    pub(crate) calls: Arc<CallTable>,
     pub(crate) stdio: bool,
     pub(crate) era: ServerEra,
     /// A stdio connection of a session-based revision sends its `tools/call` requests past
@@ -361,9 +361,9 @@ pub(crate) async fn connect(
     child_slot: &mut Option<Child>,
 ) -> Result<(ServerSession, Vec<Tool>), StartError> {
     let max_message_bytes = opts.max_message_bytes;
-    let router = Router::new(server.clone());
+    let calls = CallTable::new(server.clone());
     let handler = ConnectionHandler {
-        router: router.clone(),
+        calls: calls.clone(),
         link,
         forward: opts.forward_client_features,
         offer: lifecycle.offer(),
@@ -405,17 +405,17 @@ pub(crate) async fn connect(
             });
             let hooks = Hooks {
                 on_bad: {
-                    let router = router.clone();
-                    Arc::new(move |bad| router.bad_frame(bad))
+                    let calls = calls.clone();
+                    Arc::new(move |bad| calls.bad_frame(bad))
                 },
                 on_progress: {
-                    let router = router.clone();
-                    Arc::new(move |progress| router.progress_now(progress))
+                    let calls = calls.clone();
+                    Arc::new(move |progress| calls.progress_now(progress))
                 },
             };
             let guarded = frame::guard(stdout, stdin, max_message_bytes, hooks);
             direct = Some(guarded.direct());
-            let transport = InOrder::new(guarded, router.clone());
+            let transport = InOrder::new(guarded, calls.clone());
             serve_client_with_lifecycle_and_ct(handler, transport, lifecycle.mode(), ct.clone())
                 .await
                 .map_err(|e| lifecycle_failed(format!("{} failed", lifecycle.method()), e))?
@@ -433,7 +433,7 @@ pub(crate) async fn connect(
             config.retry_config = Arc::new(retry);
             let transport = InOrder::new(
                 StreamableHttpClientTransport::from_config(config),
-                router.clone(),
+                calls.clone(),
             );
             serve_client_with_lifecycle_and_ct(handler, transport, lifecycle.mode(), ct.clone())
                 .await
@@ -457,7 +457,7 @@ pub(crate) async fn connect(
     let conn = Arc::new(Conn {
         generation,
         peer: service.peer().clone(),
-        router,
+        calls,
         stdio: endpoint.is_stdio(),
         era,
         // A 2026-07-28 request carries rmcp's per-request `_meta` envelope: through rmcp.

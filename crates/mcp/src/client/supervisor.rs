@@ -354,10 +354,10 @@ async fn watch_session(
                     None => ConnEnd::Lost("the HTTP session ended".into()),
                 };
             }
-            _ = conn.router.tools_changed.notified() => {
+            _ = conn.calls.tools_changed.notified() => {
                 tokio::spawn(refresh_tools(shared.clone(), conn.clone()));
             }
-            _ = conn.router.suspect.notified(), if !probing => {
+            _ = conn.calls.suspect.notified(), if !probing => {
                 probing = true;
                 probe = Some(tokio::spawn(ping(conn.peer.clone())));
             }
@@ -375,7 +375,7 @@ async fn watch_session(
     }
     if end == ConnEnd::Shutdown {
         // Tell the server to stop what it was doing before the connection goes.
-        let ids = conn.router.in_flight();
+        let ids = conn.calls.in_flight();
         let cancels = futures::future::join_all(
             ids.iter()
                 .map(|id| conn.send_cancel(id.clone(), "shutdown")),

@@ -108,7 +108,7 @@ struct Calls {
 }
 
 /// The call table of one connection, shared by its client handler and its calls.
-pub(crate) struct Router {
+pub(crate) struct CallTable {
     pub(crate) server: Arc<str>,
     calls: Mutex<Calls>,
     /// Held while a request is queued and registered (see the module docs).
@@ -119,7 +119,7 @@ pub(crate) struct Router {
     pub(crate) suspect: Notify,
 }
 
-impl Router {
+impl CallTable {
     pub(crate) fn new(server: Arc<str>) -> Arc<Self> {
         Arc::new(Self {
             server,
@@ -142,7 +142,7 @@ impl Router {
         calls.by_token.insert(token, call.clone());
         calls.by_id.insert(id, call.clone());
         Registration {
-            router: self.clone(),
+            table: self.clone(),
             call,
         }
     }
@@ -213,13 +213,13 @@ impl Router {
 
 /// A call's place in the table; leaving it (drop) unregisters the call.
 pub(crate) struct Registration {
-    router: Arc<Router>,
+    table: Arc<CallTable>,
     pub(crate) call: Arc<OutgoingCall>,
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        let mut calls = self.router.calls.lock();
+        let mut calls = self.table.calls.lock();
         calls.by_token.remove(&self.call.token);
         calls.by_id.remove(&self.call.id);
     }
