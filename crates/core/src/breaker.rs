@@ -37,7 +37,7 @@ pub(crate) enum Admission {
 }
 
 #[derive(Debug)]
-enum State {
+enum BreakerState {
     Closed { failures: VecDeque<Instant> },
     Open { until: Instant },
     HalfOpen { probe_out: bool },
@@ -46,7 +46,7 @@ enum State {
 /// One tool's breaker.
 #[derive(Debug)]
 pub(crate) struct CircuitBreaker {
-    state: Mutex<State>,
+    state: Mutex<BreakerState>,
     /// Whether `state` is anything but closed, kept beside it so that a closed breaker admits a
     /// call without its lock. A call admitted as the breaker opens is admitted as it would have
     /// been a moment earlier.
@@ -59,7 +59,7 @@ const PROBE_RETRY_AFTER: Duration = Duration::from_secs(1);
 impl Default for CircuitBreaker {
     fn default() -> Self {
         Self {
-            state: Mutex::new(State::Closed {
+            state: Mutex::new(BreakerState::Closed {
                 failures: VecDeque::new(),
             }),
             tripped: AtomicBool::new(false),
@@ -79,10 +79,10 @@ impl CircuitBreaker {
         }
         let mut state = self.state.lock();
         let admitted = match &mut *state {
-            State::Closed { .. } => (Admission::Pass, None),
-            State::Open { until } => {
+            BreakerState::Closed { .. } => (Admission::Pass, None),
+            BreakerState::Open { until } => {
                 if now >= *until {
-                    *state = State::HalfOpen { probe_out: true };
+                    *state = BreakerState::HalfOpen { probe_out: true };
                     (Admission::Probe, Some(BreakerStateKind::HalfOpen))
                 } else {
                     (
@@ -93,7 +93,7 @@ impl CircuitBreaker {
                     )
                 }
             }
-            State::HalfOpen { probe_out } => {
+            BreakerState::HalfOpen { probe_out } => {
                 if *probe_out {
                     (
                         Admission::Rejected {
@@ -112,9 +112,11 @@ impl CircuitBreaker {
     }
 
     /// Keeps `tripped` in step with `state` (called under the lock after every change).
-    fn note(&self, state: &State) {
-        self.tripped
-            .store(!matches!(state, State::Closed { .. }), Ordering::Release);
+    fn note(&self, state: &BreakerState) {
+        self.tripped.store(
+            !matches!(state, BreakerState::Closed { .. }),
+            Ordering::Release,
+        );
     }
 
     /// Records how an admitted call ended. Returns the new state when it changed.
@@ -133,25 +135,27 @@ impl CircuitBreaker {
         }
         let mut state = self.state.lock();
         let change = match (&mut *state, admission) {
-            (State::HalfOpen { .. }, Admission::Probe) => match verdict {
+            (BreakerState::HalfOpen { .. }, Admission::Probe) => match verdict {
                 BreakerVerdict::Success => {
-                    *state = State::Closed {
+                    *state = BreakerState::Closed {
                         failures: VecDeque::new(),
                     };
                     Some(BreakerStateKind::Closed)
                 }
                 BreakerVerdict::Failure => {
-                    *state = State::Open {
+                    *state = BreakerState::Open {
                         until: now + policy.open_for,
                     };
                     Some(BreakerStateKind::Open)
                 }
                 BreakerVerdict::Neutral => {
-                    *state = State::HalfOpen { probe_out: false };
+                    *state = BreakerState::HalfOpen { probe_out: false };
                     None
                 }
             },
-            (State::Closed { failures }, Admission::Pass) if verdict == BreakerVerdict::Failure => {
+            (BreakerState::Closed { failures }, Admission::Pass)
+                if verdict == BreakerVerdict::Failure =>
+            {
                 while failures
                     .front()
                     .is_some_and(|t| now.duration_since(*t) >= policy.window)
@@ -160,7 +164,7 @@ impl CircuitBreaker {
                 }
                 failures.push_back(now);
                 if failures.len() >= policy.failures as usize {
-                    *state = State::Open {
+                    *state = BreakerState::Open {
                         until: now + policy.open_for,
                     };
                     Some(BreakerStateKind::Open)
@@ -185,19 +189,19 @@ impl CircuitBreaker {
         use crate::shared::BreakerChange;
         let mut state = self.state.lock();
         let changed = match (change, &*state) {
-            (BreakerChange::Open { for_ }, State::Open { until }) => {
+            (BreakerChange::Open { for_ }, BreakerState::Open { until }) => {
                 if now + for_ > *until {
-                    *state = State::Open { until: now + for_ };
+                    *state = BreakerState::Open { until: now + for_ };
                 }
                 None
             }
             (BreakerChange::Open { for_ }, _) => {
-                *state = State::Open { until: now + for_ };
+                *state = BreakerState::Open { until: now + for_ };
                 Some(BreakerStateKind::Open)
             }
-            (BreakerChange::Closed, State::Closed { .. }) => None,
+            (BreakerChange::Closed, BreakerState::Closed { .. }) => None,
             (BreakerChange::Closed, _) => {
-                *state = State::Closed {
+                *state = BreakerState::Closed {
                     failures: VecDeque::new(),
                 };
                 Some(BreakerStateKind::Closed)
@@ -210,9 +214,13 @@ impl CircuitBreaker {
     /// The current state (open past its time reads as half-open) and, when open, the time left.
     pub(crate) fn state(&self, now: Instant) -> (BreakerStateKind, Option<Duration>) {
         match &*self.state.lock() {
-            State::Closed { .. } => (BreakerStateKind::Closed, None),
-            State::Open { until } if now < *until => (BreakerStateKind::Open, Some(*until - now)),
-            State::Open { .. } | State::HalfOpen { .. } => (BreakerStateKind::HalfOpen, None),
+            BreakerState::Closed { .. } => (BreakerStateKind::Closed, None),
+            BreakerState::Open { until } if now < *until => {
+                (BreakerStateKind::Open, Some(*until - now))
+            }
+            BreakerState::Open { .. } | BreakerState::HalfOpen { .. } => {
+                (BreakerStateKind::HalfOpen, None)
+            }
         }
     }
 }

@@ -51,7 +51,7 @@ impl CachedResult {
     }
 }
 
-struct Entry {
+struct CacheEntry {
     result: CachedResult,
     expires: Instant,
 }
@@ -72,7 +72,7 @@ pub(crate) enum Lookup {
 
 /// The cache of every tool.
 pub(crate) struct Cache {
-    inner: Arc<Mutex<Inner>>,
+    inner: Arc<Mutex<CacheInner>>,
     max_entries: usize,
 }
 
@@ -80,8 +80,8 @@ pub(crate) struct Cache {
 type FlightSender = Option<watch::Sender<Option<Option<CachedResult>>>>;
 
 #[derive(Default)]
-struct Inner {
-    entries: DigestMap<Entry>,
+struct CacheInner {
+    entries: DigestMap<CacheEntry>,
     flights: DigestMap<FlightSender>,
     /// Stored keys in the order they were stored, with the expiry they were stored with: the
     /// eviction order when the cache is full (oldest first). An item whose entry was since
@@ -91,7 +91,7 @@ struct Inner {
     evicted: Vec<CachedResult>,
 }
 
-impl Inner {
+impl CacheInner {
     /// Makes room for one more entry by evicting the oldest stored ones (expired or not).
     fn make_room(&mut self, max_entries: usize, now: Instant) {
         while self.entries.len() >= max_entries {
@@ -120,7 +120,7 @@ impl Inner {
 impl Cache {
     pub(crate) fn new(max_entries: usize) -> Self {
         Self {
-            inner: Arc::new(Mutex::new(Inner::default())),
+            inner: Arc::new(Mutex::new(CacheInner::default())),
             max_entries: max_entries.max(1),
         }
     }
@@ -179,7 +179,7 @@ pub(crate) async fn follow(mut flight: Flight) -> Option<CachedResult> {
 /// The leader's duty: publish how its execution ended. Dropping it publishes "no result".
 pub(crate) struct FlightGuard {
     key: Option<CallDigest>,
-    inner: Arc<Mutex<Inner>>,
+    inner: Arc<Mutex<CacheInner>>,
     max_entries: usize,
 }
 
@@ -193,7 +193,7 @@ impl FlightGuard {
         inner.order.push_back((expires, key));
         inner.entries.insert(
             key,
-            Entry {
+            CacheEntry {
                 result: result.clone(),
                 expires,
             },

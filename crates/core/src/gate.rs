@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 #[derive(Default)]
-struct State {
+struct GateState {
     next: u64,
     alive: BTreeSet<u64>,
     exclusive: BTreeSet<u64>,
@@ -22,7 +22,7 @@ struct State {
 /// One session's gate.
 #[derive(Default)]
 pub(crate) struct Gate {
-    state: Mutex<State>,
+    state: Mutex<GateState>,
     released: Notify,
     /// Woken when a call of this session left its place on another replica (docs/SCALE-OUT.md):
     /// calls waiting for the gate across replicas ask again.

@@ -177,7 +177,7 @@ fn check_url(url: &str, allow_remote: bool) -> Result<(), String> {
 /// A hook's answer, as it must be written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Answer {
+struct HookAnswer {
     decision: String,
     #[serde(default)]
     reason: Option<String>,
@@ -198,7 +198,7 @@ pub struct Said {
 
 /// Reads a hook's answer body; `Err` says what is wrong with it.
 pub fn read_answer(body: &[u8]) -> Result<Said, String> {
-    let answer: Answer = serde_json::from_slice(body).map_err(|e| {
+    let answer: HookAnswer = serde_json::from_slice(body).map_err(|e| {
         let shown: String = String::from_utf8_lossy(body).chars().take(80).collect();
         format!("answered {shown:?}, which is not {{\"decision\": \"allow\"|\"ask\"|\"deny\", \"reason\"?, \"args\"?}}: {e}")
     })?;

@@ -43,7 +43,7 @@ pub trait Interactor: Send + Sync + 'static {
 /// Replies to one interaction.
 #[derive(Clone)]
 pub struct AnswerSender {
-    broker: Weak<Inner>,
+    broker: Weak<Broker>,
     id: InteractionId,
 }
 
@@ -123,7 +123,7 @@ struct PendingEntry {
     tx: oneshot::Sender<(InteractionAnswer, String)>,
 }
 
-struct Inner {
+struct Broker {
     pending: Mutex<HashMap<InteractionId, PendingEntry>>,
     interactors: RwLock<Vec<Arc<dyn Interactor>>>,
     headless: AtomicBool,
@@ -132,7 +132,7 @@ struct Inner {
     metrics: Arc<Metrics>,
 }
 
-impl Inner {
+impl Broker {
     fn answer(
         &self,
         id: &InteractionId,
@@ -162,7 +162,7 @@ impl Inner {
 /// The engine's interaction broker.
 #[derive(Clone)]
 pub struct Interactions {
-    inner: Arc<Inner>,
+    inner: Arc<Broker>,
 }
 
 impl std::fmt::Debug for Interactions {
@@ -175,7 +175,7 @@ impl std::fmt::Debug for Interactions {
 
 /// Removes a pending interaction when its asker stops waiting, however that happens.
 struct PendingGuard<'a> {
-    inner: &'a Inner,
+    inner: &'a Broker,
     id: InteractionId,
 }
 
@@ -188,7 +188,7 @@ impl Drop for PendingGuard<'_> {
 impl Interactions {
     pub(crate) fn new(bus: Arc<EventBus>, metrics: Arc<Metrics>, ceiling: Duration) -> Self {
         Self {
-            inner: Arc::new(Inner {
+            inner: Arc::new(Broker {
                 pending: Mutex::new(HashMap::new()),
                 interactors: RwLock::new(Vec::new()),
                 headless: AtomicBool::new(false),

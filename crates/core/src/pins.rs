@@ -123,12 +123,12 @@ struct Pinned {
 }
 
 #[derive(Debug, Default)]
-struct Table {
+struct PinTable {
     pinned: HashMap<String, Pinned>,
     changes: HashMap<String, PendingChange>,
 }
 
-impl Table {
+impl PinTable {
     fn any_blocked(&self) -> bool {
         self.changes.values().any(|c| c.blocked)
     }
@@ -147,7 +147,7 @@ pub enum AcceptError {
 /// that a listing, an acceptance and the "any tool held" flag never see each other half done.
 #[derive(Debug, Default)]
 pub struct Pins {
-    table: Mutex<Table>,
+    table: Mutex<PinTable>,
     /// Whether any tool is blocked: calls look no further when none is (written under the
     /// table's lock).
     any_blocked: AtomicBool,

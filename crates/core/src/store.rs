@@ -142,9 +142,9 @@ pub struct StoreCommits {
 }
 
 /// The bus feeds the store through this sink.
-struct Sink(Arc<dyn AuditStore>);
+struct StoreSink(Arc<dyn AuditStore>);
 
-impl EventSink for Sink {
+impl EventSink for StoreSink {
     fn record(&self, event: &Arc<Event>) {
         self.0.append(event);
     }
@@ -172,7 +172,7 @@ pub(crate) fn attach(
     wait: Duration,
 ) -> StoreHook {
     bus.continue_after(store.last_seq());
-    bus.add_sink(Arc::new(Sink(store.clone())));
+    bus.add_sink(Arc::new(StoreSink(store.clone())));
     let hook = StoreHook {
         store,
         wait,

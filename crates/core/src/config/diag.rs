@@ -114,12 +114,12 @@ fn is_bare_key(k: &str) -> bool {
 /// every error and warning.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct SourceMap {
-    entries: Vec<Entry>,
+    entries: Vec<KeyPlace>,
     line_starts: Vec<usize>,
 }
 
 #[derive(Clone, Debug)]
-struct Entry {
+struct KeyPlace {
     path: Vec<Seg>,
     key: Option<Range<usize>>,
     value: Option<Range<usize>>,
@@ -145,7 +145,7 @@ impl SourceMap {
         for (name, item) in table.iter() {
             let key = table.get_key_value(name).and_then(|(k, _)| k.span());
             at.push(Seg::Key(name.to_owned()));
-            self.entries.push(Entry {
+            self.entries.push(KeyPlace {
                 path: at.clone(),
                 key,
                 value: item.span(),
@@ -162,7 +162,7 @@ impl SourceMap {
             Item::ArrayOfTables(a) => {
                 for (i, t) in a.iter().enumerate() {
                     at.push(Seg::Index(i));
-                    self.entries.push(Entry {
+                    self.entries.push(KeyPlace {
                         path: at.clone(),
                         key: None,
                         value: t.span(),
@@ -181,7 +181,7 @@ impl SourceMap {
             Value::Array(a) => {
                 for (i, v) in a.iter().enumerate() {
                     at.push(Seg::Index(i));
-                    self.entries.push(Entry {
+                    self.entries.push(KeyPlace {
                         path: at.clone(),
                         key: None,
                         value: v.span(),
