@@ -45,7 +45,7 @@ use super::task;
 const END_REASON_WAIT: Duration = Duration::from_secs(3);
 
 /// A request's answer; `None` when its connection closed first.
-type Answer = Option<Result<ServerResult, ServiceError>>;
+type RequestAnswer = Option<Result<ServerResult, ServiceError>>;
 
 /// Where a request's answer comes from.
 enum Receiver {
@@ -56,9 +56,9 @@ enum Receiver {
 }
 
 impl Future for Receiver {
-    type Output = Answer;
+    type Output = RequestAnswer;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<RequestAnswer> {
         match self.get_mut() {
             Receiver::Rmcp(rx) => Pin::new(rx).poll(cx).map(Result::ok),
             Receiver::Direct(rx) => Pin::new(rx).poll(cx).map(|answer| {
@@ -354,7 +354,7 @@ async fn send(
 async fn answered(
     conn: &Conn,
     shared: &ServerCore,
-    answer: Answer,
+    answer: RequestAnswer,
 ) -> Result<toolwarden_core::ToolOutput, AttemptError> {
     match answer {
         Some(Ok(result)) => tool_output(result),
@@ -424,7 +424,7 @@ fn end_error(shared: &ServerCore, end: ConnEnd) -> AttemptError {
 }
 
 /// `Some(is_error)` when the answer came from the server, `None` when the connection closed.
-fn late_answer(answer: Answer) -> Option<bool> {
+fn late_answer(answer: RequestAnswer) -> Option<bool> {
     match answer {
         Some(Ok(result)) => Some(tool_output(result).map_or(true, |o| o.is_error)),
         Some(Err(ServiceError::McpError(_))) => Some(true),

@@ -101,7 +101,7 @@ pub(crate) async fn follow(
     heartbeat: &Heartbeat,
 ) -> Followed {
     let id = created.task_id.clone();
-    let mut seen = Seen::from(&created);
+    let mut seen = LastSeen::from(&created);
     let mut interval = poll_interval(&created);
     // Input requests already answered (keys are unique over the life of a task).
     let mut answered: Vec<String> = Vec::new();
@@ -232,12 +232,12 @@ fn poll_interval(task: &Task) -> Duration {
 pub(crate) const MAX_POLL_INTERVAL: Duration = Duration::from_secs(5);
 
 /// What the follower last saw, to tell a change.
-struct Seen {
+struct LastSeen {
     status: TaskStatus,
     message: Option<String>,
 }
 
-impl Seen {
+impl LastSeen {
     fn from(task: &Task) -> Self {
         Self {
             status: task.status,

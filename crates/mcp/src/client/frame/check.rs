@@ -24,7 +24,7 @@ pub(crate) struct BadFrame {
 }
 
 /// What the guard does with a line.
-pub(super) enum Verdict {
+pub(super) enum LineAction {
     /// Pass it to rmcp as it is.
     Forward,
     /// The answer to one of our calls sent through rmcp, parsed.
@@ -65,12 +65,12 @@ struct Frame<'a> {
 
 /// Judges one line. `our_call` takes (once) who waits for an id, if it is one of our pending
 /// `tools/call`s.
-pub(super) fn check(line: &[u8], our_call: &dyn Fn(&RequestId) -> Option<Waiter>) -> Verdict {
+pub(super) fn check(line: &[u8], our_call: &dyn Fn(&RequestId) -> Option<Waiter>) -> LineAction {
     let body = line.strip_suffix(b"\n").unwrap_or(line);
     let body = body.strip_suffix(b"\r").unwrap_or(body);
     let body = body.strip_prefix(BOM).unwrap_or(body);
     if body.iter().all(u8::is_ascii_whitespace) {
-        return Verdict::Skip;
+        return LineAction::Skip;
     }
     let is_object = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
     let parsed = if is_object {
@@ -83,7 +83,7 @@ pub(super) fn check(line: &[u8], our_call: &dyn Fn(&RequestId) -> Option<Waiter>
     let frame: Frame<'_> = match parsed {
         Ok(frame) => frame,
         Err(e) => {
-            return Verdict::Bad(
+            return LineAction::Bad(
                 match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
                     // Valid JSON, but not an object.
                     Ok(_) => BadFrame {
@@ -110,10 +110,10 @@ pub(super) fn check(line: &[u8], our_call: &dyn Fn(&RequestId) -> Option<Waiter>
             && let Some(params) = frame.params
             && let Ok(progress) = serde_json::from_str::<ProgressNotificationParam>(params.get())
         {
-            return Verdict::Progress(Box::new(progress));
+            return LineAction::Progress(Box::new(progress));
         }
         // A request or notification: rmcp's business (it ignores unknown notifications).
-        return Verdict::Forward;
+        return LineAction::Forward;
     }
     let id = frame
         .id
@@ -147,16 +147,16 @@ pub(super) fn check(line: &[u8], our_call: &dyn Fn(&RequestId) -> Option<Waiter>
                 })
         };
         return match waiter {
-            None => Verdict::Forward,
-            Some(Waiter::Rmcp) => tool_result().map_or(Verdict::Forward, Verdict::Answer),
+            None => LineAction::Forward,
+            Some(Waiter::Rmcp) => tool_result().map_or(LineAction::Forward, LineAction::Answer),
             Some(Waiter::Direct(tx)) => {
                 if let Some(answer) = tool_result() {
-                    return Verdict::Direct(tx, answer);
+                    return LineAction::Direct(tx, answer);
                 }
                 if let Some(error) = frame.error
                     && let Ok(error) = serde_json::from_str::<rmcp::ErrorData>(error.get())
                 {
-                    return Verdict::Direct(
+                    return LineAction::Direct(
                         tx,
                         Box::new(ServerJsonRpcMessage::Error(JsonRpcError {
                             jsonrpc: JsonRpcVersion2_0,
@@ -167,8 +167,8 @@ pub(super) fn check(line: &[u8], our_call: &dyn Fn(&RequestId) -> Option<Waiter>
                 }
                 // Another kind of result (a task, say): parsed as rmcp would.
                 match serde_json::from_slice::<ServerJsonRpcMessage>(body) {
-                    Ok(answer) => Verdict::Direct(tx, Box::new(answer)),
-                    Err(e) => Verdict::BadAnswer(
+                    Ok(answer) => LineAction::Direct(tx, Box::new(answer)),
+                    Err(e) => LineAction::BadAnswer(
                         tx,
                         BadFrame {
                             id: Some(id),
@@ -187,19 +187,19 @@ pub(super) fn check(line: &[u8], our_call: &dyn Fn(&RequestId) -> Option<Waiter>
                 _ => None,
             };
             match answered.and_then(our_call) {
-                Some(Waiter::Direct(tx)) => Verdict::Direct(tx, Box::new(answer)),
-                _ => Verdict::Forward,
+                Some(Waiter::Direct(tx)) => LineAction::Direct(tx, Box::new(answer)),
+                _ => LineAction::Forward,
             }
         }
-        Ok(_) | Err(_) if id.is_none() => Verdict::Bad(BadFrame {
+        Ok(_) | Err(_) if id.is_none() => LineAction::Bad(BadFrame {
             id: None,
             problem: format!(
                 "the server wrote a JSON object that is not a JSON-RPC message: {}",
                 preview(body)
             ),
         }),
-        Ok(_) => Verdict::Forward,
-        Err(e) => Verdict::Bad(BadFrame {
+        Ok(_) => LineAction::Forward,
+        Err(e) => LineAction::Bad(BadFrame {
             id,
             problem: format!("the server sent a malformed response ({e})"),
         }),
@@ -236,18 +236,19 @@ mod tests {
 
     fn verdict(line: &str) -> Result<bool, BadFrame> {
         match check(line.as_bytes(), &|_| None) {
-            Verdict::Forward | Verdict::Answer(_) | Verdict::Direct(..) | Verdict::Progress(_) => {
-                Ok(true)
-            }
-            Verdict::Skip => Ok(false),
-            Verdict::Bad(b) | Verdict::BadAnswer(_, b) => Err(b),
+            LineAction::Forward
+            | LineAction::Answer(_)
+            | LineAction::Direct(..)
+            | LineAction::Progress(_) => Ok(true),
+            LineAction::Skip => Ok(false),
+            LineAction::Bad(b) | LineAction::BadAnswer(_, b) => Err(b),
         }
     }
 
     #[test]
     fn answers_to_our_calls_are_parsed_here_and_others_left_to_rmcp() {
         let answer = "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}}\n";
-        let Verdict::Answer(parsed) = check(answer.as_bytes(), &|id| {
+        let LineAction::Answer(parsed) = check(answer.as_bytes(), &|id| {
             (*id == NumberOrString::Number(7)).then_some(Waiter::Rmcp)
         }) else {
             panic!("an answer to our call is parsed");
@@ -263,7 +264,7 @@ mod tests {
         // Not one of our calls (e.g. tools/list): rmcp parses it.
         assert!(matches!(
             check(answer.as_bytes(), &|_| None),
-            Verdict::Forward
+            LineAction::Forward
         ));
         // An error settles the call too: its id is taken, the error goes to rmcp.
         let taken = std::cell::Cell::new(false);
@@ -274,7 +275,7 @@ mod tests {
                 taken.set(true);
                 Some(Waiter::Rmcp)
             }),
-            Verdict::Forward
+            LineAction::Forward
         ));
         assert!(taken.get());
     }
@@ -285,8 +286,10 @@ mod tests {
             let (tx, _rx) = oneshot::channel();
             let tx = std::cell::Cell::new(Some(tx));
             match check(line.as_bytes(), &|_| tx.take().map(Waiter::Direct)) {
-                Verdict::Direct(_, answer) => Some(*answer),
-                Verdict::Bad(bad) | Verdict::BadAnswer(_, bad) => panic!("bad frame: {bad:?}"),
+                LineAction::Direct(_, answer) => Some(*answer),
+                LineAction::Bad(bad) | LineAction::BadAnswer(_, bad) => {
+                    panic!("bad frame: {bad:?}")
+                }
                 _ => None,
             }
         };
@@ -321,15 +324,15 @@ mod tests {
             check(b"{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":[1]}\n", &|_| tx
                 .take()
                 .map(Waiter::Direct)),
-            Verdict::Direct(..)
-                | Verdict::BadAnswer(..)
-                | Verdict::Bad(BadFrame { id: Some(_), .. })
+            LineAction::Direct(..)
+                | LineAction::BadAnswer(..)
+                | LineAction::Bad(BadFrame { id: Some(_), .. })
         ));
     }
 
     #[test]
     fn progress_reports_are_read_for_the_guard() {
-        let Verdict::Progress(p) = check(
+        let LineAction::Progress(p) = check(
             b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":5,\"progress\":2,\"total\":4}}\n",
             &|_| None,
         ) else {
@@ -343,7 +346,7 @@ mod tests {
                 b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\n",
                 &|_| None
             ),
-            Verdict::Forward
+            LineAction::Forward
         ));
     }
 

@@ -49,7 +49,7 @@ use tokio::io::{
 use tokio::sync::mpsc;
 
 pub(crate) use check::BadFrame;
-use check::{Verdict, check};
+use check::{LineAction, check};
 use id_scanner::IdScanner;
 pub(crate) use pending::DirectAnswer;
 use pending::PendingCalls;
@@ -249,28 +249,28 @@ async fn run(
             continue;
         }
         match check(&line, &|id| calls.take(id)) {
-            Verdict::Forward => {
+            LineAction::Forward => {
                 if dst.write_all(&line).await.is_err() {
                     break;
                 }
             }
-            Verdict::Answer(answer) => {
+            LineAction::Answer(answer) => {
                 if answers.send(*answer).is_err() {
                     break;
                 }
             }
-            Verdict::Direct(waiter, answer) => {
+            LineAction::Direct(waiter, answer) => {
                 // Its call may have stopped waiting: then the answer goes nowhere.
                 let _ = waiter.send(*answer);
             }
-            Verdict::Progress(progress) => {
+            LineAction::Progress(progress) => {
                 if !on_progress(&progress) && dst.write_all(&line).await.is_err() {
                     break;
                 }
             }
-            Verdict::Skip => {}
-            Verdict::Bad(bad) => on_bad(bad),
-            Verdict::BadAnswer(waiter, bad) => {
+            LineAction::Skip => {}
+            LineAction::Bad(bad) => on_bad(bad),
+            LineAction::BadAnswer(waiter, bad) => {
                 on_bad(bad);
                 drop(waiter);
             }

@@ -25,7 +25,7 @@ pub(super) enum Waiter {
 }
 
 #[derive(Default)]
-struct Inner {
+struct PendingState {
     waiting: HashMap<RequestId, Waiter>,
     /// The server's output ended: no answer will come.
     closed: bool,
@@ -33,7 +33,7 @@ struct Inner {
 
 /// The ids of our `tools/call` requests whose answers have not come yet.
 #[derive(Default)]
-pub(crate) struct PendingCalls(Mutex<Inner>);
+pub(crate) struct PendingCalls(Mutex<PendingState>);
 
 impl PendingCalls {
     /// More than this many unanswered calls sent through rmcp (abandoned ones never answer) and

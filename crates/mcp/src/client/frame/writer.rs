@@ -30,17 +30,17 @@ const MAX_PENDING: usize = 4 * 1024 * 1024;
 
 /// The handle rmcp writes to; the writer task owns the pipe.
 pub(super) struct BatchedWriter {
-    shared: Arc<Shared>,
+    buffer: Arc<Buffer>,
 }
 
-struct Shared {
-    state: Mutex<State>,
+struct Buffer {
+    state: Mutex<BufferState>,
     /// Wakes the writer task: something to write, or the end.
     work: Notify,
 }
 
 #[derive(Default)]
-struct State {
+struct BufferState {
     pending: Vec<u8>,
     /// The first write error; every later write and flush fails with it.
     failed: Option<(io::ErrorKind, String)>,
@@ -52,7 +52,7 @@ struct State {
     waiting: Vec<Waker>,
 }
 
-impl State {
+impl BufferState {
     fn error(&self) -> Option<io::Error> {
         self.failed
             .as_ref()
@@ -70,19 +70,19 @@ impl State {
 /// [`BatchedWriter`], dropping it does not close the pipe.
 #[derive(Clone)]
 pub(super) struct Queue {
-    shared: Arc<Shared>,
+    buffer: Arc<Buffer>,
 }
 
 impl Queue {
     /// Queues one whole message; fails as a write to the pipe would.
     pub(super) async fn push(&self, message: &[u8]) -> io::Result<()> {
-        std::future::poll_fn(|cx| self.shared.poll_push(cx, message))
+        std::future::poll_fn(|cx| self.buffer.poll_push(cx, message))
             .await
             .map(drop)
     }
 }
 
-impl Shared {
+impl Buffer {
     /// Appends `buf` whole, or not at all (waiting for room).
     fn poll_push(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let mut state = self.state.lock();
@@ -110,7 +110,7 @@ impl BatchedWriter {
     /// A [`Queue`] into this writer's buffer.
     pub(super) fn queue(&self) -> Queue {
         Queue {
-            shared: self.shared.clone(),
+            buffer: self.buffer.clone(),
         }
     }
 
@@ -119,20 +119,20 @@ impl BatchedWriter {
     where
         W: AsyncWrite + Unpin + Send + 'static,
     {
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State::default()),
+        let buffer = Arc::new(Buffer {
+            state: Mutex::new(BufferState::default()),
             work: Notify::new(),
         });
-        tokio::spawn(write_loop(pipe, shared.clone()));
-        BatchedWriter { shared }
+        tokio::spawn(write_loop(pipe, buffer.clone()));
+        BatchedWriter { buffer }
     }
 }
 
-async fn write_loop<W: AsyncWrite + Unpin>(mut pipe: W, shared: Arc<Shared>) {
+async fn write_loop<W: AsyncWrite + Unpin>(mut pipe: W, buffer: Arc<Buffer>) {
     let mut batch = Vec::new();
     loop {
         let closing = {
-            let mut state = shared.state.lock();
+            let mut state = buffer.state.lock();
             std::mem::swap(&mut batch, &mut state.pending);
             if !batch.is_empty() {
                 // Room again for writers that waited.
@@ -144,7 +144,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut pipe: W, shared: Arc<Shared>) {
             if closing {
                 break;
             }
-            shared.work.notified().await;
+            buffer.work.notified().await;
             continue;
         }
         let written = match pipe.write_all(&batch).await {
@@ -152,7 +152,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut pipe: W, shared: Arc<Shared>) {
             Err(e) => Err(e),
         };
         if let Err(e) = written {
-            let mut state = shared.state.lock();
+            let mut state = buffer.state.lock();
             state.failed = Some((e.kind(), e.to_string()));
             state.done = true;
             state.pending = Vec::new();
@@ -165,7 +165,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut pipe: W, shared: Arc<Shared>) {
         }
     }
     let closed = pipe.shutdown().await;
-    let mut state = shared.state.lock();
+    let mut state = buffer.state.lock();
     if let Err(e) = closed
         && state.failed.is_none()
     {
@@ -181,25 +181,25 @@ impl AsyncWrite for BatchedWriter {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.shared.poll_push(cx, buf)
+        self.buffer.poll_push(cx, buf)
     }
 
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         // Handed to the writer task is as far as a flush goes (see the module docs).
-        match self.shared.state.lock().error() {
+        match self.buffer.state.lock().error() {
             Some(e) => Poll::Ready(Err(e)),
             None => Poll::Ready(Ok(())),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let mut state = self.shared.state.lock();
+        let mut state = self.buffer.state.lock();
         if state.done {
             return Poll::Ready(state.error().map_or(Ok(()), Err));
         }
         if !state.closing {
             state.closing = true;
-            self.shared.work.notify_one();
+            self.buffer.work.notify_one();
         }
         state.waiting.push(cx.waker().clone());
         Poll::Pending
@@ -209,8 +209,8 @@ impl AsyncWrite for BatchedWriter {
 impl Drop for BatchedWriter {
     fn drop(&mut self) {
         // What was handed over is still written; then the pipe closes.
-        self.shared.state.lock().closing = true;
-        self.shared.work.notify_one();
+        self.buffer.state.lock().closing = true;
+        self.buffer.work.notify_one();
     }
 }
 
