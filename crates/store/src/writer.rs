@@ -51,7 +51,7 @@ struct Committed {
 }
 
 #[derive(Default)]
-struct Queue {
+struct EventQueue {
     events: Vec<Arc<Event>>,
     closing: bool,
     /// The writer sleeps on the condvar until an event is appended, which wakes it.
@@ -87,7 +87,7 @@ fn wait_until(
 
 /// What the store and its writer thread share.
 pub(crate) struct Shared {
-    queue: Mutex<Queue>,
+    queue: Mutex<EventQueue>,
     wake: Condvar,
     /// Events enqueued and not yet committed.
     depth: AtomicUsize,
@@ -122,7 +122,7 @@ pub(crate) fn start(
     last_seq: u64,
 ) -> std::io::Result<Arc<Shared>> {
     let shared = Arc::new(Shared {
-        queue: Mutex::new(Queue::default()),
+        queue: Mutex::new(EventQueue::default()),
         wake: Condvar::new(),
         depth: AtomicUsize::new(0),
         capacity: options.queue_capacity.max(1),
@@ -315,7 +315,7 @@ impl Shared {
     }
 
     /// Wakes the writer thread if it waits on the condvar (`q` is the queue, locked).
-    fn wake_locked(&self, q: &mut Queue) {
+    fn wake_locked(&self, q: &mut EventQueue) {
         if q.waiting {
             q.idle = false;
             q.waiting = false;

@@ -464,12 +464,12 @@ impl Drop for Liveness {
 }
 
 /// A connection kept between rounds, made again when lost.
-struct Conn<'a> {
+struct KeptConn<'a> {
     connector: &'a Connector,
     client: Option<Client>,
 }
 
-impl Conn<'_> {
+impl KeptConn<'_> {
     fn run<T>(&mut self, f: impl FnOnce(&mut Client) -> Result<T, String>) -> Result<T, String> {
         let client = match self.client.take() {
             Some(c) if !c.is_closed() => c,
@@ -481,7 +481,7 @@ impl Conn<'_> {
 }
 
 fn renew_loop(connector: &Connector, fence: &Fence, name: &Mutex<Option<String>>) {
-    let mut conn = Conn {
+    let mut conn = KeptConn {
         connector,
         client: None,
     };
@@ -512,7 +512,7 @@ fn takeover_loop(
     survivor: &std::sync::OnceLock<Survivor>,
     shared: &writer::Shared,
 ) {
-    let mut conn = Conn {
+    let mut conn = KeptConn {
         connector,
         client: None,
     };
