@@ -74,7 +74,7 @@ impl Write {
     }
 }
 
-pub(crate) struct Inner {
+pub(crate) struct RedisConn {
     /// This replica's name in messages and leases (a ULID made at start).
     pub(crate) replica: Arc<str>,
     pub(crate) keys: Keys,
@@ -86,7 +86,7 @@ pub(crate) struct Inner {
     /// Why it is not up.
     pub(crate) down_reason: Mutex<String>,
     pub(crate) metrics: SharedMetrics,
-    /// Writes that only inform the others, done behind the calls (see [`Inner::post`]).
+    /// Writes that only inform the others, done behind the calls (see [`RedisConn::post`]).
     pub(crate) outbox: mpsc::Sender<Write>,
     /// Aborts and requests for running turns sent to the others, waiting for their answers.
     pub(crate) pending: Mutex<HashMap<u64, mpsc::UnboundedSender<ReplyMsg>>>,
@@ -184,7 +184,7 @@ return 1";
 /// A request sent to the other replicas, waiting for their replies: dropping it (answered,
 /// timed out, or its caller gone) forgets the request.
 pub(crate) struct Awaiting {
-    inner: Arc<Inner>,
+    inner: Arc<RedisConn>,
     pub(crate) req: u64,
     pub(crate) replies: mpsc::UnboundedReceiver<ReplyMsg>,
 }
@@ -200,7 +200,7 @@ impl Drop for Awaiting {
 /// later if Redis must get it).
 pub(crate) const OUTBOX_CAPACITY: usize = 65_536;
 
-impl Inner {
+impl RedisConn {
     /// Queues `write` for the outbox; a full outbox drops it as if Redis were down.
     pub(crate) fn post(&self, write: Write) {
         if let Err(mpsc::error::TrySendError::Full(write)) = self.outbox.try_send(write) {

@@ -17,7 +17,7 @@ use toolwarden_core::shared::{
 use toolwarden_core::{Engine, Received};
 use toolwarden_protocol::{BreakerStateKind, SessionKey, Timestamp};
 
-use crate::conn::{Inner, RELEASE, Write};
+use crate::conn::{RELEASE, RedisConn, Write};
 use crate::wire::{AbortMsg, BreakerMsg, EventMsg, ReplyMsg, TaskMsg, TurnsAsk, own_events_start};
 
 /// At most this many writes go in one pipeline.
@@ -32,7 +32,7 @@ fn epoch_ms() -> u64 {
 /// Writes the queued writes, in order, a pipeline at a time. While Redis is down they are
 /// dropped (and counted): breakers are resynchronised when it is back; cache stores, releases
 /// (their keys expire) and events are not needed later.
-pub(crate) async fn drain_outbox(inner: Arc<Inner>, mut rx: mpsc::Receiver<Write>) {
+pub(crate) async fn drain_outbox(inner: Arc<RedisConn>, mut rx: mpsc::Receiver<Write>) {
     let mut batch = Vec::with_capacity(BATCH);
     while let Some(first) = rx.recv().await {
         batch.push(first);
@@ -93,14 +93,14 @@ pub(crate) async fn drain_outbox(inner: Arc<Inner>, mut rx: mpsc::Receiver<Write
 /// has no raw line breaks), all of this replica. At 32 calls in flight a pipeline carries the
 /// events of several calls, so a replica publishes (and every other one receives) a message
 /// per pipeline instead of one per event.
-fn publish_events(inner: &Inner, pipe: &mut redis::Pipeline, events: &mut String) {
+fn publish_events(inner: &RedisConn, pipe: &mut redis::Pipeline, events: &mut String) {
     if !events.is_empty() {
         pipe.publish(inner.keys.events_channel(), std::mem::take(events))
             .ignore();
     }
 }
 
-fn add_write(inner: &Inner, pipe: &mut redis::Pipeline, write: Write) {
+fn add_write(inner: &RedisConn, pipe: &mut redis::Pipeline, write: Write) {
     match write {
         Write::Breaker { tool, change } => {
             let open_for_ms = match change {
@@ -211,7 +211,7 @@ pub(crate) fn claim_answer(value: Value) -> CacheClaim {
 }
 
 /// Starts the subscription, the watcher, the inbox and the event forwarder for `engine`.
-pub(crate) fn start(inner: Arc<Inner>, engine: Engine) -> redis::RedisResult<()> {
+pub(crate) fn start(inner: Arc<RedisConn>, engine: Engine) -> redis::RedisResult<()> {
     let (push_tx, push_rx) = mpsc::unbounded_channel::<PushInfo>();
     let mut info = redis::IntoConnectionInfo::into_connection_info(inner.options.url.as_str())?;
     let settings = info
@@ -236,7 +236,7 @@ pub(crate) fn start(inner: Arc<Inner>, engine: Engine) -> redis::RedisResult<()>
 
 /// Checks that Redis answers every `check_every`; when it comes back (or first answers),
 /// subscribes again, resynchronises the breakers and marks it up.
-async fn watch(inner: Arc<Inner>, mut sub: ConnectionManager, engine: Engine) {
+async fn watch(inner: Arc<RedisConn>, mut sub: ConnectionManager, engine: Engine) {
     let bound = inner.options.timeout;
     loop {
         let check = async {
@@ -275,7 +275,7 @@ async fn watch(inner: Arc<Inner>, mut sub: ConnectionManager, engine: Engine) {
 
 /// Breakers after Redis was away (or at start): the others' open breakers open here, and this
 /// replica's open breakers (opened while Redis was away) are told to the others.
-async fn resync(inner: &Inner, engine: &Engine) -> redis::RedisResult<()> {
+async fn resync(inner: &RedisConn, engine: &Engine) -> redis::RedisResult<()> {
     let mut conn = inner.cmd.clone();
     let stored: HashMap<String, u64> = redis::cmd("HGETALL")
         .arg(inner.keys.breakers())
@@ -318,7 +318,7 @@ async fn resync(inner: &Inner, engine: &Engine) -> redis::RedisResult<()> {
 /// Sessions after Redis was away, once it is up again: a run counted here alone is dropped
 /// there (the session's next call starts a new run rather than resume a stale one), and the
 /// places left meanwhile are left there too — through the outbox, behind the calls.
-fn flush_missed(inner: &Inner) {
+fn flush_missed(inner: &RedisConn) {
     let missed = std::mem::take(&mut *inner.missed.lock());
     for session in missed.runs {
         inner.post(Write::DropRun { session });
@@ -332,7 +332,7 @@ fn flush_missed(inner: &Inner) {
 const ACCEPTED: &str = "\"type\":\"tool_accepted\"";
 
 /// Carries out what the other replicas say, in the order they said it.
-async fn inbox(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<PushInfo>, engine: Engine) {
+async fn inbox(inner: Arc<RedisConn>, mut rx: mpsc::UnboundedReceiver<PushInfo>, engine: Engine) {
     let (breakers, aborts, replies, events) = (
         inner.keys.breaker_channel(),
         inner.keys.abort_channel(),
@@ -424,7 +424,7 @@ async fn inbox(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<PushInfo>, eng
 /// A request this replica sent itself comes back on the channel: it was tried here before it was
 /// sent, so it is answered "not here" at once (the asker counts every answer). `false` for
 /// another replica's.
-fn answered_own(inner: &Arc<Inner>, replica: &str, req: u64) -> bool {
+fn answered_own(inner: &Arc<RedisConn>, replica: &str, req: u64) -> bool {
     if *replica != *inner.replica {
         return false;
     }
@@ -440,7 +440,7 @@ fn answered_own(inner: &Arc<Inner>, replica: &str, req: u64) -> bool {
 /// A request about a task from a replica that does not hold it — its answers, or its state —
 /// carried out here if this one holds it, and answered either way (the asker counts the
 /// answers).
-fn carry_out_task(inner: &Arc<Inner>, engine: &Engine, m: TaskMsg) {
+fn carry_out_task(inner: &Arc<RedisConn>, engine: &Engine, m: TaskMsg) {
     if answered_own(inner, &m.replica, m.req) {
         return;
     }
@@ -473,7 +473,7 @@ fn carry_out_task(inner: &Arc<Inner>, engine: &Engine, m: TaskMsg) {
 
 /// An abort from a replica that does not run the turn: carried out here if this one does, and
 /// answered either way (the asker counts the answers).
-fn carry_out_abort(inner: &Arc<Inner>, engine: &Engine, m: AbortMsg) {
+fn carry_out_abort(inner: &Arc<RedisConn>, engine: &Engine, m: AbortMsg) {
     if answered_own(inner, &m.replica, m.req) {
         return;
     }
@@ -497,7 +497,7 @@ fn carry_out_abort(inner: &Arc<Inner>, engine: &Engine, m: AbortMsg) {
 
 /// A request for this replica's running turns: answered with them (one's own request is
 /// answered with nothing, the asker has its own).
-fn answer_turns(inner: &Arc<Inner>, engine: &Engine, m: TurnsAsk) {
+fn answer_turns(inner: &Arc<RedisConn>, engine: &Engine, m: TurnsAsk) {
     if *m.replica == *inner.replica {
         if let Some(tx) = inner.pending.lock().get(&m.req) {
             let _ = tx.send(ReplyMsg {
@@ -521,7 +521,7 @@ fn answer_turns(inner: &Arc<Inner>, engine: &Engine, m: TurnsAsk) {
 }
 
 /// Publishes an answer on the asker's channel, behind the inbox.
-fn reply(inner: &Arc<Inner>, asker: &str, msg: &ReplyMsg) {
+fn reply(inner: &Arc<RedisConn>, asker: &str, msg: &ReplyMsg) {
     let reply = serde_json::to_string(msg).unwrap_or_default();
     let channel = inner.keys.reply_channel(asker);
     let inner = inner.clone();
@@ -540,7 +540,7 @@ fn reply(inner: &Arc<Inner>, asker: &str, msg: &ReplyMsg) {
 }
 
 /// Sends every event of this replica to the others (while Redis is up).
-async fn forward_events(inner: Arc<Inner>, engine: Engine) {
+async fn forward_events(inner: Arc<RedisConn>, engine: Engine) {
     let mut sub = engine.subscribe();
     while let Some(received) = sub.recv().await {
         let Received::Event(event) = received else {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use toolwarden_core::shared::{QuotaAnswer, QuotaTake};
 use toolwarden_protocol::DenyReason;
 
-use crate::conn::Inner;
+use crate::conn::RedisConn;
 
 /// How long a replica counts as alive after its last quota check.
 const ALIVE_MS: u64 = 60_000;
@@ -91,7 +91,7 @@ fn millis(d: Duration) -> u64 {
 }
 
 pub(crate) async fn take(
-    inner: Arc<Inner>,
+    inner: Arc<RedisConn>,
     takes: Vec<QuotaTake>,
     member: String,
     lease: Duration,

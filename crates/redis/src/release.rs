@@ -4,7 +4,7 @@
 //! Keys are found with `SCAN` (a few hundred at a time, so Redis never blocks on it) and each
 //! is freed by a script that takes only what the dead replica's name holds.
 
-use crate::conn::{Inner, RELEASE};
+use crate::conn::{RELEASE, RedisConn};
 
 /// Removes a sorted set's members that start with one of `ARGV` (and the same fields of the
 /// hash `KEYS[2]`, when given); answers how many.
@@ -37,7 +37,7 @@ fn glob_escape(s: &str) -> String {
 /// Removes the members of sorted set `key` that start with one of `prefixes` (and, with
 /// `expiry`, the same fields of that hash); answers how many.
 async fn remove_members(
-    inner: &Inner,
+    inner: &RedisConn,
     key: &str,
     expiry: Option<String>,
     prefixes: &[String],
@@ -57,7 +57,7 @@ async fn remove_members(
 }
 
 /// Every key of `prefix` followed by `kind`, as `SCAN` finds them.
-async fn scan(inner: &Inner, kind: &str) -> Option<Vec<String>> {
+async fn scan(inner: &RedisConn, kind: &str) -> Option<Vec<String>> {
     let pattern = format!("{}{kind}*", glob_escape(inner.keys.prefix()));
     let mut conn = inner.cmd.clone();
     let mut cursor: u64 = 0;
@@ -85,7 +85,7 @@ async fn scan(inner: &Inner, kind: &str) -> Option<Vec<String>> {
 
 /// Frees what the replica named `name` holds; answers how many keys or places were freed
 /// (`None`: Redis did not answer).
-pub(crate) async fn release_replica(inner: &Inner, name: &str) -> Option<u64> {
+pub(crate) async fn release_replica(inner: &RedisConn, name: &str) -> Option<u64> {
     let mut conn = inner.cmd.clone();
     let mut freed = 0u64;
     for kind in ["probe:", "cache-lock:"] {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use toolwarden_core::shared::{GateAnswer, GatePlace, LoopRun, ReplicaTurns};
 
-use crate::conn::{GATE_ENTER, Inner, LOOP_RECORD, Write};
+use crate::conn::{GATE_ENTER, LOOP_RECORD, RedisConn, Write};
 use crate::wire::TurnsAsk;
 
 fn millis(d: Duration) -> u64 {
@@ -19,12 +19,15 @@ fn millis(d: Duration) -> u64 {
 }
 
 /// A session's place name: its kind, this replica and the place's id.
-pub(crate) fn place_name(inner: &Inner, place: GatePlace) -> String {
+pub(crate) fn place_name(inner: &RedisConn, place: GatePlace) -> String {
     let kind = if place.exclusive { 'x' } else { 'r' };
     format!("{kind}:{}:{}", inner.replica, place.id)
 }
 
-pub(crate) async fn loop_run(inner: Arc<Inner>, session: String) -> Result<Option<LoopRun>, ()> {
+pub(crate) async fn loop_run(
+    inner: Arc<RedisConn>,
+    session: String,
+) -> Result<Option<LoopRun>, ()> {
     if !inner.usable("loop_run") {
         return Err(());
     }
@@ -45,7 +48,7 @@ pub(crate) async fn loop_run(inner: Arc<Inner>, session: String) -> Result<Optio
 }
 
 pub(crate) async fn loop_record(
-    inner: Arc<Inner>,
+    inner: Arc<RedisConn>,
     session: String,
     call: [u8; 32],
     result: Option<[u8; 32]>,
@@ -72,7 +75,7 @@ pub(crate) async fn loop_record(
 }
 
 pub(crate) async fn gate_enter(
-    inner: Arc<Inner>,
+    inner: Arc<RedisConn>,
     session: String,
     place: GatePlace,
     ttl: Duration,
@@ -107,7 +110,7 @@ pub(crate) async fn gate_enter(
 }
 
 /// Asks every replica for its running turns; the answers that arrive within twice the timeout.
-pub(crate) async fn turns_elsewhere(inner: Arc<Inner>) -> Vec<ReplicaTurns> {
+pub(crate) async fn turns_elsewhere(inner: Arc<RedisConn>) -> Vec<ReplicaTurns> {
     if !inner.usable("turns") {
         return Vec::new();
     }

@@ -22,7 +22,7 @@ use toolwarden_core::shared::{
 };
 use toolwarden_protocol::SessionKey;
 
-use crate::conn::{CLAIM, Inner, OUTBOX_CAPACITY, Write};
+use crate::conn::{CLAIM, OUTBOX_CAPACITY, RedisConn, Write};
 use crate::keys::Keys;
 use crate::link;
 use crate::options::Options;
@@ -32,7 +32,7 @@ use crate::wire::{AbortMsg, ReplyMsg, TaskMsg};
 /// State shared with other replicas through Redis. Cheap to clone.
 #[derive(Clone)]
 pub struct RedisShared {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) inner: Arc<RedisConn>,
 }
 
 impl std::fmt::Debug for RedisShared {
@@ -56,7 +56,7 @@ impl RedisShared {
         let cmd = ConnectionManager::new_lazy_with_config(client, config)?;
         let (outbox, rx) = mpsc::channel(OUTBOX_CAPACITY);
         metrics.set_up(false);
-        let inner = Arc::new(Inner {
+        let inner = Arc::new(RedisConn {
             replica: Arc::from(replica_name(options.label.as_deref())),
             keys: Keys::new(&options.prefix),
             options,
@@ -111,7 +111,7 @@ impl RedisShared {
 /// answer, else `otherwise`. (The request is forgotten when `awaiting` goes, whatever ends the
 /// wait.)
 async fn ask_others<T>(
-    inner: &Arc<Inner>,
+    inner: &Arc<RedisConn>,
     op: &'static str,
     channel: String,
     payload: String,
