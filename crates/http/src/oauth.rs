@@ -90,12 +90,12 @@ struct Key {
 
 /// The issuer's keys, by key id (keys without one are tried by algorithm).
 #[derive(Default)]
-struct Keys {
+struct IssuerKeys {
     by_kid: HashMap<String, Arc<Key>>,
     unnamed: Vec<Arc<Key>>,
 }
 
-impl Keys {
+impl IssuerKeys {
     fn find(&self, kid: Option<&str>, alg: Algorithm) -> Option<Arc<Key>> {
         match kid {
             Some(kid) => self.by_kid.get(kid).cloned(),
@@ -110,7 +110,7 @@ impl Keys {
 }
 
 /// An accepted token, remembered until it expires.
-struct Seen {
+struct AcceptedToken {
     principal: Principal,
     /// `exp` (Unix seconds) plus the leeway.
     until: i64,
@@ -120,12 +120,12 @@ struct Seen {
 pub struct OAuth {
     settings: OAuthSettings,
     client: reqwest::Client,
-    keys: RwLock<Arc<Keys>>,
+    keys: RwLock<Arc<IssuerKeys>>,
     /// When the keys were last read again for an unknown key id (the read at start does not
     /// count); held while a read runs, so a burst of tokens with a new key id reads them once.
     last_read: tokio::sync::Mutex<Option<Instant>>,
     reads: AtomicU64,
-    seen: Mutex<HashMap<[u8; 32], Seen>>,
+    seen: Mutex<HashMap<[u8; 32], AcceptedToken>>,
 }
 
 impl std::fmt::Debug for OAuth {
@@ -147,7 +147,7 @@ impl OAuth {
                 .timeout(FETCH_TIMEOUT)
                 .build()
                 .unwrap_or_default(),
-            keys: RwLock::new(Arc::new(Keys::default())),
+            keys: RwLock::new(Arc::new(IssuerKeys::default())),
             last_read: tokio::sync::Mutex::new(None),
             reads: AtomicU64::new(0),
             seen: Mutex::new(HashMap::new()),
@@ -256,7 +256,7 @@ impl OAuth {
         }
         seen.insert(
             digest,
-            Seen {
+            AcceptedToken {
                 principal: principal.clone(),
                 until,
             },
@@ -405,9 +405,9 @@ pub fn metadata_url(resource: &str) -> String {
 
 /// The keys of a JWKS this server can use: RSA keys for RS256, P-256 keys for ES256, Ed25519
 /// keys for EdDSA (a key whose `alg` says otherwise, or of another kind, is left out).
-fn parse_jwks(text: &str) -> Result<Keys, String> {
+fn parse_jwks(text: &str) -> Result<IssuerKeys, String> {
     let set: JwkSet = serde_json::from_str(text).map_err(|e| format!("not a JWKS: {e}"))?;
-    let mut keys = Keys::default();
+    let mut keys = IssuerKeys::default();
     for jwk in &set.keys {
         let alg = match (&jwk.algorithm, jwk.common.key_algorithm) {
             (AlgorithmParameters::RSA(_), None | Some(KeyAlgorithm::RS256)) => Algorithm::RS256,

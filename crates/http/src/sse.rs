@@ -287,7 +287,7 @@ struct TurnStream {
     done: bool,
 }
 
-enum Step {
+enum SseStep {
     Frame(SseEvent),
     End,
 }
@@ -307,19 +307,19 @@ impl TurnStream {
         }
     }
 
-    async fn step(&mut self) -> Step {
+    async fn step(&mut self) -> SseStep {
         loop {
             if self.done {
-                return Step::End;
+                return SseStep::End;
             }
             if let Some(finish) = self.finish.as_mut() {
                 tokio::select! {
                     biased;
                     received = self.sub.recv() => match received {
                         Some(r) => if let Some(frame) = self.take(r) {
-                            return Step::Frame(frame);
+                            return SseStep::Frame(frame);
                         },
-                        None => return Step::End,
+                        None => return SseStep::End,
                     },
                     output = finish => {
                         self.finish = None;
@@ -333,12 +333,12 @@ impl TurnStream {
             match self.sub.try_recv() {
                 Some(r) => {
                     if let Some(frame) = self.take(r) {
-                        return Step::Frame(frame);
+                        return SseStep::Frame(frame);
                     }
                 }
                 None => {
                     self.done = true;
-                    return Step::Frame(self.synthetic_end());
+                    return SseStep::Frame(self.synthetic_end());
                 }
             }
         }
@@ -390,8 +390,8 @@ pub(crate) fn turn_events(
     };
     futures::stream::unfold(state, |mut state| async move {
         match state.step().await {
-            Step::Frame(frame) => Some((Ok(frame), state)),
-            Step::End => None,
+            SseStep::Frame(frame) => Some((Ok(frame), state)),
+            SseStep::End => None,
         }
     })
 }

@@ -57,12 +57,12 @@ pub(crate) async fn create(
     let results = output.rendered.unwrap_or_default();
     // Serialized straight from the shared list, not copied into a new JSON value first.
     #[derive(serde::Serialize)]
-    struct Answer<'a> {
+    struct TurnAnswer<'a> {
         turn_id: &'a TurnId,
         session_id: &'a SessionId,
         results: &'a [Value],
     }
-    Ok(Json(Answer {
+    Ok(Json(TurnAnswer {
         turn_id: &output.turn_id,
         session_id: &output.session_id,
         results: &results,
