@@ -92,7 +92,7 @@ pub(crate) async fn run(
         };
 
     let mut capture = Capture::new(settings.output_limit);
-    let mut progress = Progress::new(heartbeat.clone());
+    let mut progress = OutputProgress::new(heartbeat.clone());
     let mut out_buf = vec![0u8; READ_BUF];
     let mut err_buf = vec![0u8; READ_BUF];
     let mut status: Option<ExitStatus> = None;
@@ -244,13 +244,13 @@ async fn feed(mut pipe: ChildStdin, bytes: Vec<u8>) {
 
 /// Turns output into heartbeats (every chunk) and progress messages (the last line, at most one
 /// per [`PROGRESS_EVERY`], the latest one sent when the interval has passed).
-struct Progress {
+struct OutputProgress {
     heartbeat: Heartbeat,
     last_sent: Option<Instant>,
     pending: Option<String>,
 }
 
-impl Progress {
+impl OutputProgress {
     fn new(heartbeat: Heartbeat) -> Self {
         Self {
             heartbeat,

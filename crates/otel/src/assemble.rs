@@ -52,7 +52,7 @@ pub(crate) enum AttemptSpanEnd {
     Last(Arc<CallResult>),
 }
 
-struct OpenTurn {
+struct OpenTurnSpan {
     trace: TurnTrace,
     start: Timestamp,
     parent_turn: Option<TurnId>,
@@ -67,7 +67,7 @@ struct OpenAttempt {
 /// Spans begun and not yet ended, by turn and by call.
 #[derive(Default)]
 pub(crate) struct Assembler {
-    turns: HashMap<TurnId, OpenTurn>,
+    turns: HashMap<TurnId, OpenTurnSpan>,
     attempts: HashMap<(TurnId, CallId), OpenAttempt>,
 }
 
@@ -86,7 +86,7 @@ impl Assembler {
             } if trace.sampled => {
                 self.turns.insert(
                     turn_id.clone(),
-                    OpenTurn {
+                    OpenTurnSpan {
                         trace: *trace,
                         start: event.ts,
                         parent_turn: parent_turn_id.clone(),

@@ -12,14 +12,14 @@ use toolwarden_core::hooks::{HookTarget, HookTransport};
 const MAX_ANSWER: usize = 1 << 20;
 
 /// Reaches hooks over HTTP and as commands.
-pub(crate) struct Transport {
+pub(crate) struct HookClient {
     http: reqwest::Client,
     /// Variables a hook command must not see (the API's tokens).
     env_remove: Vec<String>,
 }
 
-impl Transport {
-    pub(crate) fn new(env_remove: Vec<String>) -> anyhow::Result<Transport> {
+impl HookClient {
+    pub(crate) fn new(env_remove: Vec<String>) -> anyhow::Result<HookClient> {
         // No proxy: a hook's URL is reached as written (a proxy would take every call's
         // arguments off the machine), and no redirect either.
         let http = reqwest::Client::builder()
@@ -27,11 +27,11 @@ impl Transport {
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(10))
             .build()?;
-        Ok(Transport { http, env_remove })
+        Ok(HookClient { http, env_remove })
     }
 }
 
-impl HookTransport for Transport {
+impl HookTransport for HookClient {
     fn ask(&self, target: &HookTarget, body: Vec<u8>) -> BoxFuture<Result<Vec<u8>, String>> {
         match target {
             HookTarget::Url(url) => {

@@ -261,7 +261,7 @@ impl Stack {
             }
         }
         if config.hooks.is_some() {
-            let transport = crate::hooks::Transport::new(secret_vars(&config))
+            let transport = crate::hooks::HookClient::new(secret_vars(&config))
                 .map_err(|e| anyhow::anyhow!("cannot make the hooks' HTTP client: {e}"))?;
             builder = builder.hook_transport(Arc::new(transport));
         }
