@@ -4,9 +4,20 @@
 //!
 //! Three ways to reach the server's `echo` tool, measured side by side in one run: straight to
 //! the server over stdio; through `toolwarden serve`'s `/mcp` (the server behind it over
-//! stdio) in one MCP session; and through it in 16 sessions, the calls spread over them. At
-//! concurrency 1 the paths take turns call by call; at concurrency 16 in rounds of a few
-//! hundred calls, the order rotating every round, so each path sees the same machine.
+//! stdio) in one MCP session; and through it in 16 sessions, the calls spread over them.
+//!
+//! The direct row is the floor the others are read against, so it is measured the way the load
+//! generator `mcp-load` measures a server, and no slower than rmcp's client can go:
+//!
+//! - the rows run on a runtime of their own with one worker thread ([`rows_on_one_worker`]),
+//!   and every call is made from a task on that worker, never from the thread that blocks on
+//!   the runtime, so a call and rmcp's service loop hand over on one thread;
+//! - each path runs alone in a closed loop for a slice of time, the paths taking turns slice by
+//!   slice (the first path moving one place each round), so each path sees the same machine
+//!   but none waits, between two of its calls, for another path's call: a process that sleeps
+//!   between calls pays for waking up on every one of them;
+//! - a call is counted when it completes inside its slice's measured window, after a short
+//!   settling time, as `mcp-load` counts it; no round waits for its slowest worker.
 
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -22,6 +33,7 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::{Map, json};
 use tokio::process::Command;
+use tokio::time::Instant;
 
 use crate::cpu::{machine_cpu, process_cpu_seconds};
 use crate::support::{Client, Row, batch, ready, start_serve, stdio_client, stop};
@@ -30,15 +42,34 @@ use crate::support::{Client, Row, batch, ready, start_serve, stdio_client, stop}
 type Caller =
     Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<()>> + Send>> + Send + Sync + 'static>;
 
-/// The rows: at concurrency 1, direct and through toolwarden; at concurrency 16, direct and
-/// through toolwarden in 1 and in 16 sessions. `calls` per row at concurrency 16, a quarter of
-/// it at concurrency 1. Then, for each path at concurrency 16, where its CPU went (a markdown
-/// table, [`cpu_split`]).
-pub(crate) async fn rows(
-    toolwarden: &Path,
-    tmp: &Path,
+/// How long each path runs alone before the next takes its turn, and how much of the start of
+/// each turn is not counted (the path's processes have slept through the other paths' turns).
+const SLICE: Duration = Duration::from_millis(500);
+const SETTLE: Duration = Duration::from_millis(50);
+
+/// [`rows`] on a tokio runtime of their own, multi-threaded with one worker (as `mcp-load`
+/// runs by default), the whole measurement a task on that worker. The runtime lives on a
+/// blocking thread of the caller's runtime, whose own workers sleep meanwhile.
+pub(crate) async fn rows_on_one_worker(
+    toolwarden: PathBuf,
+    tmp: PathBuf,
     calls: usize,
 ) -> Result<(Vec<Row>, String)> {
+    tokio::task::spawn_blocking(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()?;
+        runtime.block_on(async move { tokio::spawn(rows(toolwarden, tmp, calls)).await? })
+    })
+    .await?
+}
+
+/// The rows: at concurrency 1, direct and through toolwarden; at concurrency 16, direct and
+/// through toolwarden in 1 and in 16 sessions. At least `calls` per row at concurrency 16, a
+/// quarter of it at concurrency 1 ([`alternate`]). Then, for each path at concurrency 16, where
+/// its CPU went (a markdown table, [`cpu_split`]).
+async fn rows(toolwarden: PathBuf, tmp: PathBuf, calls: usize) -> Result<(Vec<Row>, String)> {
     let everything = everything_bin()?;
     let config = tmp.join("everything.toml");
     std::fs::write(
@@ -51,7 +82,7 @@ pub(crate) async fn rows(
     let mut server = Command::new(&everything);
     server.arg("stdio");
     let direct = stdio_client(server).await?;
-    let (mut serve, addr) = start_serve(toolwarden, &config).await?;
+    let (mut serve, addr) = start_serve(&toolwarden, &config).await?;
     let url = format!("http://{addr}/mcp");
     // One pooled HTTP client for all sessions, as one application would have.
     let http = reqwest::Client::new();
@@ -71,7 +102,6 @@ pub(crate) async fn rows(
         ],
         1,
         calls / 4,
-        1,
         [direct_call.clone(), through_one.clone()],
     )
     .await?;
@@ -84,7 +114,6 @@ pub(crate) async fn rows(
             ],
             16,
             calls,
-            400,
             [
                 direct_call.clone(),
                 through_one.clone(),
@@ -229,7 +258,7 @@ async fn pooled_client(http: &reqwest::Client, url: &str) -> Result<Client> {
 }
 
 /// `echo` with a message of its own every call (no two calls alike), through `clients` in
-/// turn.
+/// turn. The answer is checked where it is, without copying it.
 fn echo(clients: &[Client]) -> Caller {
     let peers: Arc<[Peer<rmcp::RoleClient>]> = clients.iter().map(|c| c.peer().clone()).collect();
     let next = Arc::new(AtomicUsize::new(0));
@@ -237,14 +266,18 @@ fn echo(clients: &[Client]) -> Caller {
     Arc::new(move || {
         let peer = peers[next.fetch_add(1, Ordering::Relaxed) % peers.len()].clone();
         Box::pin(async move {
+            let message = format!("hello {}", MESSAGE.fetch_add(1, Ordering::Relaxed));
             let mut args = Map::new();
-            let n = MESSAGE.fetch_add(1, Ordering::Relaxed);
-            args.insert("message".into(), json!(format!("hello {n}")));
+            args.insert("message".into(), json!(message));
             let r = peer
                 .call_tool(CallToolRequestParams::new("echo").with_arguments(args))
                 .await?;
-            let text = serde_json::to_value(&r.content)?;
-            if r.is_error == Some(true) || !text.to_string().contains(&format!("hello {n}")) {
+            let echoed = r
+                .content
+                .first()
+                .and_then(|c| c.as_text())
+                .is_some_and(|t| t.text.contains(message.as_str()));
+            if r.is_error == Some(true) || !echoed {
                 bail!("echo failed: {r:?}");
             }
             Ok(())
@@ -252,29 +285,29 @@ fn echo(clients: &[Client]) -> Caller {
     })
 }
 
-/// The paths' rows at `concurrency`: `n` calls each after a warm-up, in rounds of `round`
-/// calls, every path once a round, the first path of a round moving one place each round.
+/// The paths' rows at `concurrency`: after a warm-up of each, the paths take turns, each alone
+/// for a [`SLICE`] in a closed loop ([`slice`]), the first path of a round moving one place
+/// each round, until every path has at least `n` calls counted (and at least three rounds).
 async fn alternate<const N: usize>(
     paths: [&'static str; N],
     concurrency: usize,
     n: usize,
-    round: usize,
     callers: [Caller; N],
 ) -> Result<Vec<Row>> {
     for caller in &callers {
-        let caller = caller.clone();
-        batch(concurrency, (n / 10).max(200), move || caller()).await?;
+        slice(concurrency, Duration::from_secs(1), Duration::ZERO, caller).await?;
     }
     let mut lat: [Vec<Duration>; N] = std::array::from_fn(|_| Vec::with_capacity(n));
     let mut elapsed = [Duration::ZERO; N];
-    for r in 0..n.div_ceil(round) {
+    let mut round = 0;
+    while round < 3 || lat.iter().any(|l| l.len() < n) {
         for k in 0..N {
-            let i = (r + k) % N;
-            let caller = callers[i].clone();
-            let (l, e) = batch(concurrency, round, move || caller()).await?;
+            let i = (round + k) % N;
+            let (l, e) = slice(concurrency, SETTLE, SLICE, &callers[i]).await?;
             lat[i].extend(l);
             elapsed[i] += e;
         }
+        round += 1;
     }
     Ok(paths
         .into_iter()
@@ -289,4 +322,42 @@ async fn alternate<const N: usize>(
             row
         })
         .collect())
+}
+
+/// `concurrency` tasks calling `caller` in a closed loop (each call as soon as its last one
+/// ends) for `settle` + `measure`. A call counts when it completes inside the measured window
+/// (the last `measure`); no task starts a call after it. Each counted call's latency, and the
+/// window's length.
+async fn slice(
+    concurrency: usize,
+    settle: Duration,
+    measure: Duration,
+    caller: &Caller,
+) -> Result<(Vec<Duration>, Duration)> {
+    let from = Instant::now() + settle;
+    let to = from + measure;
+    let mut workers = Vec::with_capacity(concurrency);
+    for _ in 0..concurrency {
+        let caller = caller.clone();
+        workers.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            loop {
+                let start = Instant::now();
+                if start >= to {
+                    break;
+                }
+                caller().await?;
+                let end = Instant::now();
+                if end >= from && end <= to {
+                    lat.push(end - start);
+                }
+            }
+            Ok::<_, anyhow::Error>(lat)
+        }));
+    }
+    let mut all = Vec::new();
+    for w in workers {
+        all.extend(w.await??);
+    }
+    Ok((all, measure))
 }

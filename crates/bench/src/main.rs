@@ -14,7 +14,9 @@
 //! `toolwarden serve` and call it with rmcp's client on a pooled connection, side by side with the
 //! same client straight to the server over stdio, at concurrency 1 and 16, and end with a
 //! second table: each of those paths alone at concurrency 16, and the CPU every process spent
-//! per call meanwhile.
+//! per call meanwhile. Those rows run on a one-worker runtime of their own, each path alone in
+//! turns of half a second, so that the direct row is as fast as rmcp's client goes (the other
+//! rows keep the two-worker runtime below, and call inline at concurrency 1).
 //!
 //! It finds `toolwarden` and `tw-test-server` next to itself, writes a temporary config, starts
 //! every process it measures, and prints one markdown table: p50 and p99 latency seen by the
@@ -158,7 +160,8 @@ async fn main() -> Result<()> {
     // connection (`everything.rs`).
     let mut cpu_split = None;
     if wanted("everything") {
-        let (everything, split) = everything::rows(&toolwarden, &tmp, calls).await?;
+        let (everything, split) =
+            everything::rows_on_one_worker(toolwarden.clone(), tmp.clone(), calls).await?;
         rows.extend(everything);
         cpu_split = Some(split);
     }
