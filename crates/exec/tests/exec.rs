@@ -428,10 +428,13 @@ async fn a_stopped_child_still_ends_cooperatively_on_cancel() {
     let sb = Sandbox::new();
     // A stopped process that handles SIGTERM runs its handler only once it is continued; here
     // the shell, handling SIGTERM too, waits for it to end. (Were the shell to die, its group
-    // would be orphaned and the kernel itself would continue the stopped child.)
+    // would be orphaned and the kernel itself would continue the stopped child.) The shell waits
+    // in short sleeps, not one long one: a SIGTERM that lands between the fork of a `sleep` and
+    // its exec is taken by the forked shell's trap and lost, and that `sleep` runs to its end
+    // (with `sleep 100` the test hung about once in twenty runs).
     let running = sb.start(json!({
         "command": "trap 'wait; exit 0' TERM; sh -c 'trap \"exit 0\" TERM; echo $$ > kids; while :; do sleep 1; done' & \
-                    while [ ! -s kids ]; do sleep 0.01; done; kill -STOP $!; echo $$ > pid; sleep 100",
+                    while [ ! -s kids ]; do sleep 0.01; done; kill -STOP $!; echo $$ > pid; while :; do sleep 0.1; done",
     }));
     let pgid = sb.pgid().await;
     let kids = sb.kids(1).await;

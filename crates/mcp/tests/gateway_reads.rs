@@ -14,7 +14,6 @@
 
 mod support;
 
-use futures::StreamExt as _;
 use serde_json::{Value, json};
 use support::{WAIT, serve_http, setup};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
@@ -37,36 +36,7 @@ async fn answer(resp: reqwest::Response) -> Value {
     if resp.status() == reqwest::StatusCode::ACCEPTED {
         return Value::Null;
     }
-    let json = resp
-        .headers()
-        .get("content-type")
-        .is_some_and(|v| v.to_str().unwrap().starts_with("application/json"));
-    if json {
-        return resp.json().await.unwrap();
-    }
-    let mut body = resp.bytes_stream();
-    let mut buf = String::new();
-    let read = async {
-        while let Some(chunk) = body.next().await {
-            buf.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
-            while let Some(end) = buf.find("\n\n") {
-                let event: String = buf.drain(..end + 2).collect();
-                for line in event.lines() {
-                    if let Some(data) = line.strip_prefix("data:")
-                        && let Ok(v) = serde_json::from_str::<Value>(data.trim())
-                        && v.get("id").is_some()
-                        && v.get("method").is_none()
-                    {
-                        return v;
-                    }
-                }
-            }
-        }
-        panic!("no answer in the response");
-    };
-    tokio::time::timeout(WAIT, read)
-        .await
-        .expect("an answer in time")
+    support::answer(resp).await
 }
 
 /// A raw Streamable HTTP client.

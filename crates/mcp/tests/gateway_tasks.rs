@@ -10,10 +10,9 @@ mod support;
 
 use std::time::Duration;
 
-use futures::StreamExt as _;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use support::{WAIT, poll, serve_http as serve, setup, setup_opts};
+use support::{WAIT, answer, poll, serve_http as serve, setup, setup_opts};
 use toolwarden_mcp::GatewayOptions;
 
 const V: &str = "2026-07-28";
@@ -93,40 +92,6 @@ fn saw_sleep_cancelled(result: &Value) -> bool {
     result["structuredContent"]["cancels"]
         .as_array()
         .is_some_and(|a| a.iter().any(|c| c["tool"] == json!("sleep")))
-}
-
-/// The JSON-RPC answer of a JSON or event-stream response.
-async fn answer(resp: reqwest::Response) -> Value {
-    let json = resp
-        .headers()
-        .get("content-type")
-        .is_some_and(|v| v.to_str().unwrap().starts_with("application/json"));
-    if json {
-        return resp.json().await.unwrap();
-    }
-    let mut body = resp.bytes_stream();
-    let mut buf = String::new();
-    let read = async {
-        while let Some(chunk) = body.next().await {
-            buf.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
-            while let Some(end) = buf.find("\n\n") {
-                let event: String = buf.drain(..end + 2).collect();
-                for line in event.lines() {
-                    if let Some(data) = line.strip_prefix("data:")
-                        && let Ok(v) = serde_json::from_str::<Value>(data.trim())
-                        && v.get("id").is_some()
-                        && v.get("method").is_none()
-                    {
-                        return v;
-                    }
-                }
-            }
-        }
-        panic!("no answer in the response");
-    };
-    tokio::time::timeout(WAIT, read)
-        .await
-        .expect("an answer in time")
 }
 
 /// The task id of a `CreateTaskResult` answer, after checking its shape.

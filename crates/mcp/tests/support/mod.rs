@@ -12,6 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt as _;
 use parking_lot::Mutex;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, ClientCapabilities, ClientConfig, ClientRequest,
@@ -557,4 +558,38 @@ pub async fn http_initialize(
         .unwrap()
         .to_owned();
     (session, resp)
+}
+
+/// The JSON-RPC answer of a JSON or event-stream response.
+pub async fn answer(resp: reqwest::Response) -> Value {
+    let json = resp
+        .headers()
+        .get("content-type")
+        .is_some_and(|v| v.to_str().unwrap().starts_with("application/json"));
+    if json {
+        return resp.json().await.unwrap();
+    }
+    let mut body = resp.bytes_stream();
+    let mut buf = String::new();
+    let read = async {
+        while let Some(chunk) = body.next().await {
+            buf.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+            while let Some(end) = buf.find("\n\n") {
+                let event: String = buf.drain(..end + 2).collect();
+                for line in event.lines() {
+                    if let Some(data) = line.strip_prefix("data:")
+                        && let Ok(v) = serde_json::from_str::<Value>(data.trim())
+                        && v.get("id").is_some()
+                        && v.get("method").is_none()
+                    {
+                        return v;
+                    }
+                }
+            }
+        }
+        panic!("no answer in the response");
+    };
+    tokio::time::timeout(WAIT, read)
+        .await
+        .expect("an answer in time")
 }
