@@ -42,7 +42,6 @@ use rmcp::model::{
     ServerRequest, ServerResult,
 };
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 use toolwarden_hosts::AllowedHosts;
 use toolwarden_protocol::{CancelReason, Principal};
 
@@ -313,15 +312,15 @@ async fn stateless(
     call.input_responses = input_responses;
     call.request_state = request_state;
     let (out, rx) = mpsc::unbounded_channel();
-    let ct = CancellationToken::new();
     let mut context = CallContext::new(
         id.clone(),
         meta,
         Arc::new(Progress(out.clone())),
         Door::Stream(answering.shutdown.clone()),
     );
-    context.ct = ct.clone();
     context.tasks = tasks;
+    // The request's cancel: the client closing its response (below).
+    let ct = context.ct.clone();
     let gw2 = gw.clone();
     let result = async move {
         // The token fires below only while the answer is awaited: a new call that cannot

@@ -29,7 +29,6 @@ use rmcp::model::{
     ProgressToken,
 };
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 use super::call::{self, CallContext, CallEnd, Door};
 use super::channel::ClientChannel;
@@ -94,7 +93,6 @@ fn start(
     driver: &mut CallContext,
 ) -> Flow {
     let (events, rx) = mpsc::unbounded_channel();
-    let cancel = CancellationToken::new();
     let mut door = driver.door.clone();
     // What the call needs of the request's `_meta` the driver has already read (its progress
     // token): the call takes it over.
@@ -113,13 +111,14 @@ fn start(
             meta.set_progress_token(ProgressToken(NumberOrString::String(TASK_TOKEN.into())));
         }
     }
-    let mut context = CallContext::new(
+    let context = CallContext::new(
         driver.id.clone(),
         meta,
         Arc::new(RoundChannel::new(events.clone())),
         door,
     );
-    context.ct = cancel.clone();
+    // The call's own cancel: the call outlives the request that started it.
+    let cancel = context.ct.clone();
     let (gw2, session) = (gw.clone(), session.clone());
     let runner = runner(
         async move { call::call_tool(&gw2, &session, params, context).await },
