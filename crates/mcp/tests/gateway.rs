@@ -482,18 +482,14 @@ async fn read_until(
 
 #[tokio::test]
 async fn progress_tokens_are_mapped_both_ways_on_the_wire() {
-    use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+    use tokio::io::AsyncWriteExt as _;
     let s = setup(&["t"], true, "").await;
-    let (client_io, gateway_io) = tokio::io::duplex(1 << 20);
-    let (gr, gw) = tokio::io::split(gateway_io);
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let gateway = s.gateway.clone();
-    let serving = tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move { gateway.serve_io(gr, gw, shutdown).await }
-    });
-    let (r, mut w) = tokio::io::split(client_io);
-    let mut lines = tokio::io::BufReader::new(r).lines();
+    let support::Pipe {
+        mut lines,
+        write: mut w,
+        serving,
+        ..
+    } = support::serve_pipe(&s.gateway, 1 << 20);
     let mut send = async |v: Value| {
         w.write_all(format!("{v}\n").as_bytes()).await.unwrap();
     };

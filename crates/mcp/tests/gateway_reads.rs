@@ -16,7 +16,7 @@ mod support;
 
 use serde_json::{Value, json};
 use support::{WAIT, serve_http, setup};
-use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+use tokio::io::AsyncWriteExt as _;
 
 const STATELESS: &str = "2026-07-28";
 
@@ -180,16 +180,12 @@ async fn every_message_is_read_once() {
     assert_eq!(a["result"]["content"][0]["text"], json!("hi"), "{a}");
 
     // A handshake client on stdio: rmcp reads every line; the gateway reads none.
-    let (client_io, gateway_io) = tokio::io::duplex(1 << 16);
-    let (gr, gw) = tokio::io::split(gateway_io);
-    let stop = tokio_util::sync::CancellationToken::new();
-    let gateway = s.gateway.clone();
-    let serving = tokio::spawn({
-        let stop = stop.clone();
-        async move { gateway.serve_io(gr, gw, stop).await }
-    });
-    let (r, mut w) = tokio::io::split(client_io);
-    let mut lines = tokio::io::BufReader::new(r).lines();
+    let support::Pipe {
+        mut lines,
+        write: mut w,
+        shutdown: stop,
+        serving,
+    } = support::serve_pipe(&s.gateway, 1 << 16);
     let mut line = async |message: Value, answered: bool| {
         w.write_all(format!("{message}\n").as_bytes())
             .await

@@ -642,22 +642,18 @@ impl StdioHandshake {
 
 #[tokio::test]
 async fn a_handshake_client_on_stdio_gets_a_task_and_its_result_and_cancels_one() {
-    use tokio::io::AsyncBufReadExt as _;
     let s = setup(&["t"], true, "").await;
     let open = async |capabilities: Value| {
         // A small pipe: rmcp's lines are written in pieces, and wait for room.
-        let (client_io, gateway_io) = tokio::io::duplex(4096);
-        let (gr, gw) = tokio::io::split(gateway_io);
-        let shutdown = tokio_util::sync::CancellationToken::new();
-        let gateway = s.gateway.clone();
-        let serving = tokio::spawn({
-            let shutdown = shutdown.clone();
-            async move { gateway.serve_io(gr, gw, shutdown).await }
-        });
-        let (r, w) = tokio::io::split(client_io);
+        let support::Pipe {
+            lines,
+            write,
+            serving,
+            ..
+        } = support::serve_pipe(&s.gateway, 4096);
         let mut c = StdioHandshake {
-            lines: tokio::io::BufReader::new(r).lines(),
-            write: w,
+            lines,
+            write,
             next: 0,
             early: Vec::new(),
         };

@@ -593,3 +593,32 @@ pub async fn answer(resp: reqwest::Response) -> Value {
         .await
         .expect("an answer in time")
 }
+
+/// The client's side of an in-memory pipe the gateway serves as stdio.
+pub struct Pipe {
+    pub lines: tokio::io::Lines<tokio::io::BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>>,
+    pub write: tokio::io::WriteHalf<tokio::io::DuplexStream>,
+    /// The gateway's shutdown of this connection.
+    pub shutdown: CancellationToken,
+    /// The gateway serving it, until the client closes its side or `shutdown` fires.
+    pub serving: tokio::task::JoinHandle<Result<(), toolwarden_mcp::GatewayError>>,
+}
+
+/// Serves one client over an in-memory pipe of `size` bytes each way, as on stdio.
+pub fn serve_pipe(gateway: &Arc<Gateway>, size: usize) -> Pipe {
+    use tokio::io::AsyncBufReadExt as _;
+    let (client_io, gateway_io) = tokio::io::duplex(size);
+    let (gr, gw) = tokio::io::split(gateway_io);
+    let shutdown = CancellationToken::new();
+    let serving = tokio::spawn({
+        let (gateway, shutdown) = (gateway.clone(), shutdown.clone());
+        async move { gateway.serve_io(gr, gw, shutdown).await }
+    });
+    let (r, write) = tokio::io::split(client_io);
+    Pipe {
+        lines: tokio::io::BufReader::new(r).lines(),
+        write,
+        shutdown,
+        serving,
+    }
+}
