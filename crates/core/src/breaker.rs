@@ -238,34 +238,41 @@ mod tests {
         }
     }
 
+    /// A closed breaker with [`policy`], and the instant its test starts at.
+    fn closed() -> (CircuitBreaker, BreakerPolicy, Instant) {
+        (CircuitBreaker::default(), policy(), Instant::now())
+    }
+
+    /// A breaker that three failures at its test's start opened.
+    fn opened() -> (CircuitBreaker, BreakerPolicy, Instant) {
+        let (b, p, t0) = closed();
+        for _ in 0..3 {
+            b.record(&p, Admission::Pass, BreakerVerdict::Failure, t0);
+        }
+        (b, p, t0)
+    }
+
+    /// `secs` seconds after `t0`.
+    fn at(t0: Instant, secs: u64) -> Instant {
+        t0 + Duration::from_secs(secs)
+    }
+
     #[test]
     fn opens_after_failures_within_the_window() {
-        let b = CircuitBreaker::default();
-        let p = policy();
-        let t0 = Instant::now();
+        let (b, p, t0) = closed();
         assert_eq!(
             b.record(&p, Admission::Pass, BreakerVerdict::Failure, t0),
             None
         );
         assert_eq!(
-            b.record(
-                &p,
-                Admission::Pass,
-                BreakerVerdict::Failure,
-                t0 + Duration::from_secs(1)
-            ),
+            b.record(&p, Admission::Pass, BreakerVerdict::Failure, at(t0, 1)),
             None
         );
         assert_eq!(
-            b.record(
-                &p,
-                Admission::Pass,
-                BreakerVerdict::Failure,
-                t0 + Duration::from_secs(2)
-            ),
+            b.record(&p, Admission::Pass, BreakerVerdict::Failure, at(t0, 2)),
             Some(BreakerStateKind::Open)
         );
-        let (a, _) = b.admit(&p, t0 + Duration::from_secs(12));
+        let (a, _) = b.admit(&p, at(t0, 12));
         assert_eq!(
             a,
             Admission::Rejected {
@@ -276,58 +283,31 @@ mod tests {
 
     #[test]
     fn failures_outside_the_window_do_not_count() {
-        let b = CircuitBreaker::default();
-        let p = policy();
-        let t0 = Instant::now();
+        let (b, p, t0) = closed();
         b.record(&p, Admission::Pass, BreakerVerdict::Failure, t0);
-        b.record(
-            &p,
-            Admission::Pass,
-            BreakerVerdict::Failure,
-            t0 + Duration::from_secs(30),
-        );
+        b.record(&p, Admission::Pass, BreakerVerdict::Failure, at(t0, 30));
         assert_eq!(
-            b.record(
-                &p,
-                Admission::Pass,
-                BreakerVerdict::Failure,
-                t0 + Duration::from_secs(61)
-            ),
+            b.record(&p, Admission::Pass, BreakerVerdict::Failure, at(t0, 61)),
             None
         );
-        assert_eq!(
-            b.state(t0 + Duration::from_secs(61)).0,
-            BreakerStateKind::Closed
-        );
+        assert_eq!(b.state(at(t0, 61)).0, BreakerStateKind::Closed);
     }
 
     #[test]
     fn neutral_and_success_never_open_it() {
-        let b = CircuitBreaker::default();
-        let p = policy();
-        let t0 = Instant::now();
+        let (b, p, t0) = closed();
         for _ in 0..10 {
-            assert_eq!(
-                b.record(&p, Admission::Pass, BreakerVerdict::Neutral, t0),
-                None
-            );
-            assert_eq!(
-                b.record(&p, Admission::Pass, BreakerVerdict::Success, t0),
-                None
-            );
+            for verdict in [BreakerVerdict::Neutral, BreakerVerdict::Success] {
+                assert_eq!(b.record(&p, Admission::Pass, verdict, t0), None);
+            }
         }
         assert_eq!(b.state(t0).0, BreakerStateKind::Closed);
     }
 
     #[test]
     fn half_open_admits_exactly_one_probe() {
-        let b = CircuitBreaker::default();
-        let p = policy();
-        let t0 = Instant::now();
-        for _ in 0..3 {
-            b.record(&p, Admission::Pass, BreakerVerdict::Failure, t0);
-        }
-        let later = t0 + Duration::from_secs(30);
+        let (b, p, t0) = opened();
+        let later = at(t0, 30);
         assert_eq!(
             b.admit(&p, later),
             (Admission::Probe, Some(BreakerStateKind::HalfOpen))
@@ -347,37 +327,21 @@ mod tests {
             Some(BreakerStateKind::Open)
         );
         assert!(matches!(
-            b.admit(&p, later + Duration::from_secs(29)).0,
+            b.admit(&p, at(later, 29)).0,
             Admission::Rejected { .. }
         ));
-        assert_eq!(
-            b.admit(&p, later + Duration::from_secs(30)).0,
-            Admission::Probe
-        );
+        assert_eq!(b.admit(&p, at(later, 30)).0, Admission::Probe);
         // Its success closes it.
         assert_eq!(
-            b.record(
-                &p,
-                Admission::Probe,
-                BreakerVerdict::Success,
-                later + Duration::from_secs(31)
-            ),
+            b.record(&p, Admission::Probe, BreakerVerdict::Success, at(later, 31)),
             Some(BreakerStateKind::Closed)
         );
-        assert_eq!(
-            b.admit(&p, later + Duration::from_secs(31)).0,
-            Admission::Pass
-        );
+        assert_eq!(b.admit(&p, at(later, 31)).0, Admission::Pass);
     }
 
     #[test]
     fn stragglers_admitted_before_it_opened_do_not_move_it() {
-        let b = CircuitBreaker::default();
-        let p = policy();
-        let t0 = Instant::now();
-        for _ in 0..3 {
-            b.record(&p, Admission::Pass, BreakerVerdict::Failure, t0);
-        }
+        let (b, p, t0) = opened();
         assert_eq!(
             b.record(&p, Admission::Pass, BreakerVerdict::Success, t0),
             None
@@ -387,12 +351,8 @@ mod tests {
 
     #[test]
     fn zero_failures_turns_it_off() {
-        let b = CircuitBreaker::default();
-        let p = BreakerPolicy {
-            failures: 0,
-            ..policy()
-        };
-        let t0 = Instant::now();
+        let (b, p, t0) = closed();
+        let p = BreakerPolicy { failures: 0, ..p };
         for _ in 0..100 {
             b.record(&p, Admission::Pass, BreakerVerdict::Failure, t0);
         }
@@ -402,9 +362,7 @@ mod tests {
     #[test]
     fn another_replicas_changes_apply_here() {
         use crate::shared::BreakerChange;
-        let b = CircuitBreaker::default();
-        let p = policy();
-        let t0 = Instant::now();
+        let (b, p, t0) = closed();
         let open = BreakerChange::Open {
             for_: Duration::from_secs(10),
         };
@@ -412,34 +370,23 @@ mod tests {
         // Told again (a replica's resync): still open, no new change.
         assert_eq!(b.apply_shared(open, t0), None);
         assert_eq!(
-            b.admit(&p, t0 + Duration::from_secs(4)).0,
+            b.admit(&p, at(t0, 4)).0,
             Admission::Rejected {
                 retry_after: Duration::from_secs(6)
             }
         );
+        assert_eq!(b.admit(&p, at(t0, 10)).0, Admission::Probe);
         assert_eq!(
-            b.admit(&p, t0 + Duration::from_secs(10)).0,
-            Admission::Probe
-        );
-        assert_eq!(
-            b.apply_shared(BreakerChange::Closed, t0 + Duration::from_secs(11)),
+            b.apply_shared(BreakerChange::Closed, at(t0, 11)),
             Some(BreakerStateKind::Closed)
         );
-        assert_eq!(b.admit(&p, t0 + Duration::from_secs(11)).0, Admission::Pass);
+        assert_eq!(b.admit(&p, at(t0, 11)).0, Admission::Pass);
         // The local probe that was out when the other replica closed it moves nothing.
         assert_eq!(
-            b.record(
-                &p,
-                Admission::Probe,
-                BreakerVerdict::Failure,
-                t0 + Duration::from_secs(12)
-            ),
+            b.record(&p, Admission::Probe, BreakerVerdict::Failure, at(t0, 12)),
             None
         );
-        assert_eq!(
-            b.state(t0 + Duration::from_secs(12)).0,
-            BreakerStateKind::Closed
-        );
+        assert_eq!(b.state(at(t0, 12)).0, BreakerStateKind::Closed);
     }
 
     #[derive(Clone, Debug)]

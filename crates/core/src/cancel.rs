@@ -226,14 +226,11 @@ mod tests {
 mod loom_tests {
     use super::*;
 
-    /// Runs `cancel` and `wait` on two threads, in every order loom can make of them, and
-    /// returns the token `wait` made.
-    fn race(
-        cancel: impl FnOnce() + Send + 'static,
-        wait: impl FnOnce() -> CancellationToken + Send + 'static,
-    ) -> CancellationToken {
-        let cancel = loom::thread::spawn(cancel);
-        let wait = loom::thread::spawn(wait);
+    /// Cancels `canceller` (for the user) and makes `waiter`'s token on two threads, in every
+    /// order loom can make of them, and returns the token.
+    fn race(canceller: CancelScope, waiter: CancelScope) -> CancellationToken {
+        let cancel = loom::thread::spawn(move || canceller.cancel(CancelReason::User));
+        let wait = loom::thread::spawn(move || waiter.token().clone());
         cancel.join().unwrap();
         wait.join().unwrap()
     }
@@ -242,13 +239,7 @@ mod loom_tests {
     fn a_token_made_while_its_scope_is_cancelled_ends_up_cancelled() {
         loom::model(|| {
             let scope = CancelScope::root();
-            let (canceller, waiter) = (scope.clone(), scope.clone());
-            let token = race(
-                move || {
-                    canceller.cancel(CancelReason::User);
-                },
-                move || waiter.token().clone(),
-            );
+            let token = race(scope.clone(), scope);
             assert!(
                 token.is_cancelled(),
                 "a token was left uncancelled below a cancel"
@@ -261,13 +252,7 @@ mod loom_tests {
         loom::model(|| {
             let turn = CancelScope::root().child(ScopeKind::Turn);
             let call = turn.child(ScopeKind::Call);
-            let (canceller, waiter) = (turn.clone(), call.clone());
-            let token = race(
-                move || {
-                    canceller.cancel(CancelReason::User);
-                },
-                move || waiter.token().clone(),
-            );
+            let token = race(turn, call.clone());
             assert!(
                 token.is_cancelled(),
                 "a child token missed its ancestor's cancel"

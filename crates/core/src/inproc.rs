@@ -200,7 +200,30 @@ fn dv(d: Duration) -> Option<DurationValue> {
     Some(DurationValue::from_duration(d))
 }
 
+/// Builder methods that each set one key of the tool's policy layer:
+/// `name(args) => key = value;` is `pub fn name(mut self, args) -> Self`.
+macro_rules! policy_setters {
+    ($($(#[$doc:meta])* $name:ident($($arg:ident: $ty:ty),+) => $key:ident = $value:expr;)*) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(mut self, $($arg: $ty),+) -> Self {
+                self.layer.$key = $value;
+                self
+            }
+        )*
+    };
+}
+
 impl InProcessTool {
+    /// A tool with the default policy layer, run by `handler`.
+    fn with_handler(spec: ToolSpec, handler: ToolFn) -> Self {
+        Self {
+            spec,
+            layer: PolicyConfig::default(),
+            handler,
+        }
+    }
+
     /// An async tool.
     pub fn new<F, Fut, T>(
         name: impl Into<String>,
@@ -222,11 +245,8 @@ impl InProcessTool {
                 forced: None,
             })
         });
-        Self {
-            spec: ToolSpec::new(name, description, input_schema),
-            layer: PolicyConfig::default(),
-            handler: ToolFn::Async(handler),
-        }
+        let spec = ToolSpec::new(name, description, input_schema);
+        Self::with_handler(spec, ToolFn::Async(handler))
     }
 
     /// A blocking tool: runs on a bounded pool of threads.
@@ -242,11 +262,8 @@ impl InProcessTool {
     {
         let handler: BlockingFn =
             Arc::new(move |input, ctx| f(input, ctx).map(IntoToolOutput::into_tool_output));
-        Self {
-            spec: ToolSpec::new(name, description, input_schema),
-            layer: PolicyConfig::default(),
-            handler: ToolFn::Blocking(handler),
-        }
+        let spec = ToolSpec::new(name, description, input_schema);
+        Self::with_handler(spec, ToolFn::Blocking(handler))
     }
 
     /// Behaviour hints (feed `idempotent` and `approval` unless set).
@@ -255,84 +272,39 @@ impl InProcessTool {
         self
     }
 
-    /// Total wall-clock cap.
-    pub fn timeout(mut self, d: Duration) -> Self {
-        self.layer.timeout = dv(d);
-        self
-    }
-
-    /// Idle (heartbeat) cap.
-    pub fn idle_timeout(mut self, d: Duration) -> Self {
-        self.layer.idle_timeout = dv(d);
-        self
-    }
-
-    /// Per-attempt cap.
-    pub fn attempt_timeout(mut self, d: Duration) -> Self {
-        self.layer.attempt_timeout = dv(d);
-        self
-    }
-
-    /// Cooperative-stop window.
-    pub fn cancel_grace(mut self, d: Duration) -> Self {
-        self.layer.cancel_grace = dv(d);
-        self
-    }
-
-    /// Extra attempts after retryable failures (idempotent tools only).
-    pub fn retries(mut self, n: u32) -> Self {
-        self.layer.retries = Some(i64::from(n));
-        self
-    }
-
-    /// Retry the tool's own errors too (idempotent tools only; off by default, because a tool's
-    /// error is usually an answer, not a fault).
-    pub fn retry_on_tool_error(mut self, yes: bool) -> Self {
-        self.layer.retry_on_tool_error = Some(yes);
-        self
-    }
-
-    /// May be retried and cached.
-    pub fn idempotent(mut self, yes: bool) -> Self {
-        self.layer.idempotent = Some(yes);
-        self
-    }
-
-    /// Keep `ok` results this long (idempotent tools only).
-    pub fn cache_ttl(mut self, d: Duration) -> Self {
-        self.layer.cache_ttl = dv(d);
-        self
-    }
-
-    /// Parallel or exclusive within the session.
-    pub fn concurrency(mut self, c: Concurrency) -> Self {
-        self.layer.concurrency = Some(c);
-        self
-    }
-
-    /// Approval mode.
-    pub fn approval(mut self, a: Approval) -> Self {
-        self.layer.approval = Some(a);
-        self
-    }
-
-    /// Circuit breaker: `failures` within `window` open it for `open_for`; `0` = off.
-    pub fn breaker(mut self, failures: u32, window: Duration, open_for: Duration) -> Self {
-        self.layer.breaker = Some(BreakerConfig {
+    policy_setters! {
+        /// Total wall-clock cap.
+        timeout(d: Duration) => timeout = dv(d);
+        /// Idle (heartbeat) cap.
+        idle_timeout(d: Duration) => idle_timeout = dv(d);
+        /// Per-attempt cap.
+        attempt_timeout(d: Duration) => attempt_timeout = dv(d);
+        /// Cooperative-stop window.
+        cancel_grace(d: Duration) => cancel_grace = dv(d);
+        /// Extra attempts after retryable failures (idempotent tools only).
+        retries(n: u32) => retries = Some(i64::from(n));
+        /// Retry the tool's own errors too (idempotent tools only; off by default, because a tool's
+        /// error is usually an answer, not a fault).
+        retry_on_tool_error(yes: bool) => retry_on_tool_error = Some(yes);
+        /// May be retried and cached.
+        idempotent(yes: bool) => idempotent = Some(yes);
+        /// Keep `ok` results this long (idempotent tools only).
+        cache_ttl(d: Duration) => cache_ttl = dv(d);
+        /// Parallel or exclusive within the session.
+        concurrency(c: Concurrency) => concurrency = Some(c);
+        /// Approval mode.
+        approval(a: Approval) => approval = Some(a);
+        /// Circuit breaker: `failures` within `window` open it for `open_for`; `0` = off.
+        breaker(failures: u32, window: Duration, open_for: Duration) => breaker = Some(BreakerConfig {
             failures: Some(i64::from(failures)),
             window: dv(window),
             open_for: dv(open_for),
         });
-        self
-    }
-
-    /// Loop detector thresholds; `0` = off.
-    pub fn loop_detection(mut self, warn_after: u32, block_after: u32) -> Self {
-        self.layer.loop_ = Some(LoopConfig {
+        /// Loop detector thresholds; `0` = off.
+        loop_detection(warn_after: u32, block_after: u32) => loop_ = Some(LoopConfig {
             warn_after: Some(i64::from(warn_after)),
             block_after: Some(i64::from(block_after)),
         });
-        self
     }
 
     /// Any policy keys at once (the config file's `[tools."NAME"]` still wins).

@@ -268,11 +268,7 @@ impl Interactions {
             id: InteractionId::new(format!("i_{}", ulid::Ulid::new())),
             kind: req.kind,
             message: req.message,
-            principal: req.scope.principal.as_deref().map(str::to_owned),
-            session_id: req.scope.session_id.clone(),
-            turn_id: req.scope.turn_id.clone(),
-            call_id: req.scope.call_id.clone(),
-            tool: req.scope.tool.as_deref().map(str::to_owned),
+            scope: (*req.scope).clone(),
             input: req.input,
             details: req.details,
             timeout_ms: timeout.as_millis() as u64,
@@ -430,39 +426,32 @@ mod tests {
         }
     }
 
+    /// Asks `b` for an approval that no cancel ends.
+    async fn ask_approval(
+        b: &Interactions,
+        timeout: Duration,
+        default_action: Option<InteractionAction>,
+    ) -> InteractionEnd {
+        b.ask(approval(timeout, default_action), std::future::pending())
+            .await
+            .unwrap()
+    }
+
     #[tokio::test(start_paused = true)]
     async fn headless_without_a_default_fails_at_once() {
         let (b, _) = broker();
         b.attach(Arc::new(Passive));
         b.set_headless(true);
-        let end = b
-            .ask(
-                approval(Duration::from_secs(120), None),
-                std::future::pending(),
-            )
-            .await
-            .unwrap();
+        let end = ask_approval(&b, Duration::from_secs(120), None).await;
         assert_eq!(end, InteractionEnd::NoInteractor);
-        let end = b
-            .ask(
-                approval(Duration::from_secs(120), Some(InteractionAction::Deny)),
-                std::future::pending(),
-            )
-            .await
-            .unwrap();
+        let end = ask_approval(&b, Duration::from_secs(120), Some(InteractionAction::Deny)).await;
         assert_eq!(end, InteractionEnd::Defaulted(InteractionAction::Deny));
     }
 
     #[tokio::test(start_paused = true)]
     async fn no_interactor_attached_is_headless() {
         let (b, _) = broker();
-        let end = b
-            .ask(
-                approval(Duration::from_secs(120), None),
-                std::future::pending(),
-            )
-            .await
-            .unwrap();
+        let end = ask_approval(&b, Duration::from_secs(120), None).await;
         assert_eq!(end, InteractionEnd::NoInteractor);
     }
 
@@ -472,13 +461,7 @@ mod tests {
         b.attach(Arc::new(Passive));
         let mut events = bus.subscribe();
         let started = tokio::time::Instant::now();
-        let end = b
-            .ask(
-                approval(Duration::from_secs(120), None),
-                std::future::pending(),
-            )
-            .await
-            .unwrap();
+        let end = ask_approval(&b, Duration::from_secs(120), None).await;
         assert_eq!(
             end,
             InteractionEnd::TimedOut {
@@ -502,13 +485,7 @@ mod tests {
         let (b, _) = broker();
         b.attach(Arc::new(Passive));
         b.set_ceiling(Duration::from_secs(60));
-        let end = b
-            .ask(
-                approval(Duration::from_secs(3600), None),
-                std::future::pending(),
-            )
-            .await
-            .unwrap();
+        let end = ask_approval(&b, Duration::from_secs(3600), None).await;
         assert_eq!(
             end,
             InteractionEnd::TimedOut {
@@ -549,13 +526,7 @@ mod tests {
     async fn active_interactors_answer_through_the_sender() {
         let (b, _) = broker();
         b.attach(Arc::new(AutoApprove));
-        let end = b
-            .ask(
-                approval(Duration::from_secs(120), None),
-                std::future::pending(),
-            )
-            .await
-            .unwrap();
+        let end = ask_approval(&b, Duration::from_secs(120), None).await;
         assert_eq!(end, InteractionEnd::Answered(InteractionAnswer::approve()));
     }
 

@@ -89,7 +89,7 @@ pub use metrics::Metrics;
 pub use policy::{PolicySource, ToolOrigin};
 pub use servers::ServerStatus;
 pub use store::{AuditStore, StoreCommits, StoreHealth, StoreReadError, StoreUnavailable};
-pub use text::{cannot_start, outcome_text};
+pub use text::{cannot_start, json_type_name, outcome_text};
 pub use toolwarden_protocol as protocol;
 pub use trace::{attempt_span, call_span};
 pub use turn::{

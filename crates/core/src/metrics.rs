@@ -53,6 +53,15 @@ struct OutcomeLabel {
     outcome: String,
 }
 
+/// Registers metric handles, one a line: `handle => "name", "help";` registers a clone of
+/// `handle` on `$target` (a [`Registry`] or [`Metrics`]).
+macro_rules! register_all {
+    ($target:expr; $($handle:expr => $name:literal, $help:literal;)*) => {
+        $($target.register($name, $help, $handle.clone());)*
+    };
+}
+pub(crate) use register_all;
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn duration_histogram() -> Histogram {
@@ -194,57 +203,19 @@ impl Metrics {
         let interactions = Family::<KindOutcome, Counter>::default();
         let turns = Family::<OutcomeLabel, Counter>::default();
         let server_up = Family::<ServerLabel, Gauge>::default();
-        registry.register(
-            "tool_calls",
-            "Calls by tool and outcome status",
-            calls.clone(),
-        );
-        registry.register(
-            "tool_call_duration_seconds",
-            "Call duration from arrival to outcome, by tool and outcome status",
-            durations.clone(),
-        );
-        registry.register(
-            "tool_errors",
-            "Calls that did not end ok, by tool and reason",
-            errors.clone(),
-        );
-        registry.register(
-            "denied",
-            "Calls denied, by tool and by what decided (policy, rule, loop_detector, headless, mode_gate)",
-            denied.clone(),
-        );
-        registry.register(
-            "tool_cache_hits",
-            "Results served from the cache, by tool",
-            cache_hits.clone(),
-        );
-        registry.register(
-            "tool_calls_in_flight",
-            "Calls running now, by tool",
-            in_flight.clone(),
-        );
-        registry.register(
-            "abandoned_calls",
-            "Calls whose backend ignored a cancel and could not be forced, by server",
-            abandoned.clone(),
-        );
-        registry.register(
-            "breaker_state",
-            "Circuit breaker state by tool: 0 closed, 1 half-open, 2 open",
-            breaker.clone(),
-        );
-        registry.register(
-            "interactions",
-            "Interactions by kind and outcome",
-            interactions.clone(),
-        );
-        registry.register("turns", "Turns by outcome", turns.clone());
-        registry.register(
-            "server_up",
-            "Whether an MCP server is up (1) or not (0)",
-            server_up.clone(),
-        );
+        register_all! { registry;
+            calls => "tool_calls", "Calls by tool and outcome status";
+            durations => "tool_call_duration_seconds", "Call duration from arrival to outcome, by tool and outcome status";
+            errors => "tool_errors", "Calls that did not end ok, by tool and reason";
+            denied => "denied", "Calls denied, by tool and by what decided (policy, rule, loop_detector, headless, mode_gate)";
+            cache_hits => "tool_cache_hits", "Results served from the cache, by tool";
+            in_flight => "tool_calls_in_flight", "Calls running now, by tool";
+            abandoned => "abandoned_calls", "Calls whose backend ignored a cancel and could not be forced, by server";
+            breaker => "breaker_state", "Circuit breaker state by tool: 0 closed, 1 half-open, 2 open";
+            interactions => "interactions", "Interactions by kind and outcome";
+            turns => "turns", "Turns by outcome";
+            server_up => "server_up", "Whether an MCP server is up (1) or not (0)";
+        }
         let turn_outcomes = ["completed", "partial", "aborted"].map(|o| {
             turns.get_or_create_owned(&OutcomeLabel {
                 outcome: o.to_owned(),
@@ -282,21 +253,11 @@ impl Metrics {
                 hook_failures: Family::default(),
                 quota_tokens: Family::default(),
             };
-            self.register(
-                "hook_duration_seconds",
-                "How long each hook took to answer (or to fail), by hook",
-                metrics.hook_durations.clone(),
-            );
-            self.register(
-                "hook_failures",
-                "Hooks that timed out, failed or answered garbage, by hook and reason",
-                metrics.hook_failures.clone(),
-            );
-            self.register(
-                "quota_tokens",
-                "Tokens left in the bucket of each quota that a call last took from, by quota index",
-                metrics.quota_tokens.clone(),
-            );
+            register_all! { self;
+                metrics.hook_durations => "hook_duration_seconds", "How long each hook took to answer (or to fail), by hook";
+                metrics.hook_failures => "hook_failures", "Hooks that timed out, failed or answered garbage, by hook and reason";
+                metrics.quota_tokens => "quota_tokens", "Tokens left in the bucket of each quota that a call last took from, by quota index";
+            }
             metrics
         })
     }
@@ -308,16 +269,10 @@ impl Metrics {
                 up: Gauge::default(),
                 fallbacks: Family::default(),
             };
-            self.register(
-                "redis_up",
-                "Whether Redis, which replicas share state through, is reached (1) or not (0)",
-                metrics.up.clone(),
-            );
-            self.register(
-                "redis_fallbacks",
-                "Operations that could not reach Redis and fell back to local state, by operation",
-                metrics.fallbacks.clone(),
-            );
+            register_all! { self;
+                metrics.up => "redis_up", "Whether Redis, which replicas share state through, is reached (1) or not (0)";
+                metrics.fallbacks => "redis_fallbacks", "Operations that could not reach Redis and fell back to local state, by operation";
+            }
             metrics
         })
     }

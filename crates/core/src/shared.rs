@@ -19,8 +19,8 @@ use toolwarden_protocol::{ActiveTurn, CallId, CancelReason, Event, SessionKey, T
 
 use crate::backend::BoxFuture;
 
-#[cfg(test)]
-pub(crate) mod fake;
+#[cfg(any(test, feature = "fakes"))]
+pub mod fake;
 
 /// Whether the shared state can be reached.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -33,7 +33,7 @@ use toolwarden_protocol::{
 use crate::backend::BoxFuture;
 use crate::cancel::CancelScope;
 use crate::events::{EventBus, EventSink};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, register_all};
 
 /// How long a call's `tool_start` waits, by default, for a trail that cannot write before the
 /// call ends `error{store}` without running.
@@ -183,36 +183,14 @@ pub(crate) fn attach(
         commits: Counter::default(),
         events_committed: Counter::default(),
     };
-    metrics.register(
-        "store_queue_full",
-        "Turns that waited before their calls started because the audit trail's write queue was full",
-        hook.queue_full.clone(),
-    );
-    metrics.register(
-        "store_queue_wait_seconds",
-        "Time turns waited for room in the audit trail's write queue",
-        hook.queue_wait.clone(),
-    );
-    metrics.register(
-        "store_queue_depth",
-        "Events waiting to be committed to the audit trail",
-        hook.queue_depth.clone(),
-    );
-    metrics.register(
-        "store_up",
-        "Whether the audit trail can write (1) or not (0)",
-        hook.up.clone(),
-    );
-    metrics.register(
-        "store_commits",
-        "Commits of the audit trail (SQLite: appends to its pending file; PostgreSQL: transactions)",
-        hook.commits.clone(),
-    );
-    metrics.register(
-        "store_events_committed",
-        "Events the audit trail's commits wrote",
-        hook.events_committed.clone(),
-    );
+    register_all! { metrics;
+        hook.queue_full => "store_queue_full", "Turns that waited before their calls started because the audit trail's write queue was full";
+        hook.queue_wait => "store_queue_wait_seconds", "Time turns waited for room in the audit trail's write queue";
+        hook.queue_depth => "store_queue_depth", "Events waiting to be committed to the audit trail";
+        hook.up => "store_up", "Whether the audit trail can write (1) or not (0)";
+        hook.commits => "store_commits", "Commits of the audit trail (SQLite: appends to its pending file; PostgreSQL: transactions)";
+        hook.events_committed => "store_events_committed", "Events the audit trail's commits wrote";
+    }
     hook
 }
 

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use serde_json::Value;
 use toolwarden_protocol::{
     CancelReason, Decider, DenyReason, ErrorReason, InvalidReason, Status, TimeoutKind,
     format_duration,
@@ -32,6 +33,27 @@ pub fn outcome_text(tool: &str, status: &Status, detail: Option<&str>) -> String
             format!(" {prefix}{d}{end}")
         }
         _ => String::new(),
+    };
+    // Or, inside a sentence, in brackets.
+    let detail_aside = || detail.map(|d| format!(" ({d})")).unwrap_or_default();
+    // The cancels the call itself did not ask for: `why` it was cancelled, and what `then`.
+    let cancelled_because = |why: &str, then: &str| {
+        format!(
+            "[CANCELLED] Tool \"{tool}\" was cancelled because {why}. It may have partly run{then}."
+        )
+    };
+    // The call's server could not be reached, or failed while running it.
+    let unreachable = |then: &str| {
+        format!(
+            "[ERROR] Tool \"{tool}\" could not be reached.{} {then}",
+            detail_sentence("")
+        )
+    };
+    let server_failed = |what: &str| {
+        format!(
+            "[ERROR] The server of tool \"{tool}\" {what} while running it.{} It may have partly run.",
+            detail_sentence("")
+        )
     };
     match status {
         Status::Ok => String::new(),
@@ -64,21 +86,17 @@ pub fn outcome_text(tool: &str, status: &Status, detail: Option<&str>) -> String
             CancelReason::User => format!(
                 "[CANCELLED] Tool \"{tool}\" was stopped by the user before it finished. It may have partly run; do not call it again unless the user asks."
             ),
-            CancelReason::ClientDisconnect => format!(
-                "[CANCELLED] Tool \"{tool}\" was cancelled because the client that asked for it disconnected. It may have partly run."
-            ),
-            CancelReason::Parent => format!(
-                "[CANCELLED] Tool \"{tool}\" was cancelled because the turn that started this one was aborted. It may have partly run."
-            ),
-            CancelReason::Timeout => format!(
-                "[CANCELLED] Tool \"{tool}\" was cancelled because an enclosing deadline passed. It may have partly run."
-            ),
-            CancelReason::Shutdown => format!(
-                "[CANCELLED] Tool \"{tool}\" was cancelled because toolwarden is shutting down. It may have partly run; call it again later."
-            ),
-            CancelReason::ServerRestart => format!(
-                "[CANCELLED] Tool \"{tool}\" was cancelled because its server restarted. It may have partly run."
-            ),
+            CancelReason::ClientDisconnect => {
+                cancelled_because("the client that asked for it disconnected", "")
+            }
+            CancelReason::Parent => {
+                cancelled_because("the turn that started this one was aborted", "")
+            }
+            CancelReason::Timeout => cancelled_because("an enclosing deadline passed", ""),
+            CancelReason::Shutdown => {
+                cancelled_because("toolwarden is shutting down", "; call it again later")
+            }
+            CancelReason::ServerRestart => cancelled_because("its server restarted", ""),
         },
         Status::Denied {
             decider,
@@ -87,14 +105,14 @@ pub fn outcome_text(tool: &str, status: &Status, detail: Option<&str>) -> String
         } => match (decider, reason) {
             (Decider::LoopDetector, _) => format!(
                 "[DENIED] Tool \"{tool}\" was called with identical input too many times in a row in this session{}; this call was blocked to break a loop. Try a different approach or different input.",
-                detail.map(|d| format!(" ({d})")).unwrap_or_default()
+                detail_aside()
             ),
             (Decider::Headless, _) | (_, DenyReason::NoInteractor) => format!(
                 "[DENIED] Tool \"{tool}\" needs a person's approval, but nobody can answer in this run (headless); it was not run. Do not retry it; find another way or report that approval is needed."
             ),
             (_, DenyReason::Timeout) => format!(
                 "[DENIED] Nobody approved the call to tool \"{tool}\" in time{}; it was not run. Ask the user before trying again.",
-                detail.map(|d| format!(" ({d})")).unwrap_or_default()
+                detail_aside()
             ),
             (_, DenyReason::User) => format!(
                 "[DENIED] The user denied the call to tool \"{tool}\"; it was not run.{} Do not retry it without asking.",
@@ -102,12 +120,12 @@ pub fn outcome_text(tool: &str, status: &Status, detail: Option<&str>) -> String
             ),
             (Decider::Quota, DenyReason::Concurrency) => format!(
                 "[DENIED] Tool \"{tool}\" has as many calls running as its quota allows{}; this one was not run. Wait for a running call to finish, or try again in {}.",
-                detail.map(|d| format!(" ({d})")).unwrap_or_default(),
+                detail_aside(),
                 dur(retry_after_ms.unwrap_or(1000).max(1))
             ),
             (Decider::Quota, _) => format!(
                 "[DENIED] Tool \"{tool}\" has been called as often as its quota allows for now{}; this call was not run. Try again in {} or do without it.",
-                detail.map(|d| format!(" ({d})")).unwrap_or_default(),
+                detail_aside(),
                 dur(retry_after_ms.unwrap_or(1000).max(1))
             ),
             (Decider::Pin, _) => format!(
@@ -115,7 +133,7 @@ pub fn outcome_text(tool: &str, status: &Status, detail: Option<&str>) -> String
             ),
             (Decider::Hook, DenyReason::HookError) => format!(
                 "[DENIED] Tool \"{tool}\" was not run: the policy check that must allow it failed{}. Try again later.",
-                detail.map(|d| format!(" ({d})")).unwrap_or_default()
+                detail_aside()
             ),
             (Decider::Hook, _) => format!(
                 "[DENIED] Tool \"{tool}\" is not allowed with this input by a policy check; it was not run.{} Do not retry it as it is; a different approach or input may be allowed.",
@@ -166,27 +184,30 @@ pub fn outcome_text(tool: &str, status: &Status, detail: Option<&str>) -> String
             ErrorReason::ToolError => {
                 format!("[ERROR] Tool \"{tool}\" failed.{}", detail_sentence(""))
             }
-            ErrorReason::Transport if detail.is_some_and(is_cannot_start) => format!(
-                "[ERROR] Tool \"{tool}\" could not be reached.{} It did not run. Its server cannot start until that is fixed, so calling it again now fails the same way; tell the user, or use another tool.",
-                detail_sentence("")
+            ErrorReason::Transport if detail.is_some_and(is_cannot_start) => unreachable(
+                "It did not run. Its server cannot start until that is fixed, so calling it again now fails the same way; tell the user, or use another tool.",
             ),
-            ErrorReason::Transport => format!(
-                "[ERROR] Tool \"{tool}\" could not be reached.{} It may not have run; try again later.",
-                detail_sentence("")
-            ),
-            ErrorReason::Crashed => format!(
-                "[ERROR] The server of tool \"{tool}\" crashed while running it.{} It may have partly run.",
-                detail_sentence("")
-            ),
-            ErrorReason::ServerRestart => format!(
-                "[ERROR] The server of tool \"{tool}\" was restarted while running it.{} It may have partly run.",
-                detail_sentence("")
-            ),
+            ErrorReason::Transport => unreachable("It may not have run; try again later."),
+            ErrorReason::Crashed => server_failed("crashed"),
+            ErrorReason::ServerRestart => server_failed("was restarted"),
             ErrorReason::Store => format!(
                 "[ERROR] Tool \"{tool}\" was not started: its call could not be recorded in the audit trail.{} It did not run; try again once the trail is back.",
                 detail_sentence("Reason: ")
             ),
         },
+    }
+}
+
+/// A JSON value's type as messages to the model name it: `null`, `a boolean`, `a number`,
+/// `a string`, `an array`, `an object`.
+pub fn json_type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
     }
 }
 

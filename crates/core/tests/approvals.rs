@@ -37,7 +37,7 @@ async fn asked(h: &mut Harness, tool: &str) -> (toolwarden_core::TurnHandle, Int
 
 /// The question as a person sees it, without its id and wall-clock times.
 fn question(i: &Interaction) -> Value {
-    json!({"kind": i.kind, "message": i.message, "tool": i.tool, "call_id": i.call_id,
+    json!({"kind": i.kind, "message": i.message, "tool": i.scope.tool, "call_id": i.scope.call_id,
            "input": i.input, "timeout_ms": i.timeout_ms})
 }
 

@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
+use toolwarden_core::json_type_name;
 use toolwarden_protocol::{ToolAnnotations, ToolSpec};
 
 use crate::settings::ExecSettings;
@@ -92,7 +93,7 @@ pub(crate) fn parse(input: &Value) -> Result<ExecInput, String> {
     let Some(obj) = input.as_object() else {
         return Err(format!(
             "the input must be an object like {{\"command\": \"ls\"}}, not {}",
-            kind(input)
+            json_type_name(input)
         ));
     };
     let mut parsed = ExecInput::default();
@@ -130,7 +131,10 @@ pub(crate) fn parse(input: &Value) -> Result<ExecInput, String> {
 fn string_field(name: &str, value: &Value) -> Result<String, String> {
     match value {
         Value::String(s) => Ok(s.clone()),
-        other => Err(format!("{name:?} must be a string, not {}", kind(other))),
+        other => Err(format!(
+            "{name:?} must be a string, not {}",
+            json_type_name(other)
+        )),
     }
 }
 
@@ -138,7 +142,7 @@ fn env_field(value: &Value) -> Result<Vec<(String, String)>, String> {
     let Some(map) = value.as_object() else {
         return Err(format!(
             "\"env\" must be an object of strings, not {}",
-            kind(value)
+            json_type_name(value)
         ));
     };
     let mut env = Vec::with_capacity(map.len());
@@ -151,7 +155,7 @@ fn env_field(value: &Value) -> Result<Vec<(String, String)>, String> {
         let Value::String(value) = value else {
             return Err(format!(
                 "\"env\".{name} must be a string, not {}",
-                kind(value)
+                json_type_name(value)
             ));
         };
         if value.contains('\0') {
@@ -160,17 +164,6 @@ fn env_field(value: &Value) -> Result<Vec<(String, String)>, String> {
         env.push((name.clone(), value.clone()));
     }
     Ok(env)
-}
-
-fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// Resolves the working directory: relative to the base directory, canonical (symlinks and `..`

@@ -369,14 +369,14 @@ export function agoText(ms) {
   return `${Math.floor(hours / 24)} d ago`;
 }
 
-/** A replica's lease, as `[store] lease` would write it: "1 s", "5 s", "1.5 s", "500 ms", "2 m". */
+/** A replica's lease, as `[store] lease` would write it: "1 s", "5 s", "1.5 s", "500 ms", "2 m".
+ * A duration's text, but for whole seconds and minutes without their decimals. */
 export function leaseText(ms) {
   const n = Number(ms);
   if (!Number.isFinite(n) || n < 0) return "";
-  if (n < 1000) return `${Math.round(n)} ms`;
-  if (n < 60_000) return `${Number((n / 1000).toFixed(1))} s`;
-  if (n % 60_000 === 0) return `${n / 60_000} m`;
-  return formatElapsed(n);
+  if (n >= 1000 && n < 60_000) return `${Number((n / 1000).toFixed(1))} s`;
+  if (n >= 60_000 && n % 60_000 === 0) return `${n / 60_000} m`;
+  return formatDuration(n);
 }
 
 /** What each state of a replica means (its badge's tooltip). */

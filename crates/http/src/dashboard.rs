@@ -29,6 +29,20 @@ struct Asset {
     body: &'static [u8],
 }
 
+/// A file of the page, served at `/dashboard/FILE`, embedded from `assets/FILE`.
+macro_rules! dashboard_file {
+    ($file:literal, $content_type:expr) => {
+        Asset {
+            path: concat!("/dashboard/", $file),
+            content_type: $content_type,
+            body: include_bytes!(concat!("../assets/", $file)),
+        }
+    };
+}
+
+const CSS: &str = "text/css; charset=utf-8";
+const JS: &str = "text/javascript; charset=utf-8";
+
 /// The page and its files, by the path they are served at.
 const ASSETS: &[Asset] = &[
     Asset {
@@ -36,51 +50,15 @@ const ASSETS: &[Asset] = &[
         content_type: "text/html; charset=utf-8",
         body: include_bytes!("../assets/index.html"),
     },
-    Asset {
-        path: "/dashboard/app.css",
-        content_type: "text/css; charset=utf-8",
-        body: include_bytes!("../assets/app.css"),
-    },
-    Asset {
-        path: "/dashboard/app.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_bytes!("../assets/app.js"),
-    },
-    Asset {
-        path: "/dashboard/api.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_bytes!("../assets/api.js"),
-    },
-    Asset {
-        path: "/dashboard/sse.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_bytes!("../assets/sse.js"),
-    },
-    Asset {
-        path: "/dashboard/model.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_bytes!("../assets/model.js"),
-    },
-    Asset {
-        path: "/dashboard/format.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_bytes!("../assets/format.js"),
-    },
-    Asset {
-        path: "/dashboard/view.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_bytes!("../assets/view.js"),
-    },
-    Asset {
-        path: "/dashboard/audit.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_bytes!("../assets/audit.js"),
-    },
-    Asset {
-        path: "/dashboard/icon.svg",
-        content_type: "image/svg+xml",
-        body: include_bytes!("../assets/icon.svg"),
-    },
+    dashboard_file!("app.css", CSS),
+    dashboard_file!("app.js", JS),
+    dashboard_file!("api.js", JS),
+    dashboard_file!("sse.js", JS),
+    dashboard_file!("model.js", JS),
+    dashboard_file!("format.js", JS),
+    dashboard_file!("view.js", JS),
+    dashboard_file!("audit.js", JS),
+    dashboard_file!("icon.svg", "image/svg+xml"),
 ];
 
 /// Whether `path` is one of the page's files (served without the bearer token: they hold no data).

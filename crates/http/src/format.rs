@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
-use toolwarden_core::ResultRenderer;
+use toolwarden_core::{ResultRenderer, json_type_name};
 use toolwarden_protocol::{CallResult, Content, SessionId, ToolCall, TurnId};
 
 use crate::error::ApiError;
@@ -95,18 +95,6 @@ const OPENAI_KEYS: &[&str] = &[
 ];
 const OPENAI_FUNCTION_KEYS: &[&str] = &["name", "arguments"];
 
-/// The JSON type of a value, as messages name it.
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
 /// An optional, non-empty string field (`null` counts as absent).
 fn opt_string(obj: &Map<String, Value>, key: &str, path: &str) -> Result<Option<String>, ApiError> {
     match obj.get(key) {
@@ -117,7 +105,7 @@ fn opt_string(obj: &Map<String, Value>, key: &str, path: &str) -> Result<Option<
         Some(Value::String(s)) => Ok(Some(s.clone())),
         Some(other) => Err(ApiError::invalid(format!(
             "{path}: expected a string, got {}",
-            type_name(other)
+            json_type_name(other)
         ))),
     }
 }
@@ -151,7 +139,7 @@ pub(crate) fn parse_turn(body: &[u8]) -> Result<TurnBody, ApiError> {
     let Value::Object(root) = root else {
         return Err(ApiError::invalid(format!(
             "body: expected a JSON object, got {}",
-            type_name(&root)
+            json_type_name(&root)
         )));
     };
     known_keys(&root, "", TURN_KEYS)?;
@@ -163,7 +151,7 @@ pub(crate) fn parse_turn(body: &[u8]) -> Result<TurnBody, ApiError> {
         Some(other) => {
             return Err(ApiError::invalid(format!(
                 "detach: expected a boolean, got {}",
-                type_name(other)
+                json_type_name(other)
             )));
         }
     };
@@ -182,7 +170,7 @@ pub(crate) fn parse_turn(body: &[u8]) -> Result<TurnBody, ApiError> {
         Some(other) => {
             return Err(ApiError::invalid(format!(
                 "calls: expected an array, got {}",
-                type_name(other)
+                json_type_name(other)
             )));
         }
     };
@@ -193,7 +181,7 @@ pub(crate) fn parse_turn(body: &[u8]) -> Result<TurnBody, ApiError> {
         let Value::Object(obj) = item else {
             return Err(ApiError::invalid(format!(
                 "{path}: expected an object (an Anthropic tool_use block or an OpenAI tool call), got {}",
-                type_name(item)
+                json_type_name(item)
             )));
         };
         let this = family_of(obj, &path)?;
@@ -266,7 +254,7 @@ fn anthropic_call(obj: &Map<String, Value>, path: &str) -> Result<ToolCall, ApiE
         Some(other) => {
             return Err(ApiError::invalid(format!(
                 "{path}.input: expected an object, got {}",
-                type_name(other)
+                json_type_name(other)
             )));
         }
     };
@@ -284,7 +272,7 @@ fn openai_call(obj: &Map<String, Value>, path: &str) -> Result<ToolCall, ApiErro
         Some(other) => {
             return Err(ApiError::invalid(format!(
                 "{path}.function: expected an object, got {}",
-                type_name(other)
+                json_type_name(other)
             )));
         }
     };
@@ -298,7 +286,7 @@ fn openai_call(obj: &Map<String, Value>, path: &str) -> Result<ToolCall, ApiErro
         Some(other) => {
             return Err(ApiError::invalid(format!(
                 "{apath}: expected a string holding JSON, got {}",
-                type_name(other)
+                json_type_name(other)
             )));
         }
     };
@@ -311,7 +299,7 @@ fn openai_call(obj: &Map<String, Value>, path: &str) -> Result<ToolCall, ApiErro
     if !input.is_object() {
         return Err(ApiError::invalid(format!(
             "{apath}: expected a JSON object, got {}",
-            type_name(&input)
+            json_type_name(&input)
         )));
     }
     with_hints(ToolCall::new(id, name, input), obj, path)

@@ -42,7 +42,7 @@ pub(crate) async fn list(State(app): State<App>, caller: Caller) -> Json<Value> 
     let mut pending = app.engine.interactions().pending();
     // An approver answers others' questions: it sees them.
     if !caller.may(Scope::Approve) {
-        pending.retain(|i| caller.sees(i.principal.as_deref().unwrap_or(LOCAL_PRINCIPAL)));
+        pending.retain(|i| caller.sees(i.scope.principal.as_deref().unwrap_or(LOCAL_PRINCIPAL)));
     }
     Json(json!({"interactions": pending}))
 }

@@ -6,10 +6,9 @@
 
 mod support;
 
-use futures::StreamExt as _;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use support::{WAIT, serve_http as serve, setup};
+use support::{WAIT, messages, serve_http as serve, setup};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio_util::sync::CancellationToken;
 use toolwarden_core::protocol::EventKind;
@@ -76,43 +75,6 @@ impl Http {
         assert!(resp.status().is_success(), "{}", resp.status());
         messages(resp).await.pop().unwrap()
     }
-}
-
-/// Every JSON-RPC message of an SSE (or JSON) response, up to the answer.
-async fn messages(resp: reqwest::Response) -> Vec<Value> {
-    let json = resp
-        .headers()
-        .get("content-type")
-        .is_some_and(|v| v.to_str().unwrap().starts_with("application/json"));
-    if json {
-        return vec![resp.json().await.unwrap()];
-    }
-    let mut body = resp.bytes_stream();
-    let mut buf = String::new();
-    let read = async {
-        let mut seen = Vec::new();
-        while let Some(chunk) = body.next().await {
-            buf.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
-            while let Some(end) = buf.find("\n\n") {
-                let event: String = buf.drain(..end + 2).collect();
-                for line in event.lines() {
-                    if let Some(data) = line.strip_prefix("data:")
-                        && let Ok(v) = serde_json::from_str::<Value>(data.trim())
-                    {
-                        let done = v.get("id").is_some() && v.get("method").is_none();
-                        seen.push(v);
-                        if done {
-                            return seen;
-                        }
-                    }
-                }
-            }
-        }
-        panic!("no answer in the response: {seen:?}");
-    };
-    tokio::time::timeout(WAIT, read)
-        .await
-        .expect("an answer in time")
 }
 
 #[tokio::test]

@@ -6,10 +6,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::call::CallResult;
-use crate::ids::{CallId, InteractionId, SessionId, TurnId};
+use crate::ids::{CallId, InteractionId, TurnId};
 use crate::interaction::{Interaction, InteractionAction, InteractionKind};
 use crate::outcome::{CancelReason, Decider, DenyReason, TimeoutKind};
 use crate::policy::OnToolChange;
+use crate::scope::EventScope;
 use crate::time::Timestamp;
 
 /// How a cancelled or timed-out call's work was stopped.
@@ -395,26 +396,6 @@ pub struct TurnCall {
     pub call_id: CallId,
     /// Its tool.
     pub tool: Arc<str>,
-}
-
-/// Who an event is about. Every event of one call (or of one turn) shares one, by `Arc`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EventScope {
-    /// Who made the turn (none for events about no call: server states, breakers).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub principal: Option<Arc<str>>,
-    /// The session (its id is the principal's own: two principals' `s1` are two sessions).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session_id: Option<SessionId>,
-    /// The turn.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub turn_id: Option<TurnId>,
-    /// The call.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub call_id: Option<CallId>,
-    /// The tool.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool: Option<Arc<str>>,
 }
 
 /// A typed, sequenced record of something that happened.

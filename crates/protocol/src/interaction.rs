@@ -6,7 +6,8 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::ids::{CallId, InteractionId, SessionId, TurnId};
+use crate::ids::InteractionId;
+use crate::scope::EventScope;
 use crate::time::Timestamp;
 
 /// What is asked.
@@ -86,21 +87,10 @@ pub struct Interaction {
     pub kind: InteractionKind,
     /// The question, for a person.
     pub message: String,
-    /// Who made the call it is about.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub principal: Option<String>,
-    /// The session it belongs to (the principal's own).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session_id: Option<SessionId>,
-    /// The turn.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub turn_id: Option<TurnId>,
-    /// The call waiting on it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub call_id: Option<CallId>,
-    /// The tool of that call.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool: Option<String>,
+    /// The call waiting on it: who made it, its session (the principal's own), turn, id and
+    /// tool. On the wire these sit flat beside `message`.
+    #[serde(flatten)]
+    pub scope: EventScope,
     /// The call's input, for approvals and confirms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<Value>,

@@ -20,6 +20,7 @@ mod interaction;
 mod outcome;
 mod policy;
 mod principal;
+mod scope;
 mod status;
 mod time;
 mod tool;
@@ -39,8 +40,8 @@ pub use duration::{
     DurationValue, ParseError, SizeValue, format_duration, parse_duration, parse_size,
 };
 pub use event::{
-    BreakerStateKind, EVENT_TYPES, Event, EventKind, EventScope, ProgressInfo, ServerStateKind,
-    StopHow, TurnCall, TurnResults,
+    BreakerStateKind, EVENT_TYPES, Event, EventKind, ProgressInfo, ServerStateKind, StopHow,
+    TurnCall, TurnResults,
 };
 pub use ids::{CallId, InteractionId, SessionId, TurnId};
 pub use interaction::{
@@ -55,6 +56,7 @@ pub use policy::{
     OnStuck, OnToolChange, POLICY_KEYS, Policy, PolicyConfig, TaskMode,
 };
 pub use principal::{DEFAULT_PRINCIPAL, LOCAL_PRINCIPAL, Principal, Scope, Scopes, SessionKey};
+pub use scope::EventScope;
 pub use status::{
     ActiveCall, ActiveTurn, BreakerInfo, CallState, RecentCall, RunningCall, ServerNotUp,
     SessionStatus, ToolChange, ToolInfo,

@@ -421,103 +421,82 @@ async fn inbox(inner: Arc<RedisConn>, mut rx: mpsc::UnboundedReceiver<PushInfo>,
     }
 }
 
-/// A request this replica sent itself comes back on the channel: it was tried here before it was
-/// sent, so it is answered "not here" at once (the asker counts every answer). `false` for
-/// another replica's.
-fn answered_own(inner: &Arc<RedisConn>, replica: &str, req: u64) -> bool {
-    if *replica != *inner.replica {
-        return false;
-    }
-    if let Some(tx) = inner.pending.lock().get(&req) {
-        let _ = tx.send(ReplyMsg {
-            req,
-            ..ReplyMsg::default()
-        });
-    }
-    true
-}
-
-/// A request about a task from a replica that does not hold it — its answers, or its state —
-/// carried out here if this one holds it, and answered either way (the asker counts the
-/// answers).
-fn carry_out_task(inner: &Arc<RedisConn>, engine: &Engine, m: TaskMsg) {
-    if answered_own(inner, &m.replica, m.req) {
-        return;
-    }
-    let answer = engine.answer_task_here(&TaskRequest {
-        task_id: m.task_id,
-        principal: m.principal,
-        ask: if m.get {
-            TaskAsk::Get
-        } else {
-            TaskAsk::Update(m.responses)
-        },
-    });
-    let (found, refused, task) = match answer {
-        TaskAnswer::Done(task) => (true, None, task),
-        TaskAnswer::Refused(why) => (true, Some(why), None),
-        TaskAnswer::NotFound => (false, None, None),
-    };
-    reply(
-        inner,
-        &m.replica,
-        &ReplyMsg {
-            req: m.req,
-            found,
-            refused,
-            task,
-            ..ReplyMsg::default()
-        },
-    );
-}
-
-/// An abort from a replica that does not run the turn: carried out here if this one does, and
-/// answered either way (the asker counts the answers).
-fn carry_out_abort(inner: &Arc<RedisConn>, engine: &Engine, m: AbortMsg) {
-    if answered_own(inner, &m.replica, m.req) {
-        return;
-    }
-    let answer = engine.abort_here(&AbortRequest {
-        turn_id: m.turn_id,
-        call_id: m.call_id,
-        reason: m.reason,
-        only_of: m.only_of.map(Arc::from),
-    });
-    reply(
-        inner,
-        &m.replica,
-        &ReplyMsg {
-            req: m.req,
-            found: answer == AbortAnswer::Done,
-            not_yours: answer == AbortAnswer::NotYours,
-            ..ReplyMsg::default()
-        },
-    );
-}
-
-/// A request for this replica's running turns: answered with them (one's own request is
-/// answered with nothing, the asker has its own).
-fn answer_turns(inner: &Arc<RedisConn>, engine: &Engine, m: TurnsAsk) {
-    if *m.replica == *inner.replica {
-        if let Some(tx) = inner.pending.lock().get(&m.req) {
+/// Answers request `req` of replica `asker` (the asker counts every answer). A request this
+/// replica sent itself comes back on the channel: it was tried here before it was sent, so it is
+/// answered "not here" at once. Another replica's is answered on its channel with what `answer`
+/// carries out here.
+fn answer_request(
+    inner: &Arc<RedisConn>,
+    asker: &str,
+    req: u64,
+    answer: impl FnOnce() -> ReplyMsg,
+) {
+    if *asker == *inner.replica {
+        if let Some(tx) = inner.pending.lock().get(&req) {
             let _ = tx.send(ReplyMsg {
-                req: m.req,
+                req,
                 ..ReplyMsg::default()
             });
         }
         return;
     }
-    reply(
-        inner,
-        &m.replica,
-        &ReplyMsg {
-            req: m.req,
-            found: true,
-            replica: Some(inner.replica.to_string()),
-            turns: Some(engine.active_turns()),
+    reply(inner, asker, &ReplyMsg { req, ..answer() });
+}
+
+/// A request about a task from a replica that does not hold it — its answers, or its state —
+/// carried out here if this one holds it, and answered either way.
+fn carry_out_task(inner: &Arc<RedisConn>, engine: &Engine, m: TaskMsg) {
+    answer_request(inner, &m.replica, m.req, || {
+        let answer = engine.answer_task_here(&TaskRequest {
+            task_id: m.task_id,
+            principal: m.principal,
+            ask: if m.get {
+                TaskAsk::Get
+            } else {
+                TaskAsk::Update(m.responses)
+            },
+        });
+        let (found, refused, task) = match answer {
+            TaskAnswer::Done(task) => (true, None, task),
+            TaskAnswer::Refused(why) => (true, Some(why), None),
+            TaskAnswer::NotFound => (false, None, None),
+        };
+        ReplyMsg {
+            found,
+            refused,
+            task,
             ..ReplyMsg::default()
-        },
-    );
+        }
+    });
+}
+
+/// An abort from a replica that does not run the turn: carried out here if this one does, and
+/// answered either way.
+fn carry_out_abort(inner: &Arc<RedisConn>, engine: &Engine, m: AbortMsg) {
+    answer_request(inner, &m.replica, m.req, || {
+        let answer = engine.abort_here(&AbortRequest {
+            turn_id: m.turn_id,
+            call_id: m.call_id,
+            reason: m.reason,
+            only_of: m.only_of.map(Arc::from),
+        });
+        ReplyMsg {
+            found: answer == AbortAnswer::Done,
+            not_yours: answer == AbortAnswer::NotYours,
+            ..ReplyMsg::default()
+        }
+    });
+}
+
+/// A request for this replica's running turns: answered with them (one's own request is
+/// answered with nothing, the asker has its own).
+fn answer_turns(inner: &Arc<RedisConn>, engine: &Engine, m: TurnsAsk) {
+    answer_request(inner, &m.replica, m.req, || ReplyMsg {
+        found: true,
+        replica: Some(inner.replica.to_string()),
+        turns: Some(engine.active_turns()),
+        ..ReplyMsg::default()
+    });
 }
 
 /// Publishes an answer on the asker's channel, behind the inbox.

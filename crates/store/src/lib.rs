@@ -129,3 +129,24 @@ impl TrailReader {
         }
     }
 }
+
+/// Checks a trail written before principals, migrated when read: its call, its event and its
+/// turn `t_old` are `local`'s, and `alice` has none of them.
+#[cfg(test)]
+pub(crate) fn assert_reads_as_local(reader: &TrailReader) {
+    let query = |principal: &str| AuditQuery {
+        principal: Some(principal.into()),
+        ..AuditQuery::default()
+    };
+    let calls = reader.calls(&query("local")).unwrap().calls;
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].principal, "local");
+    assert_eq!(reader.events(&query("local")).unwrap().events.len(), 1);
+    let turn = match reader {
+        TrailReader::Sqlite(r) => r.turn(&"t_old".into()),
+        TrailReader::Postgres(r) => r.turn(&"t_old".into()),
+    };
+    assert_eq!(turn.unwrap().unwrap().principal, "local");
+    assert!(reader.calls(&query("alice")).unwrap().calls.is_empty());
+    assert!(reader.events(&query("alice")).unwrap().events.is_empty());
+}

@@ -5,17 +5,56 @@
 
 use std::sync::Arc;
 
+use serde_json::value::RawValue;
 use toolwarden_core::backend::BoxFuture;
 use toolwarden_core::{AuditStore, StoreCommits, StoreHealth, StoreReadError, StoreUnavailable};
 use toolwarden_protocol::{
-    AuditPage, AuditQuery, CallsPage, Event, ReplicaRecord, StoreDurability, TaskRecord, TurnId,
-    TurnRecord,
+    AuditPage, AuditQuery, CallsPage, Event, ReplicaRecord, StoreDurability, TaskRecord, Timestamp,
+    TurnId, TurnRecord, TurnRunState,
 };
 
 use crate::writer;
 
 /// The status filter that selects calls without an outcome yet.
 pub const RUNNING: &str = "running";
+
+/// A turn's row, as either database reads it.
+pub(crate) struct TurnRow {
+    pub(crate) principal: String,
+    pub(crate) session_id: Option<String>,
+    pub(crate) started_at: i64,
+    pub(crate) ended_at: Option<i64>,
+    pub(crate) outcome: Option<String>,
+    /// The body of its `turn_end` event, when it has one.
+    pub(crate) end: Option<String>,
+}
+
+impl TurnRow {
+    /// The record of turn `turn_id`, with the results its `turn_end` lists.
+    pub(crate) fn into_record(self, turn_id: &TurnId) -> TurnRecord {
+        let results = self.end.and_then(|body| {
+            #[derive(serde::Deserialize)]
+            struct End {
+                results: Box<RawValue>,
+            }
+            serde_json::from_str::<End>(&body).ok().map(|e| e.results)
+        });
+        TurnRecord {
+            turn_id: turn_id.clone(),
+            principal: self.principal,
+            session_id: self.session_id.map(Into::into),
+            state: if self.ended_at.is_some() {
+                TurnRunState::Ended
+            } else {
+                TurnRunState::Running
+            },
+            started_at: Timestamp::from_unix_millis(self.started_at),
+            ended_at: self.ended_at.map(Timestamp::from_unix_millis),
+            outcome: self.outcome,
+            results,
+        }
+    }
+}
 
 /// How long past its ttl a task whose turn is not in the trail is kept.
 pub(crate) const ORPHAN_GRACE_MS: i64 = 24 * 3600 * 1000;

@@ -420,7 +420,7 @@ fn where_to_answer(
          curl -X POST {base}/v1/interactions/{id} -H 'content-type: application/json'{auth} \
          -d '{{\"action\": \"approve\"}}'   (or \"deny\")\n\
          toolwarden: unanswered, it is denied when the time is up.",
-        interaction.tool.as_deref().unwrap_or("the call"),
+        interaction.scope.tool.as_deref().unwrap_or("the call"),
         interaction.kind.as_str(),
     )
 }

@@ -12,7 +12,7 @@ use toolwarden_protocol::{BreakerStateKind, EventKind};
 use crate::cache::Cache;
 use crate::events::{EventBus, EventScope};
 use crate::interaction::Interactions;
-use crate::registry::ToolRuntime;
+use crate::registry::ToolEntry;
 use crate::retry::Jitter;
 use crate::shared::{BreakerChange, SharedState};
 use crate::store::StoreHook;
@@ -46,19 +46,21 @@ pub(crate) struct CallEnv {
 }
 
 impl CallEnv {
-    /// A tool's breaker changed state: its gauge and a `breaker_state` event say so, and other
-    /// replicas learn it (opened and closed; each moves to half-open on its own clock).
+    /// What a tool's breaker said when it admitted or counted a call: when its state changed,
+    /// its gauge and a `breaker_state` event say so, and other replicas learn it (opened and
+    /// closed; each moves to half-open on its own clock).
     pub(crate) fn breaker_changed(
         &self,
-        tool: &str,
-        runtime: &ToolRuntime,
+        entry: &ToolEntry,
         scope: &Arc<EventScope>,
-        state: BreakerStateKind,
+        change: Option<BreakerStateKind>,
         open_for: std::time::Duration,
     ) {
-        runtime.metrics.breaker(state);
+        let Some(state) = change else { return };
+        entry.runtime.metrics.breaker(state);
         self.bus.emit(scope, EventKind::BreakerState { state });
         if let Some(shared) = &self.shared {
+            let tool = &*entry.name;
             match state {
                 BreakerStateKind::Open => {
                     shared.breaker_changed(tool, BreakerChange::Open { for_: open_for });

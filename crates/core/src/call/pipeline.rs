@@ -407,15 +407,7 @@ async fn pipeline(
     let runtime = &entry.runtime;
     // Microseconds after arrival: the arrival instant is good enough for the breaker's clock.
     let (mut admission, change) = runtime.breaker.admit(&policy.breaker, now);
-    if let Some(state) = change {
-        env.breaker_changed(
-            &entry.name,
-            runtime,
-            &fin.scope,
-            state,
-            policy.breaker.open_for,
-        );
-    }
+    env.breaker_changed(entry, &fin.scope, change, policy.breaker.open_for);
     // Across replicas, the one probe is the one holding the lease; a replica that does not get it
     // hands its local probe back and turns the call away as an open breaker would.
     let mut leased = None;
@@ -534,18 +526,10 @@ async fn pipeline(
         }
     };
     probe.armed = false;
-    if let Some(state) = runtime
+    let change = runtime
         .breaker
-        .record(&policy.breaker, admission, verdict, ended_at)
-    {
-        env.breaker_changed(
-            &entry.name,
-            runtime,
-            &fin.scope,
-            state,
-            policy.breaker.open_for,
-        );
-    }
+        .record(&policy.breaker, admission, verdict, ended_at);
+    env.breaker_changed(entry, &fin.scope, change, policy.breaker.open_for);
     drop(probe);
 
     // Cache store and outcome.

@@ -1,7 +1,9 @@
 //! A [`SharedState`] for tests that need no Redis: reached or not as a test sets it, answering
-//! every question the way the test says (a cache claim to lead, follow or miss), and recording
-//! what the engine told it. The branches a Redis outage takes are tested in milliseconds.
+//! the cache's claims the way the test scripts them (lead, follow, a hit of another replica's
+//! result), and recording what the engine told it. The branches a Redis outage takes are tested
+//! in milliseconds. Built for core's own tests, and for others with the `fakes` feature.
 
+use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -13,27 +15,57 @@ use super::{
 };
 use crate::backend::BoxFuture;
 
+/// A result a leader put: its key, the stored bytes, how long they stay fresh.
+pub type Put = ([u8; 32], Vec<u8>, Duration);
+
 /// A fake replica's shared state.
 #[derive(Debug)]
-pub(crate) struct FakeShared {
+pub struct FakeShared {
     /// Whether the shared state is reached: every question is answered "unavailable" when not.
-    pub(crate) up: Mutex<bool>,
+    pub up: Mutex<bool>,
     /// The live replicas a quota check reports.
-    pub(crate) replicas: Mutex<u32>,
+    pub replicas: Mutex<u32>,
     /// Every quota take asked for, with its member.
-    pub(crate) takes: Mutex<Vec<(Vec<QuotaTake>, String)>>,
+    pub takes: Mutex<Vec<(Vec<QuotaTake>, String)>>,
     /// Every release and renewal written: (`release` | `renew`, buckets, member).
-    pub(crate) writes: Mutex<Vec<(&'static str, Vec<String>, String)>>,
+    pub writes: Mutex<Vec<(&'static str, Vec<String>, String)>>,
+    /// The answers to the next cache claims, in order; once they are used up a claim leads
+    /// (or, while down, finds the state unavailable).
+    pub claims: Mutex<VecDeque<CacheClaim>>,
+    /// Every cache claim asked for (its key).
+    pub claimed: Mutex<Vec<[u8; 32]>>,
+    /// Every result a leader put.
+    pub puts: Mutex<Vec<Put>>,
+    /// Every key a leader released without a result.
+    pub released: Mutex<Vec<[u8; 32]>>,
 }
 
 impl FakeShared {
-    pub(crate) fn new(replicas: u32) -> Self {
+    /// A reached shared state that reports `replicas` live replicas.
+    pub fn new(replicas: u32) -> Self {
         Self {
             up: Mutex::new(true),
             replicas: Mutex::new(replicas),
             takes: Mutex::default(),
             writes: Mutex::default(),
+            claims: Mutex::default(),
+            claimed: Mutex::default(),
+            puts: Mutex::default(),
+            released: Mutex::default(),
         }
+    }
+
+    /// Sets whether the shared state is reached.
+    pub fn set_up(&self, up: bool) {
+        *self.up.lock().unwrap_or_else(|e| e.into_inner()) = up;
+    }
+
+    /// Scripts the answers to the next cache claims.
+    pub fn script_claims(&self, claims: impl IntoIterator<Item = CacheClaim>) {
+        self.claims
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(claims);
     }
 
     fn is_up(&self) -> bool {
@@ -62,17 +94,35 @@ impl SharedState for FakeShared {
 
     fn probe_release(&self, _tool: &str) {}
 
-    fn cache_claim(&self, _key: &[u8; 32], _lock_ttl: Duration) -> BoxFuture<CacheClaim> {
-        ready(if self.is_up() {
-            CacheClaim::Lead
-        } else {
-            CacheClaim::Unavailable
-        })
+    fn cache_claim(&self, key: &[u8; 32], _lock_ttl: Duration) -> BoxFuture<CacheClaim> {
+        self.claimed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(*key);
+        if !self.is_up() {
+            return ready(CacheClaim::Unavailable);
+        }
+        let scripted = self
+            .claims
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front();
+        ready(scripted.unwrap_or(CacheClaim::Lead))
     }
 
-    fn cache_put(&self, _key: &[u8; 32], _value: Vec<u8>, _ttl: Duration) {}
+    fn cache_put(&self, key: &[u8; 32], value: Vec<u8>, ttl: Duration) {
+        self.puts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((*key, value, ttl));
+    }
 
-    fn cache_release(&self, _key: &[u8; 32]) {}
+    fn cache_release(&self, key: &[u8; 32]) {
+        self.released
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(*key);
+    }
 
     fn abort_elsewhere(&self, _abort: AbortRequest) -> BoxFuture<AbortAnswer> {
         ready(AbortAnswer::NotFound)

@@ -5,7 +5,7 @@
 use rmcp::ServiceError;
 use rmcp::model::{ContentBlock, CustomResult, JsonObject, ServerResult, Tool};
 use serde_json::Value;
-use toolwarden_core::{AttemptError, ToolOutput};
+use toolwarden_core::{AttemptError, ToolOutput, json_type_name};
 use toolwarden_protocol::{Content, ToolAnnotations, ToolSpec};
 
 /// A server's tool as toolwarden describes it. Only the hints the server set are kept: an
@@ -39,19 +39,8 @@ pub(crate) fn arguments(input: &Value) -> Result<Option<JsonObject>, AttemptErro
         Value::Null => Ok(None),
         other => Err(AttemptError::Rejected(format!(
             "MCP tool input must be a JSON object, not {}",
-            kind(other)
+            json_type_name(other)
         ))),
-    }
-}
-
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

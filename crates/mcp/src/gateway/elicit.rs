@@ -43,7 +43,7 @@ pub(crate) struct Elicitations {
 /// An elicitation in flight.
 struct Pending {
     /// The call's principal and session.
-    session: (Option<String>, Option<SessionId>),
+    session: (Option<Arc<str>>, Option<SessionId>),
     call: Option<String>,
     cancel: CancellationToken,
 }
@@ -60,10 +60,10 @@ impl Elicitations {
             interaction.id.to_string(),
             Pending {
                 session: (
-                    interaction.principal.clone(),
-                    interaction.session_id.clone(),
+                    interaction.scope.principal.clone(),
+                    interaction.scope.session_id.clone(),
                 ),
-                call: interaction.call_id.as_ref().map(|c| c.to_string()),
+                call: interaction.scope.call_id.as_ref().map(|c| c.to_string()),
                 cancel,
             },
         );
@@ -178,8 +178,8 @@ async fn ask(
         }
     };
     let call = session.call_key(
-        interaction.call_id.as_ref().map(|c| c.as_str()),
-        interaction.turn_id.as_ref().map(|t| t.as_str()),
+        interaction.scope.call_id.as_ref().map(|c| c.as_str()),
+        interaction.scope.turn_id.as_ref().map(|t| t.as_str()),
     );
     let answered = session
         .request(
@@ -206,7 +206,7 @@ async fn ask(
     // The session's principal answered: elicitation is offered only to a principal holding
     // `approve`, the call's own.
     let answer = InteractionAnswer {
-        answerer: interaction.principal.clone(),
+        answerer: interaction.scope.principal.as_deref().map(str::to_owned),
         ..answer
     };
     if let Err(e) = answers.answer(answer, ELICITATION_INTERACTOR) {

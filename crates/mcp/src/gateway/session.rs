@@ -489,3 +489,13 @@ impl ClientSession {
         })
     }
 }
+
+/// Waits until a sweep of the sessions idle for `idle` is due: every quarter of `idle`, between
+/// 100 ms and 30 s. False when `closed` fires first: the sweeping is over.
+pub(crate) async fn sweep_due(idle: Duration, closed: &CancellationToken) -> bool {
+    let every = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
+    tokio::select! {
+        _ = tokio::time::sleep(every) => true,
+        _ = closed.cancelled() => false,
+    }
+}

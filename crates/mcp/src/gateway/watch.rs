@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use toolwarden_protocol::{EventKind, ServerStateKind};
 
 use super::elicit::Elicitations;
+use super::session::sweep_due;
 use super::state::GatewayState;
 use super::{prompts, resources};
 
@@ -86,12 +87,7 @@ pub(crate) async fn stateless(
     idle: Duration,
     closed: CancellationToken,
 ) {
-    let every = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(every) => {}
-            _ = closed.cancelled() => return,
-        }
+    while sweep_due(idle, &closed).await {
         let Some(gw) = gateway.upgrade() else { return };
         gw.sweep_stateless(idle);
         gw.parked.sweep();

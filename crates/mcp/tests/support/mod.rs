@@ -560,18 +560,19 @@ pub async fn http_initialize(
     (session, resp)
 }
 
-/// The JSON-RPC answer of a JSON or event-stream response.
-pub async fn answer(resp: reqwest::Response) -> Value {
+/// Every JSON-RPC message of an SSE (or JSON) response, up to the answer.
+pub async fn messages(resp: reqwest::Response) -> Vec<Value> {
     let json = resp
         .headers()
         .get("content-type")
         .is_some_and(|v| v.to_str().unwrap().starts_with("application/json"));
     if json {
-        return resp.json().await.unwrap();
+        return vec![resp.json().await.unwrap()];
     }
     let mut body = resp.bytes_stream();
     let mut buf = String::new();
     let read = async {
+        let mut seen = Vec::new();
         while let Some(chunk) = body.next().await {
             buf.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
             while let Some(end) = buf.find("\n\n") {
@@ -579,19 +580,26 @@ pub async fn answer(resp: reqwest::Response) -> Value {
                 for line in event.lines() {
                     if let Some(data) = line.strip_prefix("data:")
                         && let Ok(v) = serde_json::from_str::<Value>(data.trim())
-                        && v.get("id").is_some()
-                        && v.get("method").is_none()
                     {
-                        return v;
+                        let done = v.get("id").is_some() && v.get("method").is_none();
+                        seen.push(v);
+                        if done {
+                            return seen;
+                        }
                     }
                 }
             }
         }
-        panic!("no answer in the response");
+        panic!("no answer in the response: {seen:?}");
     };
     tokio::time::timeout(WAIT, read)
         .await
         .expect("an answer in time")
+}
+
+/// The JSON-RPC answer of a JSON or event-stream response.
+pub async fn answer(resp: reqwest::Response) -> Value {
+    messages(resp).await.pop().expect("an answer")
 }
 
 /// The client's side of an in-memory pipe the gateway serves as stdio.

@@ -7,11 +7,10 @@ use postgres::types::ToSql;
 use serde_json::value::RawValue;
 use toolwarden_protocol::{
     AuditCall, AuditEvent, AuditPage, AuditQuery, CallsPage, Timestamp, TurnId, TurnRecord,
-    TurnRunState,
 };
 
 use crate::recover::{OpenCall, OpenTurn, listed_calls, merge_calls, stored_result};
-use crate::trail::RUNNING;
+use crate::trail::{RUNNING, TurnRow};
 
 use super::connect::describe;
 
@@ -235,30 +234,16 @@ pub(crate) fn turn(
             &[&turn_id.as_str()],
         )
         .map_err(|e| e.to_string())?;
-    let Some(row) = found else {
-        return Ok(None);
-    };
-    let ended_at: Option<i64> = row.get(2);
-    let results = row.get::<_, Option<String>>(4).and_then(|body| {
-        #[derive(serde::Deserialize)]
-        struct End {
-            results: Box<RawValue>,
+    Ok(found.map(|row| {
+        TurnRow {
+            session_id: row.get(0),
+            started_at: row.get(1),
+            ended_at: row.get(2),
+            outcome: row.get(3),
+            end: row.get(4),
+            principal: row.get(5),
         }
-        serde_json::from_str::<End>(&body).ok().map(|e| e.results)
-    });
-    Ok(Some(TurnRecord {
-        turn_id: turn_id.clone(),
-        principal: row.get(5),
-        session_id: row.get::<_, Option<String>>(0).map(Into::into),
-        state: if ended_at.is_some() {
-            TurnRunState::Ended
-        } else {
-            TurnRunState::Running
-        },
-        started_at: Timestamp::from_unix_millis(row.get(1)),
-        ended_at: ended_at.map(Timestamp::from_unix_millis),
-        outcome: row.get(3),
-        results,
+        .into_record(turn_id)
     }))
 }
 

@@ -327,8 +327,8 @@ pub(crate) fn migrate(client: &mut Client) -> Result<(), PgSchemaError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::TrailReader;
     use crate::pg::PgReader;
-    use toolwarden_protocol::AuditQuery;
     use toolwarden_testkit::pg::TestSchema;
 
     /// A trail written before principals (schema 3) is migrated when read, and its rows are
@@ -363,25 +363,7 @@ mod tests {
             .unwrap();
         });
 
-        let reader = PgReader::open(&url).unwrap();
-        let local = AuditQuery {
-            principal: Some("local".into()),
-            ..AuditQuery::default()
-        };
-        let calls = reader.calls(&local).unwrap().calls;
-        assert_eq!(calls.len(), 1);
-        assert_eq!(calls[0].principal, "local");
-        assert_eq!(reader.events(&local).unwrap().events.len(), 1);
-        assert_eq!(
-            reader.turn(&"t_old".into()).unwrap().unwrap().principal,
-            "local"
-        );
-        let alice = AuditQuery {
-            principal: Some("alice".into()),
-            ..AuditQuery::default()
-        };
-        assert!(reader.calls(&alice).unwrap().calls.is_empty());
-        assert!(reader.events(&alice).unwrap().events.is_empty());
+        crate::assert_reads_as_local(&TrailReader::Postgres(PgReader::open(&url).unwrap()));
         assert_eq!(
             schema.query("SELECT version::text FROM toolwarden_schema"),
             vec![Some(LATEST.to_string())]

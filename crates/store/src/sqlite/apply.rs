@@ -177,6 +177,24 @@ pub(crate) fn apply(
     Ok(())
 }
 
+/// The row `insert` (an `INSERT OR IGNORE`) made, or, when its key had a row already, the one
+/// `update` changed (its `RETURNING id`). A plain insert, not an upsert returning the row: SQLite
+/// runs an upsert with a statement journal and its `RETURNING` through a table of its own, at
+/// every turn.
+fn insert_or_update(
+    tx: &Transaction<'_>,
+    insert: &str,
+    insert_params: impl rusqlite::Params,
+    update: &str,
+    update_params: impl rusqlite::Params,
+) -> rusqlite::Result<i64> {
+    if tx.prepare_cached(insert)?.execute(insert_params)? == 1 {
+        return Ok(tx.last_insert_rowid());
+    }
+    tx.prepare_cached(update)?
+        .query_row(update_params, |r| r.get(0))
+}
+
 fn turn_row(
     tx: &Transaction<'_>,
     rows: &mut Rows,
@@ -185,31 +203,23 @@ fn turn_row(
 ) -> rusqlite::Result<i64> {
     let ts = fact.ts;
     if let Change::TurnStart { parent_turn_id } = fact.change {
-        // A plain insert, not an upsert returning the row: SQLite runs an upsert with a
-        // statement journal and its `RETURNING` through a table of its own, at every turn.
-        let inserted = tx
-            .prepare_cached(
-                "INSERT OR IGNORE INTO turns (turn_id, session_id, parent_turn_id, started_at, \
-                 start_seq, principal) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )?
-            .execute(params![
+        // A turn id used again (a caller may choose its turn ids) continues the same row.
+        let row = insert_or_update(
+            tx,
+            "INSERT OR IGNORE INTO turns (turn_id, session_id, parent_turn_id, started_at, \
+             start_seq, principal) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
                 turn_id,
                 fact.session_id,
                 parent_turn_id,
                 ts,
                 fact.seq as i64,
                 fact.principal_or_local()
-            ])?;
-        let row: i64 = if inserted == 1 {
-            tx.last_insert_rowid()
-        } else {
-            // A turn id used again (a caller may choose its turn ids) continues the same row.
-            tx.prepare_cached(
-                "UPDATE turns SET ended_at = NULL, outcome = NULL, end_seq = NULL, \
-                 start_seq = ?2 WHERE turn_id = ?1 RETURNING id",
-            )?
-            .query_row(params![turn_id, fact.seq as i64], |r| r.get(0))?
-        };
+            ],
+            "UPDATE turns SET ended_at = NULL, outcome = NULL, end_seq = NULL, \
+             start_seq = ?2 WHERE turn_id = ?1 RETURNING id",
+            params![turn_id, fact.seq as i64],
+        )?;
         rows.last_turn_row = rows.last_turn_row.max(row);
         rows.turns.insert(turn_id.to_owned(), row);
         return Ok(row);
@@ -254,12 +264,13 @@ fn call_row(
         }
         return Ok(*row);
     }
-    let inserted = tx
-        .prepare_cached(
-            "INSERT OR IGNORE INTO calls (turn_row, turn_id, call_id, session_id, tool, \
-             started_at, ran, principal) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        )?
-        .execute(params![
+    // A call there already is one of an ended call's turn and id (a late event), or of a turn
+    // used again.
+    let row = insert_or_update(
+        tx,
+        "INSERT OR IGNORE INTO calls (turn_row, turn_id, call_id, session_id, tool, \
+         started_at, ran, principal) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![
             turn_row,
             fact.turn_id,
             call_id,
@@ -268,16 +279,10 @@ fn call_row(
             fact.ts,
             ran,
             fact.principal_or_local()
-        ])?;
-    let row: i64 = if inserted == 1 {
-        tx.last_insert_rowid()
-    } else {
-        // A call of an ended call's turn and id (a late event), or of a turn used again.
-        tx.prepare_cached(
-            "UPDATE calls SET ran = max(ran, ?3) WHERE turn_row = ?1 AND call_id = ?2 RETURNING id",
-        )?
-        .query_row(params![turn_row, call_id, ran], |r| r.get(0))?
-    };
+        ],
+        "UPDATE calls SET ran = max(ran, ?3) WHERE turn_row = ?1 AND call_id = ?2 RETURNING id",
+        params![turn_row, call_id, ran],
+    )?;
     rows.last_call_row = rows.last_call_row.max(row);
     // Ended calls are not kept: their late events (`tool_stopped`) find them in the database.
     if !matches!(fact.change, Change::ToolResult { .. }) {

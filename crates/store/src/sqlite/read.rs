@@ -2,13 +2,12 @@
 //! connection, shared by the store's readers and by `toolwarden audit`, which opens the database
 //! read-only.
 
-use crate::trail::RUNNING;
+use crate::trail::{RUNNING, TurnRow};
 use rusqlite::types::Value as Sql;
 use rusqlite::{Connection, OptionalExtension as _, params, params_from_iter};
 use serde_json::value::RawValue;
 use toolwarden_protocol::{
     AuditCall, AuditEvent, AuditPage, AuditQuery, CallsPage, Timestamp, TurnId, TurnRecord,
-    TurnRunState,
 };
 
 fn event(seq: i64, kind: String, body: String) -> rusqlite::Result<AuditEvent> {
@@ -199,40 +198,17 @@ pub(crate) fn turn(conn: &Connection, turn_id: &TurnId) -> rusqlite::Result<Opti
              LEFT JOIN events e ON e.seq = t.end_seq WHERE t.turn_id = ?1",
         )?
         .query_row([turn_id.as_str()], |r| {
-            Ok((
-                r.get::<_, Option<String>>(0)?,
-                r.get::<_, i64>(1)?,
-                r.get::<_, Option<i64>>(2)?,
-                r.get::<_, Option<String>>(3)?,
-                r.get::<_, Option<String>>(4)?,
-                r.get::<_, String>(5)?,
-            ))
+            Ok(TurnRow {
+                session_id: r.get(0)?,
+                started_at: r.get(1)?,
+                ended_at: r.get(2)?,
+                outcome: r.get(3)?,
+                end: r.get(4)?,
+                principal: r.get(5)?,
+            })
         })
         .optional()?;
-    let Some((session_id, started_at, ended_at, outcome, end, principal)) = found else {
-        return Ok(None);
-    };
-    let results = end.and_then(|body| {
-        #[derive(serde::Deserialize)]
-        struct End {
-            results: Box<RawValue>,
-        }
-        serde_json::from_str::<End>(&body).ok().map(|e| e.results)
-    });
-    Ok(Some(TurnRecord {
-        turn_id: turn_id.clone(),
-        principal,
-        session_id: session_id.map(Into::into),
-        state: if ended_at.is_some() {
-            TurnRunState::Ended
-        } else {
-            TurnRunState::Running
-        },
-        started_at: Timestamp::from_unix_millis(started_at),
-        ended_at: ended_at.map(Timestamp::from_unix_millis),
-        outcome,
-        results,
-    }))
+    Ok(found.map(|row| row.into_record(turn_id)))
 }
 
 /// The highest `seq` stored (0 when empty).

@@ -138,8 +138,7 @@ pub(crate) fn migrate(conn: &mut Connection, version: u32) -> Result<(), rusqlit
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::AuditReader;
-    use toolwarden_protocol::AuditQuery;
+    use crate::{AuditReader, TrailReader};
 
     /// A trail written before principals (schema 2) is migrated when read, and its rows are
     /// `local`'s.
@@ -168,22 +167,7 @@ mod tests {
         tx.commit().unwrap();
         drop(conn);
 
-        let reader = AuditReader::open(&path).unwrap();
-        let local = AuditQuery {
-            principal: Some("local".into()),
-            ..AuditQuery::default()
-        };
-        let calls = reader.calls(&local).unwrap().calls;
-        assert_eq!(calls.len(), 1);
-        assert_eq!(calls[0].principal, "local");
-        assert_eq!(reader.events(&local).unwrap().events.len(), 1);
-        let turn = reader.turn(&"t_old".into()).unwrap().unwrap();
-        assert_eq!(turn.principal, "local");
-        let other = AuditQuery {
-            principal: Some("alice".into()),
-            ..AuditQuery::default()
-        };
-        assert!(reader.calls(&other).unwrap().calls.is_empty());
+        crate::assert_reads_as_local(&TrailReader::Sqlite(AuditReader::open(&path).unwrap()));
 
         let conn = Connection::open(&path).unwrap();
         let version: u32 = conn
