@@ -432,3 +432,42 @@ async fn a_client_gone_before_its_answer_started_disconnects_the_call() {
     shutdown.cancel();
     s.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_event_stream_is_kept_alive_and_a_quick_json_answer_needs_no_keep_alive() {
+    let s = setup(&["t"], true, "").await;
+    let gateway = Gateway::new(
+        s.engine.clone(),
+        s.servers.clone(),
+        toolwarden_mcp::GatewayOptions {
+            sse_keep_alive: Duration::from_millis(50),
+            ..Default::default()
+        },
+    );
+    let (url, shutdown) = serve(&gateway).await;
+    let raw = Raw::open(&url).await;
+    // Longer than the JSON window (1 s): the answer comes on an event stream, after comments.
+    let resp = raw.call(1, "t__sleep", json!({"ms": 1500})).await;
+    assert_eq!(content_type(&resp), "text/event-stream");
+    let text = tokio::time::timeout(WAIT, resp.text())
+        .await
+        .expect("the stream ends in time")
+        .unwrap();
+    let answer_at = text.find("data:").expect("an answer");
+    assert!(
+        text[..answer_at].contains(":\n\n"),
+        "keep-alive comments before the answer: {text:?}"
+    );
+    let answer: Value = serde_json::from_str(text[answer_at + 5..].trim()).unwrap();
+    assert_eq!(
+        answer["result"]["content"][0]["text"],
+        json!("slept 1500 ms")
+    );
+    // A quick call: one JSON body, nothing else.
+    let resp = raw.call(2, "t__echo", json!({"text": "quick"})).await;
+    assert_eq!(content_type(&resp), "application/json");
+    let answer: Value = resp.json().await.unwrap();
+    assert_eq!(answer["result"]["content"][0]["text"], json!("quick"));
+    shutdown.cancel();
+    s.shutdown().await;
+}

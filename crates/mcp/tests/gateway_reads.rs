@@ -122,6 +122,19 @@ async fn every_message_is_read_once() {
     assert_eq!(a["result"]["content"][0]["text"], json!("hi"), "{a}");
     let (reads, a) = reads_of(c.post(request(3, "ping", json!({})), &[])).await;
     once("ping", reads, &a);
+    // rmcp's own client lists the event stream first in `Accept`: its call is the gateway's too.
+    let sse_first = c
+        .http
+        .post(&url)
+        .header("accept", "text/event-stream, application/json")
+        .header("mcp-protocol-version", c.version)
+        .header("mcp-session-id", c.session.clone().unwrap())
+        .json(&request(4, "tools/call", echo()))
+        .send();
+    let (reads, a) = reads_of(async { answer(sse_first.await.unwrap()).await }).await;
+    once("tools/call, event stream listed first", reads, &a);
+    assert_eq!(reads, (1, 0), "the gateway answers it itself");
+    assert_eq!(a["result"]["content"][0]["text"], json!("hi"), "{a}");
 
     // A stateless (2026-07-28) client: the gateway reads its call; rmcp its other requests.
     let mut st = Http {

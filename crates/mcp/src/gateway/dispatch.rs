@@ -29,7 +29,6 @@
 //! names the 2025-11-25 tasks, whose capability rmcp drops.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -153,7 +152,7 @@ async fn handshake(
 ) -> Option<Response<BoxBody>> {
     let id = message.id.clone()?;
     let touch = |session: &ClientSession| {
-        sessions.touch(&session_id.into());
+        sessions.touch(session_id);
         session.touch();
     };
     match message.method {
@@ -217,7 +216,7 @@ async fn handshake(
                     "the client closed a call's response before its answer");
                 session.stop_request(&key, CancelReason::ClientDisconnect);
             };
-            let run = run(result, id, out, answering.keep_alive, closed);
+            let run = run(result, id, out, closed);
             Some(respond(gw, Box::pin(run), rx, answering).await)
         }
         Some("tools/list") if session.handshake_tasks() && message.is_request() => {
@@ -299,7 +298,7 @@ async fn stateless(
     let mut meta = meta.rest;
     let session_id = match named_session(&meta) {
         Some(name) => toolwarden_protocol::SessionId::new(name),
-        None => identity_session(headers, envelope.client_name.as_deref()),
+        None => identity_session(&gw.identities, headers, envelope.client_name.as_deref()),
     };
     let session = gw.stateless_session(principal, session_id, &answering.shutdown);
     let tasks = envelope.capabilities.supports_tasks();
@@ -341,7 +340,7 @@ async fn stateless(
         )
     };
     // The revision's cancel: the client closed the request's response.
-    let run = run(result, id, out, answering.keep_alive, move || ct.cancel());
+    let run = run(result, id, out, move || ct.cancel());
     Some(respond(gw, Box::pin(run), rx, answering).await)
 }
 
@@ -375,16 +374,14 @@ struct Answered<'a> {
 }
 
 /// The call's task: runs it, does `closed` when the client closes the response before the
-/// answer, keeps the response alive meanwhile, and sends the answer last.
+/// answer, and sends the answer last (an event stream keeps itself alive: `respond`).
 async fn run(
     result: impl Future<Output = Result<Reply, ErrorData>>,
     id: RequestId,
     out: mpsc::UnboundedSender<Out>,
-    keep_alive: Duration,
     closed: impl FnOnce(),
 ) {
     tokio::pin!(result);
-    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + keep_alive, keep_alive);
     let mut closed = Some(closed);
     let result = loop {
         tokio::select! {
@@ -394,9 +391,6 @@ async fn run(
                 if let Some(closed) = closed.take() {
                     closed();
                 }
-            }
-            _ = ticks.tick(), if closed.is_some() => {
-                let _ = out.send(Out::KeepAlive);
             }
         }
     };
@@ -520,60 +514,61 @@ impl ClientChannel for Progress {
 }
 
 /// Headers rmcp would accept without a second look: an allowed `Host`, no `Origin`, both
-/// media types accepted — JSON first: a client that lists `text/event-stream` first prefers
-/// an event stream, and rmcp answers it with one (a priming event and resumable ids); the
-/// order of the list decides, quality values are not weighed —, a JSON
-/// body, a protocol version the gateway speaks (or none), and no `Mcp-*` header but those in
-/// `mcp` (lowercase).
+/// media types accepted (in either order: an `Accept` without quality values states no
+/// preference, and the transport obliges a client to take either answer), a JSON body, a
+/// protocol version the gateway speaks (or none), and no `Mcp-*` header but those in `mcp`
+/// (lowercase).
 pub(crate) fn plain_headers(headers: &HeaderMap, hosts: &AllowedHosts, mcp: &[&str]) -> bool {
-    if headers.contains_key(ORIGIN)
-        || !headers
-            .get(HOST)
-            .is_some_and(|host| hosts.allows_value(host.as_bytes()))
-    {
-        return false;
-    }
+    // One pass over the headers (a lookup each would hash every name again); of a header given
+    // twice the first value counts, as `HeaderMap::get` would give it.
+    let (mut host, mut content_type, mut version) = (None, None, None);
     let (mut json, mut sse) = (false, false);
-    for value in headers.get_all(ACCEPT) {
-        let Ok(value) = value.to_str() else {
+    for (name, value) in headers {
+        if name == ORIGIN {
             return false;
-        };
-        for media in value.split(',') {
-            let essence = media.split(';').next().unwrap_or("").trim();
-            if essence.eq_ignore_ascii_case("text/event-stream") {
-                if !json {
-                    return false;
-                }
-                sse = true;
+        } else if name == HOST {
+            host.get_or_insert(value);
+        } else if name == ACCEPT {
+            let Ok(value) = value.to_str() else {
+                return false;
+            };
+            for media in value.as_bytes().split(|&b| b == b',') {
+                let essence = essence(media);
+                sse |= essence.eq_ignore_ascii_case(b"text/event-stream");
+                json |= essence.eq_ignore_ascii_case(b"application/json");
             }
-            json |= essence.eq_ignore_ascii_case("application/json");
+        } else if name == CONTENT_TYPE {
+            content_type.get_or_insert(value);
+        } else if name.as_str().starts_with("mcp-") {
+            if !mcp.contains(&name.as_str()) {
+                return false;
+            }
+            if name == MCP_PROTOCOL_VERSION {
+                version.get_or_insert(value);
+            }
         }
     }
-    let json_body = headers
-        .get(CONTENT_TYPE)
+    let json_body = content_type
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            v.split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .eq_ignore_ascii_case("application/json")
-        });
-    if !(json && sse && json_body) {
-        return false;
-    }
-    if let Some(version) = headers.get(MCP_PROTOCOL_VERSION) {
-        let known = versions()
-            .iter()
-            .any(|v| v.as_str().as_bytes() == version.as_bytes());
-        if !known {
-            return false;
-        }
-    }
-    headers.keys().all(|name| {
-        let name = name.as_str();
-        !name.starts_with("mcp-") || mcp.contains(&name)
-    })
+        .is_some_and(|v| essence(v.as_bytes()).eq_ignore_ascii_case(b"application/json"));
+    json && sse
+        && json_body
+        && host.is_some_and(|host| hosts.allows_value(host.as_bytes()))
+        && version.is_none_or(|version| {
+            versions()
+                .iter()
+                .any(|v| v.as_str().as_bytes() == version.as_bytes())
+        })
+}
+
+/// A media type without its parameters, trimmed (bytes, not `str`: searching for a `char` costs
+/// more than the whole check on the gateway's path).
+fn essence(media: &[u8]) -> &[u8] {
+    media
+        .split(|&b| b == b';')
+        .next()
+        .unwrap_or_default()
+        .trim_ascii()
 }
 
 /// The one value of a header, if it has exactly one.
@@ -633,8 +628,10 @@ mod tests {
         let mut h = plain();
         h[1] = ("accept", "application/json");
         assert!(!plain_headers(&headers(&h), &hosts, HANDSHAKE_HEADERS));
-        // An event stream preferred: rmcp's path, which always streams.
+        // Either order (rmcp's own client lists the event stream first).
         h[1] = ("accept", "text/event-stream, application/json");
+        assert!(plain_headers(&headers(&h), &hosts, HANDSHAKE_HEADERS));
+        h[1] = ("accept", "text/event-stream");
         assert!(!plain_headers(&headers(&h), &hosts, HANDSHAKE_HEADERS));
         let mut h = plain();
         h[2] = ("content-type", "text/plain");

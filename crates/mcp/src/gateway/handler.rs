@@ -113,7 +113,11 @@ impl GatewayConnection {
             }
             (None, Some(parts)) => {
                 let client = context.meta.client_info();
-                let id = identity_session(&parts.headers, client.as_ref().map(|c| c.name.as_str()));
+                let id = identity_session(
+                    &self.gateway.identities,
+                    &parts.headers,
+                    client.as_ref().map(|c| c.name.as_str()),
+                );
                 let session = self
                     .gateway
                     .stateless_session(&principal, id, &self.shutdown);
@@ -156,13 +160,24 @@ pub(crate) fn named_session(meta: &rmcp::model::MetaObject) -> Option<&str> {
 
 /// The session of a stateless HTTP client that names none: one per client identity — its
 /// bearer token (the whole `Authorization` value) and its client name — as `mcp_` and a digest
-/// of both, so the token never shows.
-pub(crate) fn identity_session(headers: &http::HeaderMap, client_name: Option<&str>) -> SessionId {
+/// of both, so the token never shows. A returning identity's id comes from `known`.
+pub(crate) fn identity_session(
+    known: &super::state::Identities,
+    headers: &http::HeaderMap,
+    client_name: Option<&str>,
+) -> SessionId {
+    let auth = headers
+        .get(http::header::AUTHORIZATION)
+        .map(http::HeaderValue::as_bytes);
+    let key = known.key(auth, client_name);
+    if let Some(id) = known.names.lock().get(&key) {
+        return id.clone();
+    }
     use sha2::Digest as _;
     let mut digest = sha2::Sha256::new();
     digest.update(b"toolwarden stateless session\0");
-    if let Some(auth) = headers.get(http::header::AUTHORIZATION) {
-        digest.update(auth.as_bytes());
+    if let Some(auth) = auth {
+        digest.update(auth);
     }
     digest.update(b"\0");
     if let Some(name) = client_name {
@@ -175,7 +190,13 @@ pub(crate) fn identity_session(headers: &http::HeaderMap, client_name: Option<&s
         id.push(char::from(HEX[usize::from(b >> 4)]));
         id.push(char::from(HEX[usize::from(b & 0xf)]));
     }
-    SessionId::new(id)
+    let id = SessionId::new(id);
+    let mut names = known.names.lock();
+    if names.len() >= super::state::Identities::MAX {
+        names.clear();
+    }
+    names.insert(key, id.clone());
+    id
 }
 
 impl Drop for GatewayConnection {
@@ -443,4 +464,52 @@ fn stateless(context: &RequestContext<RoleServer>) -> bool {
         .meta
         .protocol_version()
         .is_some_and(|v| !v.has_initialize())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_auth(token: &str) -> http::HeaderMap {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            http::header::AUTHORIZATION,
+            http::HeaderValue::from_str(token).unwrap(),
+        );
+        headers
+    }
+
+    #[test]
+    fn an_identity_keeps_its_session_and_two_identities_never_share_one() {
+        let known = super::super::state::Identities::default();
+        let (a, b) = (with_auth("Bearer a"), with_auth("Bearer b"));
+        let first = identity_session(&known, &a, Some("agent"));
+        assert!(
+            first.as_str().starts_with("mcp_") && first.as_str().len() == 28,
+            "{first}"
+        );
+        // Remembered, and the same as a fresh derivation.
+        assert_eq!(identity_session(&known, &a, Some("agent")), first);
+        let fresh = super::super::state::Identities::default();
+        assert_eq!(identity_session(&fresh, &a, Some("agent")), first);
+        // Another token, another client name, or none: another session.
+        let others = [
+            identity_session(&known, &b, Some("agent")),
+            identity_session(&known, &a, Some("other")),
+            identity_session(&known, &a, None),
+            identity_session(&known, &http::HeaderMap::new(), Some("agent")),
+        ];
+        for (i, other) in others.iter().enumerate() {
+            assert_ne!(other, &first);
+            for later in &others[i + 1..] {
+                assert_ne!(other, later);
+            }
+        }
+        // Past the bound the memory is cleared, not the mapping.
+        for n in 0..super::super::state::Identities::MAX + 1 {
+            identity_session(&known, &with_auth(&format!("Bearer {n}")), None);
+        }
+        assert!(known.names.lock().len() <= super::super::state::Identities::MAX);
+        assert_eq!(identity_session(&known, &a, Some("agent")), first);
+    }
 }

@@ -520,7 +520,7 @@ pub(crate) async fn serve_method(
     params: Result<Value, ErrorData>,
 ) -> Response<BoxBody> {
     let (out, rx) = mpsc::unbounded_channel();
-    let (gw2, method, keep_alive) = (gw.clone(), method.to_owned(), answering.keep_alive);
+    let (gw2, method) = (gw.clone(), method.to_owned());
     let work = async move {
         let work = async {
             match params {
@@ -528,16 +528,10 @@ pub(crate) async fn serve_method(
                 Err(e) => Err(e),
             }
         };
-        tokio::pin!(work);
-        let mut ticks =
-            tokio::time::interval_at(tokio::time::Instant::now() + keep_alive, keep_alive);
-        let result = loop {
-            tokio::select! {
-                biased;
-                result = &mut work => break result,
-                () = out.closed() => return,
-                _ = ticks.tick() => { let _ = out.send(Out::KeepAlive); }
-            }
+        let result = tokio::select! {
+            biased;
+            result = work => result,
+            () = out.closed() => return,
         };
         let _ = out.send(Out::Answer(answer(&id, result)));
     };

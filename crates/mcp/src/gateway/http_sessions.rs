@@ -29,6 +29,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toolwarden_protocol::CancelReason;
 
+use super::session::sweep_due;
 use super::state::GatewayState;
 
 /// Tells a connection's `initialize` which `Mcp-Session-Id` it belongs to.
@@ -59,11 +60,9 @@ pub(crate) async fn sweep(
     shutdown: CancellationToken,
     closed: CancellationToken,
 ) {
-    let every = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(every) => {}
-            _ = closed.cancelled() => return,
+            due = sweep_due(idle, &closed) => if !due { return },
             _ = shutdown.cancelled() => {
                 if let Some(sessions) = sessions.upgrade() {
                     sessions.end_all(CancelReason::Shutdown);
@@ -112,8 +111,16 @@ impl HttpSessions {
             activity: Mutex::default(),
         })
     }
-    pub(crate) fn touch(&self, id: &McpSessionId) {
-        self.activity.lock().insert(id.clone(), Instant::now());
+    pub(crate) fn touch(&self, id: &str) {
+        let now = Instant::now();
+        let mut activity = self.activity.lock();
+        // A known session's time is set in place (no id made for the lookup).
+        match activity.get_mut(id) {
+            Some(last) => *last = now,
+            None => {
+                activity.insert(id.into(), now);
+            }
+        }
     }
 
     fn end_all(&self, reason: CancelReason) {

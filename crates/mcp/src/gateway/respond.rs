@@ -5,6 +5,7 @@
 //! Below `dispatch` and `handshake_tasks`, which both answer this way.
 
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -25,7 +26,8 @@ pub(crate) enum Out {
     Message(Bytes),
     /// The answer: the last thing sent.
     Answer(Bytes),
-    /// Nothing to say yet (an event-stream comment that keeps the response alive).
+    /// Nothing to say yet: an event-stream comment that keeps the response alive (made by the
+    /// response itself).
     KeepAlive,
 }
 
@@ -87,10 +89,25 @@ pub(crate) async fn respond(
         return response;
     }
     call.detach();
-    let rest = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
-    let events = futures::stream::iter(first)
-        .chain(rest)
-        .map(|out| Ok(http_body::Frame::data(event(out))));
+    // An event stream keeps itself alive: a comment every `keep_alive` while nothing comes (a
+    // quick answer, sent as JSON, never starts a timer for it).
+    let mut first = first;
+    let mut ticks = tokio::time::interval_at(
+        tokio::time::Instant::now() + answering.keep_alive,
+        answering.keep_alive,
+    );
+    // A reader that fell behind gets one comment, not the ticks it missed.
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let events = futures::stream::poll_fn(move |cx| {
+        if let Some(out) = first.take() {
+            return Poll::Ready(Some(out));
+        }
+        match rx.poll_recv(cx) {
+            Poll::Pending => ticks.poll_tick(cx).map(|_| Some(Out::KeepAlive)),
+            ready => ready,
+        }
+    })
+    .map(|out| Ok(http_body::Frame::data(event(out))));
     let mut response = Response::new(BoxBody::new(http_body_util::StreamBody::new(events)));
     let headers = response.headers_mut();
     headers.insert(

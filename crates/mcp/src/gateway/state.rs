@@ -38,6 +38,8 @@ pub(crate) struct GatewayState {
     /// The sessions of stateless (2026-07-28) requests, which no connection owns, by their
     /// principal and toolwarden session id, with when a request last came.
     stateless: Mutex<HashMap<SessionKey, (Arc<ClientSession>, Instant)>>,
+    /// The session ids of stateless clients that name none, by identity.
+    pub(super) identities: Identities,
     /// Calls of stateless clients waiting for their client's next request.
     pub(super) parked: Parked,
     /// Tasks toward clients whose calls run (or ran) here.
@@ -55,6 +57,27 @@ pub(crate) struct GatewayState {
     /// Fires when the state is dropped: the background tasks end.
     pub(super) closed: CancellationToken,
     pub(super) tasks: TaskTracker,
+}
+
+/// The session ids of stateless clients that name none (`handler::identity_session`), by a
+/// 128-bit hash of the identity: two SipHashes under one random key made at start, each of the
+/// identity marked with its half's number. Without the key nobody can choose two identities
+/// that collide, and the token itself is not kept. A returning client so costs two SipHashes,
+/// not a SHA-256. Forgotten all at once past [`Identities::MAX`].
+#[derive(Default)]
+pub(crate) struct Identities {
+    pub(super) key: std::hash::RandomState,
+    pub(super) names: Mutex<HashMap<u128, SessionId>>,
+}
+
+impl Identities {
+    pub(super) const MAX: usize = 4096;
+
+    pub(super) fn key(&self, auth: Option<&[u8]>, client_name: Option<&str>) -> u128 {
+        use std::hash::BuildHasher as _;
+        let half = |n: u8| self.key.hash_one((n, auth, client_name));
+        (u128::from(half(0)) << 64) | u128::from(half(1))
+    }
 }
 
 #[derive(Default)]
@@ -79,6 +102,7 @@ impl GatewayState {
             sessions: Mutex::default(),
             http_sessions: Mutex::default(),
             stateless: Mutex::default(),
+            identities: Identities::default(),
             parked: Parked::default(),
             task_board: TaskBoard::default(),
             tool_view: Mutex::default(),
@@ -276,8 +300,9 @@ impl GatewayState {
         &self,
         interaction: &toolwarden_protocol::Interaction,
     ) -> Option<Arc<ClientSession>> {
-        let id = interaction.session_id.clone()?;
+        let id = interaction.scope.session_id.clone()?;
         let principal = interaction
+            .scope
             .principal
             .as_deref()
             .unwrap_or(toolwarden_protocol::LOCAL_PRINCIPAL);
@@ -320,7 +345,7 @@ impl GatewayState {
         {
             let view = self.tool_view.lock();
             if view.listed.is_some() {
-                return view.header_mapped.contains(name);
+                return !view.header_mapped.is_empty() && view.header_mapped.contains(name);
             }
         }
         self.tool(name)
