@@ -1,15 +1,19 @@
-//! A stdio server's stdin, written in batches: what is sent while a write is under way (or
-//! before the writer gets to run) goes out together in the next write.
+//! A stdio server's stdin, written in batches: what is sent while a write is under way goes out
+//! together in the next write.
 //!
 //! rmcp writes and flushes every message on its own, one pipe write each; a server then wakes
 //! once per message, reads one line, answers it and sleeps again. With many calls in flight
 //! that per-message wake-up was most of what a server like the Node reference server spent per
-//! call. Here a message is appended to a buffer and handed to one writer task, which writes
-//! everything pending at once; the server reads several lines per wake-up.
+//! call. Here a message that finds the pipe free and nothing waiting is written at once, by the
+//! task that sends it (one non-blocking write: no other task wakes for it); a message that finds
+//! a write under way is appended to a buffer, and the writer task writes everything pending at
+//! once when the pipe is free again, so the server reads several lines per wake-up. What the
+//! pipe does not take at once (it is full: the server is not reading) is left to the writer
+//! task too, ahead of anything queued after it.
 //!
 //! Our own `tools/call` requests, sent past rmcp (`super::Direct`), are queued the same way
-//! through a [`Queue`]: rmcp's messages and ours share the one buffer, in the order they were
-//! handed over.
+//! through a [`Queue`]: rmcp's messages and ours share the one pipe and buffer, in the order
+//! they were handed over.
 //!
 //! A flush returns once the message is handed over, not once it is in the pipe. A write that
 //! fails (the server closed its stdin, or died) fails every later write and flush, as the pipe
@@ -28,7 +32,10 @@ use tokio::sync::Notify;
 /// Past this many bytes waiting, writers wait for the pipe (the server is not reading).
 const MAX_PENDING: usize = 4 * 1024 * 1024;
 
-/// The handle rmcp writes to; the writer task owns the pipe.
+/// The pipe, behind one type whatever the server's stdin is.
+type Pipe = Box<dyn AsyncWrite + Unpin + Send>;
+
+/// The handle rmcp writes to.
 pub(super) struct BatchedWriter {
     buffer: Arc<Buffer>,
 }
@@ -41,7 +48,11 @@ struct Buffer {
 
 #[derive(Default)]
 struct BufferState {
+    /// The pipe while nobody writes to it: a write takes it and puts it back after.
+    pipe: Option<Pipe>,
     pending: Vec<u8>,
+    /// A write from a sender's task left the pipe to flush (the writer task does).
+    unflushed: bool,
     /// The first write error; every later write and flush fails with it.
     failed: Option<(io::ErrorKind, String)>,
     /// No more writes: write what is pending, then close the pipe.
@@ -83,7 +94,8 @@ impl Queue {
 }
 
 impl Buffer {
-    /// Appends `buf` whole, or not at all (waiting for room).
+    /// Hands `buf` over whole, or not at all (waiting for room): written at once when the pipe
+    /// is free and nothing waits before it, else appended for the writer task.
     fn poll_push(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let mut state = self.state.lock();
         if let Some(e) = state.error() {
@@ -95,6 +107,26 @@ impl Buffer {
                 "the server's stdin is closed",
             )));
         }
+        if state.pending.is_empty()
+            && let Some(mut pipe) = state.pipe.take()
+        {
+            drop(state);
+            let (written, flushed) = write_now(&mut pipe, buf);
+            let mut state = self.state.lock();
+            state.pipe = Some(pipe);
+            // What the pipe did not take goes ahead of what was queued meanwhile. A failed
+            // write leaves it all to the writer task, which meets the error and records it.
+            if written < buf.len() {
+                state.pending.splice(0..0, buf[written..].iter().copied());
+            }
+            state.unflushed |= !flushed;
+            let wake = !state.pending.is_empty() || state.unflushed || state.closing;
+            drop(state);
+            if wake {
+                self.work.notify_one();
+            }
+            return Poll::Ready(Ok(buf.len()));
+        }
         if !state.pending.is_empty() && state.pending.len() + buf.len() > MAX_PENDING {
             state.waiting.push(cx.waker().clone());
             return Poll::Pending;
@@ -104,6 +136,19 @@ impl Buffer {
         self.work.notify_one();
         Poll::Ready(Ok(buf.len()))
     }
+}
+
+/// One try at writing `buf` (and flushing it) without waiting: how much the pipe took, and
+/// whether it is flushed. Nothing waits for the pipe here, so no waker is left with it that
+/// matters: the writer task registers its own when it writes the rest.
+fn write_now(pipe: &mut Pipe, buf: &[u8]) -> (usize, bool) {
+    let mut cx = Context::from_waker(Waker::noop());
+    let written = match Pin::new(&mut *pipe).poll_write(&mut cx, buf) {
+        Poll::Ready(Ok(n)) => n,
+        Poll::Ready(Err(_)) | Poll::Pending => return (0, true),
+    };
+    let flushed = matches!(Pin::new(pipe).poll_flush(&mut cx), Poll::Ready(Ok(())));
+    (written, flushed)
 }
 
 impl BatchedWriter {
@@ -120,33 +165,62 @@ impl BatchedWriter {
         W: AsyncWrite + Unpin + Send + 'static,
     {
         let buffer = Arc::new(Buffer {
-            state: Mutex::new(BufferState::default()),
+            state: Mutex::new(BufferState {
+                pipe: Some(Box::new(pipe)),
+                ..BufferState::default()
+            }),
             work: Notify::new(),
         });
-        tokio::spawn(write_loop(pipe, buffer.clone()));
+        tokio::spawn(write_loop(buffer.clone()));
         BatchedWriter { buffer }
     }
 }
 
-async fn write_loop<W: AsyncWrite + Unpin>(mut pipe: W, buffer: Arc<Buffer>) {
+/// What the writer task does next.
+enum Next {
+    /// Wait to be woken: nothing to write, or a sender is writing.
+    Wait,
+    /// Write the batch to the pipe (taken while it writes).
+    Write(Option<Pipe>),
+    /// Close the pipe: all is written and no more comes.
+    Close(Option<Pipe>),
+}
+
+/// The writer task: writes what is pending whenever the pipe is free, and closes it at the end.
+async fn write_loop(buffer: Arc<Buffer>) {
     let mut batch = Vec::new();
-    loop {
-        let closing = {
+    let mut pipe = loop {
+        let next = {
             let mut state = buffer.state.lock();
-            std::mem::swap(&mut batch, &mut state.pending);
-            if !batch.is_empty() {
-                // Room again for writers that waited.
-                state.wake_all();
+            if state.pipe.is_none() {
+                // A sender is writing; it wakes this task if it leaves anything to do.
+                Next::Wait
+            } else {
+                std::mem::swap(&mut batch, &mut state.pending);
+                if !batch.is_empty() {
+                    // Room again for writers that waited.
+                    state.wake_all();
+                }
+                let flush = std::mem::take(&mut state.unflushed);
+                if !batch.is_empty() || flush {
+                    Next::Write(state.pipe.take())
+                } else if state.closing {
+                    Next::Close(state.pipe.take())
+                } else {
+                    Next::Wait
+                }
             }
-            state.closing
         };
-        if batch.is_empty() {
-            if closing {
-                break;
+        let mut taken = match next {
+            Next::Wait => {
+                buffer.work.notified().await;
+                continue;
             }
-            buffer.work.notified().await;
-            continue;
-        }
+            Next::Close(pipe) => break pipe,
+            Next::Write(pipe) => pipe,
+        };
+        let Some(pipe) = taken.as_mut() else { continue };
+        // Here either something is pending or a sender's write wants its flush.
         let written = match pipe.write_all(&batch).await {
             Ok(()) => pipe.flush().await,
             Err(e) => Err(e),
@@ -159,12 +233,16 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut pipe: W, buffer: Arc<Buffer>) {
             state.wake_all();
             return;
         }
+        buffer.state.lock().pipe = taken;
         batch.clear();
         if batch.capacity() > MAX_PENDING {
             batch = Vec::new();
         }
-    }
-    let closed = pipe.shutdown().await;
+    };
+    let closed = match pipe.as_mut() {
+        Some(pipe) => pipe.shutdown().await,
+        None => Ok(()),
+    };
     let mut state = buffer.state.lock();
     if let Err(e) = closed
         && state.failed.is_none()
@@ -185,7 +263,7 @@ impl AsyncWrite for BatchedWriter {
     }
 
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        // Handed to the writer task is as far as a flush goes (see the module docs).
+        // Handed over is as far as a flush goes (see the module docs).
         match self.buffer.state.lock().error() {
             Some(e) => Poll::Ready(Err(e)),
             None => Poll::Ready(Ok(())),
@@ -237,6 +315,51 @@ mod tests {
         });
         writer.shutdown().await.unwrap();
         assert_eq!(reader.await.unwrap(), expected);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn messages_from_many_tasks_arrive_whole_and_each_task_in_order() {
+        // A pipe that takes little at a time: most messages find a write under way, some are
+        // cut short and finished by the writer task.
+        let (ours, mut theirs) = tokio::io::duplex(100);
+        let writer = BatchedWriter::spawn(ours);
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            theirs.read_to_end(&mut got).await.unwrap();
+            got
+        });
+        let senders: Vec<_> = (0..8)
+            .map(|task| {
+                let queue = writer.queue();
+                tokio::spawn(async move {
+                    for n in 0..300 {
+                        let line = format!(
+                            "{{\"task\":{task},\"n\":{n},\"pad\":\"{}\"}}\n",
+                            "x".repeat(n % 70)
+                        );
+                        queue.push(line.as_bytes()).await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        for sender in senders {
+            sender.await.unwrap();
+        }
+        let mut writer = writer;
+        writer.shutdown().await.unwrap();
+        let got = String::from_utf8(reader.await.unwrap()).unwrap();
+        let mut next = [0_u64; 8];
+        for line in got.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).expect("a whole message");
+            let task = usize::try_from(v["task"].as_u64().unwrap()).unwrap();
+            assert_eq!(
+                v["n"].as_u64().unwrap(),
+                next[task],
+                "task {task} out of order"
+            );
+            next[task] += 1;
+        }
+        assert_eq!(next, [300; 8]);
     }
 
     #[tokio::test]
