@@ -110,11 +110,11 @@ pub(crate) async fn dispatch(
             None => RMCP,
         };
     }
-    if headers
-        .get(MCP_METHOD)
-        .is_some_and(|m| m.as_bytes() == b"tools/call")
-    {
-        return match stateless(gw, answering, principal, headers, body).await {
+    // A stateless call says so in its headers, read in the same one pass that tells whether
+    // they are plain.
+    let mcp = plain_headers(headers, &answering.hosts, STATELESS_HEADERS);
+    if let Some(mcp) = mcp.filter(|mcp| mcp.method == Some(b"tools/call")) {
+        return match stateless(gw, answering, principal, headers, mcp, body).await {
             Some(response) => Routed::Answered(response),
             None => RMCP,
         };
@@ -131,9 +131,7 @@ fn handshake_session<'h>(
     headers: &'h HeaderMap,
     id: &'h http::HeaderValue,
 ) -> Option<(&'h str, Arc<ClientSession>)> {
-    if !plain_headers(headers, &answering.hosts, HANDSHAKE_HEADERS) {
-        return None;
-    }
+    plain_headers(headers, &answering.hosts, HANDSHAKE_HEADERS)?;
     let id = id.to_str().ok()?;
     let session = gw.http_session(id)?;
     (!session.is_ended()).then_some((id, session))
@@ -262,25 +260,22 @@ fn answer_of(message: &Incoming<'_>, id: &RequestId) -> Option<Result<ClientResu
     }
 }
 
-/// A stateless `tools/call` (its `Mcp-Method` says so). `None`: rmcp's.
+/// A stateless `tools/call` (its `Mcp-Method` says so) with plain headers (`mcp`). `None`:
+/// rmcp's.
 async fn stateless(
     gw: &Arc<GatewayState>,
     answering: &Answering,
     principal: &Principal,
     headers: &HeaderMap,
+    mcp: McpHeaders<'_>,
     body: &Bytes,
 ) -> Option<Response<BoxBody>> {
-    if !plain_headers(headers, &answering.hosts, STATELESS_HEADERS) {
+    // `plain_headers` saw a protocol version the gateway speaks, but not that it is 2026-07-28;
+    // each of the standard headers must come once.
+    if mcp.repeated || mcp.version != Some(ProtocolVersion::V_2026_07_28.as_str().as_bytes()) {
         return None;
     }
-    // `plain_headers` saw a protocol version the gateway speaks, but not that it is 2026-07-28,
-    // nor that each header comes once.
-    if single(headers, &MCP_PROTOCOL_VERSION)? != ProtocolVersion::V_2026_07_28.as_str().as_bytes()
-        || single(headers, &MCP_METHOD).is_none()
-    {
-        return None;
-    }
-    let name_header = single(headers, &MCP_NAME)?;
+    let name_header = mcp.name?;
     let mut message = Incoming::parse(body)?;
     let CallParams {
         name,
@@ -513,25 +508,45 @@ impl ClientChannel for Progress {
     fn withdraw(&self, _param: CancelledNotificationParam) {}
 }
 
+/// The `Mcp-*` headers of a request whose headers are plain (`plain_headers`): the first value
+/// of each, and whether one of them came more than once.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct McpHeaders<'h> {
+    pub(crate) version: Option<&'h [u8]>,
+    pub(crate) method: Option<&'h [u8]>,
+    pub(crate) name: Option<&'h [u8]>,
+    pub(crate) repeated: bool,
+}
+
 /// Headers rmcp would accept without a second look: an allowed `Host`, no `Origin`, both
 /// media types accepted (in either order: an `Accept` without quality values states no
 /// preference, and the transport obliges a client to take either answer), a JSON body, a
 /// protocol version the gateway speaks (or none), and no `Mcp-*` header but those in `mcp`
-/// (lowercase).
-pub(crate) fn plain_headers(headers: &HeaderMap, hosts: &AllowedHosts, mcp: &[&str]) -> bool {
+/// (lowercase). `None` when they are not; else the `Mcp-*` headers a caller reads further.
+pub(crate) fn plain_headers<'h>(
+    headers: &'h HeaderMap,
+    hosts: &AllowedHosts,
+    mcp: &[&str],
+) -> Option<McpHeaders<'h>> {
     // One pass over the headers (a lookup each would hash every name again); of a header given
     // twice the first value counts, as `HeaderMap::get` would give it.
-    let (mut host, mut content_type, mut version) = (None, None, None);
+    let (mut host, mut content_type) = (None, None);
     let (mut json, mut sse) = (false, false);
+    let mut seen = McpHeaders::default();
+    let first = |slot: &mut Option<&'h [u8]>, repeated: &mut bool, value: &'h http::HeaderValue| {
+        if slot.is_some() {
+            *repeated = true;
+        } else {
+            *slot = Some(value.as_bytes());
+        }
+    };
     for (name, value) in headers {
         if name == ORIGIN {
-            return false;
+            return None;
         } else if name == HOST {
             host.get_or_insert(value);
         } else if name == ACCEPT {
-            let Ok(value) = value.to_str() else {
-                return false;
-            };
+            let value = value.to_str().ok()?;
             for media in value.as_bytes().split(|&b| b == b',') {
                 let essence = essence(media);
                 sse |= essence.eq_ignore_ascii_case(b"text/event-stream");
@@ -541,24 +556,28 @@ pub(crate) fn plain_headers(headers: &HeaderMap, hosts: &AllowedHosts, mcp: &[&s
             content_type.get_or_insert(value);
         } else if name.as_str().starts_with("mcp-") {
             if !mcp.contains(&name.as_str()) {
-                return false;
+                return None;
             }
             if name == MCP_PROTOCOL_VERSION {
-                version.get_or_insert(value);
+                first(&mut seen.version, &mut seen.repeated, value);
+            } else if name == MCP_METHOD {
+                first(&mut seen.method, &mut seen.repeated, value);
+            } else if name == MCP_NAME {
+                first(&mut seen.name, &mut seen.repeated, value);
             }
         }
     }
     let json_body = content_type
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| essence(v.as_bytes()).eq_ignore_ascii_case(b"application/json"));
-    json && sse
+    let plain = json
+        && sse
         && json_body
         && host.is_some_and(|host| hosts.allows_value(host.as_bytes()))
-        && version.is_none_or(|version| {
-            versions()
-                .iter()
-                .any(|v| v.as_str().as_bytes() == version.as_bytes())
-        })
+        && seen
+            .version
+            .is_none_or(|version| versions().iter().any(|v| v.as_str().as_bytes() == version));
+    plain.then_some(seen)
 }
 
 /// A media type without its parameters, trimmed (bytes, not `str`: searching for a `char` costs
@@ -569,15 +588,6 @@ fn essence(media: &[u8]) -> &[u8] {
         .next()
         .unwrap_or_default()
         .trim_ascii()
-}
-
-/// The one value of a header, if it has exactly one.
-fn single<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Option<&'h [u8]> {
-    let mut values = headers.get_all(name).iter();
-    match (values.next(), values.next()) {
-        (Some(value), None) => Some(value.as_bytes()),
-        _ => None,
-    }
 }
 
 fn accepted() -> Response<BoxBody> {
@@ -610,11 +620,11 @@ mod tests {
     #[test]
     fn only_plain_headers_are_answered_by_the_gateway() {
         let hosts = AllowedHosts::new(false, ["localhost", "127.0.0.1", "::1"]);
-        assert!(plain_headers(&headers(&plain()), &hosts, HANDSHAKE_HEADERS));
+        assert!(plain_headers(&headers(&plain()), &hosts, HANDSHAKE_HEADERS).is_some());
         let with = |extra: (&'static str, &'static str)| {
             let mut h = plain();
             h.push(extra);
-            plain_headers(&headers(&h), &hosts, HANDSHAKE_HEADERS)
+            plain_headers(&headers(&h), &hosts, HANDSHAKE_HEADERS).is_some()
         };
         assert!(with(("mcp-protocol-version", "2025-06-18")));
         assert!(!with(("mcp-protocol-version", "1999-01-01")));
@@ -622,20 +632,20 @@ mod tests {
         assert!(!with(("mcp-method", "tools/call")));
         let mut h = plain();
         h[0] = ("host", "evil.example:8080");
-        assert!(!plain_headers(&headers(&h), &hosts, HANDSHAKE_HEADERS));
+        assert!(plain_headers(&headers(&h), &hosts, HANDSHAKE_HEADERS).is_none());
         h[0] = ("host", "[::1]:8080");
-        assert!(plain_headers(&headers(&h), &hosts, HANDSHAKE_HEADERS));
+        assert!(plain_headers(&headers(&h), &hosts, HANDSHAKE_HEADERS).is_some());
         let mut h = plain();
         h[1] = ("accept", "application/json");
-        assert!(!plain_headers(&headers(&h), &hosts, HANDSHAKE_HEADERS));
+        assert!(plain_headers(&headers(&h), &hosts, HANDSHAKE_HEADERS).is_none());
         // Either order (rmcp's own client lists the event stream first).
         h[1] = ("accept", "text/event-stream, application/json");
-        assert!(plain_headers(&headers(&h), &hosts, HANDSHAKE_HEADERS));
+        assert!(plain_headers(&headers(&h), &hosts, HANDSHAKE_HEADERS).is_some());
         h[1] = ("accept", "text/event-stream");
-        assert!(!plain_headers(&headers(&h), &hosts, HANDSHAKE_HEADERS));
+        assert!(plain_headers(&headers(&h), &hosts, HANDSHAKE_HEADERS).is_none());
         let mut h = plain();
         h[2] = ("content-type", "text/plain");
-        assert!(!plain_headers(&headers(&h), &hosts, HANDSHAKE_HEADERS));
+        assert!(plain_headers(&headers(&h), &hosts, HANDSHAKE_HEADERS).is_none());
         // A stateless call's standard headers.
         let stateless = headers(&[
             ("host", "127.0.0.1:8080"),
@@ -645,15 +655,39 @@ mod tests {
             ("mcp-method", "tools/call"),
             ("mcp-name", "echo"),
         ]);
-        assert!(plain_headers(&stateless, &hosts, STATELESS_HEADERS));
-        assert!(!plain_headers(&stateless, &hosts, HANDSHAKE_HEADERS));
+        assert_eq!(
+            plain_headers(&stateless, &hosts, STATELESS_HEADERS),
+            Some(McpHeaders {
+                version: Some(b"2026-07-28"),
+                method: Some(b"tools/call"),
+                name: Some(b"echo"),
+                repeated: false,
+            })
+        );
+        assert!(plain_headers(&stateless, &hosts, HANDSHAKE_HEADERS).is_none());
     }
 
     #[test]
     fn a_header_counts_only_once() {
-        let h = headers(&[("mcp-name", "a"), ("mcp-name", "b"), ("mcp-method", "m")]);
-        assert_eq!(single(&h, &MCP_NAME), None);
-        assert_eq!(single(&h, &MCP_METHOD), Some(&b"m"[..]));
-        assert_eq!(single(&h, &MCP_PROTOCOL_VERSION), None);
+        let hosts = AllowedHosts::new(false, ["127.0.0.1"]);
+        let mut pairs = vec![
+            ("host", "127.0.0.1:8080"),
+            ("accept", "application/json, text/event-stream"),
+            ("content-type", "application/json"),
+            ("mcp-name", "a"),
+            ("mcp-method", "m"),
+        ];
+        let once = headers(&pairs);
+        let seen = plain_headers(&once, &hosts, STATELESS_HEADERS).unwrap();
+        assert!(!seen.repeated);
+        assert_eq!(
+            (seen.name, seen.method, seen.version),
+            (Some(&b"a"[..]), Some(&b"m"[..]), None)
+        );
+        pairs.push(("mcp-name", "b"));
+        let twice = headers(&pairs);
+        let seen = plain_headers(&twice, &hosts, STATELESS_HEADERS).unwrap();
+        assert!(seen.repeated);
+        assert_eq!(seen.name, Some(&b"a"[..]));
     }
 }

@@ -37,8 +37,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::call::{self, CallContext, Door};
 use super::channel::{ClientChannel, Sent};
+use super::flow_events::{self, FlowEvent};
 use super::incoming::{Incoming, Params};
-use super::parked::{Flow, FlowEvent, Runner};
+use super::parked::{Flow, Runner};
 use super::respond::{self, Answering, BoxBody, Out};
 use super::session::ClientSession;
 use super::state::GatewayState;
@@ -249,7 +250,7 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 /// client, under the token its request gave); its requests (an approval, a server's sampling or
 /// elicitation) go to the client through its session, as any request outside a call does.
 struct TaskChannel {
-    events: mpsc::UnboundedSender<FlowEvent>,
+    events: flow_events::EventSender,
     peer: Option<Peer<RoleServer>>,
     /// The client gave a progress token: it hears the progress too.
     relay: bool,
@@ -317,7 +318,7 @@ async fn call(
     if !relay {
         meta.set_progress_token(ProgressToken(NumberOrString::String(TASK_TOKEN.into())));
     }
-    let (events, rx) = mpsc::unbounded_channel();
+    let (events, rx) = flow_events::channel();
     let channel = Arc::new(TaskChannel {
         events: events.clone(),
         peer: session.peer(),

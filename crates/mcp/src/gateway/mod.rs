@@ -35,6 +35,7 @@ mod completion;
 mod convert;
 mod dispatch;
 mod elicit;
+mod flow_events;
 mod handler;
 mod handshake_tasks;
 mod http;

@@ -17,17 +17,18 @@ use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use rmcp::ErrorData;
 use rmcp::model::{
-    CallToolResult, CancelledNotificationParam, ClientResult, CreateMessageResult, ElicitResult,
-    ErrorCode, InputRequest, ListRootsResult, ProgressNotificationParam, RequestId, ServerRequest,
+    CancelledNotificationParam, ClientResult, CreateMessageResult, ElicitResult, ErrorCode,
+    InputRequest, ListRootsResult, ProgressNotificationParam, RequestId, ServerRequest,
 };
 use serde_json::Value;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::channel::{ClientChannel, Sent};
+use super::flow_events::{Answer, EventReceiver, EventSender, FlowEvent};
 use super::options::ANSWER_ID_PREFIX;
 
 /// How long a parked call whose result is in waits for its client to come back for it.
@@ -36,29 +37,15 @@ const KEEP_FINISHED: Duration = Duration::from_secs(60);
 /// How long a call waits parked, at most, for its client's next request; then it is cancelled.
 pub(crate) const KEEP_PARKED: Duration = Duration::from_secs(3600);
 
-pub(crate) type Answer = oneshot::Sender<Result<ClientResult, ErrorData>>;
-
-/// What a call tells the request driving it.
-pub(crate) enum FlowEvent {
-    Progress(ProgressNotificationParam),
-    Ask {
-        key: String,
-        request: InputRequest,
-        answer: Answer,
-    },
-    Withdraw(String),
-    Done(Result<CallToolResult, ErrorData>),
-}
-
 /// The way back to a stateless client: what the call sends becomes events for whichever of
 /// the client's requests drives it now.
 pub(crate) struct RoundChannel {
-    events: mpsc::UnboundedSender<FlowEvent>,
+    events: EventSender,
     next: AtomicU64,
 }
 
 impl RoundChannel {
-    pub(crate) fn new(events: mpsc::UnboundedSender<FlowEvent>) -> Self {
+    pub(crate) fn new(events: EventSender) -> Self {
         Self {
             events,
             next: AtomicU64::new(1),
@@ -142,7 +129,7 @@ pub(crate) struct TaskPlan {
 
 /// A call of a stateless client between two of its requests (or being driven by one).
 pub(crate) struct Flow {
-    pub(crate) events: mpsc::UnboundedReceiver<FlowEvent>,
+    pub(crate) events: EventReceiver,
     /// The questions the client has not answered yet, in the order asked.
     pub(crate) asked: BTreeMap<String, (InputRequest, Answer)>,
     /// Cancels the call (its handler's `ct`).

@@ -28,11 +28,11 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, InputRequest, InputRequiredResult, NumberOrString,
     ProgressToken,
 };
-use tokio::sync::mpsc;
 
 use super::call::{self, CallContext, CallEnd, Door};
 use super::channel::ClientChannel;
-use super::parked::{Answer, Flow, FlowEvent, RoundChannel, Runner, read_answer};
+use super::flow_events::{self, Answer, EventSender, FlowEvent, TryRecvError};
+use super::parked::{Flow, RoundChannel, Runner, read_answer};
 use super::session::ClientSession;
 use super::state::GatewayState;
 use super::tasks;
@@ -92,7 +92,7 @@ fn start(
     params: CallToolRequestParams,
     driver: &mut CallContext,
 ) -> Flow {
-    let (events, rx) = mpsc::unbounded_channel();
+    let (events, rx) = flow_events::channel();
     let mut door = driver.door.clone();
     // What the call needs of the request's `_meta` the driver has already read (its progress
     // token): the call takes it over.
@@ -149,7 +149,7 @@ pub(crate) async fn first_round(
     driver: CallContext,
 ) -> Result<Round, ErrorData> {
     let token = driver.meta.get_progress_token();
-    let (events, mut rx) = mpsc::unbounded_channel();
+    let (events, mut rx) = flow_events::channel();
     let progress = driver.channel.clone();
     let ct = driver.ct.clone();
     // The request's own context, its channel the call's rounds'.
@@ -216,7 +216,7 @@ type CallResult = Result<rmcp::model::CallToolResult, ErrorData>;
 /// `events`, for whichever request drives it then.
 fn runner(
     call: impl Future<Output = CallResult> + Send + 'static,
-    events: mpsc::UnboundedSender<FlowEvent>,
+    events: EventSender,
     gw: &GatewayState,
 ) -> Runner {
     Runner::inline(
@@ -281,8 +281,8 @@ async fn drive(
         // What is already in comes first: an answer, or a question withdrawn since.
         let event = match flow.events.try_recv() {
             Ok(event) => Some(event),
-            Err(mpsc::error::TryRecvError::Disconnected) => None,
-            Err(mpsc::error::TryRecvError::Empty) if task_due(&flow) => {
+            Err(TryRecvError::Disconnected) => None,
+            Err(TryRecvError::Empty) if task_due(&flow) => {
                 match tasks::start(gw, flow).await {
                     Ok(created) => {
                         if driver.ct.is_cancelled() {
@@ -297,10 +297,10 @@ async fn drive(
                 }
                 continue;
             }
-            Err(mpsc::error::TryRecvError::Empty) if !flow.asked.is_empty() => {
+            Err(TryRecvError::Empty) if !flow.asked.is_empty() => {
                 return Ok(park(gw, flow));
             }
-            Err(mpsc::error::TryRecvError::Empty) => {
+            Err(TryRecvError::Empty) => {
                 let task_at = flow.task.as_ref().map(|plan| plan.at);
                 tokio::select! {
                     event = flow.events.recv() => event,

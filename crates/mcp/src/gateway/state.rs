@@ -3,6 +3,7 @@
 //! reads none of them, so it sits at the bottom, below the features and the transports.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::BuildHasherDefault;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -60,23 +61,59 @@ pub(crate) struct GatewayState {
 }
 
 /// The session ids of stateless clients that name none (`handler::identity_session`), by a
-/// 128-bit hash of the identity: two SipHashes under one random key made at start, each of the
-/// identity marked with its half's number. Without the key nobody can choose two identities
-/// that collide, and the token itself is not kept. A returning client so costs two SipHashes,
-/// not a SHA-256. Forgotten all at once past [`Identities::MAX`].
-#[derive(Default)]
+/// 128-bit hash of the identity: SipHash-1-3 with 128 bits out, under a random key drawn at
+/// start. Without the key nobody can choose two identities that collide, and the token itself
+/// is not kept. A returning client so costs one SipHash, not a SHA-256; the map itself hashes
+/// nothing again (its keys are keyed hashes already). Forgotten all at once past
+/// [`Identities::MAX`].
 pub(crate) struct Identities {
-    pub(super) key: std::hash::RandomState,
-    pub(super) names: Mutex<HashMap<u128, SessionId>>,
+    key: (u64, u64),
+    pub(super) names: Mutex<HashMap<u128, SessionId, BuildHasherDefault<Prehashed>>>,
+}
+
+impl Default for Identities {
+    fn default() -> Self {
+        use std::hash::BuildHasher as _;
+        // The standard library's random keys, drawn once per process.
+        let random = std::hash::RandomState::new();
+        Self {
+            key: (random.hash_one(0_u8), random.hash_one(1_u8)),
+            names: Mutex::default(),
+        }
+    }
 }
 
 impl Identities {
     pub(super) const MAX: usize = 4096;
 
     pub(super) fn key(&self, auth: Option<&[u8]>, client_name: Option<&str>) -> u128 {
-        use std::hash::BuildHasher as _;
-        let half = |n: u8| self.key.hash_one((n, auth, client_name));
-        (u128::from(half(0)) << 64) | u128::from(half(1))
+        use siphasher::sip128::Hasher128 as _;
+        use std::hash::Hash as _;
+        let mut hasher = siphasher::sip128::SipHasher13::new_with_keys(self.key.0, self.key.1);
+        (auth, client_name).hash(&mut hasher);
+        hasher.finish128().as_u128()
+    }
+}
+
+/// The hash of a map whose keys are keyed hashes already: their low 64 bits.
+#[derive(Default)]
+pub(crate) struct Prehashed(u64);
+
+impl std::hash::Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `u128` keys come here (`write_u128`); anything else is folded in whole.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u128(&mut self, n: u128) {
+        // The low half: every bit of a keyed hash is as good as another.
+        self.0 = n as u64;
     }
 }
 

@@ -10,12 +10,12 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, InputRequest, InputRequests, InputResponses};
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toolwarden_protocol::{TaskRecord, Timestamp};
 
-use super::parked::{Answer, FlowEvent, KEEP_PARKED, read_answer};
+use super::flow_events::{Answer, EventReceiver, FlowEvent};
+use super::parked::{KEEP_PARKED, read_answer};
 
 /// The live tasks, by id.
 #[derive(Default)]
@@ -75,7 +75,7 @@ impl TaskBoard {
         &self,
         record: TaskRecord,
         asked: BTreeMap<String, (InputRequest, Answer)>,
-        events: mpsc::UnboundedReceiver<FlowEvent>,
+        events: EventReceiver,
         cancel: CancellationToken,
         tasks: &tokio_util::task::TaskTracker,
     ) -> Arc<LiveTask> {
@@ -202,7 +202,7 @@ impl LiveTask {
 }
 
 /// Follows a task's call: each event updates what `tasks/get` answers.
-async fn follow(task: Arc<LiveTask>, mut events: mpsc::UnboundedReceiver<FlowEvent>) {
+async fn follow(task: Arc<LiveTask>, mut events: EventReceiver) {
     loop {
         let event = events.recv().await;
         let mut state = task.state.lock();
