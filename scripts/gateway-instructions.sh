@@ -4,6 +4,9 @@
 # untouched by the noise of a shared machine (docs/PERFORMANCE.md, "Stateless").
 #
 # usage: bash scripts/gateway-instructions.sh [CALLS]   (default 2000 calls per block)
+#        STORE=default bash scripts/gateway-instructions.sh [CALLS]
+#   STORE=default records the calls in the default audit trail (SQLite, `before_execution`, in a
+#   scratch file) instead of none: the difference is what the trail costs a call.
 # needs: a release build (cargo build --release -p toolwarden -p toolwarden-testkit), valgrind,
 # python3. Blocks alternate handshake, stateless, handshake, stateless.
 set -euo pipefail
@@ -37,9 +40,12 @@ timeout = "30s"
 warn_after = 0
 block_after = 0
 
-[store]
-enabled = false
 TOML
+case "${STORE:-off}" in
+  off) printf '[store]\nenabled = false\n' >> "$work/toolwarden.toml" ;;
+  default) printf '[store]\npath = "%s"\n' "$work/trail.db" >> "$work/toolwarden.toml" ;;
+  *) echo "gateway-instructions: STORE is off or default, not ${STORE}" >&2; exit 2 ;;
+esac
 RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out.%p" \
   "$bin/toolwarden" serve --config "$work/toolwarden.toml" --listen 127.0.0.1:0 \
   >"$work/serve.log" 2>&1 &

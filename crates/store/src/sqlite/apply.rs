@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use rusqlite::{OptionalExtension as _, Transaction, params};
+use rusqlite::{CachedStatement, Connection, OptionalExtension as _, params};
 use toolwarden_protocol::{Event, EventKind};
 
 /// What the writer remembers between events: the rows of running turns and calls (looked up in
@@ -100,10 +100,50 @@ impl<'a> Fact<'a> {
     }
 }
 
+/// The writes of one transaction, with its statements held from their first use to its end:
+/// taken from the connection's cache once a batch, not once an event (the cache finds a
+/// statement by hashing its whole text, and an event runs up to six of them).
+pub(crate) struct Writes<'c> {
+    conn: &'c Connection,
+    held: Vec<(&'static str, CachedStatement<'c>)>,
+}
+
+impl<'c> Writes<'c> {
+    /// The writes of the transaction open on `conn` (a `Transaction` derefs to it); drop them
+    /// before it commits.
+    pub(crate) fn new(conn: &'c Connection) -> Self {
+        Writes {
+            conn,
+            held: Vec::new(),
+        }
+    }
+
+    /// The statement of `sql`, prepared (or taken from the cache) at its first use.
+    fn prepare_cached(&mut self, sql: &'static str) -> rusqlite::Result<&mut CachedStatement<'c>> {
+        // Each statement is one literal of this file: its address names it.
+        let at = match self
+            .held
+            .iter()
+            .position(|(held, _)| std::ptr::eq(*held, sql))
+        {
+            Some(at) => at,
+            None => {
+                self.held.push((sql, self.conn.prepare_cached(sql)?));
+                self.held.len() - 1
+            }
+        };
+        Ok(&mut self.held[at].1)
+    }
+
+    fn last_insert_rowid(&self) -> i64 {
+        self.conn.last_insert_rowid()
+    }
+}
+
 /// Writes one event (`fact`, its serialized and redacted `body`) and what it changes in `turns`
 /// and `calls`.
 pub(crate) fn apply(
-    tx: &Transaction<'_>,
+    tx: &mut Writes<'_>,
     rows: &mut Rows,
     fact: &Fact<'_>,
     body: &str,
@@ -182,10 +222,10 @@ pub(crate) fn apply(
 /// runs an upsert with a statement journal and its `RETURNING` through a table of its own, at
 /// every turn.
 fn insert_or_update(
-    tx: &Transaction<'_>,
-    insert: &str,
+    tx: &mut Writes<'_>,
+    insert: &'static str,
     insert_params: impl rusqlite::Params,
-    update: &str,
+    update: &'static str,
     update_params: impl rusqlite::Params,
 ) -> rusqlite::Result<i64> {
     if tx.prepare_cached(insert)?.execute(insert_params)? == 1 {
@@ -196,7 +236,7 @@ fn insert_or_update(
 }
 
 fn turn_row(
-    tx: &Transaction<'_>,
+    tx: &mut Writes<'_>,
     rows: &mut Rows,
     fact: &Fact<'_>,
     turn_id: &str,
@@ -249,7 +289,7 @@ fn turn_row(
 }
 
 fn call_row(
-    tx: &Transaction<'_>,
+    tx: &mut Writes<'_>,
     rows: &mut Rows,
     fact: &Fact<'_>,
     turn_row: i64,

@@ -178,13 +178,15 @@ fn replay_file(
     let mut moved = 0usize;
     let tx = conn.transaction().map_err(|e| sqlite_error(path, e))?;
     let mut rows = apply::Rows::default();
+    let mut writes = apply::Writes::new(&tx);
     for (fact, body) in records.by_ref() {
         if fact.seq <= last {
             continue;
         }
-        apply::apply(&tx, &mut rows, &fact, body).map_err(|e| sqlite_error(path, e))?;
+        apply::apply(&mut writes, &mut rows, &fact, body).map_err(|e| sqlite_error(path, e))?;
         moved += 1;
     }
+    drop(writes);
     tx.commit().map_err(|e| sqlite_error(path, e))?;
     if let Some(pending::EarlyEnd::Damaged { at, why }) = records.stop() {
         let kept = pending::damaged_path(pending_path);

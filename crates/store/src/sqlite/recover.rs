@@ -4,7 +4,7 @@
 use rusqlite::{Connection, params};
 use toolwarden_protocol::Timestamp;
 
-use super::apply::{Fact, Rows, apply};
+use super::apply::{Fact, Rows, Writes, apply};
 use crate::recover::{
     Interruption, OpenCall, OpenTurn, close_turns, listed_calls, merge_calls, stored_result,
 };
@@ -51,9 +51,16 @@ pub(crate) fn recover(
     }
     let tx = conn.transaction()?;
     let mut rows = Rows::default();
+    let mut writes = Writes::new(&tx);
     for event in &events {
-        apply(&tx, &mut rows, &Fact::of(event), &redactor.body(event))?;
+        apply(
+            &mut writes,
+            &mut rows,
+            &Fact::of(event),
+            &redactor.body(event),
+        )?;
     }
+    drop(writes);
     tx.commit()?;
     Ok(interrupted)
 }

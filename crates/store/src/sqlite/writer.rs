@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use rusqlite::Connection;
 use toolwarden_protocol::{TaskRecord, Timestamp};
 
-use super::apply::{Rows, apply};
+use super::apply::{Rows, Writes, apply};
 use super::pending::{PendingFile, PendingLog, Unapplied};
 use crate::redact::RedactedEvent;
 use crate::writer::TrailBackend;
@@ -39,9 +39,11 @@ impl SqliteWriter {
         };
         let result = (|| {
             let tx = self.conn.transaction()?;
+            let mut writes = Writes::new(&tx);
             for (fact, body) in sealed.records() {
-                apply(&tx, &mut self.rows, &fact, body)?;
+                apply(&mut writes, &mut self.rows, &fact, body)?;
             }
+            drop(writes);
             tx.commit()
         })();
         result.map_err(|e| {
