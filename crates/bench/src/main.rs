@@ -29,12 +29,13 @@
 )]
 
 mod cpu;
+mod echo_serve;
 mod everything;
 mod plain;
 mod stateless;
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -44,6 +45,7 @@ use rmcp::transport::StreamableHttpClientTransport;
 use serde_json::{Map, Value, json};
 use tokio::process::{Child, Command};
 
+use echo_serve::{echo_config, sibling};
 use plain::PlainMcp;
 use support::{
     Client, Row, paired, ready, run, spawn_printing_addr, start_serve, stdio_client, stop,
@@ -68,13 +70,8 @@ async fn main() -> Result<()> {
     let tmp = std::env::temp_dir().join(format!("toolwarden-bench-{}", std::process::id()));
     std::fs::create_dir_all(&tmp)?;
     let config = tmp.join("toolwarden.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[servers.echo]\ncommand = {:?}\n\n[gateway]\nprefix = false\n\n[defaults]\ntimeout = \"30s\"\n\n[defaults.loop]\nwarn_after = 0\nblock_after = 0\n\n# The gateway's own cost; the audit trail's is measured by store-bench.\n[store]\nenabled = false\n",
-            server.display().to_string()
-        ),
-    )?;
+    // The gateway's own cost; the audit trail's is measured by store-bench.
+    std::fs::write(&config, echo_config(&server, "enabled = false"))?;
 
     let mut rows = Vec::new();
     for concurrency in [1, 32] {
@@ -277,17 +274,6 @@ async fn paired_rows(
 /// A duration in microseconds, for differences that may be negative.
 fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
-}
-
-fn sibling(dir: &Path, name: &str) -> Result<PathBuf> {
-    let path = dir.join(name);
-    if !path.exists() {
-        bail!(
-            "{} is missing: build it first with `cargo build --release -p toolwarden -p toolwarden-testkit -p toolwarden-bench`",
-            path.display()
-        );
-    }
-    Ok(path)
 }
 
 /// An rmcp client of `toolwarden mcp` (over stdio) with `config`.

@@ -9,7 +9,6 @@ use anyhow::{Context, Result, bail};
 use rmcp::service::RunningService;
 use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt};
-use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -101,38 +100,12 @@ pub(crate) async fn spawn_printing_addr(
     Ok((child, addr))
 }
 
+/// Stops a process the benchmark started (SIGTERM, then a kill after 10 s).
 pub(crate) async fn stop(child: &mut Child) {
-    if let Some(pid) = child.id() {
-        // SIGTERM first: toolwarden shuts down its servers on it.
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(pid.to_string())
-            .status()
-            .await;
-    }
-    if tokio::time::timeout(Duration::from_secs(10), child.wait())
-        .await
-        .is_err()
-    {
-        let _ = child.kill().await;
-    }
+    crate::echo_serve::stop(child, Duration::from_secs(10)).await;
 }
 
-pub(crate) async fn wait_for_tools(addr: &str) -> Result<()> {
-    let http = reqwest::Client::new();
-    for _ in 0..600 {
-        if let Ok(r) = http.get(format!("http://{addr}/v1/tools")).send().await
-            && let Ok(v) = r.json::<Value>().await
-            && v["tools"]
-                .as_array()
-                .is_some_and(|t| t.iter().any(|t| t["name"] == "echo"))
-        {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    bail!("toolwarden serve did not list the echo tool")
-}
+pub(crate) use crate::echo_serve::wait_for_tools;
 
 /// Runs `n` calls (after a warm-up) with `concurrency` workers; latencies are per call.
 pub(crate) async fn run<F, Fut>(

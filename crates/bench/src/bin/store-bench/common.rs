@@ -15,16 +15,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-pub(crate) fn sibling(dir: &Path, name: &str) -> Result<PathBuf> {
-    let path = dir.join(name);
-    if !path.exists() {
-        bail!(
-            "{} is missing: build it first with `cargo build --release -p toolwarden -p toolwarden-testkit -p toolwarden-bench`",
-            path.display()
-        );
-    }
-    Ok(path)
-}
+pub(crate) use crate::echo_serve::sibling;
 
 /// A config with the echo server and the given `[store]` table, in a directory of its own (on
 /// PostgreSQL, the config file's path names the replica).
@@ -33,13 +24,7 @@ pub(crate) fn write_config(dir: &Path, tmp: &Path, name: &str, store: &str) -> R
     let home = tmp.join(name);
     std::fs::create_dir_all(&home)?;
     let path = home.join("toolwarden.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "[servers.echo]\ncommand = {:?}\n\n[gateway]\nprefix = false\n\n[defaults]\ntimeout = \"30s\"\n\n[defaults.loop]\nwarn_after = 0\nblock_after = 0\n\n[store]\n{store}\n",
-            server.display().to_string()
-        ),
-    )?;
+    std::fs::write(&path, crate::echo_serve::echo_config(&server, store))?;
     Ok(path)
 }
 
@@ -75,35 +60,13 @@ pub(crate) async fn start_binary(binary: &Path, config: &Path) -> Result<(Child,
     })
     .await??;
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    let http = reqwest::Client::new();
-    for _ in 0..600 {
-        if let Ok(r) = http.get(format!("http://{addr}/v1/tools")).send().await
-            && let Ok(v) = r.json::<Value>().await
-            && v["tools"]
-                .as_array()
-                .is_some_and(|t| t.iter().any(|t| t["name"] == "echo"))
-        {
-            return Ok((child, addr));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    bail!("toolwarden serve did not list the echo tool")
+    crate::echo_serve::wait_for_tools(&addr).await?;
+    Ok((child, addr))
 }
 
+/// Stops `toolwarden serve` (SIGTERM, then a kill after 20 s: a store may be writing).
 pub(crate) async fn stop(child: &mut Child) {
-    if let Some(pid) = child.id() {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(pid.to_string())
-            .status()
-            .await;
-    }
-    if tokio::time::timeout(Duration::from_secs(20), child.wait())
-        .await
-        .is_err()
-    {
-        let _ = child.kill().await;
-    }
+    crate::echo_serve::stop(child, Duration::from_secs(20)).await;
 }
 
 /// One echo call as a one-call turn; the turn's id.

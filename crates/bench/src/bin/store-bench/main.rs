@@ -37,6 +37,8 @@ mod abort;
 mod common;
 #[path = "../../cpu.rs"]
 mod cpu;
+#[path = "../../echo_serve.rs"]
+mod echo_serve;
 mod pg;
 mod query;
 mod redis_server;
