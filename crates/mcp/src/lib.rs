@@ -17,7 +17,7 @@
 //!   (`toolwarden_process::GroupChild`); every exit path kills the group and reaps the leader.
 //! - **Bad output never hangs a call.** A frame guard reads the server's stdout before rmcp: a
 //!   line that is not JSON, is oversized or is a malformed answer fails the call it names with a
-//!   transport error, and is logged otherwise (see `client::frame`).
+//!   transport error, and is logged otherwise (see `servers::frame`).
 //! - **Crashes and failed starts heal.** A server that exits is restarted with capped
 //!   exponential backoff; calls in flight end `Crashed`, or `ServerRestart` when the restart was
 //!   ours.
@@ -32,18 +32,19 @@
 //! transport or rejected, the stuck rules, what rmcp does with bad frames, and every decision
 //! the spec leaves open.
 //!
-//! The crate's two sides are its two modules, and they depend one way: `gateway` uses
-//! `client`'s `McpServer`, never the reverse. What a server asks of its own client goes up
-//! through the `Upstream` trait that `client::link` defines and the gateway implements.
+//! The crate's two sides are its two modules, named for what they face, and they depend one
+//! way: `servers` (toolwarden as a client of MCP servers) and `gateway` (toolwarden as the MCP
+//! server its clients connect to); `gateway` uses `servers`' `McpServer`, never the reverse. What a server asks of its own client goes up
+//! through the `Upstream` trait that `servers::link` defines and the gateway implements.
 #![deny(missing_docs)]
 
-mod client;
 mod gateway;
+mod servers;
 
-pub use client::{DEFAULT_STARTUP_TIMEOUT, McpOptions, McpServer, ReadyError};
 #[cfg(feature = "parse-count")]
 pub use gateway::reads;
 pub use gateway::{
     DEFAULT_REQUEST_TIMEOUT, ELICITATION_INTERACTOR, Gateway, GatewayConnection, GatewayError,
     GatewayHttpService, GatewayOptions, HttpSessions, STATUS_TOOL,
 };
+pub use servers::{DEFAULT_STARTUP_TIMEOUT, McpOptions, McpServer, ReadyError};

@@ -8,7 +8,7 @@ use rmcp::model::{
 };
 use rmcp::service::{RequestContext, RoleServer};
 
-use crate::client::link::retype;
+use crate::servers::link::retype;
 
 use super::passthrough::{forward, unknown, until};
 use super::session::ClientSession;

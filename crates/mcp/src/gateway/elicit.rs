@@ -192,11 +192,12 @@ async fn ask(
     elicitations.forget(&interaction);
     let answer = match answered {
         Ok(ClientResult::ElicitResult(result)) => decide(&result),
-        Ok(other) => match crate::client::link::retype::<ElicitResult>(other, "elicitation/create")
-        {
-            Ok(result) => decide(&result),
-            Err(_) => return,
-        },
+        Ok(other) => {
+            match crate::servers::link::retype::<ElicitResult>(other, "elicitation/create") {
+                Ok(result) => decide(&result),
+                Err(_) => return,
+            }
+        }
         Err(e) => {
             tracing::debug!(interaction = %interaction.id, error = %e.message,
                 "the elicitation got no answer; the approval waits for its deadline");

@@ -69,7 +69,7 @@ use toolwarden_core::Engine;
 use toolwarden_protocol::{EventKind, ServerStateKind, SessionId};
 
 use crate::McpServer;
-use crate::client::link::Upstream;
+use crate::servers::link::Upstream;
 
 pub use handler::GatewayConnection;
 pub use http::GatewayHttpService;

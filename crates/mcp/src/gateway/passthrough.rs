@@ -26,8 +26,8 @@ use rmcp::service::{RequestContext, RoleServer};
 use tokio_util::sync::CancellationToken;
 
 use crate::McpServer;
-use crate::client::Deadline;
-use crate::client::link::retype;
+use crate::servers::Deadline;
+use crate::servers::link::retype;
 
 use super::call::hint_ms;
 use super::options::MAX_REQUEST_TIMEOUT;

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use crate::client::Deadline;
+use crate::servers::Deadline;
 use rmcp::ErrorData;
 use rmcp::model::{
     ClientRequest, GetPromptRequest, GetPromptRequestParams, GetPromptResult, ListPromptsRequest,
@@ -17,7 +17,7 @@ use rmcp::service::{RequestContext, RoleServer};
 use toolwarden_core::PREFIX_SEPARATOR;
 
 use crate::McpServer;
-use crate::client::link::retype;
+use crate::servers::link::retype;
 
 use super::passthrough::{Kind, all_pages, as_list, forward, page, servers_with, unknown, until};
 use super::session::ClientSession;

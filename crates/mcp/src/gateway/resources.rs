@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 
-use crate::client::Deadline;
+use crate::servers::Deadline;
 use rmcp::ErrorData;
 use rmcp::model::{
     ClientRequest, ListResourceTemplatesRequest, ListResourceTemplatesResult, ListResourcesRequest,
@@ -30,7 +30,7 @@ use rmcp::service::{RequestContext, RoleServer};
 use tokio_util::sync::CancellationToken;
 
 use crate::McpServer;
-use crate::client::link::retype;
+use crate::servers::link::retype;
 
 use super::passthrough::{
     Kind, all_pages, as_list, forward, own_deadline, page, servers_with, until,

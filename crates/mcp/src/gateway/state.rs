@@ -463,7 +463,7 @@ async fn unsubscribe(server: Arc<McpServer>, uri: String, within: Duration) {
             request,
             RequestMetaObject::new(),
             &CancellationToken::new(),
-            crate::client::Deadline::after(within),
+            crate::servers::Deadline::after(within),
         )
         .await;
 }

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::session::ClientSession;
 use super::state::GatewayState;
-use crate::client::link::{Upstream, no_client, server_request_method};
+use crate::servers::link::{Upstream, no_client, server_request_method};
 
 impl Upstream for GatewayState {
     fn request(

@@ -19,7 +19,7 @@ use toolwarden_core::{AttemptError, Heartbeat, StopSignals};
 use toolwarden_protocol::{CancelReason, ProgressInfo};
 
 use super::{Asker, Followed, TaskServer, follow};
-use crate::client::link::Link;
+use crate::servers::link::Link;
 
 /// A server whose `tasks/get` answers come from a script, one per poll (the last repeats), and
 /// which records when each request came.
