@@ -476,8 +476,10 @@ async fn a_child_that_ignores_sigterm_keeps_the_stop_from_being_cooperative() {
     let sb = Sandbox::new();
     // The shell dies on SIGTERM at once; its background child does not. The stop is only
     // cooperative when the whole group is gone, so this one ends killed, with nothing left.
+    // The child lists itself once it ignores SIGTERM (on a loaded machine the stop could
+    // otherwise come before its trap is set).
     let running = sb.start(json!({
-        "command": "echo $$ > pid; (trap '' TERM; sleep 100) & echo $! > kids; sleep 100",
+        "command": "echo $$ > pid; sh -c 'trap \"\" TERM; echo $$ > kids; exec sleep 100' & sleep 100",
     }));
     let pgid = sb.pgid().await;
     let kids = sb.kids(1).await;

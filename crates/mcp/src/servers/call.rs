@@ -85,6 +85,21 @@ fn add_trace_context(params: &mut CallToolRequestParams, meta: &AttemptMeta) {
     }
 }
 
+/// A `tools/call`'s parameters for `tool` with `input` as its arguments and the attempt's trace
+/// context in `_meta`.
+fn call_params(
+    tool: &str,
+    input: &serde_json::Value,
+    meta: &AttemptMeta,
+) -> Result<CallToolRequestParams, AttemptError> {
+    let mut params = CallToolRequestParams::new(tool.to_owned());
+    if let Some(args) = arguments(input)? {
+        params = params.with_arguments(args);
+    }
+    add_trace_context(&mut params, meta);
+    Ok(params)
+}
+
 /// Runs one attempt to its end.
 pub(super) async fn run(shared: Arc<ServerCore>, attempt: Attempt) -> AttemptEnd {
     let Attempt {
@@ -104,20 +119,25 @@ pub(super) async fn run(shared: Arc<ServerCore>, attempt: Attempt) -> AttemptEnd
             Err(e) => return AttemptEnd::Done(Err(e)),
         },
     };
-    let args = match arguments(&input) {
-        Ok(args) => args,
-        Err(e) => return AttemptEnd::Done(Err(e)),
-    };
-    let mut params = CallToolRequestParams::new(tool.to_string());
-    if let Some(args) = args {
-        params = params.with_arguments(args);
-    }
-    add_trace_context(&mut params, &meta);
     // Rounds: a 2026-07-28 server may answer `input_required`; the call is then sent again
-    // with the client's answers, as a new request.
+    // with the client's answers, as a new request. Each round's request is made from the
+    // input and moved into the send: a call of one round converts its arguments once.
     let mut rounds = 0;
+    let mut answers = None;
     let (reg, mut rx) = loop {
-        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params.clone()));
+        let mut params = match call_params(&tool, &input, &meta) {
+            Ok(params) => params,
+            Err(e) => return AttemptEnd::Done(Err(e)),
+        };
+        if let Some(retry) = answers.take() {
+            let input::Retry {
+                responses,
+                request_state,
+            } = retry;
+            params.input_responses = responses;
+            params.request_state = request_state;
+        }
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let (reg, mut rx) = match send(&conn, request, &heartbeat).await {
             Ok(sent) => sent,
             Err(e) => return AttemptEnd::Done(Err(request_failed(&conn, &shared, &e).await)),
@@ -157,8 +177,7 @@ pub(super) async fn run(shared: Arc<ServerCore>, attempt: Attempt) -> AttemptEnd
         match retry {
             Ok(retry) => {
                 heartbeat.beat();
-                params.input_responses = retry.responses;
-                params.request_state = retry.request_state;
+                answers = Some(retry);
             }
             Err(e) => return AttemptEnd::Done(Err(e)),
         }
