@@ -42,23 +42,12 @@ cleanup() {
 trap cleanup EXIT
 
 # The same server and settings as gateway-bench's rows (crates/bench/src/everything.rs).
+# shellcheck source=scripts/bench-config.sh
+. scripts/bench-config.sh
 config() { # $1: extra text (the [store] section or nothing)
-  cat <<TOML
-[servers.everything]
-command = "$everything"
-args = ["stdio"]
-
-[gateway]
-prefix = false
-
-[defaults]
-timeout = "30s"
-
-[defaults.loop]
-warn_after = 0
-block_after = 0
-$1
-TOML
+  bench_config "[servers.everything]
+command = \"$everything\"
+args = [\"stdio\"]" "$1"
 }
 config $'\n[store]\nenabled = false' > "$work/off.toml"
 config "" > "$work/default.toml"

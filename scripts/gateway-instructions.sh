@@ -26,26 +26,15 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-cat > "$work/toolwarden.toml" <<TOML
-[servers.echo]
-command = "$(realpath "$bin/tw-test-server")"
-
-[gateway]
-prefix = false
-
-[defaults]
-timeout = "30s"
-
-[defaults.loop]
-warn_after = 0
-block_after = 0
-
-TOML
+# shellcheck source=scripts/bench-config.sh
+. scripts/bench-config.sh
 case "${STORE:-off}" in
-  off) printf '[store]\nenabled = false\n' >> "$work/toolwarden.toml" ;;
-  default) printf '[store]\npath = "%s"\n' "$work/trail.db" >> "$work/toolwarden.toml" ;;
+  off) store=$'\n[store]\nenabled = false' ;;
+  default) store=$'\n[store]\npath = "'"$work/trail.db"'"' ;;
   *) echo "gateway-instructions: STORE is off or default, not ${STORE}" >&2; exit 2 ;;
 esac
+bench_config "[servers.echo]
+command = \"$(realpath "$bin/tw-test-server")\"" "$store" > "$work/toolwarden.toml"
 RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out.%p" \
   "$bin/toolwarden" serve --config "$work/toolwarden.toml" --listen 127.0.0.1:0 \
   >"$work/serve.log" 2>&1 &
