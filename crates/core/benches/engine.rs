@@ -15,28 +15,19 @@
     reason = "the subscriber thread blocks on its own runtime"
 )]
 
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use divan::Bencher;
 use serde_json::{Value, json};
-use toolwarden_core::protocol::{SessionId, Timestamp, ToolCall};
+use toolwarden_core::protocol::{Timestamp, ToolCall};
 use toolwarden_core::{Engine, InProcessTool, ToolError, TurnRequest};
 
-/// The allocator the `toolwarden` binary ships with.
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+#[path = "support/calls.rs"]
+mod calls;
+use calls::{next_input, runtime, session};
 
 fn main() {
     divan::main();
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 async fn noop(input: Value) -> Result<Value, ToolError> {
@@ -94,24 +85,10 @@ fn engine(rt: &tokio::runtime::Runtime, f: Features) -> Engine {
     engine
 }
 
-static N: AtomicU64 = AtomicU64::new(0);
-
-fn next_input() -> Value {
-    json!({"n": N.fetch_add(1, Ordering::Relaxed)})
-}
-
-/// The caller's session id, made once (ids are `Arc<str>`: a clone is a reference count).
-fn session() -> SessionId {
-    static SESSION: OnceLock<SessionId> = OnceLock::new();
-    SESSION.get_or_init(|| SessionId::from("bench")).clone()
-}
-
 fn governed(bencher: Bencher, f: Features) {
     let rt = runtime();
     let engine = engine(&rt, f);
-    bencher
-        .with_inputs(|| ToolCall::new("c", "noop", next_input()))
-        .bench_local_values(|call| rt.block_on(engine.call(session(), call)));
+    calls::governed_noop(bencher, &rt, &engine);
 }
 
 #[divan::bench(sample_count = 2000)]

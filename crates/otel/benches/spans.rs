@@ -12,27 +12,20 @@
 //! replay ring as `serve` does. Variants of one run differ only by the sink.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use divan::Bencher;
 use serde_json::{Value, json};
-use toolwarden_core::protocol::{SessionId, ToolCall};
+use toolwarden_core::protocol::ToolCall;
 use toolwarden_core::{Engine, InProcessTool, ToolError, TurnRequest};
 
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+#[path = "../../core/benches/support/calls.rs"]
+mod calls;
+use calls::{next_input, runtime, session};
 
 fn main() {
     divan::main();
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 /// The runtime of the export task and the receiver, on threads of its own (made once), and the
@@ -97,23 +90,10 @@ fn engine(rt: &tokio::runtime::Runtime, otel: bool) -> Engine {
     engine
 }
 
-static N: AtomicU64 = AtomicU64::new(0);
-
-fn next_input() -> Value {
-    json!({"n": N.fetch_add(1, Ordering::Relaxed)})
-}
-
-fn session() -> SessionId {
-    static SESSION: OnceLock<SessionId> = OnceLock::new();
-    SESSION.get_or_init(|| SessionId::from("bench")).clone()
-}
-
 fn governed(bencher: Bencher, otel: bool) {
     let rt = runtime();
     let engine = engine(&rt, otel);
-    bencher
-        .with_inputs(|| ToolCall::new("c", "noop", next_input()))
-        .bench_local_values(|call| rt.block_on(engine.call(session(), call)));
+    calls::governed_noop(bencher, &rt, &engine);
 }
 
 fn turn(bencher: Bencher, otel: bool) {
