@@ -181,9 +181,9 @@ enum Next {
     /// Wait to be woken: nothing to write, or a sender is writing.
     Wait,
     /// Write the batch to the pipe (taken while it writes).
-    Write(Option<Pipe>),
+    Write(Pipe),
     /// Close the pipe: all is written and no more comes.
-    Close(Option<Pipe>),
+    Close(Pipe),
 }
 
 /// The writer task: writes what is pending whenever the pipe is free, and closes it at the end.
@@ -192,26 +192,29 @@ async fn write_loop(buffer: Arc<Buffer>) {
     let mut pipe = loop {
         let next = {
             let mut state = buffer.state.lock();
-            if state.pipe.is_none() {
+            match state.pipe.take() {
                 // A sender is writing; it wakes this task if it leaves anything to do.
-                Next::Wait
-            } else {
-                std::mem::swap(&mut batch, &mut state.pending);
-                if !batch.is_empty() {
-                    // Room again for writers that waited.
-                    state.wake_all();
-                }
-                let flush = std::mem::take(&mut state.unflushed);
-                if !batch.is_empty() || flush {
-                    Next::Write(state.pipe.take())
-                } else if state.closing {
-                    Next::Close(state.pipe.take())
-                } else {
-                    Next::Wait
+                None => Next::Wait,
+                Some(pipe) => {
+                    std::mem::swap(&mut batch, &mut state.pending);
+                    if !batch.is_empty() {
+                        // Room again for writers that waited.
+                        state.wake_all();
+                    }
+                    // Something is pending, or a sender's write wants its flush.
+                    let flush = std::mem::take(&mut state.unflushed);
+                    if !batch.is_empty() || flush {
+                        Next::Write(pipe)
+                    } else if state.closing {
+                        Next::Close(pipe)
+                    } else {
+                        state.pipe = Some(pipe);
+                        Next::Wait
+                    }
                 }
             }
         };
-        let mut taken = match next {
+        let mut pipe = match next {
             Next::Wait => {
                 buffer.work.notified().await;
                 continue;
@@ -219,8 +222,6 @@ async fn write_loop(buffer: Arc<Buffer>) {
             Next::Close(pipe) => break pipe,
             Next::Write(pipe) => pipe,
         };
-        let Some(pipe) = taken.as_mut() else { continue };
-        // Here either something is pending or a sender's write wants its flush.
         let written = match pipe.write_all(&batch).await {
             Ok(()) => pipe.flush().await,
             Err(e) => Err(e),
@@ -233,16 +234,13 @@ async fn write_loop(buffer: Arc<Buffer>) {
             state.wake_all();
             return;
         }
-        buffer.state.lock().pipe = taken;
+        buffer.state.lock().pipe = Some(pipe);
         batch.clear();
         if batch.capacity() > MAX_PENDING {
             batch = Vec::new();
         }
     };
-    let closed = match pipe.as_mut() {
-        Some(pipe) => pipe.shutdown().await,
-        None => Ok(()),
-    };
+    let closed = pipe.shutdown().await;
     let mut state = buffer.state.lock();
     if let Err(e) = closed
         && state.failed.is_none()
