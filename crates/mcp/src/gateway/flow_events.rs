@@ -37,19 +37,13 @@ pub(crate) enum FlowEvent {
 
 /// A sender and the receiver of a new queue.
 pub(crate) fn channel() -> (EventSender, EventReceiver) {
-    let shared = Arc::new(Shared {
-        state: Mutex::new(State {
-            queue: VecDeque::new(),
-            senders: 1,
-            receiving: true,
-            waiting: None,
-        }),
-    });
+    let shared = Arc::new(Mutex::new(State {
+        queue: VecDeque::new(),
+        senders: 1,
+        receiving: true,
+        waiting: None,
+    }));
     (EventSender(shared.clone()), EventReceiver(shared))
-}
-
-struct Shared {
-    state: Mutex<State>,
 }
 
 struct State {
@@ -61,14 +55,23 @@ struct State {
     waiting: Option<Waker>,
 }
 
-impl Shared {
-    /// Wakes the receiver if it waits (outside the lock).
-    fn wake(&self, mut state: parking_lot::MutexGuard<'_, State>) {
-        let waiting = state.waiting.take();
-        drop(state);
-        if let Some(waker) = waiting {
-            waker.wake();
+impl State {
+    /// The next event if one is in; `Disconnected` when none is and every sender is gone.
+    fn next(&mut self) -> Result<FlowEvent, TryRecvError> {
+        match self.queue.pop_front() {
+            Some(event) => Ok(event),
+            None if self.senders == 0 => Err(TryRecvError::Disconnected),
+            None => Err(TryRecvError::Empty),
         }
+    }
+}
+
+/// Wakes the receiver if it waits, once the lock is let go.
+fn wake(mut state: parking_lot::MutexGuard<'_, State>) {
+    let waiting = state.waiting.take();
+    drop(state);
+    if let Some(waker) = waiting {
+        waker.wake();
     }
 }
 
@@ -77,62 +80,56 @@ impl Shared {
 pub(crate) struct ReceiverGone;
 
 /// Sends a call's events.
-pub(crate) struct EventSender(Arc<Shared>);
+pub(crate) struct EventSender(Arc<Mutex<State>>);
 
 impl EventSender {
     /// Queues `event`; an error (and the event dropped) when the receiver is gone.
     pub(crate) fn send(&self, event: FlowEvent) -> Result<(), ReceiverGone> {
-        let mut state = self.0.state.lock();
+        let mut state = self.0.lock();
         if !state.receiving {
             return Err(ReceiverGone);
         }
         state.queue.push_back(event);
-        self.0.wake(state);
+        wake(state);
         Ok(())
     }
 }
 
 impl Clone for EventSender {
     fn clone(&self) -> Self {
-        self.0.state.lock().senders += 1;
+        self.0.lock().senders += 1;
         Self(self.0.clone())
     }
 }
 
 impl Drop for EventSender {
     fn drop(&mut self) {
-        let mut state = self.0.state.lock();
+        let mut state = self.0.lock();
         state.senders -= 1;
         if state.senders == 0 {
-            self.0.wake(state);
+            wake(state);
         }
     }
 }
 
 /// Receives a call's events.
-pub(crate) struct EventReceiver(Arc<Shared>);
+pub(crate) struct EventReceiver(Arc<Mutex<State>>);
 
 impl EventReceiver {
     /// The next event if one is in; `Disconnected` when none is and every sender is gone.
     pub(crate) fn try_recv(&mut self) -> Result<FlowEvent, TryRecvError> {
-        let mut state = self.0.state.lock();
-        match state.queue.pop_front() {
-            Some(event) => Ok(event),
-            None if state.senders == 0 => Err(TryRecvError::Disconnected),
-            None => Err(TryRecvError::Empty),
-        }
+        self.0.lock().next()
     }
 
     /// The next event; `None` once every sender is gone and the queue is empty. Cancel-safe:
     /// an event is taken from the queue only when this returns it.
     pub(crate) async fn recv(&mut self) -> Option<FlowEvent> {
         std::future::poll_fn(|cx| {
-            let mut state = self.0.state.lock();
-            if let Some(event) = state.queue.pop_front() {
-                return Poll::Ready(Some(event));
-            }
-            if state.senders == 0 {
-                return Poll::Ready(None);
+            let mut state = self.0.lock();
+            match state.next() {
+                Ok(event) => return Poll::Ready(Some(event)),
+                Err(TryRecvError::Disconnected) => return Poll::Ready(None),
+                Err(TryRecvError::Empty) => {}
             }
             // Looked at and registered under one lock: a send cannot slip in between.
             match &mut state.waiting {
@@ -147,7 +144,7 @@ impl EventReceiver {
 
 impl Drop for EventReceiver {
     fn drop(&mut self) {
-        let mut state = self.0.state.lock();
+        let mut state = self.0.lock();
         state.receiving = false;
         let left = std::mem::take(&mut state.queue);
         drop(state);
