@@ -169,10 +169,11 @@ pub(crate) fn identity_session(
     let auth = headers
         .get(http::header::AUTHORIZATION)
         .map(http::HeaderValue::as_bytes);
-    let key = known.key(auth, client_name);
-    if let Some(id) = known.names.lock().get(&key) {
-        return id.clone();
-    }
+    known.session(auth, client_name, || derive_session(auth, client_name))
+}
+
+/// A stateless identity's session id: `mcp_` and 24 hex digits of a SHA-256 of it.
+fn derive_session(auth: Option<&[u8]>, client_name: Option<&str>) -> SessionId {
     use sha2::Digest as _;
     let mut digest = sha2::Sha256::new();
     digest.update(b"toolwarden stateless session\0");
@@ -190,13 +191,7 @@ pub(crate) fn identity_session(
         id.push(char::from(HEX[usize::from(b >> 4)]));
         id.push(char::from(HEX[usize::from(b & 0xf)]));
     }
-    let id = SessionId::new(id);
-    let mut names = known.names.lock();
-    if names.len() >= super::state::Identities::MAX {
-        names.clear();
-    }
-    names.insert(key, id.clone());
-    id
+    SessionId::new(id)
 }
 
 impl Drop for GatewayConnection {
@@ -509,7 +504,7 @@ mod tests {
         for n in 0..super::super::state::Identities::MAX + 1 {
             identity_session(&known, &with_auth(&format!("Bearer {n}")), None);
         }
-        assert!(known.names.lock().len() <= super::super::state::Identities::MAX);
+        assert!(known.remembered() <= super::super::state::Identities::MAX);
         assert_eq!(identity_session(&known, &a, Some("agent")), first);
     }
 }

@@ -68,7 +68,7 @@ pub(crate) struct GatewayState {
 /// [`Identities::MAX`].
 pub(crate) struct Identities {
     key: (u64, u64),
-    pub(super) names: Mutex<HashMap<u128, SessionId, BuildHasherDefault<Prehashed>>>,
+    names: Mutex<HashMap<u128, SessionId, BuildHasherDefault<Prehashed>>>,
 }
 
 impl Default for Identities {
@@ -86,7 +86,34 @@ impl Default for Identities {
 impl Identities {
     pub(super) const MAX: usize = 4096;
 
-    pub(super) fn key(&self, auth: Option<&[u8]>, client_name: Option<&str>) -> u128 {
+    /// The session id of the identity (`auth`, `client_name`): the one remembered, else
+    /// `derive`d and remembered.
+    pub(super) fn session(
+        &self,
+        auth: Option<&[u8]>,
+        client_name: Option<&str>,
+        derive: impl FnOnce() -> SessionId,
+    ) -> SessionId {
+        let key = self.key(auth, client_name);
+        if let Some(id) = self.names.lock().get(&key) {
+            return id.clone();
+        }
+        let id = derive();
+        let mut names = self.names.lock();
+        if names.len() >= Self::MAX {
+            names.clear();
+        }
+        names.insert(key, id.clone());
+        id
+    }
+
+    /// How many identities are remembered.
+    #[cfg(test)]
+    pub(super) fn remembered(&self) -> usize {
+        self.names.lock().len()
+    }
+
+    fn key(&self, auth: Option<&[u8]>, client_name: Option<&str>) -> u128 {
         use siphasher::sip128::Hasher128 as _;
         use std::hash::Hash as _;
         let mut hasher = siphasher::sip128::SipHasher13::new_with_keys(self.key.0, self.key.1);
