@@ -31,16 +31,12 @@ pub enum GatewayError {
 
 /// Serves one client until it closes `read`, rmcp's loop ends, or `shutdown` fires (see
 /// [`Gateway::serve_io`](super::Gateway::serve_io)).
-pub(crate) async fn serve<R, W>(
+pub(crate) async fn serve(
     gateway: &Arc<GatewayState>,
-    read: R,
-    write: W,
+    read: impl AsyncRead + Send + Unpin + 'static,
+    write: impl AsyncWrite + Send + Unpin + 'static,
     shutdown: CancellationToken,
-) -> Result<(), GatewayError>
-where
-    R: AsyncRead + Send + Unpin + 'static,
-    W: AsyncWrite + Send + Unpin + 'static,
-{
+) -> Result<(), GatewayError> {
     let connection = GatewayConnection::new(gateway.clone(), shutdown.clone());
     let session = connection.session().clone();
     let eof = CancellationToken::new();
