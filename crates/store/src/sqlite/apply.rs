@@ -10,13 +10,21 @@ use toolwarden_protocol::{Event, EventKind};
 /// the database when not here — a late event of an ended call — so losing it loses nothing).
 #[derive(Default)]
 pub(crate) struct Rows {
-    turns: HashMap<String, i64>,
-    calls: HashMap<(i64, String), i64>,
+    turns: HashMap<String, Row>,
+    calls: HashMap<(i64, String), Row>,
     /// The minute of the last mark written.
     minute: i64,
     /// The highest row ids handed out.
     last_turn_row: i64,
     last_call_row: i64,
+}
+
+/// A running turn's or call's row, and whether it was written whole (with the end its batch
+/// holds, [`Ends`]): the end then changes nothing, and a call's start (`ran`) neither.
+#[derive(Clone, Copy)]
+struct Row {
+    id: i64,
+    whole: bool,
 }
 
 impl Rows {
@@ -100,6 +108,141 @@ impl<'a> Fact<'a> {
     }
 }
 
+/// What a batch holds of how its turns and calls end, read before any of it is written. A turn
+/// or a call that starts and ends once in the batch gets its row once, whole, when it starts: no
+/// `UPDATE` at its end, and no entry in the index of open turns to make and take out again. Any
+/// other (a turn id used twice, a call whose start came in an earlier batch, two results) is
+/// written at its start and changed at its end, as events come. Nothing reads a transaction's
+/// rows before it commits, so only the committed rows must be the same either way.
+pub(crate) struct Ends<'a> {
+    turns: HashMap<&'a str, Plan<TurnEnd<'a>>>,
+    calls: HashMap<(&'a str, &'a str), Plan<CallEnd<'a>>>,
+}
+
+/// What the batch holds of one turn or call, so far.
+enum Plan<E> {
+    /// Started (for a call: an event of it came) and not ended; for a call, whether it `ran`
+    /// (its `tool_start` came).
+    Open { ran: bool },
+    /// Started and ended once.
+    Ends(E),
+    /// Anything else: written as events come.
+    Unfit,
+}
+
+#[derive(Clone, Copy)]
+struct TurnEnd<'a> {
+    ts: i64,
+    seq: u64,
+    outcome: &'a str,
+}
+
+#[derive(Clone, Copy)]
+struct CallEnd<'a> {
+    ts: i64,
+    status: &'a str,
+    duration_ms: i64,
+    attempts: i64,
+    ran: bool,
+}
+
+impl<'a> Ends<'a> {
+    /// Reads the ends of a batch's facts, in the order they will be written.
+    pub(crate) fn of<'f>(facts: impl IntoIterator<Item = &'f Fact<'a>>) -> Ends<'a>
+    where
+        'a: 'f,
+    {
+        let mut ends = Ends {
+            turns: HashMap::new(),
+            calls: HashMap::new(),
+        };
+        for fact in facts {
+            let Some(turn_id) = fact.turn_id else {
+                continue;
+            };
+            match fact.change {
+                Change::TurnStart { .. } => {
+                    ends.turns
+                        .entry(turn_id)
+                        .and_modify(|p| *p = Plan::Unfit)
+                        .or_insert(Plan::Open { ran: false });
+                }
+                Change::TurnEnd { outcome } => {
+                    let plan = ends.turns.entry(turn_id).or_insert(Plan::Unfit);
+                    *plan = match plan {
+                        Plan::Open { .. } => Plan::Ends(TurnEnd {
+                            ts: fact.ts,
+                            seq: fact.seq,
+                            outcome,
+                        }),
+                        _ => Plan::Unfit,
+                    };
+                }
+                _ => {}
+            }
+            let Some(call_id) = fact.call_id else {
+                continue;
+            };
+            let plan = ends
+                .calls
+                .entry((turn_id, call_id))
+                .or_insert(Plan::Open { ran: false });
+            *plan = match (&*plan, &fact.change) {
+                (Plan::Open { .. }, Change::ToolStart) => Plan::Open { ran: true },
+                (
+                    Plan::Open { ran },
+                    Change::ToolResult {
+                        status,
+                        duration_ms,
+                        attempts,
+                    },
+                ) => Plan::Ends(CallEnd {
+                    ts: fact.ts,
+                    status,
+                    duration_ms: *duration_ms,
+                    attempts: *attempts,
+                    ran: *ran,
+                }),
+                // A start or a second result after the end: written as events come.
+                (Plan::Ends(_), Change::ToolStart | Change::ToolResult { .. }) => Plan::Unfit,
+                // Late events of an ended call (`tool_stopped`) change nothing in its row.
+                (Plan::Ends(end), _) => Plan::Ends(*end),
+                (Plan::Open { ran }, _) => Plan::Open { ran: *ran },
+                (Plan::Unfit, _) => Plan::Unfit,
+            };
+        }
+        ends
+    }
+
+    fn turn(&self, turn_id: &str) -> Option<TurnEnd<'a>> {
+        match self.turns.get(turn_id) {
+            Some(Plan::Ends(end)) => Some(*end),
+            _ => None,
+        }
+    }
+
+    fn call(&self, turn_id: &str, call_id: &str) -> Option<CallEnd<'a>> {
+        match self.calls.get(&(turn_id, call_id)) {
+            Some(Plan::Ends(end)) => Some(*end),
+            _ => None,
+        }
+    }
+}
+
+/// Writes a batch of facts (each with its serialized and redacted body), in order, in the
+/// transaction `tx` holds.
+pub(crate) fn apply_batch<'a>(
+    tx: &mut Writes<'_>,
+    rows: &mut Rows,
+    batch: &[(Fact<'a>, &str)],
+) -> rusqlite::Result<()> {
+    let ends = Ends::of(batch.iter().map(|(fact, _)| fact));
+    for (fact, body) in batch {
+        apply(tx, rows, &ends, fact, body)?;
+    }
+    Ok(())
+}
+
 /// The writes of one transaction, with its statements held from their first use to its end:
 /// taken from the connection's cache once a batch, not once an event (the cache finds a
 /// statement by hashing its whole text, and an event runs up to six of them).
@@ -142,24 +285,31 @@ impl<'c> Writes<'c> {
 
 /// Writes one event (`fact`, its serialized and redacted `body`) and what it changes in `turns`
 /// and `calls`.
-pub(crate) fn apply(
+fn apply(
     tx: &mut Writes<'_>,
     rows: &mut Rows,
+    ends: &Ends<'_>,
     fact: &Fact<'_>,
     body: &str,
 ) -> rusqlite::Result<()> {
     let ts = fact.ts;
-    let turn_row = match fact.turn_id {
-        Some(turn_id) => Some(turn_row(tx, rows, fact, turn_id)?),
+    let turn = match fact.turn_id {
+        Some(turn_id) => Some(turn_row(tx, rows, ends, fact, turn_id)?),
         None => None,
     };
-    let call_row = match (fact.call_id, turn_row) {
-        (Some(call_id), Some(turn_row)) => Some(call_row(tx, rows, fact, turn_row, call_id)?),
+    let call = match (fact.call_id, turn) {
+        (Some(call_id), Some(turn)) => Some(call_row(tx, rows, ends, fact, turn.id, call_id)?),
         _ => None,
     };
+    let turn_row = turn.map(|t| t.id);
+    let call_row = call.map(|c| c.id);
     match &fact.change {
         Change::TurnEnd { outcome } => {
-            if let Some(row) = turn_row {
+            if let Some(Row {
+                id: row,
+                whole: false,
+            }) = turn
+            {
                 tx.prepare_cached(
                     "UPDATE turns SET ended_at = ?1, outcome = ?2, end_seq = ?3 WHERE id = ?4",
                 )?
@@ -174,12 +324,14 @@ pub(crate) fn apply(
             duration_ms,
             attempts,
         } => {
-            if let Some(row) = call_row {
-                tx.prepare_cached(
+            if let Some(Row { id: row, whole }) = call {
+                if !whole {
+                    tx.prepare_cached(
                     "UPDATE calls SET status = ?1, ended_at = ?2, duration_ms = ?3, attempts = ?4 \
                      WHERE id = ?5",
-                )?
-                .execute(params![status, ts, duration_ms, attempts, row])?;
+                    )?
+                    .execute(params![status, ts, duration_ms, attempts, row])?;
+                }
                 if let (Some(turn_row), Some(call_id)) = (turn_row, fact.call_id) {
                     rows.calls.remove(&(turn_row, call_id.to_owned()));
                 }
@@ -217,50 +369,53 @@ pub(crate) fn apply(
     Ok(())
 }
 
-/// The row `insert` (an `INSERT OR IGNORE`) made, or, when its key had a row already, the one
-/// `update` changed (its `RETURNING id`). A plain insert, not an upsert returning the row: SQLite
-/// runs an upsert with a statement journal and its `RETURNING` through a table of its own, at
-/// every turn.
-fn insert_or_update(
-    tx: &mut Writes<'_>,
-    insert: &'static str,
-    insert_params: impl rusqlite::Params,
-    update: &'static str,
-    update_params: impl rusqlite::Params,
-) -> rusqlite::Result<i64> {
-    if tx.prepare_cached(insert)?.execute(insert_params)? == 1 {
-        return Ok(tx.last_insert_rowid());
-    }
-    tx.prepare_cached(update)?
-        .query_row(update_params, |r| r.get(0))
-}
+// Rows are made by a plain `INSERT OR IGNORE` and, when the key had a row already, an `UPDATE …
+// RETURNING id`, not by an upsert returning the row: SQLite runs an upsert with a statement
+// journal and its `RETURNING` through a table of its own, at every turn.
 
 fn turn_row(
     tx: &mut Writes<'_>,
     rows: &mut Rows,
+    ends: &Ends<'_>,
     fact: &Fact<'_>,
     turn_id: &str,
-) -> rusqlite::Result<i64> {
+) -> rusqlite::Result<Row> {
     let ts = fact.ts;
     if let Change::TurnStart { parent_turn_id } = fact.change {
-        // A turn id used again (a caller may choose its turn ids) continues the same row.
-        let row = insert_or_update(
-            tx,
-            "INSERT OR IGNORE INTO turns (turn_id, session_id, parent_turn_id, started_at, \
-             start_seq, principal) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![
+        let end = ends.turn(turn_id);
+        let inserted =
+            tx.prepare_cached(
+                "INSERT OR IGNORE INTO turns (turn_id, session_id, parent_turn_id, started_at, \
+                 start_seq, principal, ended_at, outcome, end_seq) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            )?
+            .execute(params![
                 turn_id,
                 fact.session_id,
                 parent_turn_id,
                 ts,
                 fact.seq as i64,
-                fact.principal_or_local()
-            ],
-            "UPDATE turns SET ended_at = NULL, outcome = NULL, end_seq = NULL, \
-             start_seq = ?2 WHERE turn_id = ?1 RETURNING id",
-            params![turn_id, fact.seq as i64],
-        )?;
-        rows.last_turn_row = rows.last_turn_row.max(row);
+                fact.principal_or_local(),
+                end.map(|e| e.ts),
+                end.map(|e| e.outcome),
+                end.map(|e| e.seq as i64)
+            ])? == 1;
+        let row = if inserted {
+            Row {
+                id: tx.last_insert_rowid(),
+                whole: end.is_some(),
+            }
+        } else {
+            // A turn id used again (a caller may choose its turn ids) continues the same row.
+            let id = tx
+                .prepare_cached(
+                    "UPDATE turns SET ended_at = NULL, outcome = NULL, end_seq = NULL, \
+                     start_seq = ?2 WHERE turn_id = ?1 RETURNING id",
+                )?
+                .query_row(params![turn_id, fact.seq as i64], |r| r.get(0))?;
+            Row { id, whole: false }
+        };
+        rows.last_turn_row = rows.last_turn_row.max(row.id);
         rows.turns.insert(turn_id.to_owned(), row);
         return Ok(row);
     }
@@ -271,11 +426,11 @@ fn turn_row(
         .prepare_cached("SELECT id FROM turns WHERE turn_id = ?1")?
         .query_row([turn_id], |r| r.get(0))
         .optional()?;
-    if let Some(row) = found {
-        return Ok(row);
+    if let Some(id) = found {
+        return Ok(Row { id, whole: false });
     }
     // An event of a turn whose start the trail never saw (it was pruned): the turn starts here.
-    let row: i64 = tx
+    let id: i64 = tx
         .prepare_cached(
             "INSERT INTO turns (turn_id, session_id, started_at, principal) VALUES (?1, ?2, ?3, ?4) \
              RETURNING id",
@@ -284,49 +439,222 @@ fn turn_row(
             params![turn_id, fact.session_id, ts, fact.principal_or_local()],
             |r| r.get(0),
         )?;
-    rows.last_turn_row = rows.last_turn_row.max(row);
-    Ok(row)
+    rows.last_turn_row = rows.last_turn_row.max(id);
+    Ok(Row { id, whole: false })
 }
 
 fn call_row(
     tx: &mut Writes<'_>,
     rows: &mut Rows,
+    ends: &Ends<'_>,
     fact: &Fact<'_>,
     turn_row: i64,
     call_id: &str,
-) -> rusqlite::Result<i64> {
+) -> rusqlite::Result<Row> {
     let key = (turn_row, call_id.to_owned());
     let ran = fact.change == Change::ToolStart;
     if let Some(row) = rows.calls.get(&key) {
-        if ran {
+        if ran && !row.whole {
             tx.prepare_cached("UPDATE calls SET ran = 1 WHERE id = ?1")?
-                .execute([*row])?;
+                .execute([row.id])?;
         }
         return Ok(*row);
     }
-    // A call there already is one of an ended call's turn and id (a late event), or of a turn
-    // used again.
-    let row = insert_or_update(
-        tx,
-        "INSERT OR IGNORE INTO calls (turn_row, turn_id, call_id, session_id, tool, \
-         started_at, ran, principal) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        params![
+    let end = fact.turn_id.and_then(|turn_id| ends.call(turn_id, call_id));
+    let inserted =
+        tx.prepare_cached(
+            "INSERT OR IGNORE INTO calls (turn_row, turn_id, call_id, session_id, tool, \
+             started_at, ran, principal, status, ended_at, duration_ms, attempts) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+        )?
+        .execute(params![
             turn_row,
             fact.turn_id,
             call_id,
             fact.session_id,
             fact.tool,
             fact.ts,
-            ran,
-            fact.principal_or_local()
-        ],
-        "UPDATE calls SET ran = max(ran, ?3) WHERE turn_row = ?1 AND call_id = ?2 RETURNING id",
-        params![turn_row, call_id, ran],
-    )?;
-    rows.last_call_row = rows.last_call_row.max(row);
+            ran || end.is_some_and(|e| e.ran),
+            fact.principal_or_local(),
+            end.map(|e| e.status),
+            end.map(|e| e.ts),
+            end.map(|e| e.duration_ms),
+            end.map(|e| e.attempts)
+        ])? == 1;
+    let row = if inserted {
+        Row {
+            id: tx.last_insert_rowid(),
+            whole: end.is_some(),
+        }
+    } else {
+        // A call there already is one of an ended call's turn and id (a late event), or of a
+        // turn used again.
+        let id = tx
+            .prepare_cached(
+                "UPDATE calls SET ran = max(ran, ?3) WHERE turn_row = ?1 AND call_id = ?2 \
+                 RETURNING id",
+            )?
+            .query_row(params![turn_row, call_id, ran], |r| r.get(0))?;
+        Row { id, whole: false }
+    };
+    rows.last_call_row = rows.last_call_row.max(row.id);
     // Ended calls are not kept: their late events (`tool_stopped`) find them in the database.
     if !matches!(fact.change, Change::ToolResult { .. }) {
         rows.calls.insert(key, row);
     }
     Ok(row)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::expect_used, clippy::unwrap_used, reason = "tests")]
+
+    use proptest::prelude::*;
+    use rusqlite::Connection;
+
+    use super::*;
+
+    /// An event of the generated histories: (kind, turn, call), with turn and call picked from two
+    /// ids each.
+    fn fact(seq: u64, (kind, turn, call): (u8, u8, u8)) -> Fact<'static> {
+        const TURNS: [&str; 2] = ["t_a", "t_b"];
+        const CALLS: [&str; 2] = ["1", "2"];
+        let (change, call) = match kind % 6 {
+            0 => (
+                Change::TurnStart {
+                    parent_turn_id: None,
+                },
+                None,
+            ),
+            1 => (Change::TurnEnd { outcome: "partial" }, None),
+            2 => (Change::ToolStart, Some(CALLS[usize::from(call % 2)])),
+            3 => (
+                Change::ToolResult {
+                    status: if seq.is_multiple_of(2) { "ok" } else { "error" },
+                    duration_ms: seq as i64,
+                    attempts: 1 + (seq % 3) as i64,
+                },
+                Some(CALLS[usize::from(call % 2)]),
+            ),
+            // An event of a call that changes nothing (`tool_progress`, `tool_stopped`).
+            4 => (Change::None, Some(CALLS[usize::from(call % 2)])),
+            _ => (Change::None, None),
+        };
+        Fact {
+            seq,
+            ts: 1_000 + seq as i64,
+            kind: "event",
+            turn_id: Some(TURNS[usize::from(turn % 2)]),
+            call_id: call,
+            principal: None,
+            session_id: Some("s"),
+            tool: call.map(|_| "echo"),
+            change,
+        }
+    }
+
+    fn store() -> Connection {
+        let mut conn = Connection::open_in_memory().unwrap();
+        super::super::schema::migrate(&mut conn, 0).unwrap();
+        conn
+    }
+
+    /// Writes `facts` in batches that end after each index of `cuts`, each in a transaction.
+    fn write(conn: &mut Connection, facts: &[Fact<'static>], cuts: &[usize]) {
+        let mut rows = Rows::default();
+        let mut from = 0;
+        for to in cuts.iter().copied().chain([facts.len()]) {
+            let to = to.clamp(from, facts.len());
+            let batch: Vec<(Fact<'_>, &str)> =
+                facts[from..to].iter().map(|f| (f.clone(), "{}")).collect();
+            let tx = conn.transaction().unwrap();
+            let mut writes = Writes::new(&tx);
+            apply_batch(&mut writes, &mut rows, &batch).unwrap();
+            drop(writes);
+            tx.commit().unwrap();
+            from = to;
+        }
+    }
+
+    fn tables(conn: &Connection) -> Vec<String> {
+        let mut out = Vec::new();
+        for sql in [
+            "SELECT id, turn_id, session_id, parent_turn_id, started_at, ended_at, outcome, \
+             start_seq, end_seq, principal FROM turns ORDER BY id",
+            "SELECT id, turn_row, turn_id, call_id, session_id, tool, status, started_at, \
+             ended_at, duration_ms, attempts, ran, principal FROM calls ORDER BY id",
+            "SELECT seq, turn_row, call_row FROM events ORDER BY seq",
+            "SELECT turns.id FROM turns INDEXED BY turns_open WHERE ended_at IS NULL ORDER BY id",
+        ] {
+            let mut statement = conn.prepare(sql).unwrap();
+            let n = statement.column_count();
+            let rows = statement
+                .query_map([], |r| {
+                    (0..n)
+                        .map(|i| {
+                            r.get::<_, rusqlite::types::Value>(i)
+                                .map(|v| format!("{v:?}"))
+                        })
+                        .collect::<Result<Vec<_>, _>>()
+                })
+                .unwrap();
+            for row in rows {
+                out.push(row.unwrap().join("|"));
+            }
+        }
+        out
+    }
+
+    proptest! {
+        /// Whatever the batches, the rows are those of writing each event in a batch of its own
+        /// (a turn or call that starts and ends in one batch is written once, whole).
+        #[test]
+        fn rows_do_not_depend_on_how_events_are_batched(
+            events in proptest::collection::vec((0u8..6, 0u8..2, 0u8..2), 1..40),
+            cuts in proptest::collection::vec(0usize..40, 0..4),
+        ) {
+            let facts: Vec<Fact<'static>> = events
+                .iter()
+                .enumerate()
+                .map(|(i, e)| fact(i as u64 + 1, *e))
+                .collect();
+            let mut cuts = cuts;
+            cuts.sort_unstable();
+            let mut one_by_one = store();
+            write(&mut one_by_one, &facts, &(1..facts.len()).collect::<Vec<_>>());
+            let mut batched = store();
+            write(&mut batched, &facts, &cuts);
+            prop_assert_eq!(tables(&batched), tables(&one_by_one));
+        }
+    }
+
+    /// A turn of one call that starts and ends in one batch: its rows are written whole (no
+    /// `UPDATE` at their ends), and read as ended.
+    #[test]
+    fn a_turn_and_call_that_end_in_their_batch_are_written_whole() {
+        let facts = [
+            fact(1, (0, 0, 0)),
+            fact(2, (2, 0, 0)),
+            fact(3, (3, 0, 0)),
+            fact(4, (1, 0, 0)),
+        ];
+        let batch: Vec<(Fact<'_>, &str)> = facts.iter().map(|f| (f.clone(), "{}")).collect();
+        let ends = Ends::of(batch.iter().map(|(f, _)| f));
+        assert_eq!(ends.turn("t_a").map(|e| e.seq), Some(4));
+        assert!(ends.call("t_a", "1").is_some_and(|e| e.ran));
+        let mut conn = store();
+        write(&mut conn, &facts, &[]);
+        let (ended, outcome): (Option<i64>, Option<String>) = conn
+            .query_row("SELECT ended_at, outcome FROM turns", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .unwrap();
+        assert_eq!((ended, outcome.as_deref()), (Some(1_004), Some("partial")));
+        let (status, ran): (Option<String>, bool) = conn
+            .query_row("SELECT status, ran FROM calls", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .unwrap();
+        assert_eq!((status.as_deref(), ran), (Some("error"), true));
+    }
 }

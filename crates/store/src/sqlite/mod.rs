@@ -175,17 +175,15 @@ fn replay_file(
 ) -> Result<(), OpenError> {
     let last = read::last_seq(conn).map_err(|e| sqlite_error(path, e))?;
     let mut records = pending::Records::new(bytes);
-    let mut moved = 0usize;
     let tx = conn.transaction().map_err(|e| sqlite_error(path, e))?;
     let mut rows = apply::Rows::default();
     let mut writes = apply::Writes::new(&tx);
-    for (fact, body) in records.by_ref() {
-        if fact.seq <= last {
-            continue;
-        }
-        apply::apply(&mut writes, &mut rows, &fact, body).map_err(|e| sqlite_error(path, e))?;
-        moved += 1;
-    }
+    let batch: Vec<(apply::Fact<'_>, &str)> = records
+        .by_ref()
+        .filter(|(fact, _)| fact.seq > last)
+        .collect();
+    apply::apply_batch(&mut writes, &mut rows, &batch).map_err(|e| sqlite_error(path, e))?;
+    let moved = batch.len();
     drop(writes);
     tx.commit().map_err(|e| sqlite_error(path, e))?;
     if let Some(pending::EarlyEnd::Damaged { at, why }) = records.stop() {

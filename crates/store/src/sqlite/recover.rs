@@ -4,7 +4,7 @@
 use rusqlite::{Connection, params};
 use toolwarden_protocol::Timestamp;
 
-use super::apply::{Fact, Rows, Writes, apply};
+use super::apply::{Fact, Rows, Writes, apply_batch};
 use crate::recover::{
     Interruption, OpenCall, OpenTurn, close_turns, listed_calls, merge_calls, stored_result,
 };
@@ -52,14 +52,13 @@ pub(crate) fn recover(
     let tx = conn.transaction()?;
     let mut rows = Rows::default();
     let mut writes = Writes::new(&tx);
-    for event in &events {
-        apply(
-            &mut writes,
-            &mut rows,
-            &Fact::of(event),
-            &redactor.body(event),
-        )?;
-    }
+    let bodies: Vec<String> = events.iter().map(|event| redactor.body(event)).collect();
+    let batch: Vec<(Fact<'_>, &str)> = events
+        .iter()
+        .zip(&bodies)
+        .map(|(event, body)| (Fact::of(event), body.as_str()))
+        .collect();
+    apply_batch(&mut writes, &mut rows, &batch)?;
     drop(writes);
     tx.commit()?;
     Ok(interrupted)

@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use rusqlite::Connection;
 use toolwarden_protocol::{TaskRecord, Timestamp};
 
-use super::apply::{Rows, Writes, apply};
+use super::apply::{Fact, Rows, Writes, apply_batch};
 use super::pending::{PendingFile, PendingLog, Unapplied};
 use crate::redact::RedactedEvent;
 use crate::writer::TrailBackend;
@@ -40,9 +40,8 @@ impl SqliteWriter {
         let result = (|| {
             let tx = self.conn.transaction()?;
             let mut writes = Writes::new(&tx);
-            for (fact, body) in sealed.records() {
-                apply(&mut writes, &mut self.rows, &fact, body)?;
-            }
+            let batch: Vec<(Fact<'_>, &str)> = sealed.records().collect();
+            apply_batch(&mut writes, &mut self.rows, &batch)?;
             drop(writes);
             tx.commit()
         })();
