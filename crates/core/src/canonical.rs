@@ -210,7 +210,6 @@ fn write_float<S: Sink>(out: &mut S, f: f64) {
 }
 
 fn write_string<S: Sink>(out: &mut S, s: &str) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let bytes = s.as_bytes();
     out.byte(b'"');
     // Copy runs that need no escaping in one piece.
@@ -224,14 +223,10 @@ fn write_string<S: Sink>(out: &mut S, s: &str) {
             0x0a => b"\\n",
             0x0c => b"\\f",
             0x0d => b"\\r",
-            0..=0x1f => &[
-                b'\\',
-                b'u',
-                b'0',
-                b'0',
-                HEX[(b >> 4) as usize],
-                HEX[(b & 15) as usize],
-            ],
+            0..=0x1f => {
+                let [high, low] = toolwarden_protocol::hex::byte(b);
+                &[b'\\', b'u', b'0', b'0', high, low]
+            }
             _ => continue,
         };
         out.put(&bytes[start..i]);

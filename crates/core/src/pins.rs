@@ -49,7 +49,10 @@ impl Definition {
     /// The definition a `tool_accepted` event carries.
     pub fn from_value(value: Value) -> Definition {
         let value = sorted(value);
-        let digest = format!("sha256:{}", hex(&canonical::digest(&value)));
+        let digest = format!(
+            "sha256:{}",
+            toolwarden_protocol::hex::encode(&canonical::digest(&value))
+        );
         Definition { value, digest }
     }
 
@@ -60,14 +63,6 @@ impl Definition {
             .map(str::to_owned)
             .collect()
     }
-}
-
-fn hex(bytes: &[u8; 32]) -> String {
-    let mut s = String::with_capacity(64);
-    for b in bytes {
-        let _ = write!(s, "{b:02x}");
-    }
-    s
 }
 
 /// `value` with every object's keys in order, whatever the map type keeps.

@@ -15,6 +15,7 @@ mod call;
 mod config;
 mod duration;
 mod event;
+pub mod hex;
 mod ids;
 mod interaction;
 mod outcome;

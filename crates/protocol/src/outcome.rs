@@ -299,12 +299,10 @@ pub struct ContentDigest(pub [u8; 32]);
 
 impl std::fmt::Display for ContentDigest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut buf = [0u8; 7 + 64];
         buf[..7].copy_from_slice(b"sha256:");
-        for (i, b) in self.0.iter().enumerate() {
-            buf[7 + 2 * i] = HEX[usize::from(b >> 4)];
-            buf[8 + 2 * i] = HEX[usize::from(b & 15)];
+        for (pair, &b) in buf[7..].chunks_exact_mut(2).zip(&self.0) {
+            pair.copy_from_slice(&crate::hex::byte(b));
         }
         // Only ASCII was written.
         f.write_str(std::str::from_utf8(&buf).unwrap_or("sha256:?"))

@@ -1,7 +1,5 @@
 //! Every key and channel, under the configured prefix (docs/SCALE-OUT.md lists them).
 
-use std::fmt::Write as _;
-
 /// The names of one deployment.
 #[derive(Clone, Debug)]
 pub(crate) struct Keys {
@@ -32,12 +30,20 @@ impl Keys {
 
     /// String: a cached result.
     pub(crate) fn cache(&self, key: &[u8; 32]) -> String {
-        format!("{}cache:{}", self.prefix, hex(key))
+        format!(
+            "{}cache:{}",
+            self.prefix,
+            toolwarden_protocol::hex::encode(key)
+        )
     }
 
     /// String: the replica that runs a cacheable call now.
     pub(crate) fn cache_lock(&self, key: &[u8; 32]) -> String {
-        format!("{}cache-lock:{}", self.prefix, hex(key))
+        format!(
+            "{}cache-lock:{}",
+            self.prefix,
+            toolwarden_protocol::hex::encode(key)
+        )
     }
 
     /// Hash: a named session's loop run (`c` the call, `r` its result, `n` how many in a row).
@@ -104,12 +110,4 @@ impl Keys {
     pub(crate) fn events_channel(&self) -> String {
         format!("{}events", self.prefix)
     }
-}
-
-fn hex(bytes: &[u8; 32]) -> String {
-    let mut out = String::with_capacity(64);
-    for b in bytes {
-        let _ = write!(out, "{b:02x}");
-    }
-    out
 }

@@ -184,13 +184,9 @@ fn derive_session(auth: Option<&[u8]>, client_name: Option<&str>) -> SessionId {
     if let Some(name) = client_name {
         digest.update(name.as_bytes());
     }
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut id = String::with_capacity(4 + 24);
     id.push_str("mcp_");
-    for b in &digest.finalize()[..12] {
-        id.push(char::from(HEX[usize::from(b >> 4)]));
-        id.push(char::from(HEX[usize::from(b & 0xf)]));
-    }
+    toolwarden_protocol::hex::push(&mut id, &digest.finalize()[..12]);
     SessionId::new(id)
 }
 
