@@ -369,9 +369,29 @@ fn apply(
     Ok(())
 }
 
-// Rows are made by a plain `INSERT OR IGNORE` and, when the key had a row already, an `UPDATE …
-// RETURNING id`, not by an upsert returning the row: SQLite runs an upsert with a statement
-// journal and its `RETURNING` through a table of its own, at every turn.
+/// The row `insert` (an `INSERT OR IGNORE`, of a row written `whole` or not) made, or, when its
+/// key had a row already, the one `update` changed (its `RETURNING id`). A plain insert, not an
+/// upsert returning the row: SQLite runs an upsert with a statement journal and its `RETURNING`
+/// through a table of its own, at every turn.
+fn insert_or_update(
+    tx: &mut Writes<'_>,
+    insert: &'static str,
+    insert_params: impl rusqlite::Params,
+    whole: bool,
+    update: &'static str,
+    update_params: impl rusqlite::Params,
+) -> rusqlite::Result<Row> {
+    if tx.prepare_cached(insert)?.execute(insert_params)? == 1 {
+        return Ok(Row {
+            id: tx.last_insert_rowid(),
+            whole,
+        });
+    }
+    let id = tx
+        .prepare_cached(update)?
+        .query_row(update_params, |r| r.get(0))?;
+    Ok(Row { id, whole: false })
+}
 
 fn turn_row(
     tx: &mut Writes<'_>,
@@ -383,13 +403,13 @@ fn turn_row(
     let ts = fact.ts;
     if let Change::TurnStart { parent_turn_id } = fact.change {
         let end = ends.turn(turn_id);
-        let inserted =
-            tx.prepare_cached(
-                "INSERT OR IGNORE INTO turns (turn_id, session_id, parent_turn_id, started_at, \
-                 start_seq, principal, ended_at, outcome, end_seq) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-            )?
-            .execute(params![
+        // A turn id used again (a caller may choose its turn ids) continues the same row.
+        let row = insert_or_update(
+            tx,
+            "INSERT OR IGNORE INTO turns (turn_id, session_id, parent_turn_id, started_at, \
+             start_seq, principal, ended_at, outcome, end_seq) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            params![
                 turn_id,
                 fact.session_id,
                 parent_turn_id,
@@ -399,22 +419,12 @@ fn turn_row(
                 end.map(|e| e.ts),
                 end.map(|e| e.outcome),
                 end.map(|e| e.seq as i64)
-            ])? == 1;
-        let row = if inserted {
-            Row {
-                id: tx.last_insert_rowid(),
-                whole: end.is_some(),
-            }
-        } else {
-            // A turn id used again (a caller may choose its turn ids) continues the same row.
-            let id = tx
-                .prepare_cached(
-                    "UPDATE turns SET ended_at = NULL, outcome = NULL, end_seq = NULL, \
-                     start_seq = ?2 WHERE turn_id = ?1 RETURNING id",
-                )?
-                .query_row(params![turn_id, fact.seq as i64], |r| r.get(0))?;
-            Row { id, whole: false }
-        };
+            ],
+            end.is_some(),
+            "UPDATE turns SET ended_at = NULL, outcome = NULL, end_seq = NULL, \
+             start_seq = ?2 WHERE turn_id = ?1 RETURNING id",
+            params![turn_id, fact.seq as i64],
+        )?;
         rows.last_turn_row = rows.last_turn_row.max(row.id);
         rows.turns.insert(turn_id.to_owned(), row);
         return Ok(row);
@@ -461,13 +471,14 @@ fn call_row(
         return Ok(*row);
     }
     let end = fact.turn_id.and_then(|turn_id| ends.call(turn_id, call_id));
-    let inserted =
-        tx.prepare_cached(
-            "INSERT OR IGNORE INTO calls (turn_row, turn_id, call_id, session_id, tool, \
-             started_at, ran, principal, status, ended_at, duration_ms, attempts) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-        )?
-        .execute(params![
+    // A call there already is one of an ended call's turn and id (a late event), or of a turn
+    // used again.
+    let row = insert_or_update(
+        tx,
+        "INSERT OR IGNORE INTO calls (turn_row, turn_id, call_id, session_id, tool, \
+         started_at, ran, principal, status, ended_at, duration_ms, attempts) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+        params![
             turn_row,
             fact.turn_id,
             call_id,
@@ -480,23 +491,11 @@ fn call_row(
             end.map(|e| e.ts),
             end.map(|e| e.duration_ms),
             end.map(|e| e.attempts)
-        ])? == 1;
-    let row = if inserted {
-        Row {
-            id: tx.last_insert_rowid(),
-            whole: end.is_some(),
-        }
-    } else {
-        // A call there already is one of an ended call's turn and id (a late event), or of a
-        // turn used again.
-        let id = tx
-            .prepare_cached(
-                "UPDATE calls SET ran = max(ran, ?3) WHERE turn_row = ?1 AND call_id = ?2 \
-                 RETURNING id",
-            )?
-            .query_row(params![turn_row, call_id, ran], |r| r.get(0))?;
-        Row { id, whole: false }
-    };
+        ],
+        end.is_some(),
+        "UPDATE calls SET ran = max(ran, ?3) WHERE turn_row = ?1 AND call_id = ?2 RETURNING id",
+        params![turn_row, call_id, ran],
+    )?;
     rows.last_call_row = rows.last_call_row.max(row.id);
     // Ended calls are not kept: their late events (`tool_stopped`) find them in the database.
     if !matches!(fact.change, Change::ToolResult { .. }) {
