@@ -114,7 +114,7 @@ impl<'a> Fact<'a> {
 /// other (a turn id used twice, a call whose start came in an earlier batch, two results) is
 /// written at its start and changed at its end, as events come. Nothing reads a transaction's
 /// rows before it commits, so only the committed rows must be the same either way.
-pub(crate) struct Ends<'a> {
+struct Ends<'a> {
     turns: HashMap<&'a str, Plan<TurnEnd<'a>>>,
     calls: HashMap<(&'a str, &'a str), Plan<CallEnd<'a>>>,
 }
@@ -148,7 +148,7 @@ struct CallEnd<'a> {
 
 impl<'a> Ends<'a> {
     /// Reads the ends of a batch's facts, in the order they will be written.
-    pub(crate) fn of<'f>(facts: impl IntoIterator<Item = &'f Fact<'a>>) -> Ends<'a>
+    fn of<'f>(facts: impl IntoIterator<Item = &'f Fact<'a>>) -> Ends<'a>
     where
         'a: 'f,
     {
