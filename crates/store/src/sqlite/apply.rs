@@ -109,11 +109,13 @@ impl<'a> Fact<'a> {
 }
 
 /// What a batch holds of how its turns and calls end, read before any of it is written. A turn
-/// or a call that starts and ends once in the batch gets its row once, whole, when it starts: no
-/// `UPDATE` at its end, and no entry in the index of open turns to make and take out again. Any
-/// other (a turn id used twice, a call whose start came in an earlier batch, two results) is
-/// written at its start and changed at its end, as events come. Nothing reads a transaction's
-/// rows before it commits, so only the committed rows must be the same either way.
+/// that starts and ends once in the batch, and a call whose events in the batch end with one
+/// result, are inserted whole at their first event: no `UPDATE` at their end, and no entry in
+/// the index of open turns to make and take out again. Any other (a turn id used twice, two
+/// results) is written at its start and changed at its end, as events come; so is a row the
+/// insert finds there already (a call started in an earlier batch, a turn id used before):
+/// only a row this batch inserts is ever whole. The rows come out the same either way, because
+/// nothing in the transaction reads a row's end columns and `ran` is only ever raised.
 struct Ends<'a> {
     turns: HashMap<&'a str, Plan<TurnEnd<'a>>>,
     calls: HashMap<(&'a str, &'a str), Plan<CallEnd<'a>>>,
@@ -121,8 +123,8 @@ struct Ends<'a> {
 
 /// What the batch holds of one turn or call, so far.
 enum Plan<E> {
-    /// Started (for a call: an event of it came) and not ended; for a call, whether it `ran`
-    /// (its `tool_start` came).
+    /// Started (for a call: its first event in the batch came) and not ended; for a call,
+    /// whether it `ran` (its `tool_start` came).
     Open { ran: bool },
     /// Started and ended once.
     Ends(E),
@@ -497,7 +499,8 @@ fn call_row(
         params![turn_row, call_id, ran],
     )?;
     rows.last_call_row = rows.last_call_row.max(row.id);
-    // Ended calls are not kept: their late events (`tool_stopped`) find them in the database.
+    // A call is forgotten at its result: a late event (`tool_stopped`) finds its row in the
+    // database.
     if !matches!(fact.change, Change::ToolResult { .. }) {
         rows.calls.insert(key, row);
     }
@@ -513,41 +516,57 @@ mod tests {
 
     use super::*;
 
+    const TURNS: [&str; 2] = ["t_a", "t_b"];
+    const CALLS: [&str; 2] = ["1", "2"];
+    const SESSIONS: [&str; 3] = ["s_1", "s_2", "s_3"];
+    const TOOLS: [&str; 2] = ["echo", "fetch"];
+
     /// An event of the generated histories: (kind, turn, call), with turn and call picked from two
-    /// ids each.
+    /// ids each. Its session, principal and tool change from event to event, so that a row made
+    /// from another event than the one that starts it shows; its time moves to a new minute every
+    /// third event, so that minute marks are written.
     fn fact(seq: u64, (kind, turn, call): (u8, u8, u8)) -> Fact<'static> {
-        const TURNS: [&str; 2] = ["t_a", "t_b"];
-        const CALLS: [&str; 2] = ["1", "2"];
+        let call_id = CALLS[usize::from(call % 2)];
         let (change, call) = match kind % 6 {
             0 => (
                 Change::TurnStart {
-                    parent_turn_id: None,
+                    parent_turn_id: seq.is_multiple_of(3).then_some("t_parent"),
                 },
                 None,
             ),
-            1 => (Change::TurnEnd { outcome: "partial" }, None),
-            2 => (Change::ToolStart, Some(CALLS[usize::from(call % 2)])),
+            1 => (
+                Change::TurnEnd {
+                    outcome: if seq.is_multiple_of(2) {
+                        "completed"
+                    } else {
+                        "partial"
+                    },
+                },
+                None,
+            ),
+            2 => (Change::ToolStart, Some(call_id)),
             3 => (
                 Change::ToolResult {
                     status: if seq.is_multiple_of(2) { "ok" } else { "error" },
                     duration_ms: seq as i64,
                     attempts: 1 + (seq % 3) as i64,
                 },
-                Some(CALLS[usize::from(call % 2)]),
+                Some(call_id),
             ),
             // An event of a call that changes nothing (`tool_progress`, `tool_stopped`).
-            4 => (Change::None, Some(CALLS[usize::from(call % 2)])),
+            4 => (Change::None, Some(call_id)),
             _ => (Change::None, None),
         };
+        let n = seq as usize;
         Fact {
             seq,
-            ts: 1_000 + seq as i64,
-            kind: "event",
+            ts: 1_000 + 20_000 * seq as i64,
+            kind: ["a", "b", "c"][n % 3],
             turn_id: Some(TURNS[usize::from(turn % 2)]),
             call_id: call,
-            principal: None,
-            session_id: Some("s"),
-            tool: call.map(|_| "echo"),
+            principal: (!n.is_multiple_of(4)).then(|| ["alice", "bob"][n % 2]),
+            session_id: Some(SESSIONS[n % 3]),
+            tool: call.map(|_| TOOLS[n % 2]),
             change,
         }
     }
@@ -558,33 +577,93 @@ mod tests {
         conn
     }
 
-    /// Writes `facts` in batches that end after each index of `cuts`, each in a transaction.
-    fn write(conn: &mut Connection, facts: &[Fact<'static>], cuts: &[usize]) {
+    /// How a history is written.
+    enum Batches<'c> {
+        /// Each event in a transaction of its own, and no turn or call written whole: what the
+        /// writer did before it read batches ahead.
+        AsEventsCome,
+        /// In batches that end after each index of `cuts`; a batch whose index is in `fresh`
+        /// starts with nothing remembered (as after a failed transaction, or when a store
+        /// opens and replays its pending files).
+        Cut {
+            cuts: &'c [usize],
+            fresh: &'c [usize],
+        },
+    }
+
+    fn write(conn: &mut Connection, facts: &[Fact<'static>], how: &Batches<'_>) {
         let mut rows = Rows::default();
-        let mut from = 0;
-        for to in cuts.iter().copied().chain([facts.len()]) {
-            let to = to.clamp(from, facts.len());
-            let batch: Vec<(Fact<'_>, &str)> =
-                facts[from..to].iter().map(|f| (f.clone(), "{}")).collect();
+        let bodies: Vec<String> = facts
+            .iter()
+            .map(|f| format!("{{\"seq\":{}}}", f.seq))
+            .collect();
+        let batches: Vec<(usize, usize)> = match how {
+            Batches::AsEventsCome => (0..facts.len()).map(|i| (i, i + 1)).collect(),
+            Batches::Cut { cuts, .. } => {
+                let mut from = 0;
+                cuts.iter()
+                    .copied()
+                    .chain([facts.len()])
+                    .map(|to| {
+                        let to = to.clamp(from, facts.len());
+                        let batch = (from, to);
+                        from = to;
+                        batch
+                    })
+                    .collect()
+            }
+        };
+        for (n, (from, to)) in batches.into_iter().enumerate() {
+            if let Batches::Cut { fresh, .. } = how
+                && fresh.contains(&n)
+            {
+                rows = Rows::default();
+            }
+            let batch: Vec<(Fact<'_>, &str)> = facts[from..to]
+                .iter()
+                .zip(&bodies[from..to])
+                .map(|(f, b)| (f.clone(), b.as_str()))
+                .collect();
             let tx = conn.transaction().unwrap();
             let mut writes = Writes::new(&tx);
-            apply_batch(&mut writes, &mut rows, &batch).unwrap();
+            match how {
+                Batches::AsEventsCome => {
+                    let none = Ends {
+                        turns: HashMap::new(),
+                        calls: HashMap::new(),
+                    };
+                    for (fact, body) in &batch {
+                        apply(&mut writes, &mut rows, &none, fact, body).unwrap();
+                    }
+                }
+                Batches::Cut { .. } => apply_batch(&mut writes, &mut rows, &batch).unwrap(),
+            }
             drop(writes);
             tx.commit().unwrap();
-            from = to;
         }
     }
 
-    fn tables(conn: &Connection) -> Vec<String> {
+    /// The rows of every table. `mark_rows`: with the row ids each minute's mark holds (a writer
+    /// that starts with nothing remembered does not know the last row ids, and marks a minute
+    /// whose first event has no call with row 1: a lower bound, which only makes pruning more
+    /// cautious).
+    fn tables(conn: &Connection, mark_rows: bool) -> Vec<String> {
         let mut out = Vec::new();
+        let marks = if mark_rows {
+            "SELECT minute, seq, call_row, turn_row FROM marks ORDER BY minute"
+        } else {
+            "SELECT minute, seq FROM marks ORDER BY minute"
+        };
         for sql in [
             "SELECT id, turn_id, session_id, parent_turn_id, started_at, ended_at, outcome, \
              start_seq, end_seq, principal FROM turns ORDER BY id",
             "SELECT id, turn_row, turn_id, call_id, session_id, tool, status, started_at, \
              ended_at, duration_ms, attempts, ran, principal FROM calls ORDER BY id",
-            "SELECT seq, turn_row, call_row FROM events ORDER BY seq",
+            "SELECT seq, ts, type, turn_row, call_row, body FROM events ORDER BY seq",
+            marks,
             "SELECT turns.id FROM turns INDEXED BY turns_open WHERE ended_at IS NULL ORDER BY id",
         ] {
+            out.push(format!("-- {sql}"));
             let mut statement = conn.prepare(sql).unwrap();
             let n = statement.column_count();
             let rows = statement
@@ -605,12 +684,13 @@ mod tests {
     }
 
     proptest! {
-        /// Whatever the batches, the rows are those of writing each event in a batch of its own
-        /// (a turn or call that starts and ends in one batch is written once, whole).
+        /// Whatever the batches, the rows are those of writing each event as it comes, with no
+        /// turn or call written whole.
         #[test]
         fn rows_do_not_depend_on_how_events_are_batched(
             events in proptest::collection::vec((0u8..6, 0u8..2, 0u8..2), 1..40),
             cuts in proptest::collection::vec(0usize..40, 0..4),
+            fresh in proptest::collection::vec(0usize..5, 0..3),
         ) {
             let facts: Vec<Fact<'static>> = events
                 .iter()
@@ -619,16 +699,17 @@ mod tests {
                 .collect();
             let mut cuts = cuts;
             cuts.sort_unstable();
-            let mut one_by_one = store();
-            write(&mut one_by_one, &facts, &(1..facts.len()).collect::<Vec<_>>());
+            let mut as_they_come = store();
+            write(&mut as_they_come, &facts, &Batches::AsEventsCome);
             let mut batched = store();
-            write(&mut batched, &facts, &cuts);
-            prop_assert_eq!(tables(&batched), tables(&one_by_one));
+            write(&mut batched, &facts, &Batches::Cut { cuts: &cuts, fresh: &fresh });
+            let mark_rows = fresh.is_empty();
+            prop_assert_eq!(tables(&batched, mark_rows), tables(&as_they_come, mark_rows));
         }
     }
 
-    /// A turn of one call that starts and ends in one batch: its rows are written whole (no
-    /// `UPDATE` at their ends), and read as ended.
+    /// A turn of one call that starts and ends in one batch: its rows are written whole, with no
+    /// `UPDATE` at their ends, and read as ended.
     #[test]
     fn a_turn_and_call_that_end_in_their_batch_are_written_whole() {
         let facts = [
@@ -637,23 +718,38 @@ mod tests {
             fact(3, (3, 0, 0)),
             fact(4, (1, 0, 0)),
         ];
-        let batch: Vec<(Fact<'_>, &str)> = facts.iter().map(|f| (f.clone(), "{}")).collect();
-        let ends = Ends::of(batch.iter().map(|(f, _)| f));
-        assert_eq!(ends.turn("t_a").map(|e| e.seq), Some(4));
-        assert!(ends.call("t_a", "1").is_some_and(|e| e.ran));
         let mut conn = store();
-        write(&mut conn, &facts, &[]);
+        let before = conn.total_changes();
+        write(
+            &mut conn,
+            &facts,
+            &Batches::Cut {
+                cuts: &[],
+                fresh: &[],
+            },
+        );
+        // A turn, a call, four events, and the mark of the second minute (the events' times are
+        // 21, 41, 61 and 81 s).
+        assert_eq!(conn.total_changes() - before, 7);
         let (ended, outcome): (Option<i64>, Option<String>) = conn
             .query_row("SELECT ended_at, outcome FROM turns", [], |r| {
                 Ok((r.get(0)?, r.get(1)?))
             })
             .unwrap();
-        assert_eq!((ended, outcome.as_deref()), (Some(1_004), Some("partial")));
+        assert_eq!(
+            (ended, outcome.as_deref()),
+            (Some(81_000), Some("completed"))
+        );
         let (status, ran): (Option<String>, bool) = conn
             .query_row("SELECT status, ran FROM calls", [], |r| {
                 Ok((r.get(0)?, r.get(1)?))
             })
             .unwrap();
         assert_eq!((status.as_deref(), ran), (Some("error"), true));
+        // Written event by event, the same history changes two rows more (the two ends).
+        let mut by_event = store();
+        let before = by_event.total_changes();
+        write(&mut by_event, &facts, &Batches::AsEventsCome);
+        assert_eq!(by_event.total_changes() - before, 7 + 2);
     }
 }
