@@ -131,6 +131,30 @@ fn messages(seen: &Mutex<Vec<ProgressInfo>>) -> Vec<String> {
         .collect()
 }
 
+/// Follows `created` on `fake` for the server `s`, with no client to ask, beating into `hb`.
+async fn follow_on(fake: &Fake, created: Task, stop: &StopSignals, hb: &Heartbeat) -> Followed {
+    let link = Link::default();
+    let server: Arc<str> = "s".into();
+    let asker = Asker {
+        link: &link,
+        server: &server,
+    };
+    follow(fake, asker, created, stop, hb).await
+}
+
+/// The same in a task of its own, so that the test can act while it runs.
+fn spawn_follow(
+    fake: &Arc<Fake>,
+    created: Task,
+    stop: &StopSignals,
+) -> tokio::task::JoinHandle<Followed> {
+    let (fake, stop) = (fake.clone(), stop.clone());
+    tokio::spawn(async move {
+        let (hb, _seen) = heartbeat();
+        follow_on(&fake, created, &stop, &hb).await
+    })
+}
+
 fn get_times(fake: &Fake) -> Vec<u64> {
     fake.log()
         .into_iter()
@@ -147,22 +171,10 @@ async fn polls_at_the_servers_interval_beats_on_each_change_and_returns_the_resu
         working(Some("step 2"), Some(1000)),
         completed("done"),
     ]);
-    let link = Link::default();
-    let server: Arc<str> = "s".into();
     let stop = StopSignals::new();
     let (hb, seen) = heartbeat();
     let created = task(TaskStatus::Working, None, Some(200));
-    let followed = follow(
-        &fake,
-        Asker {
-            link: &link,
-            server: &server,
-        },
-        created,
-        &stop,
-        &hb,
-    )
-    .await;
+    let followed = follow_on(&fake, created, &stop, &hb).await;
     let Followed::Done(Ok(out)) = followed else {
         panic!("expected the result, got {followed:?}")
     };
@@ -176,28 +188,8 @@ async fn polls_at_the_servers_interval_beats_on_each_change_and_returns_the_resu
 #[tokio::test(start_paused = true)]
 async fn a_cancel_sends_tasks_cancel_and_ends_once_the_task_is_cancelled() {
     let fake = Arc::new(Fake::new(vec![working(None, Some(100))]));
-    let link = Link::default();
-    let server: Arc<str> = "s".into();
     let stop = StopSignals::new();
-    let (hb, _seen) = heartbeat();
-    let running = {
-        let fake = fake.clone();
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let asker = Asker {
-                link: &link,
-                server: &server,
-            };
-            follow(
-                &*fake,
-                asker,
-                task(TaskStatus::Working, None, Some(100)),
-                &stop,
-                &hb,
-            )
-            .await
-        })
-    };
+    let running = spawn_follow(&fake, task(TaskStatus::Working, None, Some(100)), &stop);
     tokio::time::sleep(Duration::from_millis(250)).await;
     *fake.script.lock() = vec![working(None, Some(100)), cancelled()].into();
     stop.request_stop(CancelReason::Timeout);
@@ -227,28 +219,8 @@ async fn a_cancel_sends_tasks_cancel_and_ends_once_the_task_is_cancelled() {
 #[tokio::test(start_paused = true)]
 async fn a_task_still_working_at_the_forced_stop_is_stuck() {
     let fake = Arc::new(Fake::new(vec![working(None, Some(100))]));
-    let link = Link::default();
-    let server: Arc<str> = "s".into();
     let stop = StopSignals::new();
-    let (hb, _seen) = heartbeat();
-    let running = {
-        let fake = fake.clone();
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let asker = Asker {
-                link: &link,
-                server: &server,
-            };
-            follow(
-                &*fake,
-                asker,
-                task(TaskStatus::Working, None, None),
-                &stop,
-                &hb,
-            )
-            .await
-        })
-    };
+    let running = spawn_follow(&fake, task(TaskStatus::Working, None, None), &stop);
     tokio::time::sleep(Duration::from_millis(50)).await;
     stop.request_stop(CancelReason::User);
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -270,22 +242,10 @@ async fn input_required_with_nobody_to_ask_fails_the_call_and_cancels_the_task()
             input_requests: ask,
         },
     )]);
-    let link = Link::default();
-    let server: Arc<str> = "s".into();
     let stop = StopSignals::new();
     let (hb, _seen) = heartbeat();
     let created = task(TaskStatus::Working, None, None);
-    let followed = follow(
-        &fake,
-        Asker {
-            link: &link,
-            server: &server,
-        },
-        created,
-        &stop,
-        &hb,
-    )
-    .await;
+    let followed = follow_on(&fake, created, &stop, &hb).await;
     let Followed::Done(Err(AttemptError::Rejected(why))) = followed else {
         panic!("expected a rejection, got {followed:?}")
     };
