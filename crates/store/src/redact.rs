@@ -4,8 +4,13 @@
 //! Only payloads are touched — a call's input, its result's content, a turn's results, an
 //! interaction's input — never the event's own fields. Most events carry no payload, or a small
 //! one without any key that looks like a secret: those are written as they serialize, without
-//! being parsed back.
+//! being parsed back. Whether any key looks like a secret is seen while the event is serialized
+//! (`KeyWatch`): only the keys are looked at, as serde_json writes them.
 
+use std::io;
+
+use serde::Serialize;
+use serde_json::ser::{CharEscape, CompactFormatter, Formatter};
 use serde_json::{Map, Value};
 use toolwarden_protocol::{Event, EventKind};
 
@@ -21,55 +26,37 @@ pub const DEFAULT_MASK_KEYS: [&str; 5] =
 pub struct Redactor {
     /// Lower-case words; a key containing one (ignoring case, `-` read as `_`) is masked.
     words: Vec<String>,
-    /// The bytes a word starts with, in either case.
-    firsts: [bool; 256],
-    /// Each word with the letter it is looked for by; `None` when a word has none (it is all
-    /// `_`), and texts are then scanned byte by byte.
-    anchors: Option<Vec<Anchor>>,
+    /// Each word's bytes as a set (`byte_set`): a key can hold the word only if it holds them.
+    sets: Vec<u64>,
+    /// A word holds a character JSON escapes (`"`, `\`, a control character): it could then
+    /// match across an escape in a key, which `KeyWatch` sees in pieces, so every payload is
+    /// parsed and masked.
+    escaped_words: bool,
     max_payload: usize,
 }
 
-/// A word and its rarest letter in JSON text: the letter is found with a vectorised search
-/// (`memchr`), and the word compared only where it sits.
-#[derive(Clone, Debug)]
-struct Anchor {
-    word: Vec<u8>,
-    /// Where the letter is in the word.
-    at: usize,
-    lower: u8,
-    upper: u8,
+/// The bytes of `text` as a set of 64, case and `-`/`_` folded the way words match them (two
+/// bytes may share a place: the set can only tell that a byte is absent).
+fn byte_set(text: &[u8]) -> u64 {
+    text.iter()
+        .fold(0, |set, b| set | BYTE_BIT[usize::from(*b)])
 }
 
-impl Anchor {
-    /// Letters from the most to the least common in English, and so roughly in JSON keys;
-    /// digits count as more common than any (numbers, times, digests).
-    const COMMON: &'static [u8] = b"0123456789etaoinsrhldcumfpgwybvkxjqz";
-
-    fn of(word: &str) -> Option<Anchor> {
-        let rarity = |b: u8| match Self::COMMON.iter().position(|c| *c == b) {
-            Some(rank) => rank,
-            None => Self::COMMON.len(),
+/// Each byte's place in a `byte_set`.
+const BYTE_BIT: [u64; 256] = {
+    let mut bits = [0; 256];
+    let mut b = 0;
+    while b < 256 {
+        let folded = if b as u8 == b'-' {
+            b'_'
+        } else {
+            (b as u8).to_ascii_lowercase()
         };
-        // `_` also matches `-`: never the letter searched for.
-        let (at, &b) = word
-            .as_bytes()
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| **b != b'_')
-            .max_by_key(|(i, b)| (rarity(**b), std::cmp::Reverse(*i)))?;
-        Some(Anchor {
-            word: word.as_bytes().to_vec(),
-            at,
-            lower: b.to_ascii_lowercase(),
-            upper: b.to_ascii_uppercase(),
-        })
+        bits[b] = 1 << (folded % 64);
+        b += 1;
     }
-
-    fn in_text(&self, text: &[u8]) -> bool {
-        memchr::memchr2_iter(self.lower, self.upper, text)
-            .any(|p| p >= self.at && word_at(text, p - self.at, &self.word))
-    }
-}
+    bits
+};
 
 /// Whether `word` is in `text` at `start`, ignoring case, a `_` in it matching `-` too.
 fn word_at(text: &[u8], start: usize, word: &[u8]) -> bool {
@@ -90,44 +77,46 @@ impl Redactor {
             .map(|w| w.to_ascii_lowercase().replace('-', "_"))
             .filter(|w| !w.is_empty())
             .collect();
-        let mut firsts = [false; 256];
-        for w in &words {
-            if let Some(&b) = w.as_bytes().first() {
-                firsts[usize::from(b.to_ascii_lowercase())] = true;
-                firsts[usize::from(b.to_ascii_uppercase())] = true;
-                if b == b'_' {
-                    // `_` in a word also matches `-` in the text, its first letter too.
-                    firsts[usize::from(b'-')] = true;
-                }
-            }
-        }
-        let anchors = words.iter().map(|w| Anchor::of(w)).collect();
+        let escaped_words = words
+            .iter()
+            .any(|w| w.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20));
+        let sets = words.iter().map(|w| byte_set(w.as_bytes())).collect();
         Self {
             words,
-            firsts,
-            anchors,
+            sets,
+            escaped_words,
             max_payload,
         }
     }
 
     /// The event's JSON as the trail stores it.
     pub fn body(&self, event: &Event) -> String {
-        let text = serde_json::to_string(event).unwrap_or_else(|_| "{}".to_owned());
-        let payloads: &[&[&str]] = match &event.kind {
-            EventKind::ToolStart { .. } => &[&["input"]],
-            EventKind::ToolResult { .. } => &[&["content"], &["structured_content"]],
-            EventKind::TurnEnd { .. } => &[&["results"]],
-            EventKind::HookDecision { .. } => &[&["original_args"], &["args"]],
-            EventKind::InteractionRequested { .. } => {
-                &[&["interaction", "input"], &["interaction", "details"]]
-            }
-            _ => return text,
+        let payloads = payloads(&event.kind);
+        let mut secret_like = self.escaped_words;
+        // Sized for a call's usual events (200–600 bytes): no regrowth for most.
+        let mut out = Vec::with_capacity(512);
+        let watch = KeyWatch {
+            redactor: (!payloads.is_empty() && !secret_like).then_some(self),
+            in_key: None,
+            depth: 0,
+            secret_like: &mut secret_like,
         };
-        if text.len() <= self.max_payload && !self.mentions_a_word(&text) {
+        let written = event.serialize(&mut serde_json::Serializer::with_formatter(&mut out, watch));
+        let text = match (written, String::from_utf8(out)) {
+            (Ok(()), Ok(text)) => text,
+            _ => return "{}".to_owned(),
+        };
+        if payloads.is_empty() || (text.len() <= self.max_payload && !secret_like) {
             return text;
         }
-        let Ok(mut value) = serde_json::from_str::<Value>(&text) else {
-            return text;
+        self.masked(event, &text, payloads)
+    }
+
+    /// The body with its payloads masked and fitted: the event parsed back, changed, written
+    /// again.
+    fn masked(&self, event: &Event, text: &str, payloads: &[&[&str]]) -> String {
+        let Ok(mut value) = serde_json::from_str::<Value>(text) else {
+            return text.to_owned();
         };
         for path in payloads {
             let Some(payload) = pointer_mut(&mut value, path) else {
@@ -149,27 +138,16 @@ impl Redactor {
                 self.fit(payload);
             }
         }
-        serde_json::to_string(&value).unwrap_or(text)
+        serde_json::to_string(&value).unwrap_or_else(|_| text.to_owned())
     }
 
-    /// Whether `text` contains any mask word (ignoring case): a cheap test before parsing. Each
-    /// word's rarest letter is searched for, and the word compared where it is; a word without
-    /// a letter makes it one pass over the text, comparing the words where one's first letter
-    /// is.
-    fn mentions_a_word(&self, text: &str) -> bool {
-        let bytes = text.as_bytes();
-        match &self.anchors {
-            Some(anchors) => anchors.iter().any(|a| a.in_text(bytes)),
-            None => bytes.iter().enumerate().any(|(i, b)| {
-                self.firsts[usize::from(*b)]
-                    && self.words.iter().any(|w| word_at(bytes, i, w.as_bytes()))
-            }),
-        }
-    }
-
-    fn masks(&self, key: &str) -> bool {
-        let key = key.to_ascii_lowercase().replace('-', "_");
-        self.words.iter().any(|w| key.contains(w.as_str()))
+    /// Whether a key (or an unescaped piece of one) contains a word. Most keys lack a byte of
+    /// every word, which their byte sets show without a search.
+    fn masks(&self, key: &[u8]) -> bool {
+        let has = byte_set(key);
+        (self.words.iter().zip(&self.sets)).any(|(w, set)| {
+            *set & !has == 0 && (0..key.len()).any(|i| word_at(key, i, w.as_bytes()))
+        })
     }
 
     /// Replaces the values of secret-like keys, at any depth.
@@ -177,7 +155,7 @@ impl Redactor {
         match value {
             Value::Object(map) => {
                 for (key, v) in map.iter_mut() {
-                    if self.masks(key) {
+                    if self.masks(key.as_bytes()) {
                         *v = Value::String(MASKED.to_owned());
                     } else {
                         self.mask(v);
@@ -208,6 +186,90 @@ impl Redactor {
     }
 }
 
+/// Where an event's payloads sit in its JSON.
+fn payloads(kind: &EventKind) -> &'static [&'static [&'static str]] {
+    match kind {
+        EventKind::ToolStart { .. } => &[&["input"]],
+        EventKind::ToolResult { .. } => &[&["content"], &["structured_content"]],
+        EventKind::TurnEnd { .. } => &[&["results"]],
+        EventKind::HookDecision { .. } => &[&["original_args"], &["args"]],
+        EventKind::InteractionRequested { .. } => {
+            &[&["interaction", "input"], &["interaction", "details"]]
+        }
+        _ => &[],
+    }
+}
+
+/// serde_json's compact form, watching the object keys as they are written: `secret_like` is
+/// set when one contains a word. A key is written as unescaped pieces between its escapes; no
+/// word holds an escaped character (else nothing is watched), so a word in a key lies within a
+/// piece. A key written in no piece — empty, or a number — counts as secret-like: the body is
+/// then parsed and masked, which is never wrong, only slower.
+struct KeyWatch<'a> {
+    /// `None`: nothing to watch (an event without a payload, or every payload parsed anyway).
+    redactor: Option<&'a Redactor>,
+    /// Inside a key: whether a piece of it was written.
+    in_key: Option<bool>,
+    /// How many objects the writer is in: 1 for the event's own keys, never a payload's.
+    depth: u32,
+    secret_like: &'a mut bool,
+}
+
+impl Formatter for KeyWatch<'_> {
+    fn begin_object_key<W: ?Sized + io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> io::Result<()> {
+        if self.redactor.is_some() && self.depth > 1 {
+            self.in_key = Some(false);
+        }
+        CompactFormatter.begin_object_key(w, first)
+    }
+
+    fn begin_object<W: ?Sized + io::Write>(&mut self, w: &mut W) -> io::Result<()> {
+        self.depth += 1;
+        CompactFormatter.begin_object(w)
+    }
+
+    fn end_object<W: ?Sized + io::Write>(&mut self, w: &mut W) -> io::Result<()> {
+        self.depth = self.depth.saturating_sub(1);
+        CompactFormatter.end_object(w)
+    }
+
+    fn end_object_key<W: ?Sized + io::Write>(&mut self, w: &mut W) -> io::Result<()> {
+        if self.in_key.take() == Some(false) {
+            *self.secret_like = true;
+        }
+        CompactFormatter.end_object_key(w)
+    }
+
+    fn write_string_fragment<W: ?Sized + io::Write>(
+        &mut self,
+        w: &mut W,
+        piece: &str,
+    ) -> io::Result<()> {
+        if let (Some(seen), Some(redactor)) = (&mut self.in_key, self.redactor) {
+            *seen = true;
+            if redactor.masks(piece.as_bytes()) {
+                *self.secret_like = true;
+            }
+        }
+        w.write_all(piece.as_bytes())
+    }
+
+    fn write_char_escape<W: ?Sized + io::Write>(
+        &mut self,
+        w: &mut W,
+        escape: CharEscape,
+    ) -> io::Result<()> {
+        if let Some(seen) = &mut self.in_key {
+            *seen = true;
+        }
+        CompactFormatter.write_char_escape(w, escape)
+    }
+}
+
 fn pointer_mut<'a>(value: &'a mut Value, path: &[&str]) -> Option<&'a mut Value> {
     path.iter().try_fold(value, |v, key| v.get_mut(*key))
 }
@@ -223,6 +285,7 @@ mod tests {
     use std::sync::Arc;
 
     use pretty_assertions::assert_eq;
+    use proptest::prelude::*;
     use serde_json::json;
     use toolwarden_protocol::{EventScope, Timestamp};
 
@@ -274,60 +337,81 @@ mod tests {
         assert_eq!(body["hook"], "review");
     }
 
+    fn words(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
     #[test]
-    fn a_text_mentions_a_word_whatever_its_case_and_dashes() {
-        let words: Vec<String> = ["password", "api_key", "_x"]
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect();
-        let r = Redactor::new(&words, 1000);
-        for text in [
-            r#"{"PassWord":1}"#,
-            r#"{"x-api-KEY":1}"#,
-            r#"{"api_key":1}"#,
-            "a-X",
-        ] {
-            assert!(r.mentions_a_word(text), "{text}");
+    fn a_key_holds_a_word_whatever_its_case_and_dashes() {
+        let r = Redactor::new(&words(&["password", "api_key", "_x"]), 1000);
+        for key in ["PassWord", "x-api-KEY", "api_key", "a-X", "my_password2"] {
+            assert!(r.masks(key.as_bytes()), "{key}");
         }
-        for text in [
-            r#"{"key":1,"api":2,"pass":3}"#,
-            r#"{"api key":1}"#,
-            "ax",
-            "",
-        ] {
-            assert!(!r.mentions_a_word(text), "{text}");
+        for key in ["key", "api", "pass", "api key", "ax", ""] {
+            assert!(!r.masks(key.as_bytes()), "{key}");
+        }
+    }
+
+    /// Keys drawn from the words' letters in both cases, `_`, `-`, and characters JSON
+    /// escapes; values nested a few levels.
+    fn payload() -> impl Strategy<Value = Value> {
+        let key = "[pasSwWordDtTkKeEnNiI_x\\-\"\\\\\u{1}]{0,9}";
+        let leaf = prop_oneof![Just(Value::Null), "[a-z]{0,4}".prop_map(Value::from)];
+        leaf.prop_recursive(3, 24, 4, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+                prop::collection::vec((key, inner), 0..4)
+                    .prop_map(|entries| Value::Object(entries.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        /// Watching the keys as the event is written decides as parsing every body would:
+        /// the stored body is the same either way.
+        #[test]
+        fn a_body_is_what_masking_every_payload_gives(
+            input in payload(),
+            args in payload(),
+            word_set in 0..3usize,
+            max_payload in prop_oneof![Just(1usize << 20), 8..200usize],
+        ) {
+            let list: &[&str] = match word_set {
+                0 => &["password", "token", "api_key", "_x"],
+                1 => &["k", "-", "e\"x"],
+                _ => &["secret"],
+            };
+            let r = Redactor::new(&words(list), max_payload);
+            let hook = Event {
+                kind: EventKind::HookDecision {
+                    hook: "h".into(),
+                    decision: toolwarden_protocol::RuleDecision::Allow,
+                    duration_ms: 1,
+                    rewritten: true,
+                    reason: None,
+                    failed: false,
+                    original_args: Some(input.clone()),
+                    args: Some(args),
+                },
+                ..start(Value::Null)
+            };
+            for event in [start(input), hook] {
+                let text = serde_json::to_string(&event).unwrap();
+                let always = r.masked(&event, &text, payloads(&event.kind));
+                let body = r.body(&event);
+                prop_assert_eq!(
+                    serde_json::from_str::<Value>(&body).unwrap(),
+                    serde_json::from_str::<Value>(&always).unwrap()
+                );
+            }
         }
     }
 
     #[test]
-    fn the_anchored_search_finds_what_a_scan_of_every_place_finds() {
-        let words: Vec<String> = ["password", "api_key", "_x", "token", "a_b_"]
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect();
-        let r = Redactor::new(&words, 1000);
-        assert!(r.anchors.is_some());
-        let everywhere = |text: &[u8]| {
-            (0..text.len()).any(|i| r.words.iter().any(|w| word_at(text, i, w.as_bytes())))
-        };
-        // Texts drawn from the words' own letters, both cases, `_` and `-`.
-        let alphabet = b"pasSwWordDapiIKkeyY_-xXtToOkKnNbB";
-        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
-        let (mut found, mut missed) = (0, 0);
-        for _ in 0..20_000 {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            let len = (seed % 12) as usize;
-            let text: Vec<u8> = (0..len)
-                .map(|k| alphabet[((seed >> (4 * k % 60)) as usize + k) % alphabet.len()])
-                .collect();
-            let expected = everywhere(&text);
-            let text = String::from_utf8(text).unwrap();
-            assert_eq!(r.mentions_a_word(&text), expected, "{text:?}");
-            if expected { found += 1 } else { missed += 1 }
-        }
-        assert!(found > 100 && missed > 100, "{found} found, {missed} not");
+    fn an_event_without_a_payload_or_a_secret_is_stored_as_it_serializes() {
+        let r = Redactor::new(&words(&DEFAULT_MASK_KEYS), 1000);
+        let event = start(json!({"path": "a.txt", "n": {"deep": [1, 2]}}));
+        assert_eq!(r.body(&event), serde_json::to_string(&event).unwrap());
     }
 
     #[test]
