@@ -1,8 +1,8 @@
 //! What the trail keeps of an event: its JSON as `/v1/events` sends it, with the values of keys
 //! named like secrets masked and large payloads truncated (docs/AUDIT.md).
 //!
-//! Only payloads are touched — a call's input, its result's content, a turn's results, an
-//! interaction's input — never the event's own fields. Most events carry no payload, or a small
+//! Only payloads are touched — a call's input, its result's content, a turn's results, a hook's
+//! arguments, an interaction's input and details — never the event's own fields. Most events carry no payload, or a small
 //! one without any key that looks like a secret: those are written as they serialize, without
 //! being parsed back. Whether any key looks like a secret is seen while the event is serialized
 //! (`KeyWatch`): only the keys are looked at, as serde_json writes them.
@@ -97,7 +97,7 @@ impl Redactor {
         let mut out = Vec::with_capacity(512);
         let watch = KeyWatch {
             redactor: (!payloads.is_empty() && !secret_like).then_some(self),
-            in_key: None,
+            key: Key::Outside,
             depth: 0,
             secret_like: &mut secret_like,
         };
@@ -201,32 +201,38 @@ fn payloads(kind: &EventKind) -> &'static [&'static [&'static str]] {
 }
 
 /// serde_json's compact form, watching the object keys as they are written: `secret_like` is
-/// set when one contains a word. A key is written as unescaped pieces between its escapes; no
-/// word holds an escaped character (else nothing is watched), so a word in a key lies within a
-/// piece. A key written in no piece — empty, or a number — counts as secret-like: the body is
-/// then parsed and masked, which is never wrong, only slower.
+/// set when one contains a word.
+///
+/// A key written as a string comes as unescaped pieces, each followed by an escape or by the
+/// key's end; no word holds an escaped character (else nothing is watched), so a word in such a
+/// key lies within one piece. Anything else counts as secret-like, and the body is then parsed
+/// and masked, which is never wrong, only slower: a key written in no piece (empty, or a
+/// number), two pieces in a row (a key written by `Display`, in parts), raw JSON (which comes
+/// with no keys at all).
 struct KeyWatch<'a> {
     /// `None`: nothing to watch (an event without a payload, or every payload parsed anyway).
     redactor: Option<&'a Redactor>,
-    /// Inside a key: whether a piece of it was written.
-    in_key: Option<bool>,
-    /// How many objects the writer is in: 1 for the event's own keys, never a payload's.
+    key: Key,
+    /// How many objects the writer is in. The event is one object (its scope and kind are
+    /// flattened into it), so its own keys are at 1, and a payload's keys below.
     depth: u32,
     secret_like: &'a mut bool,
 }
 
-impl Formatter for KeyWatch<'_> {
-    fn begin_object_key<W: ?Sized + io::Write>(
-        &mut self,
-        w: &mut W,
-        first: bool,
-    ) -> io::Result<()> {
-        if self.redactor.is_some() && self.depth > 1 {
-            self.in_key = Some(false);
-        }
-        CompactFormatter.begin_object_key(w, first)
-    }
+/// Where the writer is in a key that is watched.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Key {
+    /// Not in one (or not watching).
+    Outside,
+    /// At its start.
+    Started,
+    /// After an unescaped piece.
+    AfterPiece,
+    /// After an escape.
+    AfterEscape,
+}
 
+impl Formatter for KeyWatch<'_> {
     fn begin_object<W: ?Sized + io::Write>(&mut self, w: &mut W) -> io::Result<()> {
         self.depth += 1;
         CompactFormatter.begin_object(w)
@@ -237,8 +243,19 @@ impl Formatter for KeyWatch<'_> {
         CompactFormatter.end_object(w)
     }
 
+    fn begin_object_key<W: ?Sized + io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> io::Result<()> {
+        if self.redactor.is_some() && self.depth > 1 {
+            self.key = Key::Started;
+        }
+        CompactFormatter.begin_object_key(w, first)
+    }
+
     fn end_object_key<W: ?Sized + io::Write>(&mut self, w: &mut W) -> io::Result<()> {
-        if self.in_key.take() == Some(false) {
+        if std::mem::replace(&mut self.key, Key::Outside) == Key::Started {
             *self.secret_like = true;
         }
         CompactFormatter.end_object_key(w)
@@ -249,11 +266,13 @@ impl Formatter for KeyWatch<'_> {
         w: &mut W,
         piece: &str,
     ) -> io::Result<()> {
-        if let (Some(seen), Some(redactor)) = (&mut self.in_key, self.redactor) {
-            *seen = true;
-            if redactor.masks(piece.as_bytes()) {
+        if self.key != Key::Outside
+            && let Some(redactor) = self.redactor
+        {
+            if self.key == Key::AfterPiece || redactor.masks(piece.as_bytes()) {
                 *self.secret_like = true;
             }
+            self.key = Key::AfterPiece;
         }
         w.write_all(piece.as_bytes())
     }
@@ -263,10 +282,21 @@ impl Formatter for KeyWatch<'_> {
         w: &mut W,
         escape: CharEscape,
     ) -> io::Result<()> {
-        if let Some(seen) = &mut self.in_key {
-            *seen = true;
+        if self.key != Key::Outside {
+            self.key = Key::AfterEscape;
         }
         CompactFormatter.write_char_escape(w, escape)
+    }
+
+    fn write_raw_fragment<W: ?Sized + io::Write>(
+        &mut self,
+        w: &mut W,
+        fragment: &str,
+    ) -> io::Result<()> {
+        if self.redactor.is_some() {
+            *self.secret_like = true;
+        }
+        CompactFormatter.write_raw_fragment(w, fragment)
     }
 }
 
@@ -352,18 +382,99 @@ mod tests {
         }
     }
 
-    /// Keys drawn from the words' letters in both cases, `_`, `-`, and characters JSON
-    /// escapes; values nested a few levels.
+    /// A key: a few random characters, or a mask word (in random case, a `_` written `-` or
+    /// not, now and then a character JSON escapes put inside it) between random characters.
+    fn key() -> impl Strategy<Value = String> {
+        let filler = "[a-zA-Z_\\-\"\\\\\u{1}é]{0,4}";
+        let word = (
+            prop::sample::select(vec!["password", "token", "api_key", "secret", "k", "_x"]),
+            any::<u64>(),
+            prop::option::of(0..8usize),
+            prop::sample::select(vec!['"', '\\', '\u{1}', 'é']),
+        )
+            .prop_map(|(word, flips, at, inside)| {
+                let flip = |i: usize| (flips >> (i % 64)) & 1 == 1;
+                let mut out: String = (word.chars().enumerate())
+                    .map(|(i, c)| match c {
+                        '_' if flip(i) => '-',
+                        c if flip(i) => c.to_ascii_uppercase(),
+                        c => c,
+                    })
+                    .collect();
+                if let Some(at) = at.filter(|at| *at <= out.len()) {
+                    out.insert(at, inside);
+                }
+                out
+            });
+        prop_oneof![
+            filler.prop_map(String::from),
+            (filler, word, filler).prop_map(|(a, w, b)| format!("{a}{w}{b}")),
+        ]
+    }
+
+    /// Values nested a few levels, with such keys.
     fn payload() -> impl Strategy<Value = Value> {
-        let key = "[pasSwWordDtTkKeEnNiI_x\\-\"\\\\\u{1}]{0,9}";
         let leaf = prop_oneof![Just(Value::Null), "[a-z]{0,4}".prop_map(Value::from)];
-        leaf.prop_recursive(3, 24, 4, move |inner| {
+        leaf.prop_recursive(3, 24, 4, |inner| {
             prop_oneof![
                 prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
-                prop::collection::vec((key, inner), 0..4)
+                prop::collection::vec((key(), inner), 0..4)
                     .prop_map(|entries| Value::Object(entries.into_iter().collect())),
             ]
         })
+    }
+
+    /// Every kind of event with a payload, each carrying `p` (or `q`) where its payload goes.
+    fn events_carrying(p: &Value, q: &Value) -> Vec<Event> {
+        let scope = json!({"session_id": "s", "turn_id": "t", "call_id": "c", "tool": "echo"});
+        let outcome = json!({"status": "ok", "attempts": 1, "call_id": "c", "turn_id": "t",
+                             "tool": "echo", "duration_ms": 0});
+        let result = json!({"outcome": outcome, "content": [{"type": "text", "text": "hi"}],
+                            "structured_content": p, "is_error": false});
+        let mut tool_result = json!({"seq": 1, "ts": "2026-11-28T09:54:17.771Z",
+                                     "type": "tool_result", "duration_ms": 0});
+        let mut interaction = json!({"id": "i", "kind": "approval", "message": "may it?",
+                                     "input": p, "details": q, "timeout_ms": 1,
+                                     "created_at": "2026-11-28T09:54:17.771Z",
+                                     "deadline": "2026-11-28T09:54:17.772Z"});
+        for (key, value) in scope.as_object().unwrap() {
+            tool_result[key] = value.clone();
+            interaction[key] = value.clone();
+        }
+        for (key, value) in result.as_object().unwrap() {
+            tool_result[key] = value.clone();
+        }
+        let read = |v: Value| serde_json::from_value::<Event>(v).unwrap();
+        let hook = Event {
+            kind: EventKind::HookDecision {
+                hook: "h".into(),
+                decision: toolwarden_protocol::RuleDecision::Allow,
+                duration_ms: 1,
+                rewritten: true,
+                reason: None,
+                failed: false,
+                original_args: Some(p.clone()),
+                args: Some(q.clone()),
+            },
+            ..start(Value::Null)
+        };
+        vec![
+            start(p.clone()),
+            hook,
+            read(tool_result),
+            read(
+                json!({"seq": 2, "ts": "2026-11-28T09:54:17.771Z", "type": "turn_end",
+                        "turn_id": "t", "outcome": "completed", "results": [result]}),
+            ),
+            read(json!({"seq": 3, "ts": "2026-11-28T09:54:17.771Z",
+                        "type": "interaction_requested", "interaction": interaction})),
+        ]
+    }
+
+    /// The body masking and fitting every payload gives, parsed.
+    fn parsed_masked_always(r: &Redactor, event: &Event) -> Value {
+        let text = serde_json::to_string(event).unwrap();
+        serde_json::from_str(&r.masked(event, &text, payloads(&event.kind))).unwrap()
     }
 
     proptest! {
@@ -371,40 +482,37 @@ mod tests {
         /// the stored body is the same either way.
         #[test]
         fn a_body_is_what_masking_every_payload_gives(
-            input in payload(),
-            args in payload(),
-            word_set in 0..3usize,
-            max_payload in prop_oneof![Just(1usize << 20), 8..200usize],
+            p in payload(),
+            q in payload(),
+            word_set in 0..4usize,
+            max_payload in prop_oneof![4 => Just(1usize << 20), 1 => 8..400usize],
         ) {
             let list: &[&str] = match word_set {
-                0 => &["password", "token", "api_key", "_x"],
-                1 => &["k", "-", "e\"x"],
-                _ => &["secret"],
+                0 => &["password", "token", "api_key", "secret"],
+                1 => &["k", "-"],
+                2 => &["_x", "ToKeN"],
+                // A word with a character JSON escapes: every payload is parsed.
+                _ => &["e\"x"],
             };
             let r = Redactor::new(&words(list), max_payload);
-            let hook = Event {
-                kind: EventKind::HookDecision {
-                    hook: "h".into(),
-                    decision: toolwarden_protocol::RuleDecision::Allow,
-                    duration_ms: 1,
-                    rewritten: true,
-                    reason: None,
-                    failed: false,
-                    original_args: Some(input.clone()),
-                    args: Some(args),
-                },
-                ..start(Value::Null)
-            };
-            for event in [start(input), hook] {
-                let text = serde_json::to_string(&event).unwrap();
-                let always = r.masked(&event, &text, payloads(&event.kind));
-                let body = r.body(&event);
-                prop_assert_eq!(
-                    serde_json::from_str::<Value>(&body).unwrap(),
-                    serde_json::from_str::<Value>(&always).unwrap()
-                );
+            for event in events_carrying(&p, &q) {
+                let body: Value = serde_json::from_str(&r.body(&event)).unwrap();
+                prop_assert_eq!(body, parsed_masked_always(&r, &event));
             }
         }
+    }
+
+    #[test]
+    fn a_word_beside_an_escape_is_found_and_one_broken_by_it_is_not() {
+        let r = Redactor::new(&words(&["password"]), 1 << 20);
+        let body = |key: &str| {
+            let input = Value::Object(Map::from_iter([(key.to_owned(), json!("v"))]));
+            let body: Value = serde_json::from_str(&r.body(&start(input))).unwrap();
+            body["input"][key].clone()
+        };
+        assert_eq!(body("x\"PassWord\n"), MASKED);
+        assert_eq!(body("pass\"word"), "v");
+        assert_eq!(body("pass\u{1}word"), "v");
     }
 
     #[test]
