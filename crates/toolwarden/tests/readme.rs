@@ -1,11 +1,16 @@
-//! The README's first screen, as a newcomer runs it on a fresh checkout: the `serve` command of
-//! its first code block with the shipped example config, and — the moment `serve` says it
-//! listens — the `curl` of the next block. The first curl works on the first try, although the
-//! example's MCP server is still being compiled by cargo (the call waits for it). The build
-//! directory is empty, as on a fresh clone (`CARGO_TARGET_DIR` in the test's own directory), so
-//! this test compiles toolwarden and the test server from nothing: it takes minutes, and runs
-//! alone (`.config/nextest.toml`). The only change to what is written: an ephemeral port
-//! instead of 7420.
+//! The README's first screen, as a newcomer runs it on a checkout: the `serve` command of its
+//! first code block with the shipped example config, and — the moment `serve` says it listens —
+//! the `curl` of the next block. The first curl works on the first try, although the example's
+//! MCP server is still being compiled by cargo (the call waits for it). The only change to what
+//! is written: an ephemeral port instead of 7420.
+//!
+//! The build directory (`CARGO_TARGET_DIR`) is one of the test's own, kept between runs outside
+//! the checkout (`/var/tmp/toolwarden-readme-target`, or `$TOOLWARDEN_README_TARGET`), with the
+//! example's server deleted from it before each run: so the curl always finds that server
+//! unbuilt, while toolwarden and the dependencies are rebuilt only where they changed. On a
+//! machine that never ran it, cargo compiles everything first, as on a fresh clone (minutes on
+//! two cores): it runs alone (`.config/nextest.toml`). A fresh clone's first run is tried by
+//! hand before a release, not on every CI run, whose time it would double.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -45,6 +50,34 @@ fn sh_blocks() -> Vec<Vec<String>> {
     blocks
 }
 
+/// Deletes the example's MCP server from a build directory — its binaries and cargo's record of
+/// having built it (the fingerprint holding `bin-tw-test-server`) — so that cargo compiles it
+/// again when it is first called.
+fn forget_the_example_server(target: &std::path::Path) {
+    let debug = target.join("debug");
+    let entries = |dir: &str| {
+        std::fs::read_dir(debug.join(dir))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+    };
+    let _ = std::fs::remove_file(debug.join("tw-test-server"));
+    for path in entries("deps") {
+        if path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("tw_test_server-"))
+        {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    for path in entries(".fingerprint") {
+        if path.join("bin-tw-test-server").exists() {
+            let _ = std::fs::remove_dir_all(path);
+        }
+    }
+}
+
 #[tokio::test]
 async fn the_first_curl_of_the_readme_works_on_the_first_try() {
     let blocks = sh_blocks();
@@ -60,8 +93,10 @@ async fn the_first_curl_of_the_readme_works_on_the_first_try() {
         .clone();
 
     let dir = Dir::new();
-    let target = dir.path().join("target");
-    let target = target.to_str().unwrap();
+    let target = std::env::var("TOOLWARDEN_README_TARGET")
+        .unwrap_or_else(|_| "/var/tmp/toolwarden-readme-target".to_owned());
+    forget_the_example_server(std::path::Path::new(&target));
+    let target = target.as_str();
     let mut argv: Vec<&str> = serve.split_whitespace().skip(1).collect();
     argv.extend(["--listen", "127.0.0.1:0"]);
     let mut server = dir
@@ -69,7 +104,7 @@ async fn the_first_curl_of_the_readme_works_on_the_first_try() {
         .current_dir(&repo())
         .env("CARGO_TARGET_DIR", target)
         .spawn();
-    // cargo builds toolwarden from nothing first (about two minutes on two cores).
+    // cargo builds toolwarden first (from nothing on a new machine: minutes on two cores).
     let listening = server
         .wait_stderr("listening on http://", Duration::from_secs(900))
         .await;
