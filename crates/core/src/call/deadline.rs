@@ -80,17 +80,27 @@ impl Waiting<'_> {
         };
         loop {
             let idle_at = (!idle.is_zero()).then(|| heartbeat.last_beat() + idle);
+            // One timer for the earliest of the deadlines and the next progress report: every
+            // timer a call arms is an entry in the runtime's wheel, and one due sooner than the
+            // runtime's next wake-up wakes the thread waiting on I/O just to shorten its wait.
+            let (due, why) = next_due(&deadlines, idle_at, pacer.next_due());
             tokio::select! {
                 biased;
                 () = slot.scope.cancelled() => break Ended::Cancelled(slot.scope.reason().unwrap_or(CancelReason::User)),
                 end = running.wait() => break Ended::Backend(end),
-                () = sleep_until_opt(deadlines.total) => break Ended::Timeout(TimeoutKind::Total, policy.timeout),
-                () = sleep_until_opt(deadlines.attempt) => break Ended::Timeout(TimeoutKind::Attempt, policy.attempt_timeout),
-                () = sleep_until_opt(idle_at) => {
-                    if heartbeat.last_beat() + idle <= Instant::now() {
-                        break Ended::Timeout(TimeoutKind::Idle, idle);
+                () = sleep_until(due) => match why {
+                    Due::Total => break Ended::Timeout(TimeoutKind::Total, policy.timeout),
+                    Due::Attempt => break Ended::Timeout(TimeoutKind::Attempt, policy.attempt_timeout),
+                    Due::Idle => {
+                        if heartbeat.last_beat() + idle <= Instant::now() {
+                            break Ended::Timeout(TimeoutKind::Idle, idle);
+                        }
                     }
-                }
+                    Due::Progress => {
+                        emit_progress(heartbeat.take_progress());
+                        pacer.emitted_at(Instant::now());
+                    }
+                },
                 () = heartbeat.progressed() => {
                     let now = Instant::now();
                     if pacer.may_emit(now) {
@@ -100,18 +110,100 @@ impl Waiting<'_> {
                         pacer.hold();
                     }
                 }
-                () = sleep_until(pacer.next_due()) => {
-                    emit_progress(heartbeat.take_progress());
-                    pacer.emitted_at(Instant::now());
-                }
             }
         }
     }
 }
 
-async fn sleep_until_opt(at: Option<Instant>) {
-    match at {
-        Some(at) => sleep_until(at).await,
-        None => std::future::pending().await,
+/// What comes due first while an attempt runs, in the order that wins a tie.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Due {
+    Total,
+    Attempt,
+    Idle,
+    Progress,
+}
+
+/// The earliest of the total, attempt and idle deadlines and the next progress report, and
+/// which it is. On a tie the first in that order wins, so a deadline beats a report due at the
+/// same instant.
+fn next_due(deadlines: &Deadlines, idle_at: Option<Instant>, report: Instant) -> (Instant, Due) {
+    [
+        (deadlines.total, Due::Total),
+        (deadlines.attempt, Due::Attempt),
+        (idle_at, Due::Idle),
+    ]
+    .into_iter()
+    .filter_map(|(at, why)| at.map(|at| (at, why)))
+    .fold((report, Due::Progress), |best, next| best.min(next))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deadlines(at: Instant, total: Option<u64>, attempt: Option<u64>) -> Deadlines {
+        Deadlines {
+            started: at,
+            total: total.map(|ms| at + Duration::from_millis(ms)),
+            attempt: attempt.map(|ms| at + Duration::from_millis(ms)),
+            attempt_start: at,
+        }
+    }
+
+    /// The earliest comes due; on a tie the total deadline beats the attempt's, the attempt's
+    /// beats the idle one, and any deadline beats a progress report.
+    #[test]
+    fn the_earliest_comes_due_and_a_deadline_wins_a_tie() {
+        let at = Instant::now();
+        let ms = |n: u64| at + Duration::from_millis(n);
+        let cases = [
+            (
+                deadlines(at, None, None),
+                None,
+                5000,
+                (ms(5000), Due::Progress),
+            ),
+            (
+                deadlines(at, Some(30), None),
+                None,
+                5000,
+                (ms(30), Due::Total),
+            ),
+            (
+                deadlines(at, Some(30), Some(10)),
+                None,
+                5000,
+                (ms(10), Due::Attempt),
+            ),
+            (
+                deadlines(at, Some(30), Some(10)),
+                Some(5),
+                5000,
+                (ms(5), Due::Idle),
+            ),
+            (
+                deadlines(at, Some(30), Some(10)),
+                Some(5),
+                1,
+                (ms(1), Due::Progress),
+            ),
+            (
+                deadlines(at, Some(10), Some(10)),
+                Some(10),
+                10,
+                (ms(10), Due::Total),
+            ),
+            (
+                deadlines(at, None, Some(10)),
+                Some(10),
+                10,
+                (ms(10), Due::Attempt),
+            ),
+            (deadlines(at, None, None), Some(10), 10, (ms(10), Due::Idle)),
+        ];
+        for (d, idle, report, want) in cases {
+            assert_eq!(next_due(&d, idle.map(ms), ms(report)), want);
+        }
     }
 }

@@ -11,6 +11,65 @@ use postgres::Client;
 /// The schema version this build writes.
 pub const LATEST: u32 = MIGRATIONS.len() as u32;
 
+/// The batch function's parameters as migration 3 declared them (migration 4 adds the
+/// principals after them).
+macro_rules! batch_params {
+    () => {
+        "        p_replica TEXT,
+        s_tid TEXT[], s_sid TEXT[], s_parent TEXT[], s_ts BIGINT[], s_seq BIGINT[],
+        c_tid TEXT[], c_cid TEXT[], c_sid TEXT[], c_tool TEXT[], c_ts BIGINT[], c_ran BOOLEAN[],
+        x_tid TEXT[], x_cid TEXT[], x_status TEXT[], x_ts BIGINT[], x_dur BIGINT[],
+        x_attempts BIGINT[],
+        t_tid TEXT[], t_outcome TEXT[], t_ts BIGINT[], t_seq BIGINT[],
+        e_seq BIGINT[], e_ts BIGINT[], e_type TEXT[], e_sid TEXT[], e_tid TEXT[], e_cid TEXT[],
+        e_body TEXT[]"
+    };
+}
+
+/// The batch function's header after its parameters, to its body's first statement.
+macro_rules! batch_start {
+    () => {
+        "    ) RETURNS void LANGUAGE plpgsql AS $fn$
+    #variable_conflict use_column
+    DECLARE
+        v_tid TEXT;
+        v_cid TEXT;
+        v_seq BIGINT;
+    BEGIN
+"
+    };
+}
+
+/// The batch function's calls inserted again (a call's row is made once), its updates of ended
+/// calls and turns and its commit-order lock, alike in migrations 3 and 4.
+macro_rules! batch_ends {
+    () => {
+        "            ON CONFLICT (turn_id, call_id) DO UPDATE SET ran = true
+                WHERE excluded.ran AND NOT toolwarden_calls.ran;
+        END IF;
+        -- Ended calls and turns row by row, each found by its unique key: a plan that looks
+        -- a row up by a unique key uses the key's index whatever the table's statistics say,
+        -- so the plans made once on a new, nearly empty trail stay right as it grows.
+        FOR i IN 1 .. coalesce(cardinality(x_tid), 0) LOOP
+            v_tid := x_tid[i];
+            v_cid := x_cid[i];
+            UPDATE toolwarden_calls SET status = x_status[i], ended_at = x_ts[i],
+                duration_ms = x_dur[i], attempts = x_attempts[i]
+            WHERE turn_id = v_tid AND call_id = v_cid;
+        END LOOP;
+        FOR i IN 1 .. coalesce(cardinality(t_tid), 0) LOOP
+            v_tid := t_tid[i];
+            v_seq := t_seq[i];
+            UPDATE toolwarden_turns SET ended_at = t_ts[i], outcome = t_outcome[i],
+                end_seq = v_seq, end_replica = p_replica
+            WHERE turn_id = v_tid
+                AND (replica <> p_replica OR start_seq IS NULL OR start_seq < v_seq);
+        END LOOP;
+        PERFORM pg_advisory_xact_lock(hashtext('toolwarden.commit:' || current_schema()));
+"
+    };
+}
+
 /// Migration `n` (from 1) takes the schema from version `n - 1` to `n`.
 const MIGRATIONS: &[&str] = &[
     // 1: events, the turns and calls they belong to, each with the replica that wrote it.
@@ -92,24 +151,15 @@ const MIGRATIONS: &[&str] = &[
     // insert and the commit take, never for a round trip to a client. Its statements' plans are
     // made once per connection and kept (no planning per batch), so none may depend on the
     // tables' size: rows are updated one by one by their unique keys.
-    "
+    concat!(
+        "
     CREATE FUNCTION toolwarden_write_batch(
-        p_replica TEXT,
-        s_tid TEXT[], s_sid TEXT[], s_parent TEXT[], s_ts BIGINT[], s_seq BIGINT[],
-        c_tid TEXT[], c_cid TEXT[], c_sid TEXT[], c_tool TEXT[], c_ts BIGINT[], c_ran BOOLEAN[],
-        x_tid TEXT[], x_cid TEXT[], x_status TEXT[], x_ts BIGINT[], x_dur BIGINT[],
-        x_attempts BIGINT[],
-        t_tid TEXT[], t_outcome TEXT[], t_ts BIGINT[], t_seq BIGINT[],
-        e_seq BIGINT[], e_ts BIGINT[], e_type TEXT[], e_sid TEXT[], e_tid TEXT[], e_cid TEXT[],
-        e_body TEXT[]
-    ) RETURNS void LANGUAGE plpgsql AS $fn$
-    #variable_conflict use_column
-    DECLARE
-        v_tid TEXT;
-        v_cid TEXT;
-        v_seq BIGINT;
-    BEGIN
-        IF cardinality(s_tid) > 0 THEN
+",
+        batch_params!(),
+        "
+",
+        batch_start!(),
+        "        IF cardinality(s_tid) > 0 THEN
             INSERT INTO toolwarden_turns
                 (replica, turn_id, session_id, parent_turn_id, started_at, start_seq)
             SELECT p_replica, u.tid, u.sid, u.parent, u.ts, u.seq
@@ -127,29 +177,9 @@ const MIGRATIONS: &[&str] = &[
             FROM unnest(c_tid, c_cid, c_sid, c_tool, c_ts, c_ran)
                 WITH ORDINALITY AS u(tid, cid, sid, tool, ts, ran, n)
             ORDER BY u.n
-            ON CONFLICT (turn_id, call_id) DO UPDATE SET ran = true
-                WHERE excluded.ran AND NOT toolwarden_calls.ran;
-        END IF;
-        -- Ended calls and turns row by row, each found by its unique key: a plan that looks
-        -- a row up by a unique key uses the key's index whatever the table's statistics say,
-        -- so the plans made once on a new, nearly empty trail stay right as it grows.
-        FOR i IN 1 .. coalesce(cardinality(x_tid), 0) LOOP
-            v_tid := x_tid[i];
-            v_cid := x_cid[i];
-            UPDATE toolwarden_calls SET status = x_status[i], ended_at = x_ts[i],
-                duration_ms = x_dur[i], attempts = x_attempts[i]
-            WHERE turn_id = v_tid AND call_id = v_cid;
-        END LOOP;
-        FOR i IN 1 .. coalesce(cardinality(t_tid), 0) LOOP
-            v_tid := t_tid[i];
-            v_seq := t_seq[i];
-            UPDATE toolwarden_turns SET ended_at = t_ts[i], outcome = t_outcome[i],
-                end_seq = v_seq, end_replica = p_replica
-            WHERE turn_id = v_tid
-                AND (replica <> p_replica OR start_seq IS NULL OR start_seq < v_seq);
-        END LOOP;
-        PERFORM pg_advisory_xact_lock(hashtext('toolwarden.commit:' || current_schema()));
-        INSERT INTO toolwarden_events
+",
+        batch_ends!(),
+        "        INSERT INTO toolwarden_events
             (replica, seq, ts, type, session_id, turn_id, call_id, body)
         SELECT p_replica, u.seq, u.ts, u.type, u.sid, u.tid, u.cid, u.body
         FROM unnest(e_seq, e_ts, e_type, e_sid, e_tid, e_cid, e_body)
@@ -159,10 +189,12 @@ const MIGRATIONS: &[&str] = &[
     END
     $fn$;
     ",
+    ),
     // 4: who made each turn, call, task and event; records made before principals existed are
     // `local`'s (a column with a constant default rewrites no row). The batch function takes
     // the principals too: replaced, under its old signature's name.
-    "
+    concat!(
+        "
     ALTER TABLE toolwarden_turns ADD COLUMN principal TEXT NOT NULL DEFAULT 'local';
     ALTER TABLE toolwarden_calls ADD COLUMN principal TEXT NOT NULL DEFAULT 'local';
     ALTER TABLE toolwarden_tasks ADD COLUMN principal TEXT NOT NULL DEFAULT 'local';
@@ -176,23 +208,13 @@ const MIGRATIONS: &[&str] = &[
         TEXT[], BIGINT[], BIGINT[], BIGINT[], BIGINT[], TEXT[], TEXT[], TEXT[], TEXT[], TEXT[]
     );
     CREATE FUNCTION toolwarden_write_batch(
-        p_replica TEXT,
-        s_tid TEXT[], s_sid TEXT[], s_parent TEXT[], s_ts BIGINT[], s_seq BIGINT[],
-        c_tid TEXT[], c_cid TEXT[], c_sid TEXT[], c_tool TEXT[], c_ts BIGINT[], c_ran BOOLEAN[],
-        x_tid TEXT[], x_cid TEXT[], x_status TEXT[], x_ts BIGINT[], x_dur BIGINT[],
-        x_attempts BIGINT[],
-        t_tid TEXT[], t_outcome TEXT[], t_ts BIGINT[], t_seq BIGINT[],
-        e_seq BIGINT[], e_ts BIGINT[], e_type TEXT[], e_sid TEXT[], e_tid TEXT[], e_cid TEXT[],
-        e_body TEXT[],
+",
+        batch_params!(),
+        ",
         s_principal TEXT[], c_principal TEXT[], e_principal TEXT[]
-    ) RETURNS void LANGUAGE plpgsql AS $fn$
-    #variable_conflict use_column
-    DECLARE
-        v_tid TEXT;
-        v_cid TEXT;
-        v_seq BIGINT;
-    BEGIN
-        IF cardinality(s_tid) > 0 THEN
+",
+        batch_start!(),
+        "        IF cardinality(s_tid) > 0 THEN
             INSERT INTO toolwarden_turns
                 (replica, turn_id, session_id, parent_turn_id, started_at, start_seq, principal)
             SELECT p_replica, u.tid, u.sid, u.parent, u.ts, u.seq, u.who
@@ -210,29 +232,9 @@ const MIGRATIONS: &[&str] = &[
             FROM unnest(c_tid, c_cid, c_sid, c_tool, c_ts, c_ran, c_principal)
                 WITH ORDINALITY AS u(tid, cid, sid, tool, ts, ran, who, n)
             ORDER BY u.n
-            ON CONFLICT (turn_id, call_id) DO UPDATE SET ran = true
-                WHERE excluded.ran AND NOT toolwarden_calls.ran;
-        END IF;
-        -- Ended calls and turns row by row, each found by its unique key: a plan that looks
-        -- a row up by a unique key uses the key's index whatever the table's statistics say,
-        -- so the plans made once on a new, nearly empty trail stay right as it grows.
-        FOR i IN 1 .. coalesce(cardinality(x_tid), 0) LOOP
-            v_tid := x_tid[i];
-            v_cid := x_cid[i];
-            UPDATE toolwarden_calls SET status = x_status[i], ended_at = x_ts[i],
-                duration_ms = x_dur[i], attempts = x_attempts[i]
-            WHERE turn_id = v_tid AND call_id = v_cid;
-        END LOOP;
-        FOR i IN 1 .. coalesce(cardinality(t_tid), 0) LOOP
-            v_tid := t_tid[i];
-            v_seq := t_seq[i];
-            UPDATE toolwarden_turns SET ended_at = t_ts[i], outcome = t_outcome[i],
-                end_seq = v_seq, end_replica = p_replica
-            WHERE turn_id = v_tid
-                AND (replica <> p_replica OR start_seq IS NULL OR start_seq < v_seq);
-        END LOOP;
-        PERFORM pg_advisory_xact_lock(hashtext('toolwarden.commit:' || current_schema()));
-        INSERT INTO toolwarden_events
+",
+        batch_ends!(),
+        "        INSERT INTO toolwarden_events
             (replica, seq, ts, type, session_id, turn_id, call_id, body, principal)
         SELECT p_replica, u.seq, u.ts, u.type, u.sid, u.tid, u.cid, u.body, u.who
         FROM unnest(e_seq, e_ts, e_type, e_sid, e_tid, e_cid, e_body, e_principal)
@@ -242,6 +244,7 @@ const MIGRATIONS: &[&str] = &[
     END
     $fn$;
     ",
+    ),
     // 5: the replicas sharing the trail, each with its lease (liveness.rs): renewed while it
     // lives; one that lets it run out is declared dead, and a survivor records its open calls.
     "
