@@ -80,9 +80,8 @@ impl Waiting<'_> {
         };
         loop {
             let idle_at = (!idle.is_zero()).then(|| heartbeat.last_beat() + idle);
-            // One timer for the earliest of the deadlines and the next progress report: every
-            // timer a call arms is an entry in the runtime's wheel, and one due sooner than the
-            // runtime's next wake-up wakes the thread waiting on I/O just to shorten its wait.
+            // One timer for the earliest of the deadlines and the next progress report, not one
+            // each: every timer is an entry the runtime's wheel inserts and takes out again.
             let (due, why) = next_due(&deadlines, idle_at, pacer.next_due());
             tokio::select! {
                 biased;
