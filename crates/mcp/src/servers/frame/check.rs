@@ -72,6 +72,120 @@ pub(super) fn check(line: &[u8], our_call: &dyn Fn(&RequestId) -> Option<Waiter>
     if body.iter().all(u8::is_ascii_whitespace) {
         return LineAction::Skip;
     }
+    // The usual line, a tool's result, is read in one pass; anything else, or anything odd
+    // about it, takes the general path below, which judges it exactly as before.
+    if let Some(answer) = ToolAnswer::read(body) {
+        return answer.act(our_call);
+    }
+    check_frame(body, our_call)
+}
+
+/// The usual answer to a `tools/call` — version `"2.0"`, a number or string id, a result object
+/// that is a tool's result, no `error` and no `method` — read in one pass. Reading stops at the
+/// first member that rules it out (`method`, `error`), so a notification or an error costs
+/// little before the general path reads it.
+#[derive(serde::Deserialize)]
+struct ToolAnswer<'a> {
+    #[serde(borrow)]
+    jsonrpc: &'a RawValue,
+    id: AnswerId,
+    result: ToolResultObject,
+    #[serde(rename = "method", default, deserialize_with = "ruled_out")]
+    _method: (),
+    #[serde(rename = "error", default, deserialize_with = "ruled_out")]
+    _error: (),
+    /// Read only so that a repeated `params` fails here as it fails the general path.
+    #[serde(rename = "params", default)]
+    _params: Option<serde::de::IgnoredAny>,
+}
+
+impl ToolAnswer<'_> {
+    fn read(body: &[u8]) -> Option<ToolAnswer<'_>> {
+        serde_json::from_slice::<ToolAnswer<'_>>(body)
+            .ok()
+            .filter(|answer| answer.jsonrpc.get() == "\"2.0\"")
+    }
+
+    /// What the general path does with a well-formed tool's result.
+    fn act(self, our_call: &dyn Fn(&RequestId) -> Option<Waiter>) -> LineAction {
+        let id = self.id.0;
+        // Any answer settles the call, so its id is taken in every case.
+        let waiter = our_call(&id);
+        let answer = || {
+            Box::new(ServerJsonRpcMessage::Response(JsonRpcResponse {
+                jsonrpc: JsonRpcVersion2_0,
+                id: id.clone(),
+                result: ServerResult::CallToolResult(self.result.0),
+            }))
+        };
+        match waiter {
+            None => LineAction::Forward,
+            Some(Waiter::Rmcp) => LineAction::Answer(answer()),
+            Some(Waiter::Direct(tx)) => LineAction::Direct(tx, answer()),
+        }
+    }
+}
+
+/// A request id as the general path reads one ([`id_of`]): an integer that fits an `i64`, or a
+/// string.
+struct AnswerId(RequestId);
+
+impl<'de> serde::Deserialize<'de> for AnswerId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = AnswerId;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an integer or a string")
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<AnswerId, E> {
+                Ok(AnswerId(NumberOrString::Number(n)))
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<AnswerId, E> {
+                i64::try_from(n)
+                    .map(|n| AnswerId(NumberOrString::Number(n)))
+                    .map_err(|_| E::custom("an id beyond i64"))
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<AnswerId, E> {
+                Ok(AnswerId(NumberOrString::String(s.into())))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+/// A `result` that is a JSON object and reads as a tool's result.
+struct ToolResultObject(CallToolResult);
+
+impl<'de> serde::Deserialize<'de> for ToolResultObject {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = ToolResultObject;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a tool's result object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<ToolResultObject, A::Error> {
+                use serde::Deserialize as _;
+                CallToolResult::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(ToolResultObject)
+            }
+        }
+        deserializer.deserialize_map(Visitor)
+    }
+}
+
+/// A member whose presence, whatever its value (`null` too), rules a line out of
+/// [`ToolAnswer`]: reading fails on it at once.
+fn ruled_out<'de, D: serde::Deserializer<'de>>(_: D) -> Result<(), D::Error> {
+    Err(serde::de::Error::custom("not a tool's result"))
+}
+
+/// The general path: any line, judged member by member.
+fn check_frame(body: &[u8], our_call: &dyn Fn(&RequestId) -> Option<Waiter>) -> LineAction {
     let is_object = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
     let parsed = if is_object {
         serde_json::from_slice::<Frame<'_>>(body)
@@ -328,6 +442,134 @@ mod tests {
                 | LineAction::BadAnswer(..)
                 | LineAction::Bad(BadFrame { id: Some(_), .. })
         ));
+    }
+
+    /// What a line came to, for comparing two ways of judging it: the action, the answer as
+    /// JSON, and the id taken from the pending calls.
+    fn outcome(
+        action: LineAction,
+        taken: Option<RequestId>,
+    ) -> (String, Option<String>, Option<RequestId>) {
+        let json = |m: &ServerJsonRpcMessage| serde_json::to_string(m).unwrap();
+        let (kind, detail) = match action {
+            LineAction::Forward => ("forward".to_owned(), None),
+            LineAction::Answer(m) => ("answer".to_owned(), Some(json(&m))),
+            LineAction::Direct(_, m) => ("direct".to_owned(), Some(json(&m))),
+            LineAction::Progress(p) => ("progress".to_owned(), Some(format!("{p:?}"))),
+            LineAction::Skip => ("skip".to_owned(), None),
+            LineAction::Bad(b) => ("bad".to_owned(), Some(format!("{b:?}"))),
+            LineAction::BadAnswer(_, b) => ("bad answer".to_owned(), Some(format!("{b:?}"))),
+        };
+        (kind, detail, taken)
+    }
+
+    /// A way of judging a line: [`check`] or [`check_frame`].
+    type Judge = fn(&[u8], &dyn Fn(&RequestId) -> Option<Waiter>) -> LineAction;
+
+    /// Judges `line` with `judge`, the pending call waiting as `waiter` says (0: none, 1: rmcp,
+    /// 2: a call sent past rmcp).
+    fn judged(
+        judge: Judge,
+        line: &[u8],
+        waiter: u8,
+    ) -> (String, Option<String>, Option<RequestId>) {
+        let taken = std::cell::RefCell::new(None);
+        let (tx, _rx) = oneshot::channel();
+        let tx = std::cell::Cell::new(Some(tx));
+        let action = judge(line, &|id| {
+            *taken.borrow_mut() = Some(id.clone());
+            match waiter {
+                1 => Some(Waiter::Rmcp),
+                2 => tx.take().map(Waiter::Direct),
+                _ => None,
+            }
+        });
+        outcome(action, taken.into_inner())
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+        /// The one-pass read of a tool's result judges every line as the general path does:
+        /// random members (right and wrong versions, ids of every JSON type, results that are
+        /// and are not a tool's, `error` and `method` with any value, `null` too, unknown and
+        /// repeated members), in any order.
+        #[test]
+        fn the_one_pass_read_judges_as_the_general_path(
+            members in proptest::collection::vec((0u8..8, 0usize..18, proptest::prelude::any::<u8>()), 7),
+            waiter in 0u8..3,
+        ) {
+            const JSONRPC: [&str; 4] = ["\"2.0\"", "\"1.0\"", "\"2\\u002e0\"", "2"];
+            const ID: [&str; 8] = ["7", "\"a\"", "-1", "7.0", "null", "9223372036854775808", "true", "{}"];
+            const RESULT: [&str; 9] = [
+                "{\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}",
+                "{\"content\":[]}",
+                "{\"content\":[],\"isError\":true,\"structuredContent\":{\"a\":1}}",
+                "{\"task\":{\"taskId\":\"t1\",\"status\":\"working\",\"createdAt\":\"2026-01-01T00:00:00Z\",\"lastUpdatedAt\":\"2026-01-01T00:00:00Z\",\"ttl\":null}}",
+                "[1]",
+                "\"x\"",
+                "null",
+                "{\"content\":\"no\"}",
+                "{}",
+            ];
+            const ERROR: [&str; 3] = ["{\"code\":-32602,\"message\":\"no\"}", "null", "\"x\""];
+            const METHOD: [&str; 3] = ["\"notifications/progress\"", "null", "\"tools/call\""];
+            const PARAMS: [&str; 2] = ["{\"progressToken\":5,\"progress\":2}", "null"];
+            // Each member: how often it comes (the usual answer's three members mostly once, the
+            // others mostly not at all, any of them now and then twice), its value (the usual
+            // one half of the time) and its place.
+            let mut placed: Vec<(u8, String)> = Vec::new();
+            for (key, &(presence, value, place)) in members.iter().enumerate() {
+                let usual = matches!(key, 0..=2);
+                let times = match presence {
+                    0 => usize::from(!usual),
+                    7 => 2,
+                    _ => usize::from(usual),
+                };
+                let value = value.saturating_sub(9);
+                let member = match key {
+                    0 => format!("\"jsonrpc\":{}", JSONRPC[value % JSONRPC.len()]),
+                    1 => format!("\"id\":{}", ID[value % ID.len()]),
+                    2 => format!("\"result\":{}", RESULT[value % RESULT.len()]),
+                    3 => format!("\"error\":{}", ERROR[value % ERROR.len()]),
+                    4 => format!("\"method\":{}", METHOD[value % METHOD.len()]),
+                    5 => format!("\"params\":{}", PARAMS[value % PARAMS.len()]),
+                    _ => format!("\"other\":{value}"),
+                };
+                for n in 0..times {
+                    placed.push((place.wrapping_add(n as u8 * 97), member.clone()));
+                }
+            }
+            placed.sort();
+            let body: Vec<String> = placed.into_iter().map(|(_, member)| member).collect();
+            let line = format!("{{{}}}\n", body.join(","));
+            let body = line.strip_suffix('\n').unwrap().as_bytes();
+            proptest::prop_assert_eq!(
+                judged(check, line.as_bytes(), waiter),
+                judged(check_frame, body, waiter),
+                "{}", line
+            );
+        }
+    }
+
+    /// The one-pass read is taken for the usual answer (a member ruled out makes it fail).
+    #[test]
+    fn the_usual_answer_is_read_in_one_pass() {
+        let answer = b"{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"content\":[]}}";
+        assert!(ToolAnswer::read(answer).is_some());
+        for odd in [
+            &b"{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"content\":[]},\"error\":null}"[..],
+            b"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":null,\"result\":{\"content\":[]}}",
+            b"{\"jsonrpc\":\"2.0\",\"id\":7.0,\"result\":{\"content\":[]}}",
+            b"{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":[]}",
+            b"{\"jsonrpc\":\"2.0\",\"id\":7,\"id\":8,\"result\":{\"content\":[]}}",
+        ] {
+            assert!(
+                ToolAnswer::read(odd).is_none(),
+                "{}",
+                String::from_utf8_lossy(odd)
+            );
+        }
     }
 
     #[test]
