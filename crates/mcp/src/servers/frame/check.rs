@@ -101,6 +101,10 @@ struct ToolAnswer<'a> {
 
 impl ToolAnswer<'_> {
     fn read(body: &[u8]) -> Option<ToolAnswer<'_>> {
+        // An array would fill the struct by position: only an object can be a message.
+        if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return None;
+        }
         serde_json::from_slice::<ToolAnswer<'_>>(body)
             .ok()
             .filter(|answer| answer.jsonrpc.get() == "\"2.0\"")
@@ -493,11 +497,12 @@ mod tests {
         /// The one-pass read of a tool's result judges every line as the general path does:
         /// random members (right and wrong versions, ids of every JSON type, results that are
         /// and are not a tool's, `error` and `method` with any value, `null` too, unknown and
-        /// repeated members), in any order.
+        /// repeated members), in any order; now and then their values alone, as an array.
         #[test]
         fn the_one_pass_read_judges_as_the_general_path(
             members in proptest::collection::vec((0u8..8, 0usize..18, proptest::prelude::any::<u8>()), 7),
             waiter in 0u8..3,
+            array in proptest::prelude::any::<bool>(),
         ) {
             const JSONRPC: [&str; 4] = ["\"2.0\"", "\"1.0\"", "\"2\\u002e0\"", "2"];
             const ID: [&str; 8] = ["7", "\"a\"", "-1", "7.0", "null", "9223372036854775808", "true", "{}"];
@@ -542,7 +547,16 @@ mod tests {
             }
             placed.sort();
             let body: Vec<String> = placed.into_iter().map(|(_, member)| member).collect();
-            let line = format!("{{{}}}\n", body.join(","));
+            // Now and then the members' values alone, as an array (never a message).
+            let line = if array {
+                let values: Vec<&str> = body
+                    .iter()
+                    .filter_map(|member| member.split_once(':').map(|(_, value)| value))
+                    .collect();
+                format!("[{}]\n", values.join(","))
+            } else {
+                format!("{{{}}}\n", body.join(","))
+            };
             let body = line.strip_suffix('\n').unwrap().as_bytes();
             proptest::prop_assert_eq!(
                 judged(check, line.as_bytes(), waiter),
@@ -563,6 +577,7 @@ mod tests {
             b"{\"jsonrpc\":\"2.0\",\"id\":7.0,\"result\":{\"content\":[]}}",
             b"{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":[]}",
             b"{\"jsonrpc\":\"2.0\",\"id\":7,\"id\":8,\"result\":{\"content\":[]}}",
+            b"[\"2.0\",7,{\"content\":[]}]",
         ] {
             assert!(
                 ToolAnswer::read(odd).is_none(),
@@ -624,5 +639,10 @@ mod tests {
         );
         assert_eq!(verdict("garbage\n").unwrap_err().id, None);
         assert_eq!(verdict("[1,2]\n").unwrap_err().id, None);
+        // An array that would fill an answer by position is not one either.
+        assert_eq!(
+            verdict("[\"2.0\",7,{\"content\":[]}]\n").unwrap_err().id,
+            None
+        );
     }
 }
