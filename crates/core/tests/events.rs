@@ -222,3 +222,19 @@ async fn occasional_progress_is_reported_when_it_comes() {
         ]
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_report_that_comes_with_the_five_second_beat_goes_out_once() {
+    let mut h = Harness::new("");
+    // Reports at 5s and 10s, just when the every-5s beat is due: one event each.
+    h.call("c1", "ticker", json!({"every_ms": 5000, "ms": 12_000}))
+        .await;
+    let events = h.drain();
+    assert_eq!(
+        shapes(&events, "tool_progress")
+            .iter()
+            .map(|e| (e["elapsed_ms"].clone(), e["progress"].clone()))
+            .collect::<Vec<_>>(),
+        vec![(json!(5000), json!(1.0)), (json!(10_000), json!(2.0))]
+    );
+}

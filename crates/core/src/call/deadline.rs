@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt as _;
 use tokio::time::{Instant, sleep_until};
 use toolwarden_protocol::{CancelReason, EventKind, Policy, ProgressInfo, TimeoutKind};
 
@@ -80,26 +81,38 @@ impl Waiting<'_> {
         };
         loop {
             let idle_at = (!idle.is_zero()).then(|| heartbeat.last_beat() + idle);
-            // One timer for the earliest of the deadlines and the next progress report, not one
-            // each: every timer is an entry the runtime's wheel inserts and takes out again.
-            let (due, why) = next_due(&deadlines, idle_at, pacer.next_due());
+            // One timer, for the earliest of the deadlines and the next progress report, not
+            // one each: every timer is an entry the runtime's wheel inserts and takes out again.
+            let due = [deadlines.total, deadlines.attempt, idle_at]
+                .into_iter()
+                .flatten()
+                .fold(pacer.next_due(), Instant::min);
             tokio::select! {
                 biased;
                 () = slot.scope.cancelled() => break Ended::Cancelled(slot.scope.reason().unwrap_or(CancelReason::User)),
                 end = running.wait() => break Ended::Backend(end),
-                () = sleep_until(due) => match why {
-                    Due::Total => break Ended::Timeout(TimeoutKind::Total, policy.timeout),
-                    Due::Attempt => break Ended::Timeout(TimeoutKind::Attempt, policy.attempt_timeout),
-                    Due::Idle => {
-                        if heartbeat.last_beat() + idle <= Instant::now() {
+                () = sleep_until(due) => {
+                    // Whatever is due by now, the most pressing first: one timer firing late
+                    // may find several due, and they are judged in the order they always were.
+                    let now = Instant::now();
+                    match timed_out(&deadlines, idle_at, now) {
+                        Some(Due::Total) => break Ended::Timeout(TimeoutKind::Total, policy.timeout),
+                        Some(Due::Attempt) => break Ended::Timeout(TimeoutKind::Attempt, policy.attempt_timeout),
+                        // The idle deadline moves with every heartbeat: only a silent one ends
+                        // the call.
+                        Some(Due::Idle) if heartbeat.last_beat() + idle <= now => {
                             break Ended::Timeout(TimeoutKind::Idle, idle);
                         }
+                        _ => {}
                     }
-                    Due::Progress => {
+                    if pacer.next_due() <= now {
+                        // A report that arrived meanwhile goes out with this one: its notice is
+                        // read here, or it would come round again as a report too soon after.
+                        let _ = heartbeat.progressed().now_or_never();
                         emit_progress(heartbeat.take_progress());
-                        pacer.emitted_at(Instant::now());
+                        pacer.emitted_at(now);
                     }
-                },
+                }
                 () = heartbeat.progressed() => {
                     let now = Instant::now();
                     if pacer.may_emit(now) {
@@ -114,27 +127,24 @@ impl Waiting<'_> {
     }
 }
 
-/// What comes due first while an attempt runs, in the order that wins a tie.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+/// A deadline of a running attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Due {
     Total,
     Attempt,
     Idle,
-    Progress,
 }
 
-/// The earliest of the total, attempt and idle deadlines and the next progress report, and
-/// which it is. On a tie the first in that order wins, so a deadline beats a report due at the
-/// same instant.
-fn next_due(deadlines: &Deadlines, idle_at: Option<Instant>, report: Instant) -> (Instant, Due) {
+/// The deadline passed by `now`, if any; when several have, the total deadline comes before
+/// the attempt's, and the attempt's before the idle one.
+fn timed_out(deadlines: &Deadlines, idle_at: Option<Instant>, now: Instant) -> Option<Due> {
     [
         (deadlines.total, Due::Total),
         (deadlines.attempt, Due::Attempt),
         (idle_at, Due::Idle),
     ]
     .into_iter()
-    .filter_map(|(at, why)| at.map(|at| (at, why)))
-    .fold((report, Due::Progress), |best, next| best.min(next))
+    .find_map(|(at, why)| at.is_some_and(|at| at <= now).then_some(why))
 }
 
 #[cfg(test)]
@@ -150,59 +160,49 @@ mod tests {
         }
     }
 
-    /// The earliest comes due; on a tie the total deadline beats the attempt's, the attempt's
-    /// beats the idle one, and any deadline beats a progress report.
+    /// Only a deadline passed counts; of several passed, the total deadline comes first, then
+    /// the attempt's, then the idle one, whichever passed earlier.
     #[test]
-    fn the_earliest_comes_due_and_a_deadline_wins_a_tie() {
+    fn the_most_pressing_deadline_passed_is_the_one() {
         let at = Instant::now();
         let ms = |n: u64| at + Duration::from_millis(n);
         let cases = [
-            (
-                deadlines(at, None, None),
-                None,
-                5000,
-                (ms(5000), Due::Progress),
-            ),
-            (
-                deadlines(at, Some(30), None),
-                None,
-                5000,
-                (ms(30), Due::Total),
-            ),
+            (deadlines(at, None, None), None, 100, None),
+            (deadlines(at, Some(30), Some(10)), Some(5), 4, None),
             (
                 deadlines(at, Some(30), Some(10)),
-                None,
-                5000,
-                (ms(10), Due::Attempt),
+                Some(5),
+                5,
+                Some(Due::Idle),
             ),
             (
                 deadlines(at, Some(30), Some(10)),
                 Some(5),
-                5000,
-                (ms(5), Due::Idle),
-            ),
-            (
-                deadlines(at, Some(30), Some(10)),
-                Some(5),
-                1,
-                (ms(1), Due::Progress),
-            ),
-            (
-                deadlines(at, Some(10), Some(10)),
-                Some(10),
                 10,
-                (ms(10), Due::Total),
+                Some(Due::Attempt),
+            ),
+            (
+                deadlines(at, Some(30), Some(10)),
+                Some(5),
+                30,
+                Some(Due::Total),
+            ),
+            // One timer firing late finds the attempt's and the total deadline both passed.
+            (
+                deadlines(at, Some(11), Some(10)),
+                None,
+                11,
+                Some(Due::Total),
             ),
             (
                 deadlines(at, None, Some(10)),
-                Some(10),
+                Some(9),
                 10,
-                (ms(10), Due::Attempt),
+                Some(Due::Attempt),
             ),
-            (deadlines(at, None, None), Some(10), 10, (ms(10), Due::Idle)),
         ];
-        for (d, idle, report, want) in cases {
-            assert_eq!(next_due(&d, idle.map(ms), ms(report)), want);
+        for (d, idle, now, want) in cases {
+            assert_eq!(timed_out(&d, idle.map(ms), ms(now)), want, "at {now} ms");
         }
     }
 }

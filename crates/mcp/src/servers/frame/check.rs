@@ -105,7 +105,10 @@ impl ToolAnswer<'_> {
         if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
             return None;
         }
-        serde_json::from_slice::<ToolAnswer<'_>>(body)
+        // serde_json checks the text of a member it skips only when it reads from a string:
+        // a line that is not UTF-8 anywhere takes the general path, which judges it whole.
+        let body = std::str::from_utf8(body).ok()?;
+        serde_json::from_str::<ToolAnswer<'_>>(body)
             .ok()
             .filter(|answer| answer.jsonrpc.get() == "\"2.0\"")
     }
@@ -497,16 +500,18 @@ mod tests {
         /// The one-pass read of a tool's result judges every line as the general path does:
         /// random members (right and wrong versions, ids of every JSON type, results that are
         /// and are not a tool's, `error` and `method` with any value, `null` too, unknown and
-        /// repeated members), in any order; now and then their values alone, as an array.
+        /// repeated members, unknown ones inside `result` and `params`), in any order; now and then
+        /// their values alone, as an array; now and then a byte that is not UTF-8.
         #[test]
         fn the_one_pass_read_judges_as_the_general_path(
-            members in proptest::collection::vec((0u8..8, 0usize..18, proptest::prelude::any::<u8>()), 7),
+            members in proptest::collection::vec((0u8..8, 0usize..21, proptest::prelude::any::<u8>()), 7),
             waiter in 0u8..3,
             array in proptest::prelude::any::<bool>(),
+            bad_byte in proptest::prelude::any::<bool>(),
         ) {
             const JSONRPC: [&str; 4] = ["\"2.0\"", "\"1.0\"", "\"2\\u002e0\"", "2"];
             const ID: [&str; 8] = ["7", "\"a\"", "-1", "7.0", "null", "9223372036854775808", "true", "{}"];
-            const RESULT: [&str; 9] = [
+            const RESULT: [&str; 10] = [
                 "{\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}",
                 "{\"content\":[]}",
                 "{\"content\":[],\"isError\":true,\"structuredContent\":{\"a\":1}}",
@@ -516,10 +521,11 @@ mod tests {
                 "null",
                 "{\"content\":\"no\"}",
                 "{}",
+                "{\"content\":[],\"x\":{\"BAD\":\"BAD\"}}",
             ];
             const ERROR: [&str; 3] = ["{\"code\":-32602,\"message\":\"no\"}", "null", "\"x\""];
             const METHOD: [&str; 3] = ["\"notifications/progress\"", "null", "\"tools/call\""];
-            const PARAMS: [&str; 2] = ["{\"progressToken\":5,\"progress\":2}", "null"];
+            const PARAMS: [&str; 3] = ["{\"progressToken\":5,\"progress\":2}", "null", "{\"BAD\":[\"BAD\"]}"];
             // Each member: how often it comes (the usual answer's three members mostly once, the
             // others mostly not at all, any of them now and then twice), its value (the usual
             // one half of the time) and its place.
@@ -539,7 +545,7 @@ mod tests {
                     3 => format!("\"error\":{}", ERROR[value % ERROR.len()]),
                     4 => format!("\"method\":{}", METHOD[value % METHOD.len()]),
                     5 => format!("\"params\":{}", PARAMS[value % PARAMS.len()]),
-                    _ => format!("\"other\":{value}"),
+                    _ => format!("\"other\":\"BAD{value}\""),
                 };
                 for n in 0..times {
                     placed.push((place.wrapping_add(n as u8 * 97), member.clone()));
@@ -557,11 +563,18 @@ mod tests {
             } else {
                 format!("{{{}}}\n", body.join(","))
             };
-            let body = line.strip_suffix('\n').unwrap().as_bytes();
+            // Now and then a byte that is not UTF-8 where `BAD` stands (a value or a key that
+            // either path may skip).
+            let line = if bad_byte {
+                line.replace("BAD", "\u{1}").into_bytes().into_iter().map(|b| if b == 1 { 0xff } else { b }).collect()
+            } else {
+                line.into_bytes()
+            };
+            let body = line.strip_suffix(b"\n").unwrap();
             proptest::prop_assert_eq!(
-                judged(check, line.as_bytes(), waiter),
+                judged(check, &line, waiter),
                 judged(check_frame, body, waiter),
-                "{}", line
+                "{}", String::from_utf8_lossy(&line)
             );
         }
     }
