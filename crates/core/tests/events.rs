@@ -202,18 +202,23 @@ async fn a_silent_running_call_reports_every_five_seconds() {
     );
 }
 
+/// Runs the `ticker` tool (a report every `every_ms` for `ms`) and gives each `tool_progress`
+/// as (`elapsed_ms`, `progress`).
+async fn ticker_progress(h: &mut Harness, every_ms: u64, ms: u64) -> Vec<(Value, Value)> {
+    h.call("c1", "ticker", json!({"every_ms": every_ms, "ms": ms}))
+        .await;
+    shapes(&h.drain(), "tool_progress")
+        .iter()
+        .map(|e| (e["elapsed_ms"].clone(), e["progress"].clone()))
+        .collect()
+}
+
 #[tokio::test(start_paused = true)]
 async fn occasional_progress_is_reported_when_it_comes() {
     let mut h = Harness::new("");
     // A report every 2s; and the every-5s beat carries the latest.
-    h.call("c1", "ticker", json!({"every_ms": 2000, "ms": 9000}))
-        .await;
-    let events = h.drain();
     assert_eq!(
-        shapes(&events, "tool_progress")
-            .iter()
-            .map(|e| (e["elapsed_ms"].clone(), e["progress"].clone()))
-            .collect::<Vec<_>>(),
+        ticker_progress(&mut h, 2000, 9000).await,
         vec![
             (json!(2000), json!(1.0)),
             (json!(4000), json!(2.0)),
@@ -227,14 +232,8 @@ async fn occasional_progress_is_reported_when_it_comes() {
 async fn a_report_that_comes_with_the_five_second_beat_goes_out_once() {
     let mut h = Harness::new("");
     // Reports at 5s and 10s, just when the every-5s beat is due: one event each.
-    h.call("c1", "ticker", json!({"every_ms": 5000, "ms": 12_000}))
-        .await;
-    let events = h.drain();
     assert_eq!(
-        shapes(&events, "tool_progress")
-            .iter()
-            .map(|e| (e["elapsed_ms"].clone(), e["progress"].clone()))
-            .collect::<Vec<_>>(),
+        ticker_progress(&mut h, 5000, 12_000).await,
         vec![(json!(5000), json!(1.0)), (json!(10_000), json!(2.0))]
     );
 }
