@@ -6,7 +6,9 @@
 # SQLite, `before_execution`, in a temporary XDG_DATA_HOME). In each round every path runs once
 # at concurrency 1 (direct, store off) and once at concurrency 16 (direct, store off, default
 # store), the order rotating round by round, each run preceded by the machine's load average;
-# with GATEWAY_BENCH=1 each round ends with one `gateway-bench 16000 everything` run.
+# with GATEWAY_BENCH=1 each round ends with one `gateway-bench 16000 everything` run. With RELAY=1
+# each round also runs the path through `mcp-relay` (crates/bench/src/bin/mcp-relay.rs: the same
+# chain of processes with nothing but the transport between them) at both concurrencies.
 #
 # usage: bash scripts/gateway-floor.sh [ROUNDS] [DURATION] [WARMUP]   (default 2 8s 2s)
 # needs: the release build (cargo build --release -p toolwarden -p toolwarden-testkit
@@ -28,6 +30,9 @@ everything="$(realpath node_modules/.bin/mcp-server-everything 2>/dev/null || tr
 command -v jq >/dev/null || { echo "gateway-floor: jq is missing" >&2; exit 2; }
 if [ "${GATEWAY_BENCH:-0}" = 1 ] && [ ! -x "$bin/gateway-bench" ]; then
   echo "gateway-floor: no $bin/gateway-bench" >&2; exit 2
+fi
+if [ "${RELAY:-0}" = 1 ] && [ ! -x "$bin/mcp-relay" ]; then
+  echo "gateway-floor: no $bin/mcp-relay" >&2; exit 2
 fi
 
 work="$(mktemp -d)"
@@ -79,6 +84,26 @@ serve "$work/default.toml"
 def_pid="$pid" def_url="$url"
 echo "node $(node --version); store-off serve pid $off_pid, default-store serve pid $def_pid"
 grep -h "audit trail" "$work"/*.log
+paths1=(direct off)
+paths16=(direct off default)
+if [ "${RELAY:-0}" = 1 ]; then
+  "$bin/mcp-relay" -- node "$everything" stdio 2>"$work/relay.log" &
+  relay_pid=$!
+  pids+=("$relay_pid")
+  relay_url=""
+  for _ in $(seq 600); do
+    addr="$(sed -n 's|.*listening on http://\([0-9.:]*\).*|\1|p' "$work/relay.log" | head -n1)"
+    if [ -n "$addr" ] && "$load_gen" --url "http://$addr/mcp" --list-tools 2>/dev/null | grep -qx echo; then
+      relay_url="http://$addr/mcp"
+      break
+    fi
+    sleep 0.1
+  done
+  [ -n "$relay_url" ] || { echo "gateway-floor: mcp-relay did not come up" >&2; cat "$work/relay.log" >&2; exit 1; }
+  echo "mcp-relay pid $relay_pid"
+  paths1+=(relay)
+  paths16+=(relay)
+fi
 
 run() { # $1 round, $2 label, $3 concurrency
   local load args
@@ -88,6 +113,7 @@ run() { # $1 round, $2 label, $3 concurrency
     direct) args+=(--stdio -- node "$everything" stdio) ;;
     off) args+=(--url "$off_url" --watch-pid "$off_pid") ;;
     default) args+=(--url "$def_url" --watch-pid "$def_pid") ;;
+    relay) args+=(--url "$relay_url" --watch-pid "$relay_pid") ;;
   esac
   local json
   json="$("$load_gen" "${args[@]}" | tail -n1)"
@@ -103,8 +129,8 @@ rotate() { # $1 offset, rest: items; prints them rotated
 }
 
 for r in $(seq 1 "$rounds"); do
-  for label in $(rotate "$r" direct off); do run "$r" "$label" 1; done
-  for label in $(rotate "$r" direct off default); do run "$r" "$label" 16; done
+  for label in $(rotate "$r" "${paths1[@]}"); do run "$r" "$label" 1; done
+  for label in $(rotate "$r" "${paths16[@]}"); do run "$r" "$label" 16; done
   if [ "${GATEWAY_BENCH:-0}" = 1 ]; then
     echo "round $r gateway-bench 16000 everything; load $(cut -d' ' -f1-3 /proc/loadavg)"
     "$bin/gateway-bench" 16000 everything 2>/dev/null | grep -E '^\| (everything|path)'
@@ -115,6 +141,10 @@ for r in $(seq 1 "$rounds"); do
     "round \($r): c=1 p50 through ÷ direct \((pick("off"; 1).p50_us / pick("direct"; 1).p50_us * 100 | round / 100)) (target ≤ 3.0); "
     + "c=16 calls/s through ÷ direct \((pick("off"; 16).calls_per_s / pick("direct"; 16).calls_per_s * 100 | round / 100)) (target ≥ 0.30); "
     + "default store ÷ store off \((pick("default"; 16).calls_per_s / pick("off"; 16).calls_per_s * 100 | round / 100)) (target ≥ 0.85)"
+    + (if [pick("relay"; 1)] | length > 0 then
+        "; relay: c=1 p50 ÷ direct \((pick("relay"; 1).p50_us / pick("direct"; 1).p50_us * 100 | round / 100)), "
+        + "c=16 calls/s ÷ direct \((pick("relay"; 16).calls_per_s / pick("direct"; 16).calls_per_s * 100 | round / 100))"
+      else "" end)
   ' "$out"
 done
 echo "runs: $out"

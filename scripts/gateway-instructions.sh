@@ -7,6 +7,10 @@
 #        STORE=default bash scripts/gateway-instructions.sh [CALLS]
 #   STORE=default records the calls in the default audit trail (SQLite, `before_execution`, in a
 #   scratch file) instead of none: the difference is what the trail costs a call.
+#        RELAY=1 bash scripts/gateway-instructions.sh [CALLS]
+#   counts `mcp-relay` (crates/bench/src/bin/mcp-relay.rs: the same server behind nothing but
+#   the transport) instead of toolwarden, with handshake blocks only (it keeps no session, so a
+#   stateless call is the same to it): the least a gateway of this shape can spend a call.
 # needs: a release build (cargo build --release -p toolwarden -p toolwarden-testkit), valgrind,
 # python3. Blocks alternate handshake, stateless, handshake, stateless.
 set -euo pipefail
@@ -19,6 +23,10 @@ done
 for exe in toolwarden tw-test-server; do
   [ -x "$bin/$exe" ] || { echo "gateway-instructions: no $bin/$exe: cargo build --release -p toolwarden -p toolwarden-testkit" >&2; exit 2; }
 done
+relay="${RELAY:-0}"
+if [ "$relay" = 1 ] && [ ! -x "$bin/mcp-relay" ]; then
+  echo "gateway-instructions: no $bin/mcp-relay: cargo build --release -p toolwarden-bench" >&2; exit 2
+fi
 work="$(mktemp -d)"
 serve=""
 cleanup() {
@@ -35,17 +43,25 @@ case "${STORE:-off}" in
 esac
 bench_config "[servers.echo]
 command = \"$(realpath "$bin/tw-test-server")\"" "$store" > "$work/toolwarden.toml"
-RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out.%p" \
-  "$bin/toolwarden" serve --config "$work/toolwarden.toml" --listen 127.0.0.1:0 \
-  >"$work/serve.log" 2>&1 &
-serve=$!
+if [ "$relay" = 1 ]; then
+  valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out.%p" \
+    "$bin/mcp-relay" -- "$(realpath "$bin/tw-test-server")" >"$work/serve.log" 2>&1 &
+  serve=$!
+  ready='mcp-relay: listening on http://'
+else
+  RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out.%p" \
+    "$bin/toolwarden" serve --config "$work/toolwarden.toml" --listen 127.0.0.1:0 \
+    >"$work/serve.log" 2>&1 &
+  serve=$!
+  ready='server "echo" is up'
+fi
 address=""
 for _ in $(seq 1 600); do
-  address="$(sed -n 's|^toolwarden: listening on http://||p' "$work/serve.log")"
-  grep -q 'server "echo" is up' "$work/serve.log" && [ -n "$address" ] && break
+  address="$(sed -n 's#^\(toolwarden\|mcp-relay\): listening on http://##p' "$work/serve.log")"
+  grep -q "$ready" "$work/serve.log" && [ -n "$address" ] && break
   sleep 0.1
 done
-grep -q 'server "echo" is up' "$work/serve.log" || { cat "$work/serve.log" >&2; exit 1; }
+grep -q "$ready" "$work/serve.log" || { cat "$work/serve.log" >&2; exit 1; }
 
 block() { # KIND TAG
   coproc DRIVE { python3 scripts/mcp_drive.py "$address" "$1" "$calls"; }
@@ -70,5 +86,5 @@ block() { # KIND TAG
 }
 for round in 1 2; do
   block handshake "h$round"
-  block stateless "s$round"
+  if [ "$relay" = 1 ]; then block handshake "r$round"; else block stateless "s$round"; fi
 done

@@ -1,4 +1,5 @@
-"""Drives `tools/call` of `echo` through a toolwarden `/mcp` for scripts/gateway-instructions.sh.
+"""Drives `tools/call` of `echo` through a toolwarden `/mcp` (or `mcp-relay`'s) for
+scripts/gateway-instructions.sh.
 
 usage: mcp_drive.py HOST:PORT handshake|stateless N
 
@@ -31,8 +32,10 @@ if kind == "handshake":
             "clientInfo": {"name": "mcp_drive", "version": "1"}}},
         {},
     )
-    headers = {"mcp-session-id": response.getheader("mcp-session-id"),
-               "mcp-protocol-version": "2025-06-18"}
+    headers = {"mcp-protocol-version": "2025-06-18"}
+    session = response.getheader("mcp-session-id")
+    if session is not None:  # a server that keeps no session (mcp-relay) names none
+        headers["mcp-session-id"] = session
     post({"jsonrpc": "2.0", "method": "notifications/initialized"}, headers)
     meta = None
 elif kind == "stateless":

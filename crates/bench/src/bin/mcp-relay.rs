@@ -1,0 +1,209 @@
+//! `mcp-relay`: the least a gateway from Streamable HTTP to a stdio MCP server can do, as a
+//! yardstick for `/mcp` (docs/PERFORMANCE.md, "The relay's floor").
+//!
+//! It listens on HTTP with the stack `toolwarden serve` uses (tokio's multi-thread runtime with a
+//! worker per core, axum, hyper, `TCP_NODELAY`, mimalloc), spawns one stdio server and passes
+//! each POSTed JSON-RPC message to it as one line, unchanged. A request's answer goes back as the
+//! body of its POST (`application/json`); anything else gets `202 Accepted` at once. It reads
+//! only each message's `id` and whether it has a `method`, to pair an answer with its request.
+//! It keeps no session, governs nothing and records nothing, and the server's notifications and
+//! requests are dropped. So the same three processes in the same chain, with nothing between
+//! them but the transport, show how much of the path through `/mcp` is the chain itself.
+//!
+//! Ids must be unique among the requests in flight (one client session, as `mcp-load` makes);
+//! a request whose id is already waiting is refused with `409`.
+//!
+//! usage: mcp-relay [--listen ADDR] -- COMMAND [ARGS...]   (ADDR default 127.0.0.1:0; prints
+//! `mcp-relay: listening on http://ADDR` on stderr; SIGTERM or SIGINT stops it and its server)
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::Arc;
+
+use anyhow::{Context as _, bail};
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::process::{ChildStdin, ChildStdout, Command};
+use tokio::sync::oneshot;
+
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// A JSON-RPC id: what pairs an answer with its request.
+#[derive(Clone, Debug, Deserialize, Hash, PartialEq, Eq)]
+#[serde(untagged)]
+enum Id {
+    Number(i64),
+    Text(String),
+}
+
+/// All the relay reads of a message.
+#[derive(Deserialize)]
+struct Head {
+    id: Option<Id>,
+    method: Option<IgnoredAny>,
+}
+
+struct Relay {
+    stdin: tokio::sync::Mutex<ChildStdin>,
+    waiting: parking_lot::Mutex<HashMap<Id, oneshot::Sender<Bytes>>>,
+}
+
+impl Relay {
+    /// Writes one message to the server as one line, in one write.
+    async fn send(&self, message: &[u8]) -> std::io::Result<()> {
+        let mut line = Vec::with_capacity(message.len() + 1);
+        if memchr::memchr(b'\n', message).is_some() {
+            // Pretty-printed JSON: a line must hold the whole message.
+            let value: serde_json::Value = serde_json::from_slice(message)?;
+            serde_json::to_writer(&mut line, &value)?;
+        } else {
+            line.extend_from_slice(message);
+        }
+        line.push(b'\n');
+        let mut stdin = self.stdin.lock().await;
+        stdin.write_all(&line).await?;
+        stdin.flush().await
+    }
+}
+
+/// `POST /mcp`.
+async fn post(State(relay): State<Arc<Relay>>, body: Bytes) -> Response {
+    let head: Head = match serde_json::from_slice(&body) {
+        Ok(head) => head,
+        Err(e) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                format!("not one JSON-RPC message: {e}"),
+            )
+                .into_response();
+        }
+    };
+    let request = match (head.id, head.method) {
+        (Some(id), Some(_)) => id,
+        // A notification, or the client's answer to the server: nothing comes back.
+        _ => {
+            return match relay.send(&body).await {
+                Ok(()) => StatusCode::ACCEPTED.into_response(),
+                Err(e) => {
+                    (StatusCode::BAD_GATEWAY, format!("the server is gone: {e}")).into_response()
+                }
+            };
+        }
+    };
+    let (tx, rx) = oneshot::channel();
+    {
+        let mut waiting = relay.waiting.lock();
+        if waiting.contains_key(&request) {
+            return (
+                StatusCode::CONFLICT,
+                format!("a request with id {request:?} is already waiting"),
+            )
+                .into_response();
+        }
+        waiting.insert(request.clone(), tx);
+    }
+    if let Err(e) = relay.send(&body).await {
+        relay.waiting.lock().remove(&request);
+        return (StatusCode::BAD_GATEWAY, format!("the server is gone: {e}")).into_response();
+    }
+    match rx.await {
+        Ok(answer) => ([(header::CONTENT_TYPE, "application/json")], answer).into_response(),
+        Err(_) => (
+            StatusCode::BAD_GATEWAY,
+            "the server ended before it answered",
+        )
+            .into_response(),
+    }
+}
+
+/// Reads the server's lines and hands each answer to the request waiting for it.
+async fn read_answers(relay: Arc<Relay>, stdout: ChildStdout) {
+    let mut lines = BufReader::new(stdout);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match lines.read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        let Ok(Head {
+            id: Some(id),
+            method: None,
+        }) = serde_json::from_slice(&line)
+        else {
+            continue; // a notification or a request of the server's, or not JSON
+        };
+        if let Some(tx) = relay.waiting.lock().remove(&id) {
+            let end = line.len() - usize::from(line.last() == Some(&b'\n'));
+            let _ = tx.send(Bytes::copy_from_slice(&line[..end]));
+        }
+    }
+    // The server is gone: every waiting request fails.
+    relay.waiting.lock().clear();
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let mut listen = "127.0.0.1:0".to_owned();
+    let mut command = Vec::new();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--listen" => listen = args.next().context("--listen needs an address")?,
+            "--" => command.extend(args.by_ref()),
+            other => bail!(
+                "mcp-relay: unknown argument {other:?} (usage: mcp-relay [--listen ADDR] -- COMMAND [ARGS...])"
+            ),
+        }
+    }
+    let Some((program, program_args)) = command.split_first() else {
+        bail!(
+            "mcp-relay: no server command (usage: mcp-relay [--listen ADDR] -- COMMAND [ARGS...])"
+        );
+    };
+    let mut child = Command::new(program)
+        .args(program_args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("mcp-relay: cannot start {program}"))?;
+    let stdin = child.stdin.take().context("the server's stdin")?;
+    let stdout = child.stdout.take().context("the server's stdout")?;
+    let relay = Arc::new(Relay {
+        stdin: tokio::sync::Mutex::new(stdin),
+        waiting: parking_lot::Mutex::new(HashMap::new()),
+    });
+    tokio::spawn(read_answers(relay.clone(), stdout));
+
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .with_context(|| format!("mcp-relay: cannot listen on {listen}"))?;
+    eprintln!("mcp-relay: listening on http://{}", listener.local_addr()?);
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    let app = axum::Router::new()
+        .route("/mcp", axum::routing::post(post))
+        .with_state(relay);
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let stop = async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    };
+    tokio::select! {
+        served = axum::serve(listener, app).with_graceful_shutdown(stop) => served?,
+        status = child.wait() => bail!("mcp-relay: the server exited: {}", status?),
+    }
+    child.kill().await.ok();
+    Ok(())
+}
