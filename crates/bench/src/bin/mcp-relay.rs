@@ -1,11 +1,14 @@
 //! `mcp-relay`: the least a gateway from Streamable HTTP to a stdio MCP server can do, as a
-//! yardstick for `/mcp` (docs/PERFORMANCE.md, "The relay's floor").
+//! yardstick for `/mcp` (docs/PERFORMANCE.md, "A relay that does nothing").
 //!
 //! It listens on HTTP with the stack `toolwarden serve` uses (tokio's multi-thread runtime with a
 //! worker per core, axum, hyper, `TCP_NODELAY`, mimalloc), spawns one stdio server and passes
 //! each POSTed JSON-RPC message to it as one line, unchanged. A request's answer goes back as the
 //! body of its POST (`application/json`); anything else gets `202 Accepted` at once. It reads
 //! only each message's `id` and whether it has a `method`, to pair an answer with its request.
+//! A message is written to the server's stdin by the request's own task, in one blocking `write`
+//! under a lock (no hand-over to a writer task, no wait for an async lock; a pipe the server does
+//! not drain would block a worker, which a yardstick may do and a gateway may not).
 //! It keeps no session, governs nothing and records nothing, and the server's notifications and
 //! requests are dropped. So the same three processes in the same chain, with nothing between
 //! them but the transport, show how much of the path through `/mcp` is the chain itself.
@@ -27,8 +30,10 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
-use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
-use tokio::process::{ChildStdin, ChildStdout, Command};
+use std::io::Write as _;
+
+use tokio::io::{AsyncBufReadExt as _, BufReader};
+use tokio::process::{ChildStdout, Command};
 use tokio::sync::oneshot;
 
 #[global_allocator]
@@ -50,13 +55,13 @@ struct Head {
 }
 
 struct Relay {
-    stdin: tokio::sync::Mutex<ChildStdin>,
+    stdin: parking_lot::Mutex<std::io::PipeWriter>,
     waiting: parking_lot::Mutex<HashMap<Id, oneshot::Sender<Bytes>>>,
 }
 
 impl Relay {
     /// Writes one message to the server as one line, in one write.
-    async fn send(&self, message: &[u8]) -> std::io::Result<()> {
+    fn send(&self, message: &[u8]) -> std::io::Result<()> {
         let mut line = Vec::with_capacity(message.len() + 1);
         if memchr::memchr(b'\n', message).is_some() {
             // Pretty-printed JSON: a line must hold the whole message.
@@ -66,9 +71,7 @@ impl Relay {
             line.extend_from_slice(message);
         }
         line.push(b'\n');
-        let mut stdin = self.stdin.lock().await;
-        stdin.write_all(&line).await?;
-        stdin.flush().await
+        self.stdin.lock().write_all(&line)
     }
 }
 
@@ -88,7 +91,7 @@ async fn post(State(relay): State<Arc<Relay>>, body: Bytes) -> Response {
         (Some(id), Some(_)) => id,
         // A notification, or the client's answer to the server: nothing comes back.
         _ => {
-            return match relay.send(&body).await {
+            return match relay.send(&body) {
                 Ok(()) => StatusCode::ACCEPTED.into_response(),
                 Err(e) => {
                     (StatusCode::BAD_GATEWAY, format!("the server is gone: {e}")).into_response()
@@ -108,7 +111,7 @@ async fn post(State(relay): State<Arc<Relay>>, body: Bytes) -> Response {
         }
         waiting.insert(request.clone(), tx);
     }
-    if let Err(e) = relay.send(&body).await {
+    if let Err(e) = relay.send(&body) {
         relay.waiting.lock().remove(&request);
         return (StatusCode::BAD_GATEWAY, format!("the server is gone: {e}")).into_response();
     }
@@ -167,18 +170,19 @@ async fn main() -> anyhow::Result<()> {
             "mcp-relay: no server command (usage: mcp-relay [--listen ADDR] -- COMMAND [ARGS...])"
         );
     };
+    // The server's stdin is a plain (blocking) pipe: see `Relay::send`.
+    let (stdin_read, stdin) = std::io::pipe().context("mcp-relay: a pipe")?;
     let mut child = Command::new(program)
         .args(program_args)
-        .stdin(Stdio::piped())
+        .stdin(Stdio::from(stdin_read))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()
         .with_context(|| format!("mcp-relay: cannot start {program}"))?;
-    let stdin = child.stdin.take().context("the server's stdin")?;
     let stdout = child.stdout.take().context("the server's stdout")?;
     let relay = Arc::new(Relay {
-        stdin: tokio::sync::Mutex::new(stdin),
+        stdin: parking_lot::Mutex::new(stdin),
         waiting: parking_lot::Mutex::new(HashMap::new()),
     });
     tokio::spawn(read_answers(relay.clone(), stdout));
