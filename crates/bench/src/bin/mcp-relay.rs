@@ -20,6 +20,7 @@
 //! `mcp-relay: listening on http://ADDR` on stderr; SIGTERM or SIGINT stops it and its server)
 
 use std::collections::HashMap;
+use std::io::Write as _;
 use std::process::Stdio;
 use std::sync::Arc;
 
@@ -30,8 +31,6 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
-use std::io::Write as _;
-
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{ChildStdout, Command};
 use tokio::sync::oneshot;
