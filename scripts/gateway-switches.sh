@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Counts the context switches a gateway process makes per `tools/call` at concurrency 1: all its
+# threads' voluntary and involuntary switches (/proc/PID/task/*/status) over CALLS calls of one
+# keep-alive handshake client (scripts/mcp_drive.py), `tw-test-server` behind it
+# (docs/PERFORMANCE.md, "A relay that does nothing"). A count, so a noisy machine moves it less
+# than it moves a time.
+#
+# usage: bash scripts/gateway-switches.sh toolwarden|relay [CALLS]   (default 3000)
+#   toolwarden: `toolwarden serve` with the store off; relay: `mcp-relay`.
+# needs: the release build (cargo build --release -p toolwarden -p toolwarden-testkit
+#   -p toolwarden-bench), python3.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+which="${1:-}"
+calls="${2:-3000}"
+bin="${CARGO_TARGET_DIR:-target}/release"
+for exe in toolwarden tw-test-server mcp-relay; do
+  [ -x "$bin/$exe" ] || { echo "gateway-switches: no $bin/$exe: cargo build --release -p toolwarden -p toolwarden-testkit -p toolwarden-bench" >&2; exit 2; }
+done
+work="$(mktemp -d)"
+pid=""
+cleanup() {
+  [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+server="$(realpath "$bin/tw-test-server")"
+case "$which" in
+  relay)
+    "$bin/mcp-relay" -- "$server" 2>"$work/log" &
+    pid=$!
+    ;;
+  toolwarden)
+    # shellcheck source=scripts/bench-config.sh
+    . scripts/bench-config.sh
+    bench_config "[servers.echo]
+command = \"$server\"" $'\n[store]\nenabled = false' > "$work/toolwarden.toml"
+    RUST_LOG=warn "$bin/toolwarden" serve --config "$work/toolwarden.toml" \
+      --listen 127.0.0.1:0 2>"$work/log" &
+    pid=$!
+    ;;
+  *) echo "usage: bash scripts/gateway-switches.sh toolwarden|relay [CALLS]" >&2; exit 2 ;;
+esac
+address=""
+for _ in $(seq 1 600); do
+  address="$(sed -n 's#^\(toolwarden\|mcp-relay\): listening on http://##p' "$work/log")"
+  [ -n "$address" ] && break
+  sleep 0.1
+done
+[ -n "$address" ] || { cat "$work/log" >&2; exit 1; }
+
+switches() { # the process's switches so far, all threads
+  cat /proc/"$pid"/task/*/status | awk '/ctxt_switches/ { s += $2 } END { print s }'
+}
+coproc DRIVE { python3 scripts/mcp_drive.py "$address" handshake "$calls"; }
+in=${DRIVE[0]} to=${DRIVE[1]}
+read -r line <&"$in"
+[ "$line" = ready ] || { echo "gateway-switches: the client failed" >&2; exit 1; }
+before="$(switches)"
+echo go >&"$to"
+read -r line <&"$in"
+[ "$line" = done ] || { echo "gateway-switches: the client failed" >&2; exit 1; }
+after="$(switches)"
+awk -v d="$((after - before))" -v n="$calls" -v w="$which" -v t="$(ls /proc/"$pid"/task | wc -l)" \
+  'BEGIN { printf "%-10s %.2f context switches per call (%d threads)\n", w, d / n, t }'
