@@ -14,8 +14,9 @@
 # needs: the release build (cargo build --release -p toolwarden -p toolwarden-testkit
 #   -p toolwarden-bench), mcp-load ($MCP_LOAD, else /var/tmp/mcp-load-target/release/mcp-load;
 #   build it in ../shared/tools/mcp-load), scripts/setup-test-deps.sh's node_modules, jq.
-# Prints one line per run and, per round, the three ratios; the raw JSON of every run (mcp-load's
-# last line, with `load` and `round` added) goes to $OUT (default /tmp/gateway-floor-PID.jsonl).
+# Prints one line per run and, per round, the three ratios (and the relay's two with RELAY=1);
+# the raw JSON of every run (mcp-load's last line, with `load` and `round` added) goes to $OUT
+# (default /tmp/gateway-floor-PID.jsonl).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds="${1:-2}"

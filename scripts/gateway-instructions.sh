@@ -11,8 +11,9 @@
 #   counts `mcp-relay` (crates/bench/src/bin/mcp-relay.rs: the same server behind nothing but
 #   the transport) instead of toolwarden, with handshake blocks only (it keeps no session, so a
 #   stateless call is the same to it): the least a gateway of this shape can spend a call.
-# needs: a release build (cargo build --release -p toolwarden -p toolwarden-testkit), valgrind,
-# python3. Blocks alternate handshake, stateless, handshake, stateless.
+# needs: a release build (cargo build --release -p toolwarden -p toolwarden-testkit, and
+# -p toolwarden-bench for RELAY=1), valgrind, python3. Blocks alternate handshake, stateless,
+# handshake, stateless (with RELAY=1: four handshake blocks).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 calls="${1:-2000}"
@@ -26,6 +27,9 @@ done
 relay="${RELAY:-0}"
 if [ "$relay" = 1 ] && [ ! -x "$bin/mcp-relay" ]; then
   echo "gateway-instructions: no $bin/mcp-relay: cargo build --release -p toolwarden-bench" >&2; exit 2
+fi
+if [ "$relay" = 1 ] && [ -n "${STORE:-}" ]; then
+  echo "gateway-instructions: STORE and RELAY=1 do not go together (the relay records nothing)" >&2; exit 2
 fi
 work="$(mktemp -d)"
 serve=""

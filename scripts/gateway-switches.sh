@@ -3,7 +3,7 @@
 # threads' voluntary and involuntary switches (/proc/PID/task/*/status) over CALLS calls of one
 # keep-alive handshake client (scripts/mcp_drive.py), `tw-test-server` behind it
 # (docs/PERFORMANCE.md, "A relay that does nothing"). A count, so a noisy machine moves it less
-# than it moves a time.
+# than it moves a time. A thread that ends during the calls takes its count with it.
 #
 # usage: bash scripts/gateway-switches.sh toolwarden|relay [CALLS]   (default 3000)
 #   toolwarden: `toolwarden serve` with the store off; relay: `mcp-relay`.
@@ -29,6 +29,7 @@ case "$which" in
   relay)
     "$bin/mcp-relay" -- "$server" 2>"$work/log" &
     pid=$!
+    ready='mcp-relay: listening on'
     ;;
   toolwarden)
     # shellcheck source=scripts/bench-config.sh
@@ -38,19 +39,20 @@ command = \"$server\"" $'\n[store]\nenabled = false' > "$work/toolwarden.toml"
     RUST_LOG=warn "$bin/toolwarden" serve --config "$work/toolwarden.toml" \
       --listen 127.0.0.1:0 2>"$work/log" &
     pid=$!
+    ready='server "echo" is up'
     ;;
   *) echo "usage: bash scripts/gateway-switches.sh toolwarden|relay [CALLS]" >&2; exit 2 ;;
 esac
 address=""
 for _ in $(seq 1 600); do
   address="$(sed -n 's#^\(toolwarden\|mcp-relay\): listening on http://##p' "$work/log")"
-  [ -n "$address" ] && break
+  [ -n "$address" ] && grep -q "$ready" "$work/log" && break
   sleep 0.1
 done
-[ -n "$address" ] || { cat "$work/log" >&2; exit 1; }
+grep -q "$ready" "$work/log" && [ -n "$address" ] || { cat "$work/log" >&2; exit 1; }
 
-switches() { # the process's switches so far, all threads
-  cat /proc/"$pid"/task/*/status | awk '/ctxt_switches/ { s += $2 } END { print s }'
+switches() { # the process's switches so far, all its live threads
+  cat /proc/"$pid"/task/*/status 2>/dev/null | awk '/ctxt_switches/ { s += $2 } END { print s + 0 }' || true
 }
 coproc DRIVE { python3 scripts/mcp_drive.py "$address" handshake "$calls"; }
 in=${DRIVE[0]} to=${DRIVE[1]}
