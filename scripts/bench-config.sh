@@ -19,3 +19,17 @@ block_after = 0
 ${2:-}
 TOML
 }
+
+# A scratch directory in $work for a measuring script, removed when the script exits, together
+# with the gateway process whose pid the script puts in $gateway (killed and waited for).
+bench_scratch() {
+  work="$(mktemp -d)"
+  gateway=""
+  trap bench_cleanup EXIT
+}
+bench_cleanup() {
+  if [ -n "$gateway" ]; then
+    kill "$gateway" 2>/dev/null && wait "$gateway" 2>/dev/null
+  fi
+  rm -rf "$work"
+}

@@ -31,15 +31,9 @@ fi
 if [ "$relay" = 1 ] && [ -n "${STORE:-}" ]; then
   echo "gateway-instructions: STORE and RELAY=1 do not go together (the relay records nothing)" >&2; exit 2
 fi
-work="$(mktemp -d)"
-serve=""
-cleanup() {
-  [ -n "$serve" ] && kill "$serve" 2>/dev/null && wait "$serve" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
 # shellcheck source=scripts/bench-config.sh
 . scripts/bench-config.sh
+bench_scratch
 case "${STORE:-off}" in
   off) store=$'\n[store]\nenabled = false' ;;
   default) store=$'\n[store]\npath = "'"$work/trail.db"'"' ;;
@@ -50,13 +44,13 @@ command = \"$(realpath "$bin/tw-test-server")\"" "$store" > "$work/toolwarden.to
 if [ "$relay" = 1 ]; then
   valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out.%p" \
     "$bin/mcp-relay" -- "$(realpath "$bin/tw-test-server")" >"$work/serve.log" 2>&1 &
-  serve=$!
+  gateway=$!
   ready='mcp-relay: listening on http://'
 else
   RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out.%p" \
     "$bin/toolwarden" serve --config "$work/toolwarden.toml" --listen 127.0.0.1:0 \
     >"$work/serve.log" 2>&1 &
-  serve=$!
+  gateway=$!
   ready='server "echo" is up'
 fi
 address=""
@@ -73,11 +67,11 @@ block() { # KIND TAG
   local pid=$DRIVE_PID in=${DRIVE[0]} to=${DRIVE[1]} line
   read -r line <&"$in"
   [ "$line" = ready ] || { echo "gateway-instructions: the $1 client failed" >&2; exit 1; }
-  callgrind_control -z "$serve" >/dev/null 2>&1
+  callgrind_control -z "$gateway" >/dev/null 2>&1
   echo go >&"$to"
   read -r line <&"$in"
   [ "$line" = done ] || { echo "gateway-instructions: the $1 client failed" >&2; exit 1; }
-  callgrind_control -d "$2" "$serve" >/dev/null 2>&1
+  callgrind_control -d "$2" "$gateway" >/dev/null 2>&1
   wait "$pid" 2>/dev/null || true
   local out
   out="$(grep -l "^desc: Trigger: dump $2\$" "$work"/callgrind.out.*)"

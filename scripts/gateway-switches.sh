@@ -17,28 +17,22 @@ bin="${CARGO_TARGET_DIR:-target}/release"
 for exe in toolwarden tw-test-server mcp-relay; do
   [ -x "$bin/$exe" ] || { echo "gateway-switches: no $bin/$exe: cargo build --release -p toolwarden -p toolwarden-testkit -p toolwarden-bench" >&2; exit 2; }
 done
-work="$(mktemp -d)"
-pid=""
-cleanup() {
-  [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=scripts/bench-config.sh
+. scripts/bench-config.sh
+bench_scratch
 server="$(realpath "$bin/tw-test-server")"
 case "$which" in
   relay)
     "$bin/mcp-relay" -- "$server" 2>"$work/log" &
-    pid=$!
+    gateway=$!
     ready='mcp-relay: listening on'
     ;;
   toolwarden)
-    # shellcheck source=scripts/bench-config.sh
-    . scripts/bench-config.sh
     bench_config "[servers.echo]
 command = \"$server\"" $'\n[store]\nenabled = false' > "$work/toolwarden.toml"
     RUST_LOG=warn "$bin/toolwarden" serve --config "$work/toolwarden.toml" \
       --listen 127.0.0.1:0 2>"$work/log" &
-    pid=$!
+    gateway=$!
     ready='server "echo" is up'
     ;;
   *) echo "usage: bash scripts/gateway-switches.sh toolwarden|relay [CALLS]" >&2; exit 2 ;;
@@ -52,7 +46,7 @@ done
 grep -q "$ready" "$work/log" && [ -n "$address" ] || { cat "$work/log" >&2; exit 1; }
 
 switches() { # the process's switches so far, all its live threads
-  cat /proc/"$pid"/task/*/status 2>/dev/null | awk '/ctxt_switches/ { s += $2 } END { print s + 0 }' || true
+  cat /proc/"$gateway"/task/*/status 2>/dev/null | awk '/ctxt_switches/ { s += $2 } END { print s + 0 }' || true
 }
 coproc DRIVE { python3 scripts/mcp_drive.py "$address" handshake "$calls"; }
 in=${DRIVE[0]} to=${DRIVE[1]}
@@ -63,5 +57,5 @@ echo go >&"$to"
 read -r line <&"$in"
 [ "$line" = done ] || { echo "gateway-switches: the client failed" >&2; exit 1; }
 after="$(switches)"
-awk -v d="$((after - before))" -v n="$calls" -v w="$which" -v t="$(ls /proc/"$pid"/task | wc -l)" \
+awk -v d="$((after - before))" -v n="$calls" -v w="$which" -v t="$(ls /proc/"$gateway"/task | wc -l)" \
   'BEGIN { printf "%-10s %.2f context switches per call (%d threads)\n", w, d / n, t }'
