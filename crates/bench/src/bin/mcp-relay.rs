@@ -112,32 +112,30 @@ impl Relay {
 /// Writes the queue as the pipe makes room, until it is empty.
 async fn flush(relay: Arc<Relay>) {
     loop {
-        if relay.stdin.writable().await.is_err() {
-            break;
-        }
+        let room = relay.stdin.writable().await;
         let mut queue = relay.queue.lock();
-        loop {
-            match relay.stdin.try_write(&queue.bytes) {
-                Ok(n) => {
-                    queue.bytes.drain(..n);
-                    if queue.bytes.is_empty() {
-                        queue.flushing = false;
-                        return;
+        // Done when the queue is written, or when the pipe fails (the server is gone; its
+        // stdout's end fails what is waiting). `flushing` ends under the lock senders take, so
+        // a line is never queued with no one left to write it.
+        let done = room.is_err()
+            || loop {
+                match relay.stdin.try_write(&queue.bytes) {
+                    Ok(n) => {
+                        queue.bytes.drain(..n);
+                        if queue.bytes.is_empty() {
+                            break true;
+                        }
                     }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break false,
+                    Err(_) => break true,
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(_) => {
-                    // The server is gone; its stdout's end fails what is waiting.
-                    queue.bytes.clear();
-                    queue.flushing = false;
-                    return;
-                }
-            }
+            };
+        if done {
+            queue.bytes.clear();
+            queue.flushing = false;
+            return;
         }
     }
-    let mut queue = relay.queue.lock();
-    queue.bytes.clear();
-    queue.flushing = false;
 }
 
 /// A request's place among those waiting, given up when its handler ends without an answer
