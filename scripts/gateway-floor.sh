@@ -59,25 +59,29 @@ config $'\n[store]\nenabled = false' > "$work/off.toml"
 config "" > "$work/default.toml"
 mkdir -p "$work/data"
 
-serve() { # $1: config; sets pid and url once the echo tool is listed
-  local log
-  log="$work/$(basename "$1").log"
-  XDG_DATA_HOME="$work/data" RUST_LOG=warn "$bin/toolwarden" serve --config "$1" \
-    --listen 127.0.0.1:0 >/dev/null 2>"$log" &
-  pid=$!
+up() { # $1: the log of a gateway just started (its pid in $pid); sets url once it lists echo
   pids+=("$pid")
   local addr=""
   for _ in $(seq 600); do
-    addr="$(sed -n 's|.*listening on http://\([0-9.:]*\).*|\1|p' "$log" | head -n1)"
+    addr="$(sed -n 's|.*listening on http://\([0-9.:]*\).*|\1|p' "$1" | head -n1)"
     url="http://$addr/mcp"
     if [ -n "$addr" ] && "$load_gen" --url "$url" --list-tools 2>/dev/null | grep -qx echo; then
       return
     fi
     sleep 0.1
   done
-  echo "gateway-floor: toolwarden serve --config $1 did not come up" >&2
-  cat "$log" >&2
+  echo "gateway-floor: the gateway logging to $1 did not come up" >&2
+  cat "$1" >&2
   exit 1
+}
+
+serve() { # $1: config; sets pid and url once the echo tool is listed
+  local log
+  log="$work/$(basename "$1").log"
+  XDG_DATA_HOME="$work/data" RUST_LOG=warn "$bin/toolwarden" serve --config "$1" \
+    --listen 127.0.0.1:0 >/dev/null 2>"$log" &
+  pid=$!
+  up "$log"
 }
 serve "$work/off.toml"
 off_pid="$pid" off_url="$url"
@@ -89,18 +93,9 @@ paths1=(direct off)
 paths16=(direct off default)
 if [ "${RELAY:-0}" = 1 ]; then
   "$bin/mcp-relay" -- node "$everything" stdio 2>"$work/relay.log" &
-  relay_pid=$!
-  pids+=("$relay_pid")
-  relay_url=""
-  for _ in $(seq 600); do
-    addr="$(sed -n 's|.*listening on http://\([0-9.:]*\).*|\1|p' "$work/relay.log" | head -n1)"
-    if [ -n "$addr" ] && "$load_gen" --url "http://$addr/mcp" --list-tools 2>/dev/null | grep -qx echo; then
-      relay_url="http://$addr/mcp"
-      break
-    fi
-    sleep 0.1
-  done
-  [ -n "$relay_url" ] || { echo "gateway-floor: mcp-relay did not come up" >&2; cat "$work/relay.log" >&2; exit 1; }
+  pid=$!
+  up "$work/relay.log"
+  relay_pid="$pid" relay_url="$url"
   echo "mcp-relay pid $relay_pid"
   paths1+=(relay)
   paths16+=(relay)

@@ -53,13 +53,7 @@ else
   gateway=$!
   ready='server "echo" is up'
 fi
-address=""
-for _ in $(seq 1 600); do
-  address="$(sed -n 's#^\(toolwarden\|mcp-relay\): listening on http://##p' "$work/serve.log")"
-  grep -q "$ready" "$work/serve.log" && [ -n "$address" ] && break
-  sleep 0.1
-done
-grep -q "$ready" "$work/serve.log" || { cat "$work/serve.log" >&2; exit 1; }
+bench_wait_up "$work/serve.log" "$ready" || exit 1
 
 block() { # KIND TAG
   coproc DRIVE { python3 scripts/mcp_drive.py "$address" "$1" "$calls"; }

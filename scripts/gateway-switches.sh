@@ -37,13 +37,7 @@ command = \"$server\"" $'\n[store]\nenabled = false' > "$work/toolwarden.toml"
     ;;
   *) echo "usage: bash scripts/gateway-switches.sh toolwarden|relay [CALLS]" >&2; exit 2 ;;
 esac
-address=""
-for _ in $(seq 1 600); do
-  address="$(sed -n 's#^\(toolwarden\|mcp-relay\): listening on http://##p' "$work/log")"
-  [ -n "$address" ] && grep -q "$ready" "$work/log" && break
-  sleep 0.1
-done
-grep -q "$ready" "$work/log" && [ -n "$address" ] || { cat "$work/log" >&2; exit 1; }
+bench_wait_up "$work/log" "$ready" || exit 1
 
 switches() { # the process's switches so far, all its live threads
   cat /proc/"$gateway"/task/*/status 2>/dev/null | awk '/ctxt_switches/ { s += $2 } END { print s + 0 }' || true
