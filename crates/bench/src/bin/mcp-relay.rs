@@ -24,6 +24,7 @@
 
 use std::collections::HashMap;
 use std::future::IntoFuture as _;
+use std::io::Write as _;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -286,7 +287,13 @@ async fn main() -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(&listen)
         .await
         .with_context(|| format!("mcp-relay: cannot listen on {listen}"))?;
-    eprintln!("mcp-relay: listening on http://{}", listener.local_addr()?);
+    // One write: `eprintln!` writes its pieces one by one, and a script polling the log for
+    // this line could read the address cut short.
+    let announce = format!(
+        "mcp-relay: listening on http://{}\n",
+        listener.local_addr()?
+    );
+    std::io::stderr().write_all(announce.as_bytes())?;
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         let _ = tcp.set_nodelay(true);
     });
