@@ -528,6 +528,33 @@ async fn a_server_that_reads_its_first_requests_15s_late_starts_on_its_first_try
     finish(both, &pids[1..]).await;
 }
 
+/// `first_start` (what the gateway's first lists wait for) ends with the first attempt: when
+/// the server is up, when its start times out (not at the next attempt's end), and at once for
+/// a server whose start ended before.
+#[tokio::test]
+async fn first_start_ends_with_the_first_attempt_up_or_not() {
+    let mut cfg = stdio(&["--startup-delay-ms", "700"]);
+    cfg.startup_timeout = Some(DurationValue::from_duration(Duration::from_secs(10)));
+    let (_host, slow) = launch("slow", cfg);
+    slow.first_start().await;
+    assert_eq!(slow.state(), ServerStateKind::Up);
+
+    let mut cfg = stdio(&["--startup-delay-ms", "60000"]);
+    cfg.startup_timeout = Some(DurationValue::from_duration(Duration::from_millis(300)));
+    let (_host, stuck) = launch("stuck", cfg);
+    stuck.first_start().await;
+    // Down: the attempt ended (the wait's own bound, 1.3 s, would find it still starting).
+    assert_eq!(stuck.state(), ServerStateKind::Down);
+    // Ended before: at once, whatever the server does now.
+    tokio::time::timeout(Duration::from_millis(100), stuck.first_start())
+        .await
+        .expect("a first start that ended is not waited for again");
+
+    let pid = server_pid(&slow).await;
+    finish(slow, &[pid]).await;
+    finish(stuck, &[]).await;
+}
+
 #[tokio::test]
 async fn a_start_over_the_startup_timeout_is_down_and_retried() {
     let mut cfg = stdio(&["--startup-delay-ms", "5000"]);

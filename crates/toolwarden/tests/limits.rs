@@ -128,3 +128,91 @@ async fn a_body_over_max_body_is_413_on_every_door_and_the_next_call_works() {
     server.wait(Duration::from_secs(15)).await.expect_code(0);
     assert_no_process(&mark, Duration::from_secs(2)).await;
 }
+
+/// A body that is not JSON, or JSON that is not a JSON-RPC message, is 400 with JSON-RPC's own
+/// error (`-32700` parse error, `-32600` invalid request) on `/mcp`, outside a session and in
+/// one; a wrong `Content-Type` stays 415; the session goes on.
+#[tokio::test]
+async fn a_body_that_is_no_message_is_a_json_rpc_error_and_the_session_goes_on() {
+    let dir = Dir::new();
+    let mark = marker("unreadable");
+    dir.create("toolwarden.toml", &config(&mark, ""));
+    let (mut server, url) = serve(&dir, &[]).await;
+    let raw = |session: Option<&str>, body: &str| {
+        let mut req = mcp_post(&url, session, &Value::Null);
+        req = req.body(body.to_owned());
+        req
+    };
+    let truncated = r#"{"jsonrpc":"2.0","id":99,"method":"tools/call","#;
+    for session in [None, Some("made below")] {
+        let session = match session {
+            None => None,
+            Some(_) => {
+                let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                    "protocolVersion": "2025-06-18", "capabilities": {},
+                    "clientInfo": {"name": "limits-test", "version": "1"}}});
+                let resp = mcp_post(&url, None, &init).send().await.unwrap();
+                let id = resp.headers()["mcp-session-id"]
+                    .to_str()
+                    .unwrap()
+                    .to_owned();
+                message(resp).await;
+                let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+                let resp = mcp_post(&url, Some(&id), &initialized)
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(resp.status(), 202);
+                Some(id)
+            }
+        };
+        let resp = raw(session.as_deref(), truncated).send().await.unwrap();
+        assert_eq!(resp.status(), 400, "in a session: {}", session.is_some());
+        assert_eq!(
+            resp.headers()["content-type"].to_str().unwrap(),
+            "application/json"
+        );
+        let error = message(resp).await;
+        assert_eq!(error["error"]["code"], -32700, "{error}");
+        assert_eq!(error["id"], Value::Null, "{error}");
+        assert!(
+            error["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("not JSON: EOF while parsing"),
+            "{error}"
+        );
+        let resp = raw(session.as_deref(), r#"{"hello": "world"}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 400);
+        let error = message(resp).await;
+        assert_eq!(error["error"]["code"], -32600, "{error}");
+        if let Some(id) = &session {
+            let resp = mcp_post(&url, Some(id), &echo_call(3, "still here"))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 200);
+            let answer = message(resp).await;
+            assert_eq!(
+                answer["result"]["content"][0]["text"], "still here",
+                "{answer}"
+            );
+        }
+    }
+    let resp = http()
+        .post(format!("{url}/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "text/plain")
+        .body(echo_call(4, "x").to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 415);
+
+    server.signal(Signal::SIGTERM);
+    server.wait(Duration::from_secs(15)).await.expect_code(0);
+    assert_no_process(&mark, Duration::from_secs(2)).await;
+}

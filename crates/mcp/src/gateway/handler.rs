@@ -263,6 +263,7 @@ impl ServerHandler for GatewayConnection {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let served = self.session_of(&context);
+        self.gateway.first_starts().await;
         let tools = self.gateway.tools_for(&served.session.principal.name);
         let mut result = ListToolsResult::with_all_items((*tools).clone());
         if stateless(&context) {
@@ -310,6 +311,7 @@ impl ServerHandler for GatewayConnection {
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
         let session = self.session_of(&context).session;
+        self.gateway.first_starts().await;
         prompts::list(&self.gateway, &session, request, context)
             .await
             .map(passthrough::Completed::completed)
@@ -332,6 +334,7 @@ impl ServerHandler for GatewayConnection {
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
         let session = self.session_of(&context).session;
+        self.gateway.first_starts().await;
         resources::list(&self.gateway, &session, request, context)
             .await
             .map(passthrough::Completed::completed)
@@ -343,6 +346,7 @@ impl ServerHandler for GatewayConnection {
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
         let session = self.session_of(&context).session;
+        self.gateway.first_starts().await;
         resources::list_templates(&self.gateway, &session, request, context)
             .await
             .map(passthrough::Completed::completed)

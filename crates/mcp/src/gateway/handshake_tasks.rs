@@ -578,6 +578,7 @@ pub(crate) fn answer_raw(
     let (gw, session) = (gw.clone(), session.clone());
     match message.method? {
         "tools/list" => Some(Box::pin(async move {
+            gw.first_starts().await;
             answer(&id, Ok(tools_list(&gw, &session)))
         })),
         "tools/call" => {
@@ -613,11 +614,12 @@ pub(crate) fn answer_raw(
 }
 
 /// Serves `tools/list` of a session that declared tasks (see [`tools_list`]).
-pub(crate) fn serve_list(
+pub(crate) async fn serve_list(
     gw: &GatewayState,
     session: &ClientSession,
     id: &RequestId,
 ) -> Response<BoxBody> {
+    gw.first_starts().await;
     let mut response = Response::new(BoxBody::new(http_body_util::Full::new(answer(
         id,
         Ok(tools_list(gw, session)),

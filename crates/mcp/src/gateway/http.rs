@@ -130,10 +130,13 @@ where
                 parts.extensions.insert(handshake_tasks::DeclaresTasks);
             }
             handed_to_rmcp(1);
-            let req = http::Request::from_parts(parts, http_body_util::Full::new(body));
+            let req = http::Request::from_parts(parts, http_body_util::Full::new(body.clone()));
             let response = this.inner.handle(req).await;
             if declares_tasks && response.status() == http::StatusCode::OK {
                 return Ok(handshake_tasks::advertise(response));
+            }
+            if response.status() == http::StatusCode::UNSUPPORTED_MEDIA_TYPE {
+                return Ok(unreadable(response, &body).await);
             }
             Ok(response)
         })
@@ -160,12 +163,57 @@ fn too_large(limit: usize) -> http::Response<BoxBody> {
     )
 }
 
+/// rmcp answers a body it cannot read as a client's message with 415 and a line of text, as
+/// if the media type were wrong. A client gets 400 with a JSON-RPC error instead: `-32700`
+/// when the body is not JSON at all, `-32600` when it is JSON but no message (JSON-RPC's own
+/// codes; `id` null, since no id could be read). Any other 415 (a wrong `Content-Type`) stays.
+async fn unreadable(response: http::Response<BoxBody>, body: &Bytes) -> http::Response<BoxBody> {
+    const PREFIX: &str = "fail to deserialize request body ";
+    let (parts, said) = response.into_parts();
+    let said = http_body_util::BodyExt::collect(said)
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let Some(detail) = std::str::from_utf8(&said)
+        .ok()
+        .and_then(|text| text.strip_prefix(PREFIX))
+    else {
+        return http::Response::from_parts(parts, BoxBody::new(http_body_util::Full::new(said)));
+    };
+    match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+        Err(e) => jsonrpc_error_coded(
+            http::StatusCode::BAD_REQUEST,
+            PARSE_ERROR,
+            format!("Parse error: the request body is not JSON: {e}"),
+        ),
+        Ok(_) => jsonrpc_error(
+            http::StatusCode::BAD_REQUEST,
+            format!("Invalid Request: the request body is not a JSON-RPC message: {detail}"),
+        ),
+    }
+}
+
+/// JSON-RPC's code for a message that is not JSON.
+const PARSE_ERROR: i32 = -32700;
+
+/// JSON-RPC's code for JSON that is not a valid request.
+const INVALID_REQUEST: i32 = -32600;
+
 /// An HTTP error with a JSON-RPC error (`-32600`, `id: null`) as its body.
 fn jsonrpc_error(status: http::StatusCode, message: String) -> http::Response<BoxBody> {
+    jsonrpc_error_coded(status, INVALID_REQUEST, message)
+}
+
+/// An HTTP error with a JSON-RPC error (`code`, `id: null`) as its body.
+fn jsonrpc_error_coded(
+    status: http::StatusCode,
+    code: i32,
+    message: String,
+) -> http::Response<BoxBody> {
     let body = serde_json::json!({
         "jsonrpc": "2.0",
         "id": null,
-        "error": {"code": -32600, "message": message},
+        "error": {"code": code, "message": message},
     });
     let mut response = http::Response::new(BoxBody::new(http_body_util::Full::new(Bytes::from(
         body.to_string(),

@@ -4,6 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasherDefault;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -55,6 +56,8 @@ pub(crate) struct GatewayState {
     pub(super) last_client: Mutex<HashMap<Arc<str>, Weak<ClientSession>>>,
     /// Orders calls and sessions by recency.
     recency: Arc<Recency>,
+    /// Every server's first start has ended ([`Self::first_starts`]).
+    first_started: AtomicBool,
     /// Fires when the state is dropped: the background tasks end.
     pub(super) closed: CancellationToken,
     pub(super) tasks: TaskTracker,
@@ -174,6 +177,7 @@ impl GatewayState {
             listeners: Listeners::default(),
             last_client: Mutex::default(),
             recency: Arc::new(Recency::new()),
+            first_started: AtomicBool::new(false),
             closed: CancellationToken::new(),
             tasks: TaskTracker::new(),
         })
@@ -429,6 +433,17 @@ impl GatewayState {
         let tools = Arc::new(convert::list_tools(&self.servers, &infos));
         self.tool_view.lock().backends = backends;
         tools
+    }
+
+    /// Waits until every server's first start has ended (each at most its `startup_timeout`):
+    /// a list (tools, prompts, resources) asked for meanwhile waits, so that it is whole, while
+    /// `initialize` and calls never wait for it. Once all have ended it costs one load.
+    pub(super) async fn first_starts(&self) {
+        if self.first_started.load(Ordering::Acquire) {
+            return;
+        }
+        futures::future::join_all(self.servers.iter().map(|s| s.first_start())).await;
+        self.first_started.store(true, Ordering::Release);
     }
 
     /// The list a principal's clients see: every tool but those a rule denies it outright

@@ -129,6 +129,28 @@ impl McpServer {
         *self.shared.abandoned.lock()
     }
 
+    /// Waits until the server's first start has ended, up or not (or it is shut down), so that
+    /// a list made afterwards holds its tools if it could give them. The start itself is bounded
+    /// by its `startup_timeout`; this wait too, or by [`DEFAULT_STARTUP_TIMEOUT`] when the start
+    /// is uncapped, so that no list waits for ever.
+    pub async fn first_start(&self) {
+        // The state is `starting` from the server's making through its first attempt (one
+        // that cannot even be tried, a bad definition, goes `failed` at once); a second attempt
+        // means the first has ended.
+        let ended =
+            |s: &StateView| s.shut_down || s.kind != ServerStateKind::Starting || s.starts > 1;
+        let mut rx = self.shared.state.subscribe();
+        if ended(&rx.borrow()) {
+            return;
+        }
+        let bound = self
+            .shared
+            .startup_timeout
+            .unwrap_or(DEFAULT_STARTUP_TIMEOUT)
+            + Duration::from_secs(1);
+        let _ = tokio::time::timeout(bound, rx.wait_for(ended)).await;
+    }
+
     /// Waits until the server is up, or until its current (or, while it is down, its next)
     /// start-up attempt fails, or `timeout`. A server that cannot start (`failed`) fails the
     /// wait at once.
