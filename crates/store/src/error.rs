@@ -26,7 +26,7 @@ pub enum OpenError {
         detail: String,
     },
     /// Another process writes this store.
-    #[error("the audit trail {} is in use by another toolwarden process{}; stop it, run the call through it (`call --url`), or give this one its own [store] path", path.display(), pid.map(|p| format!(" (pid {p})")).unwrap_or_default())]
+    #[error("the audit trail {} is in use by another toolwarden process{}", path.display(), pid.map(|p| format!(" (pid {p})")).unwrap_or_default())]
     InUse {
         /// The file.
         path: PathBuf,

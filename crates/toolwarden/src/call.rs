@@ -25,6 +25,7 @@ use crate::client::{Api, segment};
 use crate::exit::{Exit, usage};
 use crate::progress::ProgressLine;
 use crate::prompt;
+use crate::say::say;
 use crate::signals::{Signals, StopSignal};
 use crate::stack::{self, Stack};
 
@@ -57,11 +58,11 @@ pub(crate) async fn run(config_path: Option<&Path>, args: CallArgs) -> anyhow::R
     let Some(result) = result else {
         return Ok(match stop {
             Some(stop) => {
-                eprintln!("error: the call's outcome did not arrive after the interrupt");
+                say!("error: the call's outcome did not arrive after the interrupt");
                 exit_of_signal(stop)
             }
             None => {
-                eprintln!("error: the server ended the call's stream before its outcome");
+                say!("error: the server ended the call's stream before its outcome");
                 Exit::Error
             }
         });
@@ -177,7 +178,8 @@ async fn local(
     // Answering at the terminal is answering as this principal: without `approve`, approvals
     // fail fast as they do headless.
     let interactive = interactive && principal.may(Scope::Approve);
-    let mut stack = Stack::build(config, !interactive, stack::RecordCalls::Yes)?;
+    let mut stack = Stack::build(config, !interactive, stack::RecordCalls::Yes)
+        .map_err(|e| stack::trail_in_use(e, "stop it, run the call through it (`call --url`), or give this one its own [store] path"))?;
     let needed = needed_servers(&stack, &call.name);
     let (Needed::Named(names) | Needed::All(names)) = &needed;
     stack
@@ -187,7 +189,7 @@ async fn local(
         ready = stack.wait_ready() => ready,
         stop = signals.recv() => {
             stack.shutdown().await;
-            eprintln!("error: interrupted while the servers started");
+            say!("error: interrupted while the servers started");
             return Ok((None, Some(stop)));
         }
     };
@@ -197,7 +199,7 @@ async fn local(
         .collect();
     if matches!(needed, Needed::All(_)) {
         for failure in &failed {
-            eprintln!("warning: {failure}");
+            say!("warning: {failure}");
         }
     } else if !failed.is_empty() {
         stack.shutdown().await;
@@ -449,9 +451,9 @@ fn spawn_remote_prompt(
                     let status = resp.status();
                     let body: serde_json::Value = resp.json().await.unwrap_or_default();
                     let message = body["error"]["message"].as_str().unwrap_or("");
-                    eprintln!("toolwarden: the server refused the answer ({status}): {message}");
+                    say!("toolwarden: the server refused the answer ({status}): {message}");
                 }
-                Err(e) => eprintln!("toolwarden: cannot send the answer: {e}"),
+                Err(e) => say!("toolwarden: cannot send the answer: {e}"),
             }
         }
     });

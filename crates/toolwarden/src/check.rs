@@ -13,6 +13,7 @@ use toolwarden_protocol::{DEFAULT_PRINCIPAL, LOCAL_PRINCIPAL, Scopes};
 use crate::cli::CheckArgs;
 use crate::client::{BackendColumns, snake, tool_table};
 use crate::exit::Exit;
+use crate::say::say;
 use crate::signals::Signals;
 use crate::stack::{self, Stack};
 
@@ -34,7 +35,7 @@ pub(crate) async fn run(config_path: Option<&Path>, args: CheckArgs) -> anyhow::
     }
     let mut warnings: Vec<ConfigDiagnostic> = config.warnings.clone();
     for w in config.token_warnings(stack::token_env(&config), |var| std::env::var(var).ok()) {
-        eprintln!("warning: {w}");
+        say!("warning: {w}");
         warnings.push(w);
     }
     let (principals, oauth) = principals(&config, args.offline).await;
@@ -47,7 +48,7 @@ pub(crate) async fn run(config_path: Option<&Path>, args: CheckArgs) -> anyhow::
                 "{why}: `toolwarden serve` would start and refuse access tokens until it can read them"
             ),
         };
-        eprintln!("warning: {w}");
+        say!("warning: {w}");
         warnings.push(w);
     }
     // Headless: a check runs no call, and must never wait for a person.
@@ -59,7 +60,7 @@ pub(crate) async fn run(config_path: Option<&Path>, args: CheckArgs) -> anyhow::
             r = stack.wait_ready() => ready = r,
             stop = signals.recv() => {
                 stack.shutdown().await;
-                eprintln!("error: interrupted while the servers started");
+                say!("error: interrupted while the servers started");
                 std::process::exit(stop.exit_code());
             }
         }
@@ -101,7 +102,7 @@ pub(crate) async fn run(config_path: Option<&Path>, args: CheckArgs) -> anyhow::
         if state == ServerStateKind::Up {
             let found = stack.config.unknown_tool_warnings(&name, &own);
             for w in &found {
-                eprintln!("warning: {w}");
+                say!("warning: {w}");
             }
             warnings.extend(found);
         }
@@ -225,7 +226,7 @@ pub(crate) async fn run(config_path: Option<&Path>, args: CheckArgs) -> anyhow::
         }
     }
     if failed {
-        eprintln!("error: a server did not start (see above); the config itself is valid");
+        say!("error: a server did not start (see above); the config itself is valid");
         return Ok(Exit::Error);
     }
     Ok(Exit::Ok)

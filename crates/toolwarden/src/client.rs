@@ -11,6 +11,7 @@ use toolwarden_protocol::{ActiveTurn, ProgressInfo, ToolInfo, format_duration};
 
 use crate::cli::{AbortArgs, ClientArgs};
 use crate::exit::Exit;
+use crate::say::say;
 use crate::stack;
 use crate::table::Table;
 
@@ -358,7 +359,7 @@ pub(crate) async fn abort(config: Option<&Path>, args: AbortArgs) -> anyhow::Res
         return Ok(Exit::Ok);
     }
     if status == StatusCode::NOT_FOUND {
-        eprintln!("error: {what} is not running (it finished, or never existed)");
+        say!("error: {what} is not running (it finished, or never existed)");
         return Ok(Exit::Error);
     }
     anyhow::bail!("{}", api.refusal(status, &body))
@@ -399,7 +400,7 @@ pub(crate) async fn accept(
             .pointer("/error/message")
             .and_then(Value::as_str)
             .unwrap_or("nothing to accept");
-        eprintln!("error: {message}");
+        say!("error: {message}");
         return Ok(Exit::Error);
     }
     anyhow::bail!("{}", api.refusal(status, &body))

@@ -23,6 +23,7 @@ mod hooks;
 mod mcp;
 mod progress;
 mod prompt;
+mod say;
 mod serve;
 mod signals;
 mod stack;
@@ -36,6 +37,7 @@ use tracing_subscriber::EnvFilter;
 
 use crate::cli::{Cli, Command, LogFormat};
 use crate::exit::{Exit, UsageError};
+use crate::say::say;
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -47,7 +49,7 @@ fn main() -> ExitCode {
         }
     };
     if let Err(e) = init_logging(&cli) {
-        eprintln!("error: {e}");
+        say!("error: {e}");
         return Exit::Usage.into();
     }
     // `mcp` serves one client, one message at a time in the common case: on one thread no message
@@ -68,7 +70,7 @@ fn main() -> ExitCode {
     let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            say!("error: cannot start the async runtime: {e}");
             return Exit::Error.into();
         }
     };
@@ -79,10 +81,10 @@ fn main() -> ExitCode {
         Ok(exit) => exit.into(),
         Err(e) => {
             if e.downcast_ref::<UsageError>().is_some() {
-                eprintln!("error: {e}");
+                say!("error: {e}");
                 Exit::Usage.into()
             } else {
-                eprintln!("error: {e:#}");
+                say!("error: {e:#}");
                 Exit::Error.into()
             }
         }

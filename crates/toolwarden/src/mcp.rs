@@ -7,8 +7,10 @@
 //! down (process groups killed and reaped) before the process exits. A signal after stdin
 //! closed is the client's escalation (MCP's stdio shutdown), and hurries that shutdown. Approvals are asked of the
 //! client through elicitation when it supports it; otherwise they fail fast (headless). The
-//! client is served once every server is up or has failed its start (bounded by each server's
-//! `startup_timeout`), so that its first `tools/list` is complete.
+//! client is served at once, while the servers start: `initialize` never waits for them (a
+//! client gives up on a server whose handshake takes long), and a `tools/list` asked for before
+//! every server's first start has ended waits for it (each at most its `startup_timeout`), so
+//! that the client's first list is whole.
 
 use std::path::Path;
 
@@ -18,6 +20,7 @@ use toolwarden_mcp::{Gateway, GatewayOptions};
 
 use crate::cli::McpArgs;
 use crate::exit::Exit;
+use crate::say::say;
 use crate::serve::gateway_options;
 use crate::signals::Signals;
 use crate::stack::{self, Stack};
@@ -26,17 +29,13 @@ pub(crate) async fn run(config_path: Option<&Path>, args: McpArgs) -> anyhow::Re
     let mut signals = Signals::new().context("cannot install signal handlers")?;
     let config = stack::load_config(config_path)?;
     let principal = stack::cli_principal(&config, args.principal.as_deref())?;
-    let mut stack = Stack::build(config, false, stack::RecordCalls::Yes)?;
+    let mut stack = Stack::build(config, false, stack::RecordCalls::Yes)
+        .map_err(|e| stack::trail_in_use(e, "stop it, or give this one a config with its own [store] path (one process writes a trail file at a time, so each MCP client that starts `toolwarden mcp` needs one); a client that speaks Streamable HTTP can use a running `serve`'s gateway at /mcp instead"))?;
     let reporter = stack::report_servers(&stack.engine);
+    // Served at once: the gateway's lists wait for the servers' first starts, `initialize` does
+    // not. A server that fails to start is reported (`reporter`) and keeps being retried; its
+    // tools appear later with a tools/list_changed notification.
     stack.start_servers(|_| true).await;
-    // MCP clients list tools once, right after they connect: wait for the servers (each at most
-    // its startup_timeout) so that list is whole. A server that fails to start is reported and
-    // keeps being retried; its tools appear later with a tools/list_changed notification.
-    for (name, ready) in stack.wait_ready().await {
-        if let Err(e) = ready {
-            tracing::warn!(server = %name, "{e}; serving without its tools for now");
-        }
-    }
     let options = GatewayOptions {
         principal,
         ..gateway_options(&stack)
@@ -72,7 +71,7 @@ pub(crate) async fn run(config_path: Option<&Path>, args: McpArgs) -> anyhow::Re
                 hurry.cancel();
             }
             let again = signals.recv().await;
-            eprintln!("toolwarden: {} again: exiting at once", again.name());
+            say!("toolwarden: {} again: exiting at once", again.name());
             std::process::exit(again.exit_code());
         }
     });

@@ -11,6 +11,7 @@ use toolwarden_core::{AnswerSender, Interactions, Interactor};
 use toolwarden_protocol::{Interaction, InteractionAnswer, InteractionKind, Timestamp};
 
 use crate::progress::ProgressLine;
+use crate::say::say;
 
 /// The name answers from the terminal are recorded under (`interaction_answered.by`).
 pub(crate) const INTERACTOR: &str = "terminal";
@@ -85,19 +86,19 @@ pub(crate) async fn ask(
         tokio::select! {
             line = lines.recv() => break match line.flatten() {
                 Some(line) if matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes") => {
-                    eprintln!("toolwarden: approved");
+                    say!("toolwarden: approved");
                     Some(InteractionAnswer::approve())
                 }
                 Some(_) => {
-                    eprintln!("toolwarden: denied");
+                    say!("toolwarden: denied");
                     Some(InteractionAnswer {
                         reason: Some("denied at the terminal".to_owned()),
                         ..InteractionAnswer::deny()
                     })
                 }
                 None => {
-                    eprintln!();
-                    eprintln!("toolwarden: end of input: denied");
+                    say!();
+                    say!("toolwarden: end of input: denied");
                     Some(InteractionAnswer {
                         reason: Some("no answer: the terminal's input ended".to_owned()),
                         ..InteractionAnswer::deny()
@@ -106,8 +107,8 @@ pub(crate) async fn ask(
             },
             _ = tick.tick() => {
                 if !still_pending() || left_ms(interaction) <= 0 {
-                    eprintln!();
-                    eprintln!("toolwarden: the question is closed (answered elsewhere, timed out or cancelled)");
+                    say!();
+                    say!("toolwarden: the question is closed (answered elsewhere, timed out or cancelled)");
                     break None;
                 }
                 let now = countdown(interaction);

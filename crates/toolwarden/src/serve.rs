@@ -17,6 +17,7 @@ use toolwarden_mcp::{Gateway, GatewayOptions};
 
 use crate::cli::ServeArgs;
 use crate::exit::{Exit, usage};
+use crate::say::{Lines, say};
 use crate::signals::Signals;
 use crate::stack::{self, Stack};
 
@@ -43,7 +44,7 @@ pub(crate) async fn run(config_path: Option<&Path>, args: ServeArgs) -> anyhow::
     let tokens = stack::token_principals(&config)?;
     // Every `token_env` is set (or the line above stopped): what is left is short tokens.
     for w in config.token_warnings(stack::token_env(&config), |var| std::env::var(var).ok()) {
-        eprintln!("warning: {w}");
+        say!("warning: {w}");
     }
     let oauth_wanted = config.file.auth.oauth.is_some();
     let authenticated =
@@ -60,7 +61,7 @@ pub(crate) async fn run(config_path: Option<&Path>, args: ServeArgs) -> anyhow::
         Some(settings) => {
             let (oauth, warning) = toolwarden_http::oauth::OAuth::start(settings).await;
             if let Some(warning) = warning {
-                eprintln!(
+                say!(
                     "warning: [auth.oauth]: {warning}; access tokens are refused (401) until the keys can be read"
                 );
             }
@@ -68,7 +69,8 @@ pub(crate) async fn run(config_path: Option<&Path>, args: ServeArgs) -> anyhow::
         }
         None => None,
     };
-    let mut stack = Stack::build(config, args.headless, stack::RecordCalls::Yes)?;
+    let mut stack = Stack::build(config, args.headless, stack::RecordCalls::Yes)
+        .map_err(|e| stack::trail_in_use(e, "stop it, or give this one its own [store] path"))?;
     let mut opts = HttpOptions::from_config(&stack.config.file.http, token);
     opts.headless = args.headless;
     opts.tokens = tokens;
@@ -104,7 +106,7 @@ pub(crate) async fn run(config_path: Option<&Path>, args: ServeArgs) -> anyhow::
 
     let failed = tokio::select! {
         stop = signals.recv() => {
-            eprintln!("toolwarden: {}: shutting down", stop.name());
+            say!("toolwarden: {}: shutting down", stop.name());
             None
         }
         ended = &mut server => Some(match ended {
@@ -115,7 +117,7 @@ pub(crate) async fn run(config_path: Option<&Path>, args: ServeArgs) -> anyhow::
     };
     tokio::spawn(async move {
         let again = signals.recv().await;
-        eprintln!("toolwarden: {} again: exiting at once", again.name());
+        say!("toolwarden: {} again: exiting at once", again.name());
         std::process::exit(again.exit_code());
     });
 
@@ -123,7 +125,7 @@ pub(crate) async fn run(config_path: Option<&Path>, args: ServeArgs) -> anyhow::
     let stopped = stack.shutdown().await;
     reporter.abort();
     if !stopped {
-        eprintln!(
+        say!(
             "toolwarden: some work had not stopped within {:?}; its processes were killed with their servers",
             stack.shutdown_wait()
         );
@@ -137,7 +139,7 @@ pub(crate) async fn run(config_path: Option<&Path>, args: ServeArgs) -> anyhow::
     {
         server.abort();
     }
-    eprintln!("toolwarden: stopped");
+    say!("toolwarden: stopped");
     Ok(Exit::Ok)
 }
 
@@ -225,28 +227,30 @@ fn auth_note(stack: &Stack, opts: &HttpOptions) -> Option<String> {
 /// Says on stderr where it listens and what it serves.
 fn announce(stack: &Stack, bound: SocketAddr, headless: bool, auth_note: Option<&str>) {
     let base = format!("http://{bound}");
-    eprintln!(
+    // One write for the whole announcement: a script polling the log reads all of it or none.
+    let mut out = Lines::default();
+    out.push(format_args!(
         "toolwarden: config: {}",
         stack::describe_origin(&stack.config)
-    );
-    eprintln!("toolwarden: listening on {base}");
-    eprintln!("toolwarden: dashboard at {base}/");
-    eprintln!(
+    ));
+    out.push(format_args!("toolwarden: listening on {base}"));
+    out.push(format_args!("toolwarden: dashboard at {base}/"));
+    out.push(format_args!(
         "toolwarden: HTTP API at {base}/v1 (turns: POST {base}/v1/turns, events: {base}/v1/events, health: {base}/healthz, metrics: {base}/metrics){}",
         auth_note.map(|n| format!("; {n}")).unwrap_or_default()
-    );
-    eprintln!(
+    ));
+    out.push(format_args!(
         "toolwarden: MCP gateway at {base}/mcp (Streamable HTTP; tools as {})",
         if stack.config.prefixed() {
             "SERVER__TOOL"
         } else {
             "their own names"
         }
-    );
-    eprintln!("toolwarden: {}", stack::describe_store(stack));
+    ));
+    out.push(format_args!("toolwarden: {}", stack::describe_store(stack)));
     let tools = stack.engine.tools();
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
-    eprintln!(
+    out.push(format_args!(
         "toolwarden: tools: {}{}",
         names.len(),
         if names.is_empty() {
@@ -254,24 +258,28 @@ fn announce(stack: &Stack, bound: SocketAddr, headless: bool, auth_note: Option<
         } else {
             format!(" ({})", names.join(", "))
         }
-    );
+    ));
     let servers: Vec<String> = stack
         .servers
         .iter()
         .map(|s| s.server_name().to_owned())
         .collect();
     if servers.is_empty() {
-        eprintln!("toolwarden: servers: none configured");
+        out.push(format_args!("toolwarden: servers: none configured"));
     } else {
-        eprintln!("toolwarden: servers starting: {}", servers.join(", "));
+        out.push(format_args!(
+            "toolwarden: servers starting: {}",
+            servers.join(", ")
+        ));
     }
     if headless {
-        eprintln!(
+        out.push(format_args!(
             "toolwarden: approvals: headless; calls that need an approval are denied at once"
-        );
+        ));
     } else {
-        eprintln!(
+        out.push(format_args!(
             "toolwarden: approvals: answered at POST {base}/v1/interactions/{{id}} (listed at GET {base}/v1/interactions); unanswered ones are denied at their deadline"
-        );
+        ));
     }
+    out.write();
 }

@@ -19,6 +19,7 @@ use toolwarden_redis::{Options as RedisOptions, RedisShared};
 use toolwarden_store::{OpenError, Opened, StoreOptions};
 
 use crate::exit::usage;
+use crate::say::say;
 
 /// The bearer token's variable when `[http] token_env` is not set.
 pub(crate) const DEFAULT_TOKEN_ENV: &str = "TOOLWARDEN_TOKEN";
@@ -46,7 +47,7 @@ pub(crate) fn load_config(explicit: Option<&Path>) -> anyhow::Result<Config> {
         .warnings
         .sort_by_key(|w| w.line.unwrap_or(usize::MAX));
     for warning in &config.warnings {
-        eprintln!("warning: {warning}");
+        say!("warning: {warning}");
     }
     Ok(config)
 }
@@ -160,6 +161,15 @@ pub(crate) fn open_store(config: &Config, options: StoreOptions) -> anyhow::Resu
             usage!("{}", key_error(config, "store", "path", &e.to_string()))
         }
         Err(e) => Err(e.into()),
+    }
+}
+
+/// What a command can do when another process writes its audit trail (one process writes a
+/// trail file at a time): `instead`, the command's own way out, follows the store's error.
+pub(crate) fn trail_in_use(e: anyhow::Error, instead: &str) -> anyhow::Error {
+    match e.downcast_ref::<OpenError>() {
+        Some(OpenError::InUse { .. }) => anyhow::anyhow!("{e}; {instead}"),
+        _ => e,
     }
 }
 
@@ -501,26 +511,26 @@ async fn print_server_states(engine: Engine, mut events: toolwarden_core::Matchi
             ServerStateKind::Up => {
                 let tools = engine.tools();
                 let own = tools.iter().filter(|t| &t.backend == server).count();
-                eprintln!(
+                say!(
                     "toolwarden: server {server:?} is up: {own} tools ({} tools in all)",
                     tools.len()
                 );
             }
-            ServerStateKind::Down => eprintln!(
+            ServerStateKind::Down => say!(
                 "toolwarden: server {server:?} is down{}",
                 detail
                     .as_deref()
                     .map(|d| format!(": {d}"))
                     .unwrap_or_default()
             ),
-            ServerStateKind::Failed => eprintln!(
+            ServerStateKind::Failed => say!(
                 "toolwarden: server {server:?} cannot start{}; its tools' calls fail at once, and it is tried again on a backoff",
                 detail
                     .as_deref()
                     .map(|d| format!(": {d}"))
                     .unwrap_or_default()
             ),
-            ServerStateKind::Restarted => eprintln!(
+            ServerStateKind::Restarted => say!(
                 "toolwarden: server {server:?} restarted{}",
                 detail
                     .as_deref()

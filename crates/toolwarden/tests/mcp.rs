@@ -149,3 +149,93 @@ impl Drop for KillGroupOnDrop {
             nix::sys::signal::killpg(nix::unistd::Pid::from_raw(self.0 as i32), Signal::SIGKILL);
     }
 }
+
+/// An MCP client gives up on a server whose handshake takes long, so `initialize` is answered
+/// at once, while a server still starts; the first `tools/list` waits for that start and holds
+/// the server's tools.
+#[tokio::test]
+async fn initialize_does_not_wait_for_a_slow_server_and_the_first_list_holds_its_tools() {
+    let dir = Dir::new();
+    let mark = marker("mcp-slow-start");
+    dir.create(
+        "toolwarden.toml",
+        &format!(
+            "[servers.slow]\ncommand = {}\nargs = [\"--startup-delay-ms\", \"4000\", \"--stderr-line\", {}]\nstartup_timeout = \"60s\"\n",
+            toml_str(&test_server()),
+            toml_str(&mark)
+        ),
+    );
+    let mut gateway = dir
+        .command(&["mcp"])
+        .stdio(Stdio::piped(), Stdio::piped())
+        .spawn();
+    let mut stdin = gateway.take_stdin();
+    send(&mut stdin, &initialize()).await;
+    gateway
+        .wait_stdout(r#""id":1,"result""#, Duration::from_secs(20))
+        .await;
+    assert!(
+        !gateway.stderr().contains(r#"server "slow" is up"#),
+        "initialize was answered only once the server was up:\n{}",
+        gateway.stderr()
+    );
+    send(
+        &mut stdin,
+        &[json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})],
+    )
+    .await;
+    let listed = gateway
+        .wait_stdout(r#""id":2"#, Duration::from_secs(30))
+        .await;
+    let listed: Value = serde_json::from_str(&listed).unwrap();
+    let names: Vec<&str> = listed["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(names.contains(&"slow__echo"), "{names:?}");
+    drop(stdin);
+    gateway.wait(Duration::from_secs(10)).await.expect_code(0);
+    assert_no_process(&mark, Duration::from_secs(2)).await;
+}
+
+/// A line that is not JSON is ignored, as the official SDKs do (an answer could start an error
+/// storm with a client that echoes what it cannot read); JSON that is not a message is
+/// answered `-32600`; either way the session goes on.
+#[tokio::test]
+async fn a_line_that_is_no_message_does_not_end_the_session() {
+    let dir = Dir::new();
+    let mut gateway = dir
+        .command(&["mcp"])
+        .stdio(Stdio::piped(), Stdio::piped())
+        .spawn();
+    let mut stdin = gateway.take_stdin();
+    send(&mut stdin, &initialize()).await;
+    gateway
+        .wait_stdout(r#""id":1,"result""#, Duration::from_secs(20))
+        .await;
+    stdin
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":99,\"method\":\"tools/call\",\n")
+        .await
+        .unwrap();
+    send(&mut stdin, &[json!({"hello": "world"})]).await;
+    let refused = gateway.wait_stdout("-32600", Duration::from_secs(10)).await;
+    let refused: Value = serde_json::from_str(&refused).unwrap();
+    assert_eq!(refused["id"], Value::Null, "{refused}");
+    send(
+        &mut stdin,
+        &[json!({"jsonrpc": "2.0", "id": 2, "method": "ping"})],
+    )
+    .await;
+    gateway
+        .wait_stdout(r#""id":2,"result""#, Duration::from_secs(10))
+        .await;
+    assert!(
+        !gateway.stdout().contains(r#""id":99"#),
+        "{}",
+        gateway.stdout()
+    );
+    drop(stdin);
+    gateway.wait(Duration::from_secs(10)).await.expect_code(0);
+}

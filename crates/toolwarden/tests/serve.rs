@@ -406,9 +406,23 @@ async fn call_url_shares_the_servers_breaker_and_exits_6_when_open() {
     assert!(
         same_trail
             .stderr
-            .contains("is in use by another toolwarden process"),
+            .contains("is in use by another toolwarden process (pid")
+            && same_trail
+                .stderr
+                .contains("run the call through it (`call --url`)"),
         "{}",
         same_trail.stderr
+    );
+    // `mcp` on the same trail is told what an MCP client can do instead.
+    let gateway = dir.command(&["mcp"]).run().await;
+    gateway.expect_code(1);
+    assert!(
+        gateway
+            .stderr
+            .contains("each MCP client that starts `toolwarden mcp` needs one")
+            && !gateway.stderr.contains("call --url"),
+        "{}",
+        gateway.stderr
     );
     dir.create(
         "local.toml",
