@@ -7,10 +7,10 @@
 //! down (process groups killed and reaped) before the process exits. A signal after stdin
 //! closed is the client's escalation (MCP's stdio shutdown), and hurries that shutdown. Approvals are asked of the
 //! client through elicitation when it supports it; otherwise they fail fast (headless). The
-//! client is served at once, while the servers start: `initialize` never waits for them (a
-//! client gives up on a server whose handshake takes long), and a `tools/list` asked for before
-//! every server's first start has ended waits for it (each at most its `startup_timeout`), so
-//! that the client's first list is whole.
+//! client is served at once, while the servers start: `initialize` waits for them 10 s at most
+//! (a client gives up on a server whose handshake takes long), and a `tools/list` asked for
+//! before every server's first start has ended waits for it (each at most its
+//! `startup_timeout`), so that the client's first list is whole.
 
 use std::path::Path;
 
@@ -32,8 +32,8 @@ pub(crate) async fn run(config_path: Option<&Path>, args: McpArgs) -> anyhow::Re
     let mut stack = Stack::build(config, false, stack::RecordCalls::Yes)
         .map_err(|e| stack::trail_in_use(e, "stop it, or give this one a config with its own [store] path (one process writes a trail file at a time, so each MCP client that starts `toolwarden mcp` needs one); a client that speaks Streamable HTTP can use a running `serve`'s gateway at /mcp instead"))?;
     let reporter = stack::report_servers(&stack.engine);
-    // Served at once: the gateway's lists wait for the servers' first starts, `initialize` does
-    // not. A server that fails to start is reported (`reporter`) and keeps being retried; its
+    // Served at once: the gateway's lists wait for the servers' first starts, `initialize` 10 s
+    // at most. A server that fails to start is reported (`reporter`) and keeps being retried; its
     // tools appear later with a tools/list_changed notification.
     stack.start_servers(|_| true).await;
     let options = GatewayOptions {

@@ -150,17 +150,18 @@ impl Drop for KillGroupOnDrop {
     }
 }
 
-/// An MCP client gives up on a server whose handshake takes long, so `initialize` is answered
-/// at once, while a server still starts; the first `tools/list` waits for that start and holds
+/// An MCP client gives up on a server whose handshake takes long, so `initialize` waits 10 s at
+/// most for a server that still starts; the first `tools/list` waits for that start and holds
 /// the server's tools.
 #[tokio::test]
-async fn initialize_does_not_wait_for_a_slow_server_and_the_first_list_holds_its_tools() {
+async fn initialize_waits_for_a_slow_server_ten_seconds_at_most_and_the_first_list_holds_its_tools()
+{
     let dir = Dir::new();
     let mark = marker("mcp-slow-start");
     dir.create(
         "toolwarden.toml",
         &format!(
-            "[servers.slow]\ncommand = {}\nargs = [\"--startup-delay-ms\", \"4000\", \"--stderr-line\", {}]\nstartup_timeout = \"60s\"\n",
+            "[servers.slow]\ncommand = {}\nargs = [\"--startup-delay-ms\", \"13000\", \"--stderr-line\", {}]\nstartup_timeout = \"60s\"\n",
             toml_str(&test_server()),
             toml_str(&mark)
         ),
@@ -171,9 +172,11 @@ async fn initialize_does_not_wait_for_a_slow_server_and_the_first_list_holds_its
         .spawn();
     let mut stdin = gateway.take_stdin();
     send(&mut stdin, &initialize()).await;
-    gateway
+    let init = gateway
         .wait_stdout(r#""id":1,"result""#, Duration::from_secs(20))
         .await;
+    // Answered with what is up: no server offers prompts yet.
+    assert!(!init.contains(r#""prompts""#), "{init}");
     assert!(
         !gateway.stderr().contains(r#"server "slow" is up"#),
         "initialize was answered only once the server was up:\n{}",
@@ -236,6 +239,35 @@ async fn a_line_that_is_no_message_does_not_end_the_session() {
         "{}",
         gateway.stdout()
     );
+    drop(stdin);
+    gateway.wait(Duration::from_secs(10)).await.expect_code(0);
+}
+
+/// A server that starts in seconds is waited for by `initialize`, so the capabilities it
+/// announces are the server's too (prompts, resources).
+#[tokio::test]
+async fn initialize_announces_the_capabilities_of_a_server_that_starts_in_seconds() {
+    let dir = Dir::new();
+    dir.create(
+        "toolwarden.toml",
+        &format!(
+            "[servers.quick]\ncommand = {}\nargs = [\"--startup-delay-ms\", \"1500\"]\n",
+            toml_str(&test_server())
+        ),
+    );
+    let mut gateway = dir
+        .command(&["mcp"])
+        .stdio(Stdio::piped(), Stdio::piped())
+        .spawn();
+    let mut stdin = gateway.take_stdin();
+    send(&mut stdin, &initialize()).await;
+    let init = gateway
+        .wait_stdout(r#""id":1,"result""#, Duration::from_secs(20))
+        .await;
+    let init: Value = serde_json::from_str(&init).unwrap();
+    let capabilities = &init["result"]["capabilities"];
+    assert!(capabilities["prompts"].is_object(), "{init}");
+    assert!(capabilities["resources"].is_object(), "{init}");
     drop(stdin);
     gateway.wait(Duration::from_secs(10)).await.expect_code(0);
 }

@@ -220,6 +220,7 @@ impl ServerHandler for GatewayConnection {
         &self,
         _context: RequestContext<RoleServer>,
     ) -> Result<DiscoverResult, ErrorData> {
+        self.gateway.first_starts_for_handshake().await;
         let (servers, opts) = (&self.gateway.servers, &self.gateway.opts);
         Ok(convert::discover_result(servers, opts, versions().to_vec()))
     }
@@ -229,6 +230,7 @@ impl ServerHandler for GatewayConnection {
         request: InitializeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, ErrorData> {
+        self.gateway.first_starts_for_handshake().await;
         context.peer.set_peer_info(request.clone());
         let http = context
             .extensions

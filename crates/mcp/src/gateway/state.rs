@@ -20,7 +20,7 @@ use crate::McpServer;
 
 use super::convert;
 use super::listeners::Listeners;
-use super::options::{ELICITATION_INTERACTOR, GatewayOptions};
+use super::options::{ELICITATION_INTERACTOR, GatewayOptions, HANDSHAKE_WAIT};
 use super::parked::Parked;
 use super::route_table::RouteTable;
 use super::session::{ClientSession, Recency};
@@ -436,14 +436,22 @@ impl GatewayState {
     }
 
     /// Waits until every server's first start has ended (each at most its `startup_timeout`):
-    /// a list (tools, prompts, resources) asked for meanwhile waits, so that it is whole, while
-    /// `initialize` and calls never wait for it. Once all have ended it costs one load.
+    /// a list (tools, prompts, resources) asked for meanwhile waits, so that it is whole;
+    /// `initialize` waits for it a while ([`Self::first_starts_for_handshake`]), calls not at all. Once all have ended it costs one load.
     pub(super) async fn first_starts(&self) {
         if self.first_started.load(Ordering::Acquire) {
             return;
         }
         futures::future::join_all(self.servers.iter().map(|s| s.first_start())).await;
         self.first_started.store(true, Ordering::Release);
+    }
+
+    /// [`Self::first_starts`] for at most [`HANDSHAKE_WAIT`]: what `initialize` and
+    /// `server/discover` wait, so that the capabilities they announce (the servers' union)
+    /// hold the servers that start in seconds, while a slow one does not cost the client its
+    /// handshake.
+    pub(super) async fn first_starts_for_handshake(&self) {
+        let _ = tokio::time::timeout(HANDSHAKE_WAIT, self.first_starts()).await;
     }
 
     /// The list a principal's clients see: every tool but those a rule denies it outright
