@@ -9,8 +9,8 @@
 //! client through elicitation when it supports it; otherwise they fail fast (headless). The
 //! client is served at once, while the servers start: `initialize` waits for them 10 s at most
 //! (a client gives up on a server whose handshake takes long), and a `tools/list` asked for
-//! before every server's first start has ended waits for it (each at most its
-//! `startup_timeout`), so that the client's first list is whole.
+//! before every server's first start has ended waits for it (within the request's deadline),
+//! so that the client's first list is whole.
 
 use std::path::Path;
 

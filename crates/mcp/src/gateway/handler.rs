@@ -265,7 +265,9 @@ impl ServerHandler for GatewayConnection {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let served = self.session_of(&context);
-        self.gateway.first_starts().await;
+        // Within the request's deadline (`_meta.timeout_ms`, else `request_timeout`).
+        let deadline = super::passthrough::until(&self.gateway, &context.meta).at;
+        self.gateway.first_starts_by(deadline).await;
         let tools = self.gateway.tools_for(&served.session.principal.name);
         let mut result = ListToolsResult::with_all_items((*tools).clone());
         if stateless(&context) {
@@ -313,7 +315,6 @@ impl ServerHandler for GatewayConnection {
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
         let session = self.session_of(&context).session;
-        self.gateway.first_starts().await;
         prompts::list(&self.gateway, &session, request, context)
             .await
             .map(passthrough::Completed::completed)
@@ -336,7 +337,6 @@ impl ServerHandler for GatewayConnection {
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
         let session = self.session_of(&context).session;
-        self.gateway.first_starts().await;
         resources::list(&self.gateway, &session, request, context)
             .await
             .map(passthrough::Completed::completed)
@@ -348,7 +348,6 @@ impl ServerHandler for GatewayConnection {
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
         let session = self.session_of(&context).session;
-        self.gateway.first_starts().await;
         resources::list_templates(&self.gateway, &session, request, context)
             .await
             .map(passthrough::Completed::completed)

@@ -40,6 +40,7 @@ use super::channel::{ClientChannel, Sent};
 use super::flow_events::{self, FlowEvent};
 use super::incoming::{Incoming, Params};
 use super::parked::{Flow, Runner};
+use super::passthrough;
 use super::respond::{self, Answering, BoxBody, Out};
 use super::session::ClientSession;
 use super::state::GatewayState;
@@ -578,7 +579,7 @@ pub(crate) fn answer_raw(
     let (gw, session) = (gw.clone(), session.clone());
     match message.method? {
         "tools/list" => Some(Box::pin(async move {
-            gw.first_starts().await;
+            gw.first_starts_by(passthrough::own_deadline(&gw).at).await;
             answer(&id, Ok(tools_list(&gw, &session)))
         })),
         "tools/call" => {
@@ -619,7 +620,7 @@ pub(crate) async fn serve_list(
     session: &ClientSession,
     id: &RequestId,
 ) -> Response<BoxBody> {
-    gw.first_starts().await;
+    gw.first_starts_by(passthrough::own_deadline(gw).at).await;
     let mut response = Response::new(BoxBody::new(http_body_util::Full::new(answer(
         id,
         Ok(tools_list(gw, session)),

@@ -166,7 +166,7 @@ fn too_large(limit: usize) -> http::Response<BoxBody> {
 /// rmcp answers a body it cannot read as a client's message with 415 and a line of text, as
 /// if the media type were wrong. A client gets 400 with a JSON-RPC error instead: `-32700`
 /// when the body is not JSON at all, `-32600` when it is JSON but no message (JSON-RPC's own
-/// codes; `id` null, since no id could be read). Any other 415 (a wrong `Content-Type`) stays.
+/// codes; `id` null, as rmcp read none). Any other 415 (a wrong `Content-Type`) stays.
 async fn unreadable(response: http::Response<BoxBody>, body: &Bytes) -> http::Response<BoxBody> {
     const PREFIX: &str = "fail to deserialize request body ";
     let (parts, said) = response.into_parts();

@@ -30,8 +30,11 @@ pub(crate) async fn list(
     params: Option<PaginatedRequestParams>,
     ctx: RequestContext<RoleServer>,
 ) -> Result<ListPromptsResult, ErrorData> {
-    let servers = servers_with(&gw.servers, Kind::Prompts);
     let until = until(gw, &ctx.meta);
+    // Every server that could start is in the list: its first start is waited for, within
+    // the request's deadline.
+    gw.first_starts_by(until.at).await;
+    let servers = servers_with(&gw.servers, Kind::Prompts);
     if let [server] = servers.as_slice() {
         let request = ClientRequest::ListPromptsRequest(ListPromptsRequest {
             method: Default::default(),

@@ -45,8 +45,11 @@ pub(crate) async fn list(
     params: Option<PaginatedRequestParams>,
     ctx: RequestContext<RoleServer>,
 ) -> Result<ListResourcesResult, ErrorData> {
-    let servers = servers_with(&gw.servers, Kind::Resources);
     let until = until(gw, &ctx.meta);
+    // Every server that could start is in the list: its first start is waited for, within
+    // the request's deadline.
+    gw.first_starts_by(until.at).await;
+    let servers = servers_with(&gw.servers, Kind::Resources);
     if let [server] = servers.as_slice() {
         let request = ClientRequest::ListResourcesRequest(ListResourcesRequest {
             method: Default::default(),
@@ -81,8 +84,11 @@ pub(crate) async fn list_templates(
     params: Option<PaginatedRequestParams>,
     ctx: RequestContext<RoleServer>,
 ) -> Result<ListResourceTemplatesResult, ErrorData> {
-    let servers = servers_with(&gw.servers, Kind::Resources);
     let until = until(gw, &ctx.meta);
+    // Every server that could start is in the list: its first start is waited for, within
+    // the request's deadline.
+    gw.first_starts_by(until.at).await;
+    let servers = servers_with(&gw.servers, Kind::Resources);
     if let [server] = servers.as_slice() {
         let request = ClientRequest::ListResourceTemplatesRequest(ListResourceTemplatesRequest {
             method: Default::default(),

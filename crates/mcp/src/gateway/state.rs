@@ -56,7 +56,7 @@ pub(crate) struct GatewayState {
     pub(super) last_client: Mutex<HashMap<Arc<str>, Weak<ClientSession>>>,
     /// Orders calls and sessions by recency.
     recency: Arc<Recency>,
-    /// Every server's first start has ended ([`Self::first_starts`]).
+    /// Every server's first start has ended ([`Self::first_starts_by`]).
     first_started: AtomicBool,
     /// Fires when the state is dropped: the background tasks end.
     pub(super) closed: CancellationToken,
@@ -435,23 +435,27 @@ impl GatewayState {
         tools
     }
 
-    /// Waits until every server's first start has ended (each at most its `startup_timeout`):
-    /// a list (tools, prompts, resources) asked for meanwhile waits, so that it is whole;
-    /// `initialize` waits for it a while ([`Self::first_starts_for_handshake`]), calls not at all. Once all have ended it costs one load.
-    pub(super) async fn first_starts(&self) {
+    /// Waits until every server's first start has ended (each at most its `startup_timeout`),
+    /// or until `deadline`: a list (tools, prompts, resources) asked for meanwhile waits, within
+    /// its request's deadline, so that it is whole; `initialize` waits a while
+    /// ([`Self::first_starts_for_handshake`]); calls do not wait for it at all. Once every first
+    /// start has ended it costs one load.
+    pub(super) async fn first_starts_by(&self, deadline: Instant) {
         if self.first_started.load(Ordering::Acquire) {
             return;
         }
-        futures::future::join_all(self.servers.iter().map(|s| s.first_start())).await;
-        self.first_started.store(true, Ordering::Release);
+        let all = futures::future::join_all(self.servers.iter().map(|s| s.first_start()));
+        if tokio::time::timeout_at(deadline, all).await.is_ok() {
+            self.first_started.store(true, Ordering::Release);
+        }
     }
 
-    /// [`Self::first_starts`] for at most [`HANDSHAKE_WAIT`]: what `initialize` and
+    /// [`Self::first_starts_by`] [`HANDSHAKE_WAIT`] from now: what `initialize` and
     /// `server/discover` wait, so that the capabilities they announce (the servers' union)
     /// hold the servers that start in seconds, while a slow one does not cost the client its
     /// handshake.
     pub(super) async fn first_starts_for_handshake(&self) {
-        let _ = tokio::time::timeout(HANDSHAKE_WAIT, self.first_starts()).await;
+        self.first_starts_by(Instant::now() + HANDSHAKE_WAIT).await;
     }
 
     /// The list a principal's clients see: every tool but those a rule denies it outright
