@@ -33,6 +33,27 @@ fn echo_call(id: u64, text: &str) -> Value {
            "params": {"name": "test__echo", "arguments": {"text": text}}})
 }
 
+/// A handshake session on `/mcp`, initialized: its `Mcp-Session-Id`.
+async fn open_session(url: &str) -> String {
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "limits-test", "version": "1"}}});
+    let resp = mcp_post(url, None, &init).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let session = resp.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    message(resp).await;
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let resp = mcp_post(url, Some(&session), &initialized)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 202);
+    session
+}
+
 /// The JSON-RPC message of a response: its body, or the first non-empty `data:` of an event
 /// stream.
 async fn message(resp: reqwest::Response) -> Value {
@@ -94,22 +115,7 @@ async fn a_body_over_max_body_is_413_on_every_door_and_the_next_call_works() {
     );
 
     // /mcp, the gateway's own path: a plain tools/call in a session.
-    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": {"name": "limits-test", "version": "1"}}});
-    let resp = mcp_post(&url, None, &init).send().await.unwrap();
-    assert_eq!(resp.status(), 200);
-    let session = resp.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_owned();
-    message(resp).await;
-    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    let resp = mcp_post(&url, Some(&session), &initialized)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 202);
+    let session = open_session(&url).await;
     let resp = mcp_post(&url, Some(&session), &echo_call(2, &big))
         .send()
         .await
@@ -147,24 +153,7 @@ async fn a_body_that_is_no_message_is_a_json_rpc_error_and_the_session_goes_on()
     for session in [None, Some("made below")] {
         let session = match session {
             None => None,
-            Some(_) => {
-                let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                    "protocolVersion": "2025-06-18", "capabilities": {},
-                    "clientInfo": {"name": "limits-test", "version": "1"}}});
-                let resp = mcp_post(&url, None, &init).send().await.unwrap();
-                let id = resp.headers()["mcp-session-id"]
-                    .to_str()
-                    .unwrap()
-                    .to_owned();
-                message(resp).await;
-                let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-                let resp = mcp_post(&url, Some(&id), &initialized)
-                    .send()
-                    .await
-                    .unwrap();
-                assert_eq!(resp.status(), 202);
-                Some(id)
-            }
+            Some(_) => Some(open_session(&url).await),
         };
         let resp = raw(session.as_deref(), truncated).send().await.unwrap();
         assert_eq!(resp.status(), 400, "in a session: {}", session.is_some());

@@ -10,7 +10,8 @@ use tokio::io::AsyncWriteExt as _;
 use nix::sys::signal::Signal;
 
 use crate::util::{
-    Dir, assert_group_gone, assert_no_process, marker, test_server, toml_str, wait_for_process,
+    Dir, Running, assert_group_gone, assert_no_process, marker, test_server, toml_str,
+    wait_for_process,
 };
 
 /// Writes JSON-RPC messages, one per line.
@@ -31,6 +32,35 @@ fn initialize() -> [Value; 2] {
             "clientInfo": {"name": "e2e", "version": "1"}}}),
         json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
     ]
+}
+
+/// A config in `dir` with the test server as `name`, started with `args` (and `extra` lines in
+/// its table).
+fn with_test_server(dir: &Dir, name: &str, args: &[&str], extra: &str) {
+    let args: Vec<String> = args.iter().map(|a| toml_str(a)).collect();
+    dir.create(
+        "toolwarden.toml",
+        &format!(
+            "[servers.{name}]\ncommand = {}\nargs = [{}]\n{extra}",
+            toml_str(&test_server()),
+            args.join(", ")
+        ),
+    );
+}
+
+/// `toolwarden mcp` started in `dir`, its handshake made: the process, its stdin, and the
+/// `initialize` answer's line.
+async fn handshake(dir: &Dir) -> (Running, tokio::process::ChildStdin, String) {
+    let mut gateway = dir
+        .command(&["mcp"])
+        .stdio(Stdio::piped(), Stdio::piped())
+        .spawn();
+    let mut stdin = gateway.take_stdin();
+    send(&mut stdin, &initialize()).await;
+    let init = gateway
+        .wait_stdout(r#""id":1,"result""#, Duration::from_secs(20))
+        .await;
+    (gateway, stdin, init)
 }
 
 /// Waits until `path` holds a line with `needle`.
@@ -90,23 +120,8 @@ async fn mcp_serves_a_pipe_on_stdin_with_stdout_a_file() {
 async fn a_signal_after_the_client_left_shuts_the_servers_down_at_once() {
     let dir = Dir::new();
     let mark = marker("mcp-eof-term");
-    dir.create(
-        "toolwarden.toml",
-        &format!(
-            "[servers.test]\ncommand = {}\nargs = [\"--stderr-line\", {}]\n",
-            toml_str(&test_server()),
-            toml_str(&mark)
-        ),
-    );
-    let mut gateway = dir
-        .command(&["mcp"])
-        .stdio(Stdio::piped(), Stdio::piped())
-        .spawn();
-    let mut stdin = gateway.take_stdin();
-    send(&mut stdin, &initialize()).await;
-    gateway
-        .wait_stdout(r#""id":1,"result""#, Duration::from_secs(20))
-        .await;
+    with_test_server(&dir, "test", &["--stderr-line", &mark], "");
+    let (mut gateway, mut stdin, _) = handshake(&dir).await;
     // A call whose server ignores the cancel, and which started a child of the server.
     send(
         &mut stdin,
@@ -158,23 +173,13 @@ async fn initialize_waits_for_a_slow_server_ten_seconds_at_most_and_the_first_li
 {
     let dir = Dir::new();
     let mark = marker("mcp-slow-start");
-    dir.create(
-        "toolwarden.toml",
-        &format!(
-            "[servers.slow]\ncommand = {}\nargs = [\"--startup-delay-ms\", \"13000\", \"--stderr-line\", {}]\nstartup_timeout = \"60s\"\n",
-            toml_str(&test_server()),
-            toml_str(&mark)
-        ),
+    with_test_server(
+        &dir,
+        "slow",
+        &["--startup-delay-ms", "13000", "--stderr-line", &mark],
+        "startup_timeout = \"60s\"\n",
     );
-    let mut gateway = dir
-        .command(&["mcp"])
-        .stdio(Stdio::piped(), Stdio::piped())
-        .spawn();
-    let mut stdin = gateway.take_stdin();
-    send(&mut stdin, &initialize()).await;
-    let init = gateway
-        .wait_stdout(r#""id":1,"result""#, Duration::from_secs(20))
-        .await;
+    let (mut gateway, mut stdin, init) = handshake(&dir).await;
     // Answered with what is up: no server offers prompts yet.
     assert!(!init.contains(r#""prompts""#), "{init}");
     assert!(
@@ -229,15 +234,7 @@ async fn initialize_waits_for_a_slow_server_ten_seconds_at_most_and_the_first_li
 #[tokio::test]
 async fn a_line_that_is_no_message_does_not_end_the_session() {
     let dir = Dir::new();
-    let mut gateway = dir
-        .command(&["mcp"])
-        .stdio(Stdio::piped(), Stdio::piped())
-        .spawn();
-    let mut stdin = gateway.take_stdin();
-    send(&mut stdin, &initialize()).await;
-    gateway
-        .wait_stdout(r#""id":1,"result""#, Duration::from_secs(20))
-        .await;
+    let (mut gateway, mut stdin, _) = handshake(&dir).await;
     stdin
         .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":99,\"method\":\"tools/call\",\n")
         .await
@@ -268,22 +265,8 @@ async fn a_line_that_is_no_message_does_not_end_the_session() {
 #[tokio::test]
 async fn initialize_announces_the_capabilities_of_a_server_that_starts_in_seconds() {
     let dir = Dir::new();
-    dir.create(
-        "toolwarden.toml",
-        &format!(
-            "[servers.quick]\ncommand = {}\nargs = [\"--startup-delay-ms\", \"1500\"]\n",
-            toml_str(&test_server())
-        ),
-    );
-    let mut gateway = dir
-        .command(&["mcp"])
-        .stdio(Stdio::piped(), Stdio::piped())
-        .spawn();
-    let mut stdin = gateway.take_stdin();
-    send(&mut stdin, &initialize()).await;
-    let init = gateway
-        .wait_stdout(r#""id":1,"result""#, Duration::from_secs(20))
-        .await;
+    with_test_server(&dir, "quick", &["--startup-delay-ms", "1500"], "");
+    let (mut gateway, stdin, init) = handshake(&dir).await;
     let init: Value = serde_json::from_str(&init).unwrap();
     let capabilities = &init["result"]["capabilities"];
     assert!(capabilities["prompts"].is_object(), "{init}");
