@@ -45,6 +45,6 @@ mod servers;
 pub use gateway::reads;
 pub use gateway::{
     DEFAULT_REQUEST_TIMEOUT, ELICITATION_INTERACTOR, Gateway, GatewayConnection, GatewayError,
-    GatewayHttpService, GatewayOptions, HttpSessions, STATUS_TOOL,
+    GatewayHttpService, GatewayOptions, HANDSHAKE_WAIT, HttpSessions, STATUS_TOOL,
 };
 pub use servers::{DEFAULT_STARTUP_TIMEOUT, McpOptions, McpServer, ReadyError};

@@ -7,8 +7,8 @@
 //! down (process groups killed and reaped) before the process exits. A signal after stdin
 //! closed is the client's escalation (MCP's stdio shutdown), and hurries that shutdown. Approvals are asked of the
 //! client through elicitation when it supports it; otherwise they fail fast (headless). The
-//! client is served at once, while the servers start: `initialize` waits for them 10 s at most
-//! (a client gives up on a server whose handshake takes long), and a `tools/list` asked for
+//! client is served once every server is up or has failed its start, or after 10 s at most (a
+//! client gives up on a server whose handshake takes long), and a `tools/list` asked for
 //! before every server's first start has ended waits for it (within the request's deadline),
 //! so that the client's first list is whole.
 
@@ -16,7 +16,7 @@ use std::path::Path;
 
 use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
-use toolwarden_mcp::{Gateway, GatewayOptions};
+use toolwarden_mcp::{Gateway, GatewayOptions, HANDSHAKE_WAIT};
 
 use crate::cli::McpArgs;
 use crate::exit::Exit;
@@ -32,15 +32,20 @@ pub(crate) async fn run(config_path: Option<&Path>, args: McpArgs) -> anyhow::Re
     let mut stack = Stack::build(config, false, stack::RecordCalls::Yes)
         .map_err(|e| stack::trail_in_use(e, "stop it, or give this one a config with its own [store] path (one process writes a trail file at a time, so each MCP client that starts `toolwarden mcp` needs one); a client that speaks Streamable HTTP can use a running `serve`'s gateway at /mcp instead"))?;
     let reporter = stack::report_servers(&stack.engine);
-    // Served at once: the gateway's lists wait for the servers' first starts, `initialize` 10 s
-    // at most. A server that fails to start is reported (`reporter`) and keeps being retried; its
-    // tools appear later with a tools/list_changed notification.
     stack.start_servers(|_| true).await;
     let options = GatewayOptions {
         principal,
         ..gateway_options(&stack)
     };
     let gateway = Gateway::new(stack.engine.clone(), stack.servers.clone(), options);
+    // The client is served once every server's first start has ended, or `HANDSHAKE_WAIT` (10 s)
+    // after the gateway was made: its first calls then find their tools' policies (whether a
+    // call may become a task is judged from them, before the call waits for its server), and a
+    // server that starts in minutes does not cost the client its handshake (`initialize`
+    // waits no longer than those same 10 s). Lists wait for the rest of a first start, within
+    // their deadline. A server that fails to start is reported (`reporter`) and keeps being
+    // retried; its tools appear later with a tools/list_changed notification.
+    let _ = tokio::time::timeout(HANDSHAKE_WAIT, stack.wait_ready()).await;
     let shutdown = CancellationToken::new();
     tracing::info!(
         config = %stack::describe_origin(&stack.config),

@@ -76,7 +76,9 @@ pub use http::GatewayHttpService;
 pub use http_sessions::HttpSessions;
 #[cfg(feature = "parse-count")]
 pub use incoming::reads;
-pub use options::{DEFAULT_REQUEST_TIMEOUT, ELICITATION_INTERACTOR, GatewayOptions, STATUS_TOOL};
+pub use options::{
+    DEFAULT_REQUEST_TIMEOUT, ELICITATION_INTERACTOR, GatewayOptions, HANDSHAKE_WAIT, STATUS_TOOL,
+};
 pub use stdio::GatewayError;
 
 use elicit::{ElicitationInteractor, Elicitations};

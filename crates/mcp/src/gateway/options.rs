@@ -83,7 +83,7 @@ pub(crate) const TOOLS_TTL: Duration = Duration::from_secs(10);
 /// the capabilities they announce: long enough for a server that starts in seconds, well within
 /// the patience of MCP clients, which give up on a handshake that takes long. A list waits for
 /// the whole start (`GatewayState::first_starts`).
-pub(crate) const HANDSHAKE_WAIT: Duration = Duration::from_secs(10);
+pub const HANDSHAKE_WAIT: Duration = Duration::from_secs(10);
 
 /// How long a closed response stream waits for the client's `notifications/cancelled` for its
 /// request before it counts as a disconnect.

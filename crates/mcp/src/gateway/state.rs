@@ -58,6 +58,9 @@ pub(crate) struct GatewayState {
     recency: Arc<Recency>,
     /// Every server's first start has ended ([`Self::first_starts_by`]).
     first_started: AtomicBool,
+    /// Until when a handshake waits for the servers' first start: [`HANDSHAKE_WAIT`] after the
+    /// gateway was made ([`Self::first_starts_for_handshake`]).
+    handshake_by: Instant,
     /// Fires when the state is dropped: the background tasks end.
     pub(super) closed: CancellationToken,
     pub(super) tasks: TaskTracker,
@@ -178,6 +181,7 @@ impl GatewayState {
             last_client: Mutex::default(),
             recency: Arc::new(Recency::new()),
             first_started: AtomicBool::new(false),
+            handshake_by: Instant::now() + HANDSHAKE_WAIT,
             closed: CancellationToken::new(),
             tasks: TaskTracker::new(),
         })
@@ -450,12 +454,13 @@ impl GatewayState {
         }
     }
 
-    /// [`Self::first_starts_by`] [`HANDSHAKE_WAIT`] from now: what `initialize` and
-    /// `server/discover` wait, so that the capabilities they announce (the servers' union)
-    /// hold the servers that start in seconds, while a slow one does not cost the client its
-    /// handshake.
+    /// [`Self::first_starts_by`] until [`HANDSHAKE_WAIT`] after the gateway was made: what
+    /// `initialize` and `server/discover` wait, so that the capabilities they announce (the
+    /// servers' union) hold the servers that start in seconds, while a slow one does not cost
+    /// the client its handshake. Counted from the gateway's making, so that a front door that
+    /// waited for the servers itself before serving (`toolwarden mcp`) adds nothing to it.
     pub(super) async fn first_starts_for_handshake(&self) {
-        self.first_starts_by(Instant::now() + HANDSHAKE_WAIT).await;
+        self.first_starts_by(self.handshake_by).await;
     }
 
     /// The list a principal's clients see: every tool but those a rule denies it outright
