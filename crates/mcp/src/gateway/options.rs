@@ -79,10 +79,11 @@ pub(crate) fn versions() -> &'static [ProtocolVersion] {
 /// only when a server's list does, and a stateless client hears of no change.
 pub(crate) const TOOLS_TTL: Duration = Duration::from_secs(10);
 
-/// How long `initialize` (and `server/discover`) wait at most for the servers' first start, for
-/// the capabilities they announce: long enough for a server that starts in seconds, well within
-/// the patience of MCP clients, which give up on a handshake that takes long. A list waits for
-/// the whole start (`GatewayState::first_starts`).
+/// For how long after the gateway is made `initialize` (and `server/discover`) wait for the
+/// servers' first start, for the capabilities they announce: long enough for a server that
+/// starts in seconds, well within the patience of MCP clients, which give up on a handshake
+/// that takes long. `toolwarden mcp` waits as long before it reads its client at all. A list
+/// waits for the whole start, within its own deadline (`GatewayState::first_starts_by`).
 pub const HANDSHAKE_WAIT: Duration = Duration::from_secs(10);
 
 /// How long a closed response stream waits for the client's `notifications/cancelled` for its
