@@ -16,7 +16,7 @@ use std::path::Path;
 
 use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
-use toolwarden_mcp::{Gateway, GatewayOptions, HANDSHAKE_WAIT};
+use toolwarden_mcp::{Gateway, GatewayOptions};
 
 use crate::cli::McpArgs;
 use crate::exit::Exit;
@@ -38,14 +38,14 @@ pub(crate) async fn run(config_path: Option<&Path>, args: McpArgs) -> anyhow::Re
         ..gateway_options(&stack)
     };
     let gateway = Gateway::new(stack.engine.clone(), stack.servers.clone(), options);
-    // The client is served once every server's first start has ended, or `HANDSHAKE_WAIT` (10 s)
-    // after the gateway was made: its first calls then find their tools' policies (whether a
-    // call may become a task is judged from them, before the call waits for its server), and a
-    // server that starts in minutes does not cost the client its handshake (`initialize`
-    // waits no longer than those same 10 s). Lists wait for the rest of a first start, within
-    // their deadline. A server that fails to start is reported (`reporter`) and keeps being
-    // retried; its tools appear later with a tools/list_changed notification.
-    let _ = tokio::time::timeout(HANDSHAKE_WAIT, stack.wait_ready()).await;
+    // The client is served once every server's first start has ended, or 10 s after the
+    // gateway was made, as its `initialize` would wait: its first calls then find their tools'
+    // policies (whether a call may become a task is judged from them, before the call waits for
+    // its server), and a server that starts in minutes does not cost the client its handshake.
+    // Lists wait for the rest of a first start, within their deadline. A server that fails to
+    // start is reported (`reporter`) and keeps being retried; its tools appear later with a
+    // tools/list_changed notification.
+    gateway.first_starts().await;
     let shutdown = CancellationToken::new();
     tracing::info!(
         config = %stack::describe_origin(&stack.config),

@@ -193,6 +193,14 @@ impl Gateway {
         self.state.client_sessions()
     }
 
+    /// Waits as a client's `initialize` does: until every server's first start has ended, or
+    /// [`HANDSHAKE_WAIT`] after the gateway was made. A front door that serves one client
+    /// (`toolwarden mcp`) waits this before it reads that client, so that its first calls find
+    /// their tools' policies; its `initialize` then waits no longer.
+    pub async fn first_starts(&self) {
+        self.state.first_starts_for_handshake().await;
+    }
+
     /// Serves one MCP client over this process's stdin and stdout until it disconnects or
     /// `shutdown` fires. Nothing else may write to stdout; log to stderr.
     pub async fn serve_stdio(
