@@ -219,7 +219,7 @@ async fn handshake(
         }
         Some("tools/list") if session.handshake_tasks() && message.is_request() => {
             touch(&session);
-            Some(handshake_tasks::serve_list(gw, &session, &id).await)
+            Some(handshake_tasks::serve_list(gw, &session, &id, &message.meta()).await)
         }
         Some(method)
             if session.handshake_tasks()

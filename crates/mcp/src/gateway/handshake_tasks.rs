@@ -578,10 +578,13 @@ pub(crate) fn answer_raw(
     let id = message.id.clone()?;
     let (gw, session) = (gw.clone(), session.clone());
     match message.method? {
-        "tools/list" => Some(Box::pin(async move {
-            gw.first_starts_by(passthrough::own_deadline(&gw).at).await;
-            answer(&id, Ok(tools_list(&gw, &session)))
-        })),
+        "tools/list" => {
+            let deadline = passthrough::until(&gw, &message.meta()).at;
+            Some(Box::pin(async move {
+                gw.first_starts_by(deadline).await;
+                answer(&id, Ok(tools_list(&gw, &session)))
+            }))
+        }
         "tools/call" => {
             let params = message.call_params()?;
             params.task.as_ref()?;
@@ -614,13 +617,15 @@ pub(crate) fn answer_raw(
     }
 }
 
-/// Serves `tools/list` of a session that declared tasks (see [`tools_list`]).
+/// Serves `tools/list` of a session that declared tasks (see [`tools_list`]), within the
+/// deadline of its `_meta`.
 pub(crate) async fn serve_list(
     gw: &GatewayState,
     session: &ClientSession,
     id: &RequestId,
+    meta: &RequestMetaObject,
 ) -> Response<BoxBody> {
-    gw.first_starts_by(passthrough::own_deadline(gw).at).await;
+    gw.first_starts_by(passthrough::until(gw, meta).at).await;
     let mut response = Response::new(BoxBody::new(http_body_util::Full::new(answer(
         id,
         Ok(tools_list(gw, session)),

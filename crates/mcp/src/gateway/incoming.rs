@@ -132,6 +132,15 @@ impl<'a> Incoming<'a> {
         }
     }
 
+    /// Another method's `_meta` (empty when it has none, or none that reads as one).
+    pub(crate) fn meta(&self) -> RequestMetaObject {
+        self.params_value()
+            .ok()
+            .and_then(|mut params| params.get_mut("_meta").map(Value::take))
+            .and_then(|meta| serde_json::from_value(meta).ok())
+            .unwrap_or_default()
+    }
+
     /// Another method's parameters as JSON (an empty object when there are none).
     pub(crate) fn params_value(&self) -> Result<Value, serde_json::Error> {
         match &self.params {
@@ -428,6 +437,25 @@ mod tests {
         let answer = r#"{"jsonrpc": "2.0", "id": "toolwarden-1", "result": {}}"#;
         let message = Incoming::parse(answer.as_bytes()).unwrap();
         assert!(!message.is_request() && message.result.is_some());
+    }
+
+    /// Another method's `_meta` (a list's deadline hint), and none when it has none.
+    #[test]
+    fn another_methods_meta_is_read_when_asked_for() {
+        let list = r#"{"jsonrpc": "2.0", "id": 4, "method": "tools/list",
+                       "params": {"_meta": {"timeout_ms": 300}}}"#;
+        let meta = Incoming::parse(list.as_bytes()).unwrap().meta();
+        assert_eq!(meta.get("timeout_ms"), Some(&serde_json::json!(300)));
+        for bare in [
+            r#"{"jsonrpc": "2.0", "id": 4, "method": "tools/list"}"#,
+            r#"{"jsonrpc": "2.0", "id": 4, "method": "tools/list", "params": {}}"#,
+            r#"{"jsonrpc": "2.0", "id": 4, "method": "tools/list", "params": {"_meta": 1}}"#,
+        ] {
+            assert!(
+                Incoming::parse(bare.as_bytes()).unwrap().meta().is_empty(),
+                "{bare}"
+            );
+        }
     }
 
     #[test]
